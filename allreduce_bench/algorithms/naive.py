@@ -1,0 +1,42 @@
+"""Naive AllReduce: everyone sends to rank 0, rank 0 adds, then sends the sum to everyone.
+
+Only point-to-point calls (the backend's reduce/broadcast are trees or rings inside). Rank 0
+receives and sends N-1 whole tensors, (N-1)x what any other rank moves: the bottleneck the ring
+removes. Rank 0 keeps one receive buffer per peer so every receive can be in flight at once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..world import World
+from . import p2p
+
+
+def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    group = world.group
+    flat = tensor.view(-1)
+    if group.size == 1:
+        return lambda: None
+    if group.rank == 0:
+        peers = group.ranks[1:]
+        buffers = [torch.empty_like(flat) for _ in peers]
+        gather = p2p.step(group, sends=[], recvs=list(zip(buffers, peers)))
+        scatter = p2p.step(group, sends=[(flat, peer) for peer in peers], recvs=[])
+
+        def allreduce() -> None:
+            p2p.run(gather)
+            for buffer in buffers:
+                flat.add_(buffer)
+            p2p.run(scatter)
+    else:
+        root = group.ranks[0]
+        send = p2p.step(group, sends=[(flat, root)], recvs=[])
+        receive = p2p.step(group, sends=[], recvs=[(flat, root)])
+
+        def allreduce() -> None:
+            p2p.run(send)  # the tensor is the receive buffer too: the send must finish first
+            p2p.run(receive)
+
+    return allreduce

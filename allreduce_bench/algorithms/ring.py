@@ -1,0 +1,73 @@
+"""Ring AllReduce from point-to-point steps: ReduceScatter (N-1 steps), then AllGather (N-1).
+
+The tensor is cut into N chunks (sizes differ by at most one element; some are empty when there
+are fewer elements than ranks). In ReduceScatter step s, rank r sends chunk (r-s) mod N to
+r+1, receives chunk (r-s-1) mod N from r-1 and adds it in; afterwards rank r holds the full sum
+of chunk (r+1) mod N. In AllGather step s it sends chunk (r+1-s) mod N and receives chunk
+(r-s) mod N straight into place. Each rank sends 2(N-1)/N of the tensor in all, whatever N.
+
+`RingPlan` works on any group, so the hierarchical scheme reuses its two phases inside a node.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..world import CommGroup, World
+from . import p2p
+
+
+def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
+    """[start, stop) of `parts` chunks covering `numel` elements, the first numel % parts longer."""
+    base, extra = divmod(numel, parts)
+    bounds, start = [], 0
+    for i in range(parts):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+class RingPlan:
+    """Chunk views, the receive buffer and every step's ops for one tensor on one group.
+
+    Everything is allocated here, once per size, so the phases themselves only post, wait and add.
+    """
+
+    def __init__(self, tensor: torch.Tensor, group: CommGroup):
+        n, r = group.size, group.rank
+        flat = tensor.view(-1)
+        chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), n)]
+        self.owned = chunks[(r + 1) % n]  # fully reduced here after reduce_scatter()
+        longest = max(c.numel() for c in chunks)
+        self._recv = torch.empty(longest, dtype=tensor.dtype, device=tensor.device)
+        nxt, prv = group.peer(1), group.peer(-1)
+        self._reduce_steps = []
+        for s in range(n - 1):
+            into = chunks[(r - s - 1) % n]
+            buffer = self._recv[:into.numel()]
+            ops = p2p.step(group, sends=[(chunks[(r - s) % n], nxt)], recvs=[(buffer, prv)])
+            self._reduce_steps.append((ops, into, buffer))
+        self._gather_steps = [
+            p2p.step(group, sends=[(chunks[(r + 1 - s) % n], nxt)], recvs=[(chunks[(r - s) % n], prv)])
+            for s in range(n - 1)]
+
+    def reduce_scatter(self) -> None:
+        for ops, into, buffer in self._reduce_steps:
+            p2p.run(ops)
+            into.add_(buffer)
+
+    def all_gather(self) -> None:
+        for ops in self._gather_steps:
+            p2p.run(ops)
+
+
+def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    plan = RingPlan(tensor, world.group)
+
+    def allreduce() -> None:
+        plan.reduce_scatter()
+        plan.all_gather()
+
+    return allreduce

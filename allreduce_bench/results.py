@@ -1,0 +1,99 @@
+"""Results on disk: one CSV row per measurement, appended as it is made, plus meta.json.
+
+Rank 0 is the only writer. Each row is written and flushed to disk as soon as its size
+finishes, so a crash or Ctrl-C loses at most the size in flight and the file stays a valid CSV.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import UsageError
+
+COLUMNS = [
+    "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
+    "world_size", "nodes", "ranks_per_node", "size_bytes", "count", "iters", "warmup",
+    "time_us_median", "time_us_mean", "time_us_p95", "time_us_min", "time_us_max",
+    "algbw_GBps", "busbw_GBps", "wrong",
+]
+REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
+RESULTS_FILE, META_FILE = "results.csv", "meta.json"
+
+
+class ResultsWriter:
+    """Appends rows to <out_dir>/results.csv, writing the header once."""
+
+    def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
+        self.path = Path(out_dir) / RESULTS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = columns
+
+    def append(self, row: dict) -> None:
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_meta(out_dir: Path, meta: dict) -> None:
+    path = Path(out_dir) / META_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / META_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def update_meta(out_dir: Path, **fields) -> None:
+    meta = read_meta(out_dir)
+    meta.update(fields)
+    write_meta(out_dir, meta)
+
+
+def _csv_path(path: Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULTS_FILE
+    if not path.exists():
+        raise UsageError(f"no results at {path}; give a run directory or its results.csv")
+    return path
+
+
+def load_results(paths: Path | str | Iterable[Path | str]) -> pd.DataFrame:
+    """The rows of one or more runs (directories or results.csv files) as one DataFrame."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    frames = []
+    for path in paths:
+        csv_path = _csv_path(Path(path))
+        try:
+            frame = pd.read_csv(csv_path)
+        except pd.errors.EmptyDataError:
+            frame = pd.DataFrame()
+        missing = [c for c in REQUIRED if c not in frame.columns]
+        if missing:
+            raise UsageError(f"{csv_path} is not an allreduce-bench results file: missing columns "
+                             f"{', '.join(missing)}")
+        if frame.empty:
+            raise UsageError(f"{csv_path} has no rows; run a benchmark first")
+        frame["source"] = str(csv_path.parent)
+        frames.append(frame)
+    if not frames:
+        raise UsageError("no results given")
+    frame = pd.concat(frames, ignore_index=True)
+    if "tag" in frame.columns:
+        frame["tag"] = frame["tag"].fillna("").astype(str)
+    return frame
