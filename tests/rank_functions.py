@@ -1,0 +1,79 @@
+"""Functions run on every rank by the distributed tests (importable by spawned processes)."""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench import algorithms, patterns
+from allreduce_bench.bench import measure
+from allreduce_bench.device import Device
+from allreduce_bench.world import make_world
+
+DTYPES = (torch.float32, torch.bfloat16, torch.int32)
+
+
+def counts_for(world_size: int) -> list[int]:
+    """1, N-1, N+1, a prime, a few thousand: uneven chunks and fewer elements than ranks."""
+    return sorted({1, max(1, world_size - 1), world_size + 1, 97, 3001})
+
+
+def check_every_algorithm(layouts: list[int]) -> list[str]:
+    """Exact sums for each algorithm, dtype, awkward count and node layout; returns failures."""
+    world_size, failures = dist.get_world_size(), []
+    for ranks_per_node in layouts:
+        world = make_world(world_size, ranks_per_node, Device())
+        for name in algorithms.ALGORITHMS:
+            for dtype in DTYPES:
+                for count in counts_for(world_size):
+                    tensor = torch.empty(count, dtype=dtype)
+                    patterns.fill(tensor, world.rank, world.size)
+                    algorithms.allreduce(name, tensor, world)
+                    expected = patterns.expected_sum(count, world.size, dtype)
+                    wrong = patterns.count_wrong(tensor, expected)
+                    if wrong:
+                        failures.append(f"{name} rpn={ranks_per_node} {dtype} count={count}: "
+                                        f"{wrong} wrong on rank {world.rank}")
+    return failures
+
+
+def repeated_calls_stay_exact(name: str, count: int) -> int:
+    """The same built call run three times on refilled input (as the timing loop does)."""
+    world = make_world(dist.get_world_size(), 2, Device())
+    tensor = torch.empty(count)
+    call = algorithms.get(name)(tensor, world)
+    wrong = 0
+    for _ in range(3):
+        patterns.fill(tensor, world.rank, world.size)
+        call()
+        wrong += patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, tensor.dtype))
+    return wrong
+
+
+def _forgets_to_add(tensor, world):
+    """A broken AllReduce: leaves every rank's input as it is."""
+    return lambda: None
+
+
+def measure_counts_wrong(count: int) -> tuple[int, int, int]:
+    """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
+    world = make_world(dist.get_world_size(), 1, Device())
+    times, good = measure(algorithms.get("ring"), world, count, torch.float32, iters=3, warmup=1)
+    _, bad = measure(_forgets_to_add, world, count, torch.float32, iters=2, warmup=0)
+    return good, bad, len(times)
+
+
+def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
+    """(size, nodes, ranks per node) of each sub-world this rank belongs to, after an exact sum."""
+    seen = []
+    for size in sizes:
+        world = make_world(size, 2, Device())
+        if world is None:
+            seen.append(None)
+        else:
+            tensor = torch.empty(10)
+            patterns.fill(tensor, world.rank, world.size)
+            algorithms.allreduce("hierarchical", tensor, world)
+            assert patterns.count_wrong(tensor, patterns.expected_sum(10, world.size, tensor.dtype)) == 0
+            seen.append((world.size, world.nodes, world.ranks_per_node))
+        dist.barrier()
+    return seen

@@ -1,0 +1,38 @@
+"""Every algorithm against the exact expected sum, on real gloo worlds over loopback."""
+import pytest
+
+from distributed import run_world
+from rank_functions import (check_every_algorithm, measure_counts_wrong, repeated_calls_stay_exact,
+                            sub_worlds)
+
+# world size -> node layouts (ranks per node) to check the hierarchical scheme (and all) under
+LAYOUTS = {1: [1], 2: [2, 1], 3: [3, 1], 4: [2, 4, 1], 6: [2]}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("world_size", sorted(LAYOUTS))
+def test_exact_sum_every_algorithm_dtype_and_count(world_size):
+    failures = run_world(world_size, check_every_algorithm, LAYOUTS[world_size], timeout=150)
+    assert [f for rank in failures for f in rank] == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["ring", "naive", "hierarchical", "native"])
+def test_built_call_can_be_repeated(name):
+    assert run_world(4, repeated_calls_stay_exact, name, 1001) == [0, 0, 0, 0]
+
+
+@pytest.mark.timeout(120)
+def test_measure_reports_wrong_results():
+    good, bad, iters = run_world(2, measure_counts_wrong, 101)[0]
+    assert good == 0
+    assert bad > 0  # the broken algorithm's mismatches, summed over ranks
+    assert iters == 3
+
+
+@pytest.mark.timeout(120)
+def test_sub_worlds_are_the_first_ranks_in_whole_nodes():
+    seen = run_world(4, sub_worlds, [2, 4])
+    assert seen[0] == [(2, 1, 2), (4, 2, 2)]
+    assert seen[1] == [(2, 1, 2), (4, 2, 2)]
+    assert seen[2] == [None, (4, 2, 2)]
