@@ -14,6 +14,7 @@ class OneLineErrors(click.Group):
     """Bad input: one line on stderr saying what is wrong, exit code 2, never a traceback."""
 
     def main(self, args=None, prog_name=None, **kwargs):
+        kwargs.pop("standalone_mode", None)
         try:
             return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs) or 0
         except UsageError as error:

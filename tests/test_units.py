@@ -1,0 +1,124 @@
+"""Pure parts: size parsing, sweeps, busbw factors, statistics, patterns, the CSV schema."""
+import csv
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from allreduce_bench import load_results, metrics, patterns
+from allreduce_bench.algorithms.ring import chunk_bounds
+from allreduce_bench.errors import UsageError
+from allreduce_bench.results import COLUMNS, ResultsWriter
+from allreduce_bench.sizes import format_size, parse_size, parse_size_list, size_sweep
+from allreduce_bench.world import node_layout
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("4K", 4096), ("64M", 64 << 20), ("1G", 1 << 30), ("1g", 1 << 30), ("512", 512),
+    ("1.5K", 1536), ("8MB", 8 << 20), ("2KiB", 2048), (" 3 M ", 3 << 20), (7, 7)])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["0", "12XB", "", "K", "-4K", "1.3", "4 K B"])
+def test_parse_size_rejects(text):
+    with pytest.raises(UsageError):
+        parse_size(text, "--min-bytes")
+
+
+def test_size_sweep_like_nccl_tests():
+    assert size_sweep(4 << 10, 64 << 20, 4) == [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20,
+                                               4 << 20, 16 << 20, 64 << 20]
+    assert size_sweep(1000, 1000, 2) == [1000]
+    assert size_sweep(8, 100, 3) == [8, 24, 72]
+    with pytest.raises(UsageError, match="larger than"):
+        size_sweep(2, 1, 2)
+    with pytest.raises(UsageError, match="greater than 1"):
+        size_sweep(1, 8, 1)
+
+
+def test_size_list_and_format():
+    assert parse_size_list("8M,1M,8M") == [1 << 20, 8 << 20]
+    assert [format_size(s) for s in (512, 4096, 1536, 64 << 20, 1 << 30)] == ["512", "4K", "1.5K", "64M", "1G"]
+
+
+def test_busbw_factor_and_bandwidths():
+    assert metrics.busbw_factor(1) == 0
+    assert metrics.busbw_factor(2) == 1
+    assert metrics.busbw_factor(4) == 1.5
+    assert metrics.busbw_factor(8) == 1.75
+    # 1 GB in 1 s: algbw 1 GB/s (decimal), busbw 1.5 GB/s at N=4
+    assert metrics.algbw_GBps(1e9, 1e6) == pytest.approx(1.0)
+    assert metrics.busbw_GBps(1e9, 1e6, 4) == pytest.approx(1.5)
+
+
+def test_time_stats():
+    stats = metrics.time_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert stats["time_us_median"] == 3.0
+    assert stats["time_us_mean"] == 3.0
+    assert stats["time_us_min"] == 1.0 and stats["time_us_max"] == 5.0
+    assert stats["time_us_p95"] == pytest.approx(4.8)  # linear interpolation, as pandas/numpy
+
+
+@pytest.mark.parametrize("numel,parts", [(1, 4), (3, 4), (5, 4), (97, 3), (8, 8), (0, 2)])
+def test_chunk_bounds_cover_evenly(numel, parts):
+    bounds = chunk_bounds(numel, parts)
+    assert len(bounds) == parts and bounds[0][0] == 0 and bounds[-1][1] == numel
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+    lengths = [b - a for a, b in bounds]
+    assert max(lengths) - min(lengths) <= 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32])
+@pytest.mark.parametrize("world_size", [1, 3, 8, 300])
+def test_patterns_sum_exactly(dtype, world_size):
+    numel = 50
+    total = torch.zeros(numel, dtype=torch.int64)
+    for rank in range(world_size):
+        part = torch.empty(numel, dtype=dtype)
+        patterns.fill(part, rank, world_size)
+        total += part.to(torch.int64)
+    limit = {torch.bfloat16: 256, torch.float16: 2048}.get(dtype, 1 << 24)
+    assert int(total.max()) <= limit  # every partial sum is exact in the dtype
+    assert torch.equal(patterns.expected_sum(numel, world_size, dtype).to(torch.int64), total)
+    assert len(set(total.tolist())) > 1 or world_size == 1  # not a constant: misplacements show
+
+
+def test_count_wrong():
+    assert patterns.count_wrong(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 0.0, 3.0])) == 1
+
+
+def test_node_layout():
+    assert node_layout(4, 2) == 2
+    assert node_layout(2, 4) == 2  # a sub-world smaller than a node is part of one node
+    assert node_layout(6, 3) == 3
+    with pytest.raises(UsageError, match="not a whole number of nodes"):
+        node_layout(6, 4)
+
+
+def test_results_writer_schema_and_load(tmp_path):
+    writer = ResultsWriter(tmp_path)
+    row = {c: 1 for c in COLUMNS} | {"algorithm": "ring", "tag": "nvlink"}
+    writer.append(row)
+    writer.append(row | {"algorithm": "naive"})
+    with open(tmp_path / "results.csv") as f:
+        lines = list(csv.reader(f))
+    assert lines[0] == COLUMNS and len(lines) == 3
+    frame = load_results(tmp_path)
+    assert list(frame["algorithm"]) == ["ring", "naive"]
+    assert set(COLUMNS) <= set(frame.columns)
+    both = load_results([tmp_path, tmp_path / "results.csv"])
+    assert len(both) == 4
+
+
+def test_load_results_errors(tmp_path):
+    with pytest.raises(UsageError, match="no results"):
+        load_results(tmp_path / "missing")
+    (tmp_path / "results.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(UsageError, match="missing columns"):
+        load_results(tmp_path)
+    pd.DataFrame(columns=COLUMNS).to_csv(tmp_path / "results.csv", index=False)
+    with pytest.raises(UsageError, match="no rows"):
+        load_results(tmp_path)
+    assert not math.isnan(metrics.busbw_factor(3))
