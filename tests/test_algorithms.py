@@ -23,6 +23,13 @@ def test_built_call_can_be_repeated(name):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("name", ["ring", "hierarchical"])
+def test_segmented_steps_of_large_uneven_chunks(name):
+    # 12M+ bytes: chunks of ~3M are cut into ~1M segments, unevenly
+    assert run_world(4, repeated_calls_stay_exact, name, (3 << 20) + 7) == [0, 0, 0, 0]
+
+
+@pytest.mark.timeout(120)
 def test_measure_reports_wrong_results():
     good, bad, iters = run_world(2, measure_counts_wrong, 101)[0]
     assert good == 0

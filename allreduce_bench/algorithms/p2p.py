@@ -29,3 +29,8 @@ def run(ops: Step) -> None:
     if ops:
         for request in dist.batch_isend_irecv(ops):
             request.wait()
+
+
+def start(ops: Step) -> list:
+    """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
+    return dist.batch_isend_irecv(ops) if ops else []

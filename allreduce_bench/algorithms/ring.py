@@ -29,6 +29,17 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
+# ReduceScatter steps are cut into segments of about this size, so that where the backend gives
+# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
+SEGMENT_BYTES = 1 << 20
+MAX_SEGMENTS = 8
+
+
+def segments(view: torch.Tensor) -> list[torch.Tensor]:
+    parts = max(1, min(MAX_SEGMENTS, view.numel() * view.element_size() // SEGMENT_BYTES))
+    return [view[a:b] for a, b in chunk_bounds(view.numel(), parts)]
+
+
 class RingPlan:
     """Chunk views, the receive buffer and every step's ops for one tensor on one group.
 
@@ -45,18 +56,31 @@ class RingPlan:
         nxt, prv = group.peer(1), group.peer(-1)
         self._reduce_steps = []
         for s in range(n - 1):
-            into = chunks[(r - s - 1) % n]
-            buffer = self._recv[:into.numel()]
-            ops = p2p.step(group, sends=[(chunks[(r - s) % n], nxt)], recvs=[(buffer, prv)])
-            self._reduce_steps.append((ops, into, buffer))
+            # Sender and receiver cut the same chunk, so their segments match one to one.
+            into = segments(chunks[(r - s - 1) % n])
+            buffers = segments(self._recv[:chunks[(r - s - 1) % n].numel()])
+            sends = segments(chunks[(r - s) % n])
+            ops = p2p.step(group, sends=[(t, nxt) for t in sends], recvs=[(b, prv) for b in buffers])
+            pairs = [(i, b) for i, b in zip(into, buffers) if b.numel()]
+            self._reduce_steps.append((ops, pairs))
         self._gather_steps = [
             p2p.step(group, sends=[(chunks[(r + 1 - s) % n], nxt)], recvs=[(chunks[(r - s) % n], prv)])
             for s in range(n - 1)]
 
     def reduce_scatter(self) -> None:
-        for ops, into, buffer in self._reduce_steps:
-            p2p.run(ops)
-            into.add_(buffer)
+        for ops, pairs in self._reduce_steps:
+            requests = p2p.start(ops)
+            if len(requests) == len(ops):  # receives come first, one request each
+                for request, (into, buffer) in zip(requests, pairs):
+                    request.wait()
+                    into.add_(buffer)
+                for request in requests[len(pairs):]:
+                    request.wait()
+            else:  # one request for the whole batch (NCCL): the adds queue behind it
+                for request in requests:
+                    request.wait()
+                for into, buffer in pairs:
+                    into.add_(buffer)
 
     def all_gather(self) -> None:
         for ops in self._gather_steps:
