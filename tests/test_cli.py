@@ -98,3 +98,18 @@ def test_python_dash_m_is_the_same_cli():
     done = subprocess.run([sys.executable, "-m", "allreduce_bench", "--help"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "run" in done.stdout
+
+
+@pytest.mark.timeout(180)
+def test_under_torchrun_sub_worlds_are_first_ranks(tmp_path):
+    out = tmp_path / "torchrun"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+         "-m", "allreduce_bench", "run", "--world-sizes", "2,4", "--ranks-per-node", "2", "--quick",
+         "--algos", "ring,hierarchical", "--no-plot", "--out", str(out)],
+        capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(out / "results.csv")
+    layouts = set(map(tuple, frame[["world_size", "nodes", "ranks_per_node"]].values.tolist()))
+    assert layouts == {(2, 1, 2), (4, 2, 2)}
+    assert len(frame) == 8 and (frame["wrong"] == 0).all()
