@@ -20,23 +20,24 @@ LINKS = ("intra", "inter")
 CURVE = ["series", "algorithm", "world_size"]
 
 
+def _text(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as strings, '' where missing (an all-empty CSV column reads as float NaN)."""
+    if column not in frame.columns:
+        return pd.Series("", index=frame.index, dtype="object")
+    values = frame[column].astype("object")
+    return values.where(values.notna(), "").astype(str)
+
+
 def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with `run` (tag, plus run id where tags repeat) and `series` (run plus link)."""
     frame = frame.copy()
-    blank = pd.Series("", index=frame.index, dtype="object")
-    tag = frame["tag"].fillna("").astype(str) if "tag" in frame.columns else blank
-    if "run_id" in frame.columns:
-        run_id = frame["run_id"].astype(str)
-    elif "source" in frame.columns:
-        run_id = frame["source"].astype(str)
-    else:
-        run_id = blank
+    tag = _text(frame, "tag")
+    run_id = _text(frame, "run_id" if "run_id" in frame.columns else "source")
     repeated = tag.map(run_id.groupby(tag).nunique()) > 1
     with_id = pd.Series([f"{t} ({r[:8]})" if t else r[:8] for t, r in zip(tag, run_id)],
                         index=frame.index, dtype="object")
     frame["run"] = tag.where(~repeated, with_id)
-    link = frame["link"].fillna("").astype(str) if "link" in frame.columns else blank
-    frame["series"] = (frame["run"] + " " + link).str.strip()
+    frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
     return frame
 
 
