@@ -17,6 +17,7 @@ from .sizes import format_size, parse_size
 from .summary import allreduce_rows
 
 LINKS = ("intra", "inter")
+ALGORITHM_ORDER = ("native", "ring", "naive", "hierarchical")  # then any other, by name
 CURVE = ["series", "algorithm", "world_size"]
 
 
@@ -26,6 +27,12 @@ def _text(frame: pd.DataFrame, column: str) -> pd.Series:
         return pd.Series("", index=frame.index, dtype="object")
     values = frame[column].astype("object")
     return values.where(values.notna(), "").astype(str)
+
+
+def algorithm_rank(name: str) -> str:
+    """Sort key putting the four known algorithms first, in their usual order."""
+    order = ALGORITHM_ORDER.index(name) if name in ALGORITHM_ORDER else len(ALGORITHM_ORDER)
+    return f"{order:02d}{name}"
 
 
 def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -221,6 +228,10 @@ def _ratio(x: float) -> str:
 def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     """Index levels as columns, `series` dropped where there is only one, columns renamed."""
     table = table.reset_index()
+    if "algorithm" in table.columns:  # native, ring, naive, hierarchical, then by name
+        keys = [c for c in ("series", "run", "algorithm", "world_size") if c in table.columns]
+        table = table.sort_values(keys, key=lambda c: c.map(algorithm_rank) if c.name ==
+                                  "algorithm" else c, kind="stable", ignore_index=True)
     for column in ("series", "run"):
         if column in table.columns and table[column].nunique() <= 1:
             table = table.drop(columns=column)
@@ -300,7 +311,8 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
         rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
                      "tag": meta.get("tag") or "-", "on": describe_run(meta),
                      "#wrong": int(wrong.get(run, 0))})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    return table.drop(columns="run") if (table["run"] == "-").all() else table
 
 
 def markdown_table(table: pd.DataFrame) -> str:
