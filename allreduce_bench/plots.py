@@ -110,7 +110,7 @@ def _world_title(frame: pd.DataFrame, world_size: int) -> str:
     return f"N = {world_size}"
 
 
-def _per_world_size(frame, title, ylabel, draw, note, logy=False):
+def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None):
     points = curves(frame)
     if points.empty:
         return None
@@ -122,6 +122,8 @@ def _per_world_size(frame, title, ylabel, draw, note, logy=False):
         for series, algorithm in styles.order(at):
             curve = at.loc[(series, algorithm)]
             draw(ax, curve, styles(algorithm, series), algorithm, series, at)
+        if reference is not None:
+            ax.axhline(reference, color="grey", linewidth=0.8, linestyle="--")
         size_axis(ax)
         if logy:
             log_y_axis(ax)
@@ -163,9 +165,8 @@ def speedup_figure(frame: pd.DataFrame, footnote: str = ""):
         native = at.loc[(series, "native"), "time_us_median"]
         ratio = (curve["time_us_median"] / native).dropna()
         ax.plot(ratio.index, ratio.values, **style)
-        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     return _per_world_size(frame, "Time relative to native (< 1: faster than the backend's own)",
-                           "time / time(native)", draw, footnote, logy=True)
+                           "time / time(native)", draw, footnote, logy=True, reference=1.0)
 
 
 def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | None = None):
@@ -215,12 +216,18 @@ def links_figure(frame: pd.DataFrame, footnote: str = ""):
     fig, axes = _panels(len(world_sizes), "Intra-node against inter-node bus bandwidth")
     for ax, world_size in zip(axes, world_sizes):
         at = points.xs(world_size, level="world_size")
-        for (run, algorithm, link), curve in at.groupby(level=["run", "algorithm", "link"]):
-            curve = curve.droplevel(["run", "algorithm", "link"])
-            who = f"{algorithm} [{run}]" if len(runs) > 1 else algorithm
-            ax.plot(curve.index, curve.values, color=styles.colours.get(algorithm, "black"),
-                    linestyle="-" if link == "intra" else "--",
-                    marker=MARKERS[runs.index(run) % 6], markersize=3, label=f"{who}, {link}")
+        pairs = sorted(set(zip(at.index.get_level_values("run"),
+                               at.index.get_level_values("algorithm"))),
+                       key=lambda p: (p[0], algorithm_rank(p[1])))
+        for run, algorithm in pairs:
+            for link, linestyle in zip(LINKS, ("-", "--")):
+                if (run, algorithm, link) not in at.index.droplevel("size_bytes"):
+                    continue
+                curve = at.loc[(run, algorithm, link)]
+                who = f"{algorithm} [{run}]" if len(runs) > 1 else algorithm
+                ax.plot(curve.index, curve.values, color=styles.colours.get(algorithm, "black"),
+                        linestyle=linestyle, marker=MARKERS[runs.index(run) % 6], markersize=3,
+                        label=f"{who}, {link}")
         notes = [f"{(f'{a} [{r}]' if len(runs) > 1 else a)}: {row.intra_inter_ratio:.1f}x at "
                  f"{format_size(row.size_bytes)}"
                  for (r, a, n), row in ratios.iterrows() if n == world_size]

@@ -39,9 +39,12 @@ def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with `run` (tag, plus run id where tags repeat) and `series` (run plus link)."""
     frame = frame.copy()
     tag = _text(frame, "tag")
-    run_id = _text(frame, "run_id" if "run_id" in frame.columns else "source")
+    if "run_id" in frame.columns:
+        run_id = _text(frame, "run_id").str[:8]
+    else:  # rows without run ids: the run directory names them
+        run_id = _text(frame, "source").map(lambda source: Path(source).name)
     repeated = tag.map(run_id.groupby(tag).nunique()) > 1
-    with_id = pd.Series([f"{t} ({r[:8]})" if t else r[:8] for t, r in zip(tag, run_id)],
+    with_id = pd.Series([f"{t} ({r})" if t else r for t, r in zip(tag, run_id)],
                         index=frame.index, dtype="object")
     frame["run"] = tag.where(~repeated, with_id)
     frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
@@ -82,7 +85,8 @@ def half_peak_size(frame: pd.DataFrame) -> pd.Series:
     """The smallest size whose busbw reaches half the peak busbw, per curve: below it, latency
     dominates (as ml-engineering reports it)."""
     points = curves(frame)["busbw_GBps"]
-    reached = points[points >= points.groupby(level=CURVE).transform("max") / 2]
+    peak = points.groupby(level=CURVE).transform("max")
+    reached = points[(points >= peak / 2) & (peak > 0)]  # busbw is 0 by definition at N = 1
     sizes = pd.Series(reached.index.get_level_values("size_bytes"), index=reached.index)
     return sizes.groupby(level=CURVE).min().rename("half_peak_size_bytes")
 
@@ -96,7 +100,7 @@ def ratio_at_largest(frame: pd.DataFrame, numerator: str, denominator: str) -> p
     for (series, world_size), curve in points.groupby(level=["series", "world_size"]):
         curve = curve.droplevel(["series", "world_size"])
         algorithms = curve.index.get_level_values("algorithm")
-        if numerator not in algorithms or denominator not in algorithms:
+        if world_size < 2 or numerator not in algorithms or denominator not in algorithms:
             continue
         common = curve[numerator].index.intersection(curve[denominator].index)
         if len(common):
@@ -249,7 +253,8 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
         _readable(pd.DataFrame({
             "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
             "at size": peaks["peak_size_bytes"].map(format_size),
-            "half-peak size": peaks["half_peak_size_bytes"].map(format_size)}),
+            "half-peak size": peaks["half_peak_size_bytes"].map(
+                lambda size: format_size(size) if pd.notna(size) else "-")}),
             {"algorithm": "algorithm", "world_size": "world size"})))
 
     pairs = [("ring", "native"), ("hierarchical", "ring")]
