@@ -88,5 +88,10 @@ def run(**options):
     sys.exit(run_benchmark(config))
 
 
+from .analysis_cli import plot, report  # noqa: E402
+
+main.add_command(plot)
+main.add_command(report)
+
 if __name__ == "__main__":
     main()

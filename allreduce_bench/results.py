@@ -83,6 +83,9 @@ def load_results(paths: Path | str | Iterable[Path | str]) -> pd.DataFrame:
             frame = pd.read_csv(csv_path)
         except pd.errors.EmptyDataError:
             frame = pd.DataFrame()
+        except (pd.errors.ParserError, UnicodeDecodeError):
+            raise UsageError(f"{csv_path} is not a CSV file; give a run directory or its "
+                             "results.csv") from None
         missing = [c for c in REQUIRED if c not in frame.columns]
         if missing:
             raise UsageError(f"{csv_path} is not an allreduce-bench results file: missing columns "
@@ -95,5 +98,5 @@ def load_results(paths: Path | str | Iterable[Path | str]) -> pd.DataFrame:
         raise UsageError("no results given")
     frame = pd.concat(frames, ignore_index=True)
     if "tag" in frame.columns:
-        frame["tag"] = frame["tag"].fillna("").astype(str)
+        frame["tag"] = frame["tag"].astype("object").where(frame["tag"].notna(), "").astype(str)
     return frame

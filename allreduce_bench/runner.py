@@ -59,10 +59,9 @@ def finish(config: RunConfig) -> int:
     from .summary import summary_text
     print("\n" + summary_text(frame))
     if config.plot:
-        from .plots import bandwidth_figure, footnote_from_meta
-        path = bandwidth_figure(frame, Path(config.out_dir) / "plots" / "bandwidth.png",
-                                footnote_from_meta(read_meta(config.out_dir)))
-        print(f"figure: {path}")
+        from .report import write_report
+        figures, report = write_report(frame, Path(config.out_dir) / "plots")
+        print(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report}")
     update_meta(config.out_dir, finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     print(f"results: {Path(config.out_dir) / 'results.csv'}")
     wrong = int(frame["wrong"].sum())

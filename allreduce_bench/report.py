@@ -1,0 +1,362 @@
+"""The numbers of a report, as plain functions of a results DataFrame (no process groups).
+
+Every function takes the rows of one or more runs (as `load_results` returns them) and returns a
+DataFrame indexed by (series, algorithm, world_size) or similar. A *series* is one run's rows,
+named by its tag (plus its run id where several runs share a tag, plus the `link` where rows
+carry one), so merged runs never mix in one number.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import UsageError
+from .results import read_meta
+from .sizes import format_size, parse_size
+from .summary import allreduce_rows
+
+LINKS = ("intra", "inter")
+ALGORITHM_ORDER = ("native", "ring", "naive", "hierarchical")  # then any other, by name
+CURVE = ["series", "algorithm", "world_size"]
+
+
+def _text(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A column as strings, '' where missing (an all-empty CSV column reads as float NaN)."""
+    if column not in frame.columns:
+        return pd.Series("", index=frame.index, dtype="object")
+    values = frame[column].astype("object")
+    return values.where(values.notna(), "").astype(str)
+
+
+def algorithm_rank(name: str) -> str:
+    """Sort key putting the four known algorithms first, in their usual order."""
+    order = ALGORITHM_ORDER.index(name) if name in ALGORITHM_ORDER else len(ALGORITHM_ORDER)
+    return f"{order:02d}{name}"
+
+
+def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy with `run` (tag, plus run id where tags repeat) and `series` (run plus link)."""
+    frame = frame.copy()
+    tag = _text(frame, "tag")
+    if "run_id" in frame.columns:
+        run_id = _text(frame, "run_id").str[:8]
+    else:  # rows without run ids: the run directory names them
+        run_id = _text(frame, "source").map(lambda source: Path(source).name)
+    repeated = tag.map(run_id.groupby(tag).nunique()) > 1
+    with_id = pd.Series([f"{t} ({r})" if t else r for t, r in zip(tag, run_id)],
+                        index=frame.index, dtype="object")
+    frame["run"] = tag.where(~repeated, with_id)
+    frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
+    return frame
+
+
+def curves(frame: pd.DataFrame) -> pd.DataFrame:
+    """One point per (series, algorithm, world_size, size_bytes): the median of repeated rows."""
+    frame = label_runs(allreduce_rows(frame)).dropna(subset=["time_us_median", "busbw_GBps"])
+    columns = [c for c in ("time_us_median", "time_us_p95", "busbw_GBps") if c in frame.columns]
+    return frame.groupby(CURVE + ["size_bytes"])[columns].median().sort_index()
+
+
+def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int:
+    """The size scaling is compared at: `size` if it was measured, else the largest measured."""
+    measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
+    if not measured:
+        raise UsageError("the results have no AllReduce rows; run a benchmark first")
+    if size is None:
+        return measured[-1]
+    wanted = parse_size(size, "--size")
+    if wanted not in measured:
+        raise UsageError(f"size {format_size(wanted)} was not measured; choose --size from "
+                         + ", ".join(format_size(s) for s in measured))
+    return wanted
+
+
+def peak_busbw(frame: pd.DataFrame) -> pd.DataFrame:
+    """Peak busbw (GB/s) and the size reaching it, per (series, algorithm, world_size)."""
+    points = curves(frame)["busbw_GBps"]
+    top = points.loc[points.groupby(level=CURVE).idxmax().values]
+    return pd.DataFrame({"peak_busbw_GBps": top.values,
+                         "peak_size_bytes": top.index.get_level_values("size_bytes")},
+                        index=top.index.droplevel("size_bytes"))
+
+
+def half_peak_size(frame: pd.DataFrame) -> pd.Series:
+    """The smallest size whose busbw reaches half the peak busbw, per curve: below it, latency
+    dominates (as ml-engineering reports it)."""
+    points = curves(frame)["busbw_GBps"]
+    peak = points.groupby(level=CURVE).transform("max")
+    reached = points[(points >= peak / 2) & (peak > 0)]  # busbw is 0 by definition at N = 1
+    sizes = pd.Series(reached.index.get_level_values("size_bytes"), index=reached.index)
+    return sizes.groupby(level=CURVE).min().rename("half_peak_size_bytes")
+
+
+def ratio_at_largest(frame: pd.DataFrame, numerator: str, denominator: str) -> pd.DataFrame:
+    """busbw(numerator) / busbw(denominator) at the largest size both measured, per (series,
+    world_size). At one size and world size this is time(denominator) / time(numerator):
+    > 1 means `numerator` is faster."""
+    points = curves(frame)["busbw_GBps"]
+    rows = []
+    for (series, world_size), curve in points.groupby(level=["series", "world_size"]):
+        curve = curve.droplevel(["series", "world_size"])
+        algorithms = curve.index.get_level_values("algorithm")
+        if world_size < 2 or numerator not in algorithms or denominator not in algorithms:
+            continue
+        common = curve[numerator].index.intersection(curve[denominator].index)
+        if len(common):
+            size = common.max()
+            rows.append((series, world_size, int(size),
+                         curve[numerator][size] / curve[denominator][size]))
+    return pd.DataFrame(rows, columns=["series", "world_size", "size_bytes", "busbw_ratio"]
+                        ).set_index(["series", "world_size"])
+
+
+def naive_penalty(frame: pd.DataFrame) -> pd.DataFrame:
+    """The naive baseline's slowdown with world size against what its rank-0 bottleneck predicts.
+
+    Rank 0 receives and sends (N-1) x S bytes, so with rank 0's link the bottleneck its time is
+    proportional to N-1. Measured: time_naive(N) / time_naive(N_ref) at the largest size both
+    world sizes measured, N_ref the smallest world size >= 2 (normally 2); predicted:
+    (N-1) / (N_ref-1), which is N-1 when N_ref = 2.
+    """
+    times = curves(frame)["time_us_median"]
+    rows = []
+    if "naive" in times.index.get_level_values("algorithm"):
+        naive = times.xs("naive", level="algorithm")
+        for series, curve in naive.groupby(level="series"):
+            curve = curve.droplevel("series")
+            world_sizes = sorted(n for n in curve.index.get_level_values("world_size").unique()
+                                 if n >= 2)
+            for n in world_sizes[1:]:
+                reference = world_sizes[0]
+                common = curve[n].index.intersection(curve[reference].index)
+                if len(common):
+                    size = common.max()
+                    rows.append((series, n, reference, int(size),
+                                 curve[n][size] / curve[reference][size],
+                                 (n - 1) / (reference - 1)))
+    return pd.DataFrame(rows, columns=["series", "world_size", "reference_world_size",
+                                       "size_bytes", "time_ratio", "predicted_ratio"]
+                        ).set_index(["series", "world_size"])
+
+
+def scaling_efficiency(frame: pd.DataFrame, size_bytes: int) -> pd.DataFrame:
+    """At one size, per (series, algorithm, world_size): efficiency = busbw(N) / busbw(N_min)
+    (1 is ideal: busbw held as the world grew) and time(N) / time(N_min), N_min the smallest
+    world size >= 2 measured for that curve (busbw is 0 by definition at N = 1)."""
+    points = curves(frame)
+    points = points[points.index.get_level_values("world_size") >= 2]
+    at = points[points.index.get_level_values("size_bytes") == size_bytes].droplevel("size_bytes")
+    first = at.groupby(level=["series", "algorithm"]).transform("first")  # sorted: N_min first
+    world_sizes = pd.Series(at.index.get_level_values("world_size"), index=at.index)
+    return pd.DataFrame({
+        "reference_world_size": world_sizes.groupby(level=["series", "algorithm"]).transform("min"),
+        "busbw_GBps": at["busbw_GBps"],
+        "efficiency": at["busbw_GBps"] / first["busbw_GBps"],
+        "time_ratio": at["time_us_median"] / first["time_us_median"],
+    }, index=at.index)
+
+
+def has_links(frame: pd.DataFrame) -> bool:
+    return "link" in frame.columns and frame["link"].isin(LINKS).any()
+
+
+def link_ratio(frame: pd.DataFrame) -> pd.DataFrame:
+    """busbw(intra) / busbw(inter) at the largest size both links measured, per (run,
+    algorithm, world_size): how much faster the intra-node link is."""
+    rows = []
+    if has_links(frame):
+        frame = label_runs(frame)
+        frame = frame[frame["link"].isin(LINKS)].dropna(subset=["busbw_GBps"])
+        points = frame.groupby(["run", "algorithm", "world_size", "link", "size_bytes"])[
+            "busbw_GBps"].median()
+        for key, curve in points.groupby(level=["run", "algorithm", "world_size"]):
+            curve = curve.droplevel(["run", "algorithm", "world_size"])
+            if set(LINKS) <= set(curve.index.get_level_values("link")):
+                common = curve["intra"].index.intersection(curve["inter"].index)
+                if len(common):
+                    size = common.max()
+                    intra, inter = curve["intra"][size], curve["inter"][size]
+                    rows.append((*key, int(size), intra, inter, intra / inter))
+    return pd.DataFrame(rows, columns=["run", "algorithm", "world_size", "size_bytes",
+                                       "intra_busbw_GBps", "inter_busbw_GBps", "intra_inter_ratio"]
+                        ).set_index(["run", "algorithm", "world_size"])
+
+
+# --- what runs the rows come from ------------------------------------------------------------
+
+def run_metas(frame: pd.DataFrame) -> dict[str, dict]:
+    """run label -> the facts of that run: its meta.json where the rows came from a run
+    directory, otherwise what the rows themselves say."""
+    frame = label_runs(frame)
+    metas = {}
+    for run, rows in frame.groupby("run", sort=True):
+        first = rows.iloc[0]
+        meta = read_meta(Path(first["source"])) if "source" in rows.columns else {}
+        meta = dict(meta)
+        for key in ("backend", "device", "run_id", "tag"):
+            if not meta.get(key) and key in rows.columns:
+                meta[key] = str(first[key])
+        if not meta.get("started") and "timestamp" in rows.columns:
+            meta["started"] = str(rows["timestamp"].min())
+        metas[run] = meta
+    return metas
+
+
+def describe_run(meta: dict) -> str:
+    """'backend gloo, device Intel Xeon, hosts vm, 2026-11-29 10:13 UTC' for footnotes."""
+    hosts = sorted(set(meta.get("hostnames", []))) or ["?"]
+    device = meta.get("device_name") or meta.get("device") or "?"
+    started = str(meta.get("started", "?")).replace("T", " ").replace("+00:00", " UTC")
+    return (f"backend {meta.get('backend', '?')}, device {device}, hosts {', '.join(hosts)}, "
+            f"{started}")
+
+
+def footnote(frame: pd.DataFrame) -> str:
+    """One line per run: `run: backend ..., device ..., hosts ..., date`."""
+    metas = run_metas(frame)
+    return "\n".join(f"{run}: {describe_run(meta)}" if run else describe_run(meta)
+                     for run, meta in metas.items())
+
+
+# --- tables for people ----------------------------------------------------------------------
+
+def _gbps(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """Index levels as columns, `series` dropped where there is only one, columns renamed."""
+    table = table.reset_index()
+    if "algorithm" in table.columns:  # native, ring, naive, hierarchical, then by name
+        keys = [c for c in ("series", "run", "algorithm", "world_size") if c in table.columns]
+        table = table.sort_values(keys, key=lambda c: c.map(algorithm_rank) if c.name ==
+                                  "algorithm" else c, kind="stable", ignore_index=True)
+    for column in ("series", "run"):
+        if column in table.columns and table[column].nunique() <= 1:
+            table = table.drop(columns=column)
+    return table.rename(columns=names)
+
+
+def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, pd.DataFrame]]:
+    """(title, how to read it, table of strings) for the terminal and report.md."""
+    tables = []
+    peaks = peak_busbw(frame).join(half_peak_size(frame))
+    tables.append((
+        "Peak bus bandwidth",
+        "Highest busbw over the sizes measured, the size reaching it, and the half-peak size: the "
+        "smallest size whose busbw reaches half the peak (below it, latency dominates).",
+        _readable(pd.DataFrame({
+            "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
+            "at size": peaks["peak_size_bytes"].map(format_size),
+            "half-peak size": peaks["half_peak_size_bytes"].map(
+                lambda size: format_size(size) if pd.notna(size) else "-")}),
+            {"algorithm": "algorithm", "world_size": "world size"})))
+
+    pairs = [("ring", "native"), ("hierarchical", "ring")]
+    compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
+    sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
+    if any(len(c) for c in compared):
+        table = pd.concat([c.map(_ratio) for c in compared], axis=1).fillna("-")
+        table.insert(0, "size", pd.concat(sizes).groupby(level=[0, 1]).max().map(format_size))
+        tables.append((
+            "Algorithm comparison at the largest size",
+            "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
+            "> 1 means the first algorithm is faster.",
+            _readable(table, {"world_size": "world size"})))
+
+    penalty = naive_penalty(frame)
+    if len(penalty):
+        tables.append((
+            "Naive baseline: rank-0 penalty",
+            "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
+            "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
+            _readable(pd.DataFrame({
+                "N_ref": penalty["reference_world_size"],
+                "size": penalty["size_bytes"].map(format_size),
+                "measured": penalty["time_ratio"].map(_ratio),
+                "theory (N-1)/(N_ref-1)": penalty["predicted_ratio"].map(_ratio)}),
+                {"world_size": "N"})))
+
+    scaling = scaling_efficiency(frame, size_bytes)
+    if len(scaling):
+        tables.append((
+            f"Scaling efficiency at {format_size(size_bytes)}",
+            "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
+            "time ratio = time(N) / time(N_min).",
+            _readable(pd.DataFrame({
+                "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
+                "efficiency": scaling["efficiency"].map(_ratio),
+                "time ratio": scaling["time_ratio"].map(_ratio)}),
+                {"world_size": "world size"})))
+
+    links = link_ratio(frame)
+    if len(links):
+        tables.append((
+            "Intra- vs inter-node links",
+            "busbw over each link at the largest size both measured, and intra/inter.",
+            _readable(pd.DataFrame({
+                "size": links["size_bytes"].map(format_size),
+                "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
+                "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
+                "intra/inter": links["intra_inter_ratio"].map(_ratio)}),
+                {"world_size": "world size"})))
+    return tables
+
+
+def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    wrong = (label_runs(frame).groupby("run")["wrong"].sum() if "wrong" in frame.columns
+             else pd.Series(dtype="int64"))
+    for run, meta in run_metas(frame).items():
+        rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
+                     "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                     "#wrong": int(wrong.get(run, 0))})
+    table = pd.DataFrame(rows)
+    return table.drop(columns="run") if (table["run"] == "-").all() else table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
+                    out_dir: Path) -> str:
+    parts = ["# AllReduce benchmark report", "",
+             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
+             "the median over iterations of the slowest rank.", "", "## Runs", "",
+             markdown_table(runs_table(frame)), ""]
+    for title, note, table in report_tables(frame, size_bytes):
+        parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    if figures:
+        parts += ["## Figures", ""]
+        for name, path in figures.items():
+            relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
+            parts += [f"![{name}]({relative.as_posix()})", ""]
+    return "\n".join(parts)
+
+
+def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
+    echo("Runs:\n" + runs_table(frame).to_string(index=False))
+    for title, note, table in report_tables(frame, size_bytes):
+        echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
+
+
+def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
+                 fmt: str = "png") -> tuple[dict[str, Path], Path]:
+    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir."""
+    from .plots import draw_all  # matplotlib only when drawing
+
+    size_bytes = chosen_size(frame, size)
+    out_dir = Path(out_dir)
+    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes)
+    path = out_dir / "report.md"
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir))
+    return figures, path
