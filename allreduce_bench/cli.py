@@ -87,5 +87,9 @@ def run(**options):
     sys.exit(run_benchmark(config))
 
 
+from .ddp_cli import ddp  # noqa: E402
+
+main.add_command(ddp)
+
 if __name__ == "__main__":
     main()
