@@ -237,12 +237,14 @@ def measure_comm(settings: DdpSettings, world: World, bucket_bytes: list[int]) -
     return steps
 
 
-def measure_accumulation(settings: DdpSettings, world: World, no_sync: bool):
+def measure_accumulation(settings: DdpSettings, world: World, no_sync: bool,
+                         bucket_mb: float | None = None):
     """One optimizer step = `accum` micro-batches; with no_sync, all but the last skip the
-    AllReduce. Returns (time per optimizer step, AllReduce calls, bytes per optimizer step)."""
+    AllReduce. Returns (time per optimizer step, AllReduce calls, bytes per optimizer step).
+    bucket_mb None: DDP's default cap (25 MiB), as most training scripts run it."""
     device = world.device.torch_device
     model = build_model(settings.params, settings.layers, device)
-    ddp, counter = wrap_ddp(model, world, None)
+    ddp, counter = wrap_ddp(model, world, bucket_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     batches = [synthetic_batch(model, settings.batch_size, world.rank, device, m)
                for m in range(settings.accum)]

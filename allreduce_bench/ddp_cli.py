@@ -13,8 +13,8 @@ import torch
 
 from .errors import UsageError
 
-# A local CPU run at world sizes 2 and 4 on 2 cores stays around a minute with these.
-CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=32)
+# With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
+CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
 GPU_DEFAULTS = dict(iters=20, warmup=5, batch_size=256)
 SET_EPOCH_SAMPLES = 16
 
@@ -214,11 +214,11 @@ def run_ddp(config: DdpConfig) -> int:
 
 
 @click.command()
-@click.option("--params", default="20M", show_default=True,
+@click.option("--params", default="10M", show_default=True,
               help="Parameters of the synthetic model (decimal K/M/B suffixes), e.g. 50M.")
 @click.option("--layers", type=int, default=8, show_default=True,
               help="Square linear layers the parameters are spread over.")
-@click.option("--batch-size", type=int, help="Samples per rank per (micro-)batch. [32 on CPU, 256 on GPU]")
+@click.option("--batch-size", type=int, help="Samples per rank per (micro-)batch. [16 on CPU, 256 on GPU]")
 @click.option("--bucket-mb", default="1,5,25,100", show_default=True,
               help="Comma-separated DDP bucket caps (bucket_cap_mb, MiB) to measure.")
 @click.option("--accum", type=int, default=4, show_default=True,

@@ -65,11 +65,13 @@ def accumulation_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> 
     width = 0.38
     for i, r in enumerate(table.itertuples()):
         for offset, label, value, calls, color in (
-                (-width / 2, "sync every micro-batch", r.sync_us, r.sync_calls, "tab:red"),
-                (width / 2, "no_sync on all but the last", r.no_sync_us, r.no_sync_calls, "tab:green")):
+                (-width / 2, "sync every micro-batch", r.sync_us, (r.sync_calls, r.sync_bytes),
+                 "tab:red"),
+                (width / 2, "no_sync on all but the last", r.no_sync_us,
+                 (r.no_sync_calls, r.no_sync_bytes), "tab:green")):
             ax.bar(i + offset, value / 1e3, width, color=color, label=label if i == 0 else None)
-            ax.annotate(f"{calls} AllReduce", (i + offset, value / 1e3), ha="center",
-                        va="bottom", fontsize=7)
+            ax.annotate(f"{calls[0]} AllReduce\n{calls[1] / 1e6:.0f} MB", (i + offset, value / 1e3),
+                        ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(table)),
                   [f"N={r.world_size}, K={r.accum}\nsaving {r.saving:.0%}" for r in table.itertuples()])
     ax.set_ylabel("time per optimizer step (ms)")
