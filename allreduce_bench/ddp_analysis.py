@@ -187,7 +187,7 @@ def ddp_summary_text(frame: pd.DataFrame) -> str:
                      + overlap_markdown(overlap))
     accum = accumulation_table(frame)
     if not accum.empty:
-        parts.append("Gradient accumulation, time per optimizer step:\n" + accumulation_markdown(accum))
+        parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n" + accumulation_markdown(accum))
     return "\n\n".join(parts)
 
 
@@ -226,8 +226,9 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
         out += [f"![step time split]({figures['overlap']})", ""]
     accum = accumulation_table(frame)
     if not accum.empty:
-        out += ["Gradient accumulation (DDP's default 25 MiB buckets), calls and bytes counted "
-                "by the hook per optimizer step:", "", accumulation_markdown(accum), ""]
+        out += ["Gradient accumulation with DDP's default buckets (bucket_cap_mb unset: 25 MiB, "
+                "the first one 1 MiB); AllReduce calls and bytes counted by the hook per "
+                "optimizer step:", "", accumulation_markdown(accum), ""]
     if "accumulation" in figures:
         out += [f"![accumulation]({figures['accumulation']})", ""]
     checks = meta.get("set_epoch_check", [])

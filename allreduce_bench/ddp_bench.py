@@ -92,14 +92,6 @@ class HookCounter:
     def reset(self) -> None:
         self.bucket_bytes = []
 
-    @property
-    def calls(self) -> int:
-        return len(self.bucket_bytes)
-
-    @property
-    def bytes(self) -> int:
-        return sum(self.bucket_bytes)
-
 
 def counting_allreduce_hook(state, bucket):
     """DDP's own allreduce hook, after noting the size of the bucket (a dist.GradBucket) it is
@@ -240,15 +232,16 @@ def measure_comm(settings: DdpSettings, world: World, bucket_bytes: list[int]) -
 def measure_accumulation(settings: DdpSettings, world: World, no_sync: bool,
                          bucket_mb: float | None = None):
     """One optimizer step = `accum` micro-batches; with no_sync, all but the last skip the
-    AllReduce. Returns (time per optimizer step, AllReduce calls, bytes per optimizer step).
-    bucket_mb None: DDP's default cap (25 MiB), as most training scripts run it."""
+    AllReduce. Returns (time per optimizer step, bytes of each AllReduce the hook saw in one
+    optimizer step). bucket_mb None: DDP's defaults (25 MiB buckets, the first one 1 MiB), as
+    most training scripts run it."""
     device = world.device.torch_device
     model = build_model(settings.params, settings.layers, device)
     ddp, counter = wrap_ddp(model, world, bucket_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     batches = [synthetic_batch(model, settings.batch_size, world.rank, device, m)
                for m in range(settings.accum)]
-    calls, sent = [], []
+    sent: list[list[int]] = []
 
     def body(i, mark):
         counter.reset()
@@ -261,11 +254,10 @@ def measure_accumulation(settings: DdpSettings, world: World, no_sync: bool,
             else:
                 nn.functional.mse_loss(ddp(x), y).backward()
         optimizer.step()
-        calls.append(counter.calls)
-        sent.append(counter.bytes)
+        sent.append(list(counter.bucket_bytes))
 
     steps, _ = timed(world, settings.iters, max(settings.warmup, 1), body)
-    return steps, calls[-1], sent[-1]
+    return steps, sent[-1]
 
 
 # --- rows ------------------------------------------------------------------------------------
@@ -310,10 +302,10 @@ def measure_world(settings: DdpSettings, world: World, base: dict,
         on_row(ddp_row(base, world, "comm", comm, size_bytes=grad_bytes, bucket_mb=bucket_mb,
                        bucket_bytes=layout, calls=len(layout), sent=sum(layout)))
     for no_sync in (False, True):
-        steps, calls, sent = measure_accumulation(settings, world, no_sync)
+        steps, sent = measure_accumulation(settings, world, no_sync)
         on_row(ddp_row(base, world, "accum_no_sync" if no_sync else "accum_sync", steps,
-                       size_bytes=grad_bytes, bucket_mb=25.0, accum=settings.accum,
-                       calls=calls, sent=sent))
+                       size_bytes=grad_bytes, accum=settings.accum, bucket_bytes=sent,
+                       calls=len(sent), sent=sum(sent)))
     return wrong_total
 
 

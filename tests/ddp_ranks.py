@@ -21,12 +21,12 @@ def hook_counts(params: int, layers: int, accum: int, bucket_mb: float) -> dict:
     world = _world()
     settings = DdpSettings(params=params, layers=layers, batch_size=4, bucket_mbs=(bucket_mb,),
                            accum=accum, iters=2, warmup=0)
-    _, sync_calls, sync_bytes = measure_accumulation(settings, world, False, bucket_mb)
-    _, nosync_calls, nosync_bytes = measure_accumulation(settings, world, True, bucket_mb)
+    _, sync = measure_accumulation(settings, world, False, bucket_mb)
+    _, nosync = measure_accumulation(settings, world, True, bucket_mb)
     _, layout, wrong = measure_ddp_step(settings, world, bucket_mb)
     grad_bytes = 4 * param_count(build_model(params, layers, torch.device("cpu")))
-    return dict(sync_calls=sync_calls, sync_bytes=sync_bytes, nosync_calls=nosync_calls,
-                nosync_bytes=nosync_bytes, layout=layout, wrong=wrong, grad_bytes=grad_bytes)
+    return dict(sync_calls=len(sync), sync_bytes=sum(sync), nosync_calls=len(nosync),
+                nosync_bytes=sum(nosync), layout=layout, wrong=wrong, grad_bytes=grad_bytes)
 
 
 def gradients_against_hand_average(params: int, layers: int, bucket_mb: float) -> dict:
