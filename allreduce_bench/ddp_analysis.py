@@ -80,6 +80,7 @@ def ddp_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _median(rows: pd.DataFrame, measure: str, **match) -> pd.Series:
+    """time_us_median of the rows of one measure whose columns equal `match`."""
     rows = rows[rows["measure"] == measure]
     for column, value in match.items():
         rows = rows[rows[column] == value]
@@ -91,11 +92,12 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
     frame = ddp_rows(frame)
     out = []
     for world_size, rows in frame.groupby("world_size"):
-        compute = _median(rows, "compute").median()
-        backward = _median(rows, "backward").median()
         for bucket_mb, steps in rows[rows["measure"] == "step"].groupby("bucket_mb"):
             comm_rows = rows[(rows["measure"] == "comm") & (rows["bucket_mb"] == bucket_mb)]
-            if comm_rows.empty:
+            # compute is timed interleaved with each bucket cap's comm and step: use that one
+            compute = _median(rows, "compute", bucket_mb=bucket_mb).median()
+            backward = _median(rows, "backward", bucket_mb=bucket_mb).median()
+            if comm_rows.empty or pd.isna(compute):
                 continue
             step, comm = steps["time_us_median"].median(), comm_rows["time_us_median"].median()
             sizes = bucket_sizes(steps["bucket_sizes"].iloc[-1])

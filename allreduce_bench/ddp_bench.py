@@ -9,6 +9,8 @@ Per world size the same synthetic model (a stack of linear layers) is timed thre
   (sizes read by the communication hook, launched asynchronously in the same order, as the
   reducer does), so nothing is assumed about DDP's bucketing.
 
+The three are timed interleaved (each iteration runs each once, in turn), as are the two
+accumulation modes, so drifting background load hits them alike.
 Every DDP instance carries a communication hook that wraps DDP's own allreduce hook and counts
 the calls and bytes it is handed: calls and bytes per (optimizer) step are counted, not assumed.
 Per iteration the slowest rank's time is kept, as in `bench.measure`.
@@ -122,27 +124,36 @@ def slowest(times_us: list[float], world: World) -> list[float]:
     return times.cpu().tolist()
 
 
-def timed(world: World, iters: int, warmup: int, body: Callable[[int, Callable | None], None],
-          backward: bool = False) -> tuple[list[float], list[float]]:
-    """Run body(i, mark) `warmup` times untimed, then `iters` times timed.
+def timed(world: World, iters: int, warmup: int, bodies: dict[str, Callable],
+          backward_of: str | None = None) -> dict[str, list[float]]:
+    """Time several step bodies interleaved: each iteration runs every body once, in turn.
 
-    Returns (per-iteration time, per-iteration backward time) in us, slowest rank each; with
-    `backward`, the body brackets its backward pass with mark(0) and mark(1), else mark is None
-    and the second list is empty.
+    Interleaving means a change in background load (a shared machine) hits every measurement
+    alike, so differences between them (step - compute) stay meaningful. Each body is called
+    with `mark`: the body named `backward_of` brackets its backward pass with mark(0), mark(1)
+    (reported as 'backward'); the others get None. `warmup` untimed rounds come first.
+    Returns per-iteration times in us, the slowest rank's each.
     """
     device = world.device
-    for i in range(warmup):
-        body(i, None)
-    total = device.timer(iters)
-    inner = device.timer(iters) if backward else None
+    for _ in range(warmup):
+        for body in bodies.values():
+            body(None)
+    timers = {name: device.timer(iters) for name in bodies}
+    inner = device.timer(iters) if backward_of else None
     for i in range(iters):
-        device.barrier(world.group.pg)
-        mark = (lambda edge, i=i: inner.start(i) if edge == 0 else inner.stop(i)) if inner else None
-        total.start(i)
-        body(warmup + i, mark)
-        total.stop(i)
+        for name, body in bodies.items():
+            mark = None
+            if name == backward_of:
+                mark = lambda edge, i=i: inner.start(i) if edge == 0 else inner.stop(i)  # noqa: E731
+            device.barrier(world.group.pg)
+            timers[name].start(i)
+            body(mark)
+            timers[name].stop(i)
     device.synchronize()
-    return slowest(total.times_us(), world), slowest(inner.times_us(), world) if inner else []
+    times = {name: slowest(timer.times_us(), world) for name, timer in timers.items()}
+    if inner:
+        times["backward"] = slowest(inner.times_us(), world)
+    return times
 
 
 @dataclass(frozen=True)
@@ -158,33 +169,72 @@ class DdpSettings:
     warmup: int
 
 
-def measure_compute(settings: DdpSettings, world: World) -> tuple[list[float], list[float], int]:
-    """Compute alone: the bare module's step (no DDP); returns step times, backward times, #params."""
+@dataclass
+class Trainer:
+    """A model, its SGD optimizer and this rank's batch: one training step on demand."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    batch: tuple[torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def make(cls, settings: DdpSettings, world: World, wrap=None) -> Trainer:
+        device = world.device.torch_device
+        module = build_model(settings.params, settings.layers, device)
+        batch = synthetic_batch(module, settings.batch_size, world.rank, device)
+        model = wrap(module) if wrap else module
+        return cls(model, torch.optim.SGD(model.parameters(), lr=1e-3), batch)
+
+    def step(self, mark=None) -> None:
+        train_step(self.model, self.optimizer, self.batch, mark)
+
+
+def comm_alone(world: World, bucket_bytes: list[int]) -> Callable:
+    """AllReduce of buffers the size of DDP's buckets, launched asynchronously in DDP's order
+    (as its reducer does when buckets become ready), then waited for."""
     device = world.device.torch_device
-    model = build_model(settings.params, settings.layers, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    batch = synthetic_batch(model, settings.batch_size, world.rank, device)
-    steps, backward = timed(world, settings.iters, settings.warmup,
-                            lambda i, mark: train_step(model, optimizer, batch, mark), backward=True)
-    return steps, backward, param_count(model)
+    itemsize = torch.empty(0, dtype=DTYPE).element_size()
+    buffers = [torch.randn(n // itemsize).to(device) for n in bucket_bytes]
+
+    def body(mark=None):
+        works = []
+        for buffer in buffers:
+            buffer.div_(world.size)  # DDP's hook divides before reducing; keeps values bounded
+            works.append(dist.all_reduce(buffer, group=world.group.pg, async_op=True))
+        for work in works:
+            work.wait()
+    return body
 
 
-def measure_ddp_step(settings: DdpSettings, world: World, bucket_mb: float):
-    """The DDP step at one bucket cap: (step times, bucket sizes of the last step, #wrong)."""
-    device = world.device.torch_device
-    model = build_model(settings.params, settings.layers, device)
-    ddp, counter = wrap_ddp(model, world, bucket_mb)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    batch = synthetic_batch(model, settings.batch_size, world.rank, device)
+def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucket_mb: float) -> dict:
+    """Compute alone, comm alone and the DDP step at one bucket cap, interleaved.
 
-    def body(i, mark):
+    Two untimed DDP steps first: DDP rebuilds its buckets in gradient-ready order after the
+    first, so from the second on the hook sees the layout every later step uses.
+    Returns the times per measure, the bucket sizes of the last DDP step and #wrong gradients.
+    """
+    counter: HookCounter | None = None
+
+    def wrap(module):
+        nonlocal counter
+        ddp, counter = wrap_ddp(module, world, bucket_mb)
+        return ddp
+
+    trainer = Trainer.make(settings, world, wrap)
+    for _ in range(2):
+        counter.reset()
+        trainer.step()
+    comm = comm_alone(world, list(counter.bucket_bytes))
+
+    def ddp_step(mark=None):
         counter.reset()  # so what is left after the loop is one step's worth
-        train_step(ddp, optimizer, batch, mark)
+        trainer.step(mark)
 
-    steps, _ = timed(world, settings.iters, max(settings.warmup, 1), body)  # >=1: buckets rebuilt
+    times = timed(world, settings.iters, settings.warmup,
+                  {"compute": bare.step, "comm": comm, "step": ddp_step}, backward_of="compute")
     layout = list(counter.bucket_bytes)
-    wrong = check_ddp_gradients(ddp, batch, world)
-    return steps, layout, wrong
+    return dict(times=times, layout=layout,
+                wrong=check_ddp_gradients(trainer.model, trainer.batch, world))
 
 
 def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> int:
@@ -211,53 +261,52 @@ def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> in
     return int(wrong.item())
 
 
-def measure_comm(settings: DdpSettings, world: World, bucket_bytes: list[int]) -> list[float]:
-    """AllReduce alone of buffers the size of DDP's buckets, launched as the reducer does."""
+def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float | None = None) -> dict:
+    """One optimizer step = `accum` micro-batches, syncing on every one vs no_sync() on all
+    but the last, interleaved. bucket_mb None: DDP's defaults (25 MiB buckets, the first one
+    1 MiB), as most training scripts run it.
+
+    Returns {mode: (time per optimizer step, bytes of each AllReduce the hook saw in the last
+    timed optimizer step)} for mode sync and no_sync.
+    """
     device = world.device.torch_device
-    itemsize = torch.empty(0, dtype=DTYPE).element_size()
-    buffers = [torch.randn(n // itemsize).to(device) for n in bucket_bytes]
+    out, bodies = {}, {}
+    for mode in ("sync", "no_sync"):
+        counter: HookCounter | None = None
 
-    def body(i, mark):
-        works = []
-        for buffer in buffers:
-            buffer.div_(world.size)  # DDP's hook divides before reducing; keeps values bounded
-            works.append(dist.all_reduce(buffer, group=world.group.pg, async_op=True))
-        for work in works:
-            work.wait()
+        def wrap(module):
+            nonlocal counter
+            ddp, counter = wrap_ddp(module, world, bucket_mb)
+            return ddp
 
-    steps, _ = timed(world, settings.iters, settings.warmup, body)
-    return steps
+        trainer = Trainer.make(settings, world, wrap)
+        batches = [synthetic_batch(trainer.model.module, settings.batch_size, world.rank, device, m)
+                   for m in range(settings.accum)]
+        seen: list[list[int]] = []
+        out[mode] = seen
+        bodies[mode] = _accumulation_step(trainer, counter, batches, mode == "no_sync", seen)
+    for body in bodies.values():  # as in measure_bucket_cap: let DDP rebuild its buckets
+        body()
+    times = timed(world, settings.iters, settings.warmup, bodies)
+    return {mode: (times[mode], seen[-1]) for mode, seen in out.items()}
 
 
-def measure_accumulation(settings: DdpSettings, world: World, no_sync: bool,
-                         bucket_mb: float | None = None):
-    """One optimizer step = `accum` micro-batches; with no_sync, all but the last skip the
-    AllReduce. Returns (time per optimizer step, bytes of each AllReduce the hook saw in one
-    optimizer step). bucket_mb None: DDP's defaults (25 MiB buckets, the first one 1 MiB), as
-    most training scripts run it."""
-    device = world.device.torch_device
-    model = build_model(settings.params, settings.layers, device)
-    ddp, counter = wrap_ddp(model, world, bucket_mb)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    batches = [synthetic_batch(model, settings.batch_size, world.rank, device, m)
-               for m in range(settings.accum)]
-    sent: list[list[int]] = []
+def _accumulation_step(trainer: Trainer, counter: HookCounter, batches, no_sync: bool,
+                       seen: list[list[int]]) -> Callable:
+    ddp = trainer.model
 
-    def body(i, mark):
+    def body(mark=None):
         counter.reset()
-        optimizer.zero_grad(set_to_none=False)
+        trainer.optimizer.zero_grad(set_to_none=False)
         for m, (x, y) in enumerate(batches):
-            last = m == len(batches) - 1
-            if no_sync and not last:
+            if no_sync and m < len(batches) - 1:
                 with ddp.no_sync():
                     nn.functional.mse_loss(ddp(x), y).backward()
             else:
                 nn.functional.mse_loss(ddp(x), y).backward()
-        optimizer.step()
-        sent.append(list(counter.bucket_bytes))
-
-    steps, _ = timed(world, settings.iters, max(settings.warmup, 1), body)
-    return steps, sent[-1]
+        trainer.optimizer.step()
+        seen.append(list(counter.bucket_bytes))
+    return body
 
 
 # --- rows ------------------------------------------------------------------------------------
@@ -288,24 +337,23 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
 def measure_world(settings: DdpSettings, world: World, base: dict,
                   on_row: Callable[[dict], None]) -> int:
     """Every DDP measurement on one (sub-)world; rows go to `on_row`. Returns #wrong."""
-    steps, backward, params = measure_compute(settings, world)
-    grad_bytes = params * DTYPE.itemsize
-    on_row(ddp_row(base, world, "compute", steps, size_bytes=grad_bytes, calls=0, sent=0))
-    on_row(ddp_row(base, world, "backward", backward, size_bytes=grad_bytes))
+    bare = Trainer.make(settings, world)
+    grad_bytes = param_count(bare.model) * DTYPE.itemsize
     wrong_total = 0
     for bucket_mb in settings.bucket_mbs:
-        steps, layout, wrong = measure_ddp_step(settings, world, bucket_mb)
-        wrong_total += wrong
-        on_row(ddp_row(base, world, "step", steps, size_bytes=grad_bytes, bucket_mb=bucket_mb,
-                       bucket_bytes=layout, calls=len(layout), sent=sum(layout), wrong=wrong))
-        comm = measure_comm(settings, world, layout)
-        on_row(ddp_row(base, world, "comm", comm, size_bytes=grad_bytes, bucket_mb=bucket_mb,
-                       bucket_bytes=layout, calls=len(layout), sent=sum(layout)))
-    for no_sync in (False, True):
-        steps, sent = measure_accumulation(settings, world, no_sync)
-        on_row(ddp_row(base, world, "accum_no_sync" if no_sync else "accum_sync", steps,
-                       size_bytes=grad_bytes, accum=settings.accum, bucket_bytes=sent,
-                       calls=len(sent), sent=sum(sent)))
+        found = measure_bucket_cap(settings, world, bare, bucket_mb)
+        times, layout = found["times"], found["layout"]
+        wrong_total += found["wrong"]
+        common = dict(size_bytes=grad_bytes, bucket_mb=bucket_mb)
+        on_row(ddp_row(base, world, "compute", times["compute"], calls=0, sent=0, **common))
+        on_row(ddp_row(base, world, "backward", times["backward"], **common))
+        for measure in ("comm", "step"):
+            on_row(ddp_row(base, world, measure, times[measure], bucket_bytes=layout,
+                           calls=len(layout), sent=sum(layout),
+                           wrong=found["wrong"] if measure == "step" else 0, **common))
+    for mode, (times, sent) in measure_accumulation(settings, world).items():
+        on_row(ddp_row(base, world, f"accum_{mode}", times, size_bytes=grad_bytes,
+                       accum=settings.accum, bucket_bytes=sent, calls=len(sent), sent=sum(sent)))
     return wrong_total
 
 

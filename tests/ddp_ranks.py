@@ -5,8 +5,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from allreduce_bench.ddp_bench import (DdpSettings, build_model, check_ddp_gradients,
-                                       measure_accumulation, measure_ddp_step, param_count,
+from allreduce_bench.ddp_bench import (DdpSettings, Trainer, build_model, check_ddp_gradients,
+                                       measure_accumulation, measure_bucket_cap, param_count,
                                        synthetic_batch, wrap_ddp)
 from allreduce_bench.device import Device
 from allreduce_bench.world import make_world
@@ -21,9 +21,10 @@ def hook_counts(params: int, layers: int, accum: int, bucket_mb: float) -> dict:
     world = _world()
     settings = DdpSettings(params=params, layers=layers, batch_size=4, bucket_mbs=(bucket_mb,),
                            accum=accum, iters=2, warmup=0)
-    _, sync = measure_accumulation(settings, world, False, bucket_mb)
-    _, nosync = measure_accumulation(settings, world, True, bucket_mb)
-    _, layout, wrong = measure_ddp_step(settings, world, bucket_mb)
+    accumulation = measure_accumulation(settings, world, bucket_mb)
+    sync, nosync = accumulation["sync"][1], accumulation["no_sync"][1]
+    found = measure_bucket_cap(settings, world, Trainer.make(settings, world), bucket_mb)
+    layout, wrong = found["layout"], found["wrong"]
     grad_bytes = 4 * param_count(build_model(params, layers, torch.device("cpu")))
     return dict(sync_calls=len(sync), sync_bytes=sum(sync), nosync_calls=len(nosync),
                 nosync_bytes=sum(nosync), layout=layout, wrong=wrong, grad_bytes=grad_bytes)

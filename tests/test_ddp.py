@@ -105,8 +105,8 @@ def test_model_overlappable_and_prediction():
 def _frame(step_us: float, comm_us: float = 100.0) -> pd.DataFrame:
     base = dict(benchmark="ddp", world_size=2, bucket_sizes="", accum=1, allreduce_calls=math.nan,
                 allreduce_bytes=math.nan, wrong=0, bucket_mb=math.nan)
-    rows = [dict(base, measure="compute", time_us_median=300.0),
-            dict(base, measure="backward", time_us_median=200.0),
+    rows = [dict(base, measure="compute", bucket_mb=25.0, time_us_median=300.0),
+            dict(base, measure="backward", bucket_mb=25.0, time_us_median=200.0),
             dict(base, measure="step", bucket_mb=25.0, bucket_sizes="10;10", time_us_median=step_us),
             dict(base, measure="comm", bucket_mb=25.0, bucket_sizes="10;10", time_us_median=comm_us),
             dict(base, measure="accum_sync", accum=4, allreduce_calls=8, allreduce_bytes=80,
