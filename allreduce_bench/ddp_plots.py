@@ -41,7 +41,7 @@ def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path 
         ax.bar(x, alone, color="tab:blue", label="compute, no comm alongside")
         ax.bar(x, hidden, bottom=alone, color="tab:blue", alpha=0.45, hatch="//",
                label="compute with comm hidden behind it")
-        ax.bar(x, exposed, bottom=alone + hidden, color="tab:red", label="exposed comm")
+        ax.bar(x, exposed, bottom=alone + hidden, color="tab:red", label="exposed comm = step - compute")
         ax.plot(x, rows["predicted_us"] * to_ms, "k^", label="model: predicted step")
         ax.plot(x, rows["comm_us"] * to_ms, "_", color="tab:orange", markersize=18,
                 markeredgewidth=2, label="comm alone")
