@@ -89,9 +89,11 @@ def run(**options):
 
 
 from .analysis_cli import plot, report  # noqa: E402
+from .ddp_cli import ddp  # noqa: E402
 
 main.add_command(plot)
 main.add_command(report)
+main.add_command(ddp)
 
 if __name__ == "__main__":
     main()

@@ -335,12 +335,27 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes):
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += ddp_parts(frame, out_dir)
     if figures:
         parts += ["## Figures", ""]
         for name, path in figures.items():
             relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
             parts += [f"![{name}]({relative.as_posix()})", ""]
     return "\n".join(parts)
+
+
+def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
+    from .ddp_analysis import ddp_markdown
+
+    if "benchmark" not in frame.columns or not (frame["benchmark"] == "ddp").any():
+        return []
+    rows = frame[frame["benchmark"] == "ddp"]
+    meta = next(iter(run_metas(rows).values()), {})
+    figures = {name: file for name, file in (("overlap", "ddp_overlap.png"),
+                                             ("accumulation", "ddp_accumulation.png"))
+               if (Path(out_dir) / file).exists()}
+    return [ddp_markdown(rows, meta, figures)]
 
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:

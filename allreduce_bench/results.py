@@ -20,6 +20,9 @@ COLUMNS = [
     "world_size", "nodes", "ranks_per_node", "size_bytes", "count", "iters", "warmup",
     "time_us_median", "time_us_mean", "time_us_p95", "time_us_min", "time_us_max",
     "algbw_GBps", "busbw_GBps", "wrong",
+    # benchmark = ddp rows (ddp_bench.py): what was timed, DDP's bucket cap, micro-batches per
+    # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
+    "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE = "results.csv", "meta.json"

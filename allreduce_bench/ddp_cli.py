@@ -1,0 +1,255 @@
+"""`allreduce-bench ddp`: options, the per-rank entry point and the driver, as `run` has them."""
+from __future__ import annotations
+
+import datetime as _dt
+import shlex
+import sys
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import click
+import torch
+
+from .errors import UsageError
+
+# With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
+CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
+GPU_DEFAULTS = dict(iters=20, warmup=5, batch_size=256)
+SET_EPOCH_SAMPLES = 16
+
+
+@dataclass(frozen=True)
+class DdpConfig:
+    params: int
+    layers: int
+    batch_size: int
+    bucket_mbs: tuple[float, ...]
+    accum: int
+    iters: int
+    warmup: int
+    world_sizes: tuple[int, ...]
+    backend: str
+    device: str
+    ranks_per_node: int | None
+    tag: str
+    out_dir: Path
+    timeout_s: float
+    plot: bool = True
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    command: str = ""
+
+    def with_world_sizes(self, sizes: tuple[int, ...]) -> DdpConfig:
+        return replace(self, world_sizes=sizes)
+
+    @property
+    def settings(self):
+        from .ddp_bench import DdpSettings
+        return DdpSettings(self.params, self.layers, self.batch_size, self.bucket_mbs, self.accum,
+                           self.iters, self.warmup)
+
+
+def _at_least(name: str, value: int, low: int) -> int:
+    if value < low:
+        raise UsageError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
+               backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
+               command="") -> DdpConfig:
+    from .config import CPU_DEFAULTS as RUN_CPU_DEFAULTS
+    from .config import default_out_dir, parse_world_sizes
+    from .ddp_analysis import parse_bucket_mbs, parse_count
+    from .device import resolve_backend
+    from .launch import launcher_env
+    from .options import gpu_world_sizes
+    from .world import node_layout
+
+    env = launcher_env()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wants_gpu = device != "cpu" and backend in ("auto", "nccl")
+    if world_sizes:
+        chosen = parse_world_sizes(world_sizes)
+    elif env is not None:
+        chosen = (env.world_size,)
+    elif wants_gpu and gpus >= 2:
+        chosen = gpu_world_sizes(gpus)
+    else:
+        chosen = RUN_CPU_DEFAULTS["world_sizes"]
+    if env is not None and max(chosen) > env.world_size:
+        raise UsageError(f"world size {max(chosen)} is larger than the {env.world_size} ranks "
+                         "launched; launch more ranks or choose smaller --world-sizes")
+    backend, device = resolve_backend(backend, device, env.local_world_size if env else max(chosen))
+    if env is None and ranks_per_node is None and device == "cpu":
+        default = RUN_CPU_DEFAULTS["ranks_per_node"]
+        if all(k <= default or k % default == 0 for k in chosen):
+            ranks_per_node = default
+    for k in chosen:
+        node_layout(k, ranks_per_node or (env.local_world_size if env else k))
+
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    params = parse_count(params, "--params")
+    layers = _at_least("--layers", layers, 1)
+    if params < layers * 2:
+        raise UsageError(f"--params {params} is too small for {layers} layers; give at least "
+                         f"{layers * 2} or fewer --layers")
+    if timeout_s <= 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
+    return DdpConfig(
+        params=params, layers=layers,
+        batch_size=_at_least("--batch-size", batch_size or defaults["batch_size"], 1),
+        bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
+        iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
+        warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0),
+        world_sizes=chosen, backend=backend, device=device, ranks_per_node=ranks_per_node,
+        tag=tag, out_dir=out_dir or default_out_dir("-".join(p for p in ("ddp", tag) if p)),
+        timeout_s=timeout_s, plot=not no_plot, command=command)
+
+
+def ddp_meta(config: DdpConfig) -> dict:
+    """host_meta plus the model's settings and the set_epoch check for every world size."""
+    from . import meta as run_meta
+    from .ddp_bench import layer_width, set_epoch_check
+
+    width = layer_width(config.params, config.layers)
+    meta = run_meta.host_meta(config)
+    meta["ddp"] = {**asdict(config.settings), "width": width,
+                   "params_actual": config.layers * (width * width + width)}
+    meta["set_epoch_check"] = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
+    return meta
+
+
+def ddp_rank_main(config: DdpConfig, env=None) -> int:
+    """Every DDP measurement of `config` on this rank; returns #wrong gradients (rank 0)."""
+    import torch.distributed as dist
+
+    from . import meta as run_meta
+    from .ddp_bench import measure_world
+    from .device import make_device
+    from .launch import launcher_env
+    from .results import ResultsWriter, read_meta, write_meta
+    from .world import make_world
+
+    env = env or launcher_env()
+    device = make_device(config.device, env.local_rank)
+    dist.init_process_group(config.backend, timeout=_dt.timedelta(seconds=config.timeout_s))
+    try:
+        infos = [None] * env.world_size
+        dist.all_gather_object(infos, run_meta.rank_info(device))
+        lead = env.rank == 0
+        writer = None
+        if lead:
+            meta = read_meta(config.out_dir) or ddp_meta(config)
+            if len(infos) >= len(meta.get("hostnames", [])):
+                meta.update(hostnames=[i["hostname"] for i in infos],
+                            device_names=[i["device"] for i in infos], device_name=infos[0]["device"])
+            write_meta(config.out_dir, meta)
+            writer = ResultsWriter(config.out_dir)
+        base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
+                "iters": config.iters, "warmup": config.warmup}
+
+        def on_row(row: dict) -> None:
+            if writer:
+                writer.append(row)
+                bucket = "" if row["bucket_mb"] != row["bucket_mb"] else f" bucket {row['bucket_mb']:g} MiB"
+                accum = f" K={row['accum']}" if row["accum"] > 1 else ""
+                click.echo(f"  N={row['world_size']} {row['measure']:<13}{bucket}{accum}: "
+                           f"{row['time_us_median'] / 1e3:9.1f} ms", err=True)
+
+        wrong = 0
+        rpn = config.ranks_per_node or env.local_world_size
+        for world_size in config.world_sizes:
+            world = make_world(world_size, rpn, device)
+            if world is not None:
+                wrong += measure_world(config.settings, world, base, on_row)
+            device.barrier(None)
+        return wrong
+    finally:
+        dist.destroy_process_group()
+
+
+def finish(config: DdpConfig) -> int:
+    """Tables from the stored rows, figures, exit code 1 if any DDP gradient was wrong."""
+    from .ddp_analysis import ddp_rows, ddp_summary_text, set_epoch_markdown
+    from .results import load_results, read_meta, update_meta
+
+    frame = ddp_rows(load_results(config.out_dir))
+    frame = frame[frame["run_id"] == config.run_id]
+    meta = read_meta(config.out_dir)
+    print("\n" + ddp_summary_text(frame))
+    print("\nDistributedSampler, epochs 0 and 1:\n" + set_epoch_markdown(meta.get("set_epoch_check", [])))
+    if config.plot:
+        from .ddp_plots import accumulation_figure, overlap_figure
+        from .plots import footnote_from_meta
+        note = footnote_from_meta(meta)
+        plots = Path(config.out_dir) / "plots"
+        for path in (overlap_figure(frame, plots / "ddp_overlap.png", note),
+                     accumulation_figure(frame, plots / "ddp_accumulation.png", note)):
+            if path:
+                print(f"figure: {path}")
+    update_meta(config.out_dir, finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    print(f"results: {Path(config.out_dir) / 'results.csv'}")
+    wrong = int(frame["wrong"].sum())
+    if wrong:
+        print(f"FAILED: {wrong} gradient element(s) after a DDP step differ from the hand-computed "
+              "average", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_ddp(config: DdpConfig) -> int:
+    """Under a launcher measure its world; else start a local world per world size."""
+    from .launch import launch_local, launcher_env
+    from .results import write_meta
+
+    env = launcher_env()
+    if env is not None:
+        ddp_rank_main(config, env)
+        return finish(config) if env.rank == 0 else 0
+    write_meta(config.out_dir, ddp_meta(config))
+    for world_size in config.world_sizes:
+        launch_local(world_size, ddp_rank_main, config.with_world_sizes((world_size,)))
+    return finish(config)
+
+
+@click.command()
+@click.option("--params", default="10M", show_default=True,
+              help="Parameters of the synthetic model (decimal K/M/B suffixes), e.g. 50M.")
+@click.option("--layers", type=int, default=8, show_default=True,
+              help="Square linear layers the parameters are spread over.")
+@click.option("--batch-size", type=int, help="Samples per rank per (micro-)batch. [16 on CPU, 256 on GPU]")
+@click.option("--bucket-mb", default="1,5,25,100", show_default=True,
+              help="Comma-separated DDP bucket caps (bucket_cap_mb, MiB) to measure.")
+@click.option("--accum", type=int, default=4, show_default=True,
+              help="Micro-batches per optimizer step for the no_sync comparison.")
+@click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU; 2,4,... up "
+              "to the GPU count with NCCL; under a launcher, its whole world.")
+@click.option("--iters", type=int, help="Timed steps per measurement. [5 on CPU, 20 on GPU]")
+@click.option("--warmup", type=int, help="Untimed steps before timing. [1 on CPU, 5 on GPU]")
+@click.option("--backend", default="auto", show_default=True,
+              help="auto (nccl when every local rank has a GPU, else gloo), gloo or nccl.")
+@click.option("--device", help="cpu or cuda; overrides what the backend implies.")
+@click.option("--ranks-per-node", type=int, help="Ranks per node (only labels the rows' node layout).")
+@click.option("--tag", default="", help="A label carried in every row.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output directory. [results/<UTC timestamp>-ddp[-<tag>]]")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds any collective may take before the run is aborted.")
+@click.option("--no-plot", is_flag=True, help="Write results only, no figures.")
+def ddp(**options):
+    """Train a synthetic model with real DDP: bucketed overlap, no_sync, set_epoch.
+
+    \b
+    Per world size: compute alone (no DDP), AllReduce alone of DDP's buckets, and the DDP
+    step for each --bucket-mb; then K micro-batches per optimizer step syncing every time vs
+    no_sync(), with AllReduce calls and bytes counted by a DDP communication hook; and the
+    DistributedSampler index order with and without set_epoch. Writes benchmark=ddp rows to
+    results.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
+    """
+    config = ddp_config(command=shlex.join(sys.argv), **options)
+    click.echo(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
+               f"{','.join(map(str, config.world_sizes))}, {config.params:,} parameters, bucket caps "
+               f"{','.join(f'{b:g}' for b in config.bucket_mbs)} MiB, K={config.accum} -> "
+               f"{config.out_dir}", err=True)
+    sys.exit(run_ddp(config))

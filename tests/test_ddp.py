@@ -1,0 +1,157 @@
+"""`allreduce-bench ddp`: hook-counted AllReduce with and without no_sync, gradients against a
+hand-computed average on a real gloo world, the set_epoch check, the model and the tables."""
+import json
+import math
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from allreduce_bench.cli import main
+from allreduce_bench.ddp_analysis import (accumulation_table, ddp_markdown, ddp_section,
+                                          overlap_table, overlappable_us, parse_bucket_mbs,
+                                          parse_count, predicted_step_us)
+from allreduce_bench.ddp_bench import layer_width, set_epoch_check
+from allreduce_bench.errors import UsageError
+from allreduce_bench.results import load_results
+from distributed import run_world
+from ddp_ranks import all_checks
+
+K = 4
+
+
+@pytest.fixture(scope="module")
+def world_of_two():
+    return run_world(2, all_checks, K, timeout=150)
+
+
+@pytest.mark.timeout(180)
+def test_hook_counts_k_calls_syncing_and_one_with_no_sync(world_of_two):
+    for rank in world_of_two:
+        one = rank["one_bucket"]
+        assert len(one["layout"]) == 1
+        assert (one["sync_calls"], one["nosync_calls"]) == (K, 1)
+        assert one["sync_bytes"] == K * one["grad_bytes"]
+        assert one["nosync_bytes"] == one["grad_bytes"]
+
+
+@pytest.mark.timeout(180)
+def test_bucket_bytes_sum_to_the_gradient_size(world_of_two):
+    for rank in world_of_two:
+        many = rank["many_buckets"]
+        buckets = len(many["layout"])
+        assert buckets >= 2
+        assert sum(many["layout"]) == many["grad_bytes"]
+        assert (many["sync_calls"], many["nosync_calls"]) == (K * buckets, buckets)
+        assert (many["sync_bytes"], many["nosync_bytes"]) == (K * many["grad_bytes"],
+                                                              many["grad_bytes"])
+        assert many["wrong"] == 0
+
+
+@pytest.mark.timeout(180)
+def test_ddp_gradients_equal_the_average_by_hand(world_of_two):
+    for rank in world_of_two:
+        grads = rank["gradients"]
+        assert grads["local_differs"]  # ranks saw different data: averaging is not a no-op
+        assert grads["max_diff"] <= 1e-6 * grads["scale"]
+        assert grads["check_wrong"] == 0
+
+
+def test_set_epoch_check_reports_repeat_without_and_change_with():
+    for world_size in (1, 2, 4):
+        check = set_epoch_check(16, world_size)
+        assert check["without_set_epoch"]["epochs_identical"] is True
+        assert check["with_set_epoch"]["epochs_identical"] is False
+        for mode in ("without_set_epoch", "with_set_epoch"):
+            assert check[mode]["each_epoch_covers_dataset"] is True
+            assert len(check[mode]["rank0_epoch0"]) == 16 // world_size
+
+
+def test_parsers_and_one_line_errors():
+    assert parse_count("50M") == 50_000_000
+    assert parse_count("7B") == 7_000_000_000
+    assert parse_count("1.5k") == 1500
+    assert parse_bucket_mbs("1,5,25,100") == (1.0, 5.0, 25.0, 100.0)
+    for bad in ("abc", "5X", "0"):
+        with pytest.raises(UsageError):
+            parse_count(bad)
+    for bad in ("", "a,b", "0,5"):
+        with pytest.raises(UsageError):
+            parse_bucket_mbs(bad)
+    for args in (["--params", "lots"], ["--bucket-mb", "-1"], ["--accum", "0"],
+                 ["--params", "3", "--layers", "8"], ["--backend", "mpi"]):
+        result = CliRunner().invoke(main, ["ddp", *args, "--world-sizes", "2"])
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output
+
+
+def test_layer_width_matches_the_parameter_count():
+    for params, layers in ((10_000_000, 8), (50_000_000, 8), (2_000, 2)):
+        width = layer_width(params, layers)
+        assert abs(layers * (width * width + width) - params) / params < 0.01
+
+
+def test_model_overlappable_and_prediction():
+    # Backward 100 us, comm 80 us in 4 equal buckets: the window is 75 us, the hideable part
+    # 60 us (the last bucket never hides), so 60 us is overlappable and 20 us exposed.
+    assert overlappable_us(100.0, 80.0, [1, 1, 1, 1]) == pytest.approx(60.0)
+    assert predicted_step_us(200.0, 80.0, 60.0) == pytest.approx(220.0)
+    # One bucket: nothing can hide.
+    assert overlappable_us(100.0, 80.0, [4]) == 0.0
+    # Comm shorter than what can hide: prediction is the compute alone.
+    assert predicted_step_us(200.0, 10.0, 50.0) == 200.0
+
+
+def _frame(step_us: float, comm_us: float = 100.0) -> pd.DataFrame:
+    base = dict(benchmark="ddp", world_size=2, bucket_sizes="", accum=1, allreduce_calls=math.nan,
+                allreduce_bytes=math.nan, wrong=0, bucket_mb=math.nan)
+    rows = [dict(base, measure="compute", bucket_mb=25.0, time_us_median=300.0),
+            dict(base, measure="backward", bucket_mb=25.0, time_us_median=200.0),
+            dict(base, measure="step", bucket_mb=25.0, bucket_sizes="10;10", time_us_median=step_us),
+            dict(base, measure="comm", bucket_mb=25.0, bucket_sizes="10;10", time_us_median=comm_us),
+            dict(base, measure="accum_sync", accum=4, allreduce_calls=8, allreduce_bytes=80,
+                 time_us_median=1000.0),
+            dict(base, measure="accum_no_sync", accum=4, allreduce_calls=2, allreduce_bytes=20,
+                 time_us_median=800.0)]
+    return pd.DataFrame(rows)
+
+
+def test_overlap_table_hidden_share_and_clipping():
+    row = overlap_table(_frame(step_us=340.0)).iloc[0]
+    assert row["exposed_us"] == pytest.approx(40.0)
+    assert row["hidden_share"] == pytest.approx(0.6)
+    assert not row["clipped"]
+    assert row["predicted_us"] == pytest.approx(350.0)  # overlappable = min(100, 50)
+    slow = overlap_table(_frame(step_us=500.0)).iloc[0]  # slower than compute + comm
+    assert slow["hidden_share"] == 0.0 and slow["clipped"]
+    assert slow["hidden_share_raw"] == pytest.approx(-1.0)
+    accum = accumulation_table(_frame(340.0)).iloc[0]
+    assert accum["saving"] == pytest.approx(0.2)
+    assert (accum["sync_calls"], accum["no_sync_calls"]) == (8, 2)
+    text = ddp_markdown(_frame(500.0), {"set_epoch_check": [set_epoch_check(8, 2)]})
+    assert "clipped" in text and "no_sync" in text and "identical" in text
+    assert ddp_markdown(pd.DataFrame({"benchmark": ["allreduce"]})) == ""
+
+
+@pytest.mark.timeout(240)
+def test_ddp_command_end_to_end(tmp_path):
+    """The CLI on a local world of 2: rows, figures, meta with the set_epoch check, a section."""
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["ddp", "--world-sizes", "2", "--params", "40K", "--layers",
+                                       "4", "--bucket-mb", "0.0625,25", "--accum", "2", "--iters",
+                                       "2", "--warmup", "0", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = load_results(out)
+    assert set(frame["benchmark"]) == {"ddp"}
+    assert set(frame["measure"]) == {"compute", "backward", "step", "comm", "accum_sync",
+                                     "accum_no_sync"}
+    assert int(frame["wrong"].sum()) == 0
+    table = overlap_table(frame)
+    assert list(table["bucket_mb"]) == [0.0625, 25.0]
+    assert (table["step_us"] > 0).all() and (table["comm_us"] > 0).all()
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["set_epoch_check"][0]["with_set_epoch"]["epochs_identical"] is False
+    assert (out / "plots" / "ddp_overlap.png").exists()
+    assert (out / "plots" / "ddp_accumulation.png").exists()
+    section = ddp_section(out)
+    assert "plots/ddp_overlap.png" in section and "| 2 | 25 |" in section
