@@ -180,14 +180,10 @@ def finish(config: DdpConfig) -> int:
     print("\n" + ddp_summary_text(frame))
     print("\nDistributedSampler, epochs 0 and 1:\n" + set_epoch_markdown(meta.get("set_epoch_check", [])))
     if config.plot:
-        from .ddp_plots import accumulation_figure, overlap_figure
-        from .plots import footnote_from_meta
-        note = footnote_from_meta(meta)
-        plots = Path(config.out_dir) / "plots"
-        for path in (overlap_figure(frame, plots / "ddp_overlap.png", note),
-                     accumulation_figure(frame, plots / "ddp_accumulation.png", note)):
-            if path:
-                print(f"figure: {path}")
+        from .report import write_report
+        figures, report = write_report(frame, Path(config.out_dir) / "plots")
+        for path in [*figures.values(), report]:
+            print(f"figure: {path}" if path != report else f"report: {path}")
     update_meta(config.out_dir, finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     print(f"results: {Path(config.out_dir) / 'results.csv'}")
     wrong = int(frame["wrong"].sum())

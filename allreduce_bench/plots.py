@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from .report import (LINKS, algorithm_rank, chosen_size, curves, footnote,  # noqa: E402
+from .report import (LINKS, algorithm_rank, chosen_size, curves, footnote, has_ddp_rows,  # noqa: E402
                      has_links, label_runs, link_ratio, scaling_efficiency)
 from .sizes import format_size  # noqa: E402
 
@@ -276,5 +276,15 @@ def save(fig, path: Path) -> Path:
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None) -> dict[str, Path]:
     """Save every figure that applies as out_dir/<name>.<fmt>; name -> path."""
-    return {name: save(fig, Path(out_dir) / f"{name}.{fmt}")
-            for name, fig in figures(frame, size_bytes).items()}
+    out_dir = Path(out_dir)
+    drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
+             for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
+    if has_ddp_rows(frame):  # DDP runs: the step split and the accumulation comparison
+        from .ddp_analysis import ddp_rows
+        from .ddp_plots import accumulation_figure, overlap_figure
+        rows, note = ddp_rows(frame), footnote(frame)
+        for name, draw in (("ddp_overlap", overlap_figure), ("ddp_accumulation", accumulation_figure)):
+            path = draw(rows, out_dir / f"{name}.{fmt}", note)
+            if path:
+                drawn[name] = path
+    return drawn

@@ -58,11 +58,17 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby(CURVE + ["size_bytes"])[columns].median().sort_index()
 
 
-def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int:
+def has_ddp_rows(frame: pd.DataFrame) -> bool:
+    return "benchmark" in frame.columns and bool((frame["benchmark"] == "ddp").any())
+
+
+def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int | None:
     """The size scaling is compared at: `size` if it was measured, else the largest measured."""
     measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
+    if not measured and size is None and has_ddp_rows(frame):
+        return None  # a DDP-only run: no AllReduce figures or tables, the DDP section only
     if not measured:
-        raise UsageError("the results have no AllReduce rows; run a benchmark first")
+        raise UsageError("the results have no AllReduce or DDP rows; run a benchmark first")
     if size is None:
         return measured[-1]
     wanted = parse_size(size, "--size")
@@ -333,9 +339,10 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
              "the median over iterations of the slowest rank.", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
-    for title, note, table in report_tables(frame, size_bytes):
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
-    parts += ddp_parts(frame, out_dir)
+    parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
+    figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
     if figures:
         parts += ["## Figures", ""]
         for name, path in figures.items():
@@ -348,7 +355,7 @@ def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
     """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
     from .ddp_analysis import ddp_markdown
 
-    if "benchmark" not in frame.columns or not (frame["benchmark"] == "ddp").any():
+    if not has_ddp_rows(frame):
         return []
     rows = frame[frame["benchmark"] == "ddp"]
     meta = next(iter(run_metas(rows).values()), {})
@@ -360,7 +367,7 @@ def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
     echo("Runs:\n" + runs_table(frame).to_string(index=False))
-    for title, note, table in report_tables(frame, size_bytes):
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
 
 
