@@ -277,6 +277,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None) -> dict[str, Path]:
     """Save every figure that applies as out_dir/<name>.<fmt>; name -> path."""
     out_dir = Path(out_dir)
+    size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
     if has_ddp_rows(frame):  # DDP runs: the step split and the accumulation comparison
