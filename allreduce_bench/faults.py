@@ -87,11 +87,21 @@ def failure_line(rank: int, progress: Progress, error: BaseException, timeout_s:
             f"{explain(error, timeout_s)}; {who}")
 
 
-def exit_now(line: str, code: int = PEER_LOST_EXIT) -> None:
+def peer_died(error: BaseException) -> bool:
+    return explain(error, 0) == "a peer's connection closed"
+
+
+def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
     """Print one line and leave at once: after a failed collective, tearing the process group
-    down cleanly can itself block."""
+    down cleanly can itself block.
+
+    `linger_s`: when a peer died, stay a moment before exiting, so a launcher that watches every
+    rank (torchrun, a local run) sees the rank that died first and reports it, rather than
+    this one; it stops us itself in the meantime.
+    """
     print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
+    time.sleep(linger_s)
     os._exit(code)
 
 

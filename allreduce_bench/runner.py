@@ -15,11 +15,14 @@ from .bench import sweep
 from .config import RunConfig
 from .console import Console
 from .device import PeerTimeout, make_device, process_group_options
-from .faults import DONE, Fault, Progress, exit_now, failure_line
+from .faults import DONE, Fault, Progress, exit_now, failure_line, peer_died
 from .launch import (RankEnv, describe_failure, export_for_env_init, launch_local,
                      launcher_env)
 from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
 from .world import make_world
+
+
+LINGER_S = 3.0  # see faults.exit_now
 
 
 def _quiet_interrupt(signum, frame) -> None:
@@ -47,7 +50,8 @@ def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
     try:
         wrong = _measure(config, env, device, ranks_per_node, progress)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
-        exit_now(failure_line(env.rank, progress, error, config.timeout_s))
+        exit_now(failure_line(env.rank, progress, error, config.timeout_s),
+                 linger_s=LINGER_S if peer_died(error) else 0.0)
     dist.destroy_process_group()
     return wrong
 
