@@ -99,8 +99,9 @@ def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> No
     rank (torchrun, a local run) sees the rank that died first and reports it, rather than
     this one; it stops us itself in the meantime.
     """
-    print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(2, (line + "\n").encode())  # one write: lines of several ranks never interleave
     time.sleep(linger_s)
     os._exit(code)
 

@@ -67,17 +67,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
     warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
     check_counts(iters, warmup, timeout_s)
-    resumed = {}
+    resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
     if resume_dir is not None:
         if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
             raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
-        stored = resume.stored_run(resume_dir)
-        out_dir, resumed = Path(resume_dir), {"run_id": stored["run_id"]}
+        out_dir = Path(resume_dir)
+        if writer:
+            stored = resume.stored_run(resume_dir)
+            resumed = {"run_id": stored["run_id"]}
     config = RunConfig(
         algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
         iters=iters, warmup=warmup, backend=backend, device=device,
         ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
         timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
-    if resume_dir is not None:
+    if resume_dir is not None and writer:
         resume.check_same_measurement(stored, config, resume_dir)
     return config

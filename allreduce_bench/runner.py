@@ -44,14 +44,22 @@ def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
         signal.signal(signal.SIGINT, _quiet_interrupt)
     ranks_per_node = config.ranks_per_node or env.local_world_size
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
-    dist.init_process_group(config.backend, **process_group_options(config.backend, device,
-                                                                     config.timeout_s))
+    try:
+        dist.init_process_group(config.backend, **process_group_options(config.backend, device,
+                                                                         config.timeout_s))
+    except (RuntimeError, ValueError) as error:  # unreachable master, rendezvous timeout, ...
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
+                 f"({env.launcher}, master {where}): {first}")
     progress = Progress(env.rank, env.world_size)
     try:
         wrong = _measure(config, env, device, ranks_per_node, progress)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         exit_now(failure_line(env.rank, progress, error, config.timeout_s),
                  linger_s=LINGER_S if peer_died(error) else 0.0)
+    except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
+        exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
     dist.destroy_process_group()
     return wrong
 

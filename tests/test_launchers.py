@@ -131,3 +131,41 @@ def test_export_for_env_init_fills_only_what_is_missing():
     torchrun = {"MASTER_ADDR": "h", "MASTER_PORT": "1"}
     export_for_env_init(RankEnv(0, 2, 0, 2, "torchrun"), torchrun)
     assert torchrun["MASTER_ADDR"] == "h" and torchrun["RANK"] == "0"
+
+
+@pytest.mark.timeout(120)
+def test_an_srun_step_of_two_nodes_runs_end_to_end(tmp_path):
+    """Two processes given only Slurm's variables (as srun would, 2 nodes x 1 task) form a world
+    through env:// at the nodelist's first host, and measure it as two nodes."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_",
+                                                                     "LOCAL_", "MASTER_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "allreduce_bench", "run", "--sizes", "4K", "--algos",
+         "ring,hierarchical", "--iters", "1", "--warmup", "0", "--no-plot", "--out",
+         str(tmp_path)],
+        env={**base, "PYTHONPATH": str(root), "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "9",
+             "SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+             "SLURM_NODEID": str(r), "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+             "SLURM_STEP_NODELIST": "localhost", "MASTER_PORT": str(port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=100)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    rows = pd.read_csv(tmp_path / "results.csv")
+    assert sorted(rows["algorithm"]) == ["hierarchical", "ring"]
+    assert set(zip(rows["world_size"], rows["nodes"], rows["ranks_per_node"])) == {(2, 2, 1)}
+    assert (rows["wrong"] == 0).all()
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert meta["launcher"] == "slurm" and len(meta["hostnames"]) == 2
