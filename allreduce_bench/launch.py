@@ -200,11 +200,10 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
     local_size, local_size_name = _local_size(env, family, node_from_env)
     needed = [family.rank, family.size] + ([family.local_rank, local_size_name]
                                            if family.name != "torchrun" else [])
-    missing = [name for name in needed if name not in env and
-               not (name == local_size_name and local_size is not None)]
+    missing = [name for name in needed if name not in env]
     if missing:
         present = [n for n in (family.rank, family.size, family.local_rank, local_size_name)
-                   if n in env or (n == local_size_name and local_size is not None)]
+                   if n in env]
         raise UsageError(f"partial {family.name} environment: {', '.join(present)} set but "
                          f"{', '.join(missing)} missing; start the run with the launcher itself "
                          "or unset these variables for a local run")
