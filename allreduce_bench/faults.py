@@ -91,6 +91,10 @@ def peer_died(error: BaseException) -> bool:
     return explain(error, 0) == "a peer's connection closed"
 
 
+def peer_silent(error: BaseException) -> bool:
+    return explain(error, 0).startswith("no answer within")
+
+
 def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
     """Print one line and leave at once: after a failed collective, tearing the process group
     down cleanly can itself block.

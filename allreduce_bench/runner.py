@@ -5,6 +5,7 @@ import datetime as _dt
 import os
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 import torch.distributed as dist
@@ -15,7 +16,8 @@ from .bench import sweep
 from .config import RunConfig
 from .console import Console
 from .device import PeerTimeout, make_device, process_group_options
-from .faults import DONE, Fault, Progress, exit_now, failure_line, peer_died
+from .faults import (DONE, Fault, Progress, exit_now, failure_line, peer_died,
+                     peer_silent)
 from .launch import (RankEnv, describe_failure, export_for_env_init, launch_local,
                      launcher_env)
 from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
@@ -56,6 +58,8 @@ def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
     try:
         wrong = _measure(config, env, device, ranks_per_node, progress)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
+        if not (peer_died(error) or peer_silent(error)):
+            traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         exit_now(failure_line(env.rank, progress, error, config.timeout_s),
                  linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank

@@ -143,3 +143,33 @@ def test_repair_tail_drops_half_a_row(tmp_path):
     path.write_text("a,b\n1,2\n3,")
     assert repair_tail(tmp_path) and path.read_text() == "a,b\n1,2\n"
     assert not repair_tail(tmp_path) and path.read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("message,expected", [
+    ("[gloo/transport/tcp/pair.cc:534] Timed out waiting 5000ms for recv operation to complete",
+     "no answer within --timeout 5 s"),
+    ("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:41234",
+     "a peer's connection closed"),
+    ("Read error [127.0.0.1]:5000: Connection reset by peer", "a peer's connection closed"),
+    ("shape mismatch: [4] vs [8]\nmore", "shape mismatch: [4] vs [8]"),
+])
+def test_failures_are_explained_in_words(message, expected):
+    from allreduce_bench.faults import explain
+    assert explain(RuntimeError(message), 5) == expected
+
+
+def test_fault_hook_and_failure_description():
+    from types import SimpleNamespace
+
+    from allreduce_bench.faults import Fault
+    from allreduce_bench.launch import describe_failure
+    assert Fault.from_env({}) is None
+    assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
+        Fault(1, 2, "stall", 9.0)
+    with pytest.raises(ValueError, match="kill or stall"):
+        Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=explode"})
+    error = SimpleNamespace(failures={
+        0: SimpleNamespace(exitcode=3, pid=10, timestamp=5),
+        2: SimpleNamespace(exitcode=-9, pid=12, timestamp=6)})
+    assert describe_failure(error) == ("rank 2 (pid 12) was killed by SIGKILL; rank(s) 0 "
+                                       "stopped after it")
