@@ -71,8 +71,13 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
 
 
 def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
-          on_algorithm: Callable[[str, World], None] = lambda a, w: None) -> int:
-    """Measure every algorithm at every size; `on_row` gets each row (only rank 0's matter)."""
+          on_algorithm: Callable[[str, World], None] = lambda a, w: None,
+          before: Callable[[str, int], bool] = lambda algorithm, size_bytes: True) -> int:
+    """Measure every algorithm at every size; `on_row` gets each row (only rank 0's matter).
+
+    `before(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
+    returns False to skip one (a resumed run's finished rows; the same answer on every rank).
+    """
     wrong_total = 0
     itemsize = config.torch_dtype.itemsize
     for name in config.algorithms:
@@ -80,6 +85,8 @@ def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
         on_algorithm(name, world)
         for size in config.sizes:
             count = max(1, size // itemsize)
+            if not before(name, count * itemsize):
+                continue
             times, wrong = measure(build, world, count, config.torch_dtype, config.iters,
                                    config.warmup)
             wrong_total += wrong

@@ -68,6 +68,9 @@ def main():
               help="Output directory. [results/<UTC timestamp>[-<tag>]]")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds any collective may take before the run is aborted.")
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path),
+              help="Continue the interrupted run in this directory: skip its finished rows, append "
+              "the rest (same options as the original run).")
 @click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, 5 iterations): a smoke test.")
 @click.option("--no-plot", is_flag=True, help="Write results only, no figures.")
 def run(**options):

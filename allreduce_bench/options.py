@@ -1,12 +1,16 @@
 """From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from . import resume
 from .config import (CPU_DEFAULTS, GPU_DEFAULTS, QUICK, RunConfig, check_counts,
                      check_sizes_fit_dtype, default_out_dir, parse_algorithms, parse_dtype,
                      parse_world_sizes, resolve_sizes)
 from .device import resolve_backend
+from .errors import UsageError
 from .launch import launcher_env
 from .world import node_layout
 
@@ -22,7 +26,7 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
 
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="") -> RunConfig:
+               command="", resume_dir=None) -> RunConfig:
     env = launcher_env()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
@@ -35,12 +39,13 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     else:
         chosen = CPU_DEFAULTS["world_sizes"]
     per_host = env.local_world_size if env else max(chosen)
+    if env is not None and gpus == 1:
+        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
     backend, device = resolve_backend(backend, device, per_host)
 
     if env is not None:
         for k in chosen:
             if k > env.world_size:
-                from .errors import UsageError
                 raise UsageError(f"world size {k} is larger than the {env.world_size} ranks "
                                  "launched; launch more ranks or choose smaller --world-sizes")
     elif ranks_per_node is None and device == "cpu":
@@ -62,8 +67,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
     warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
     check_counts(iters, warmup, timeout_s)
-    return RunConfig(
+    resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
+    if resume_dir is not None:
+        if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
+            raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
+        out_dir = Path(resume_dir)
+        if writer:
+            stored = resume.stored_run(resume_dir)
+            resumed = {"run_id": stored["run_id"]}
+    config = RunConfig(
         algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
         iters=iters, warmup=warmup, backend=backend, device=device,
         ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
-        timeout_s=timeout_s, plot=not no_plot, command=command)
+        timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    if resume_dir is not None and writer:
+        resume.check_same_measurement(stored, config, resume_dir)
+    return config

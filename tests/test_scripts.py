@@ -1,0 +1,103 @@
+"""The cluster scripts: valid bash, and what they would run for a given (fake) job environment."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["slurm_allreduce.sbatch", "torchrun_multinode.sh", "mpirun_allreduce.sh"]
+IB_ONLY = "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NVLS_ENABLE=0"
+
+
+def dry_run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """The script with DRY_RUN=1 (prints its commands) in a clean environment plus `env`."""
+    clean = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "DRY_RUN": "1", **env}
+    return subprocess.run(["bash", str(ROOT / "scripts" / script), *args], env=clean,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_scripts_parse(script):
+    assert shutil.which("bash")
+    done = subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+
+
+SLURM_JOB = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+
+
+def test_slurm_srun_recipe():
+    done = dry_run("slurm_allreduce.sbatch", "--max-bytes", "1G", SLURM_GPUS_PER_NODE="h100:4",
+                   **SLURM_JOB)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()[1:]
+    srun = "srun --nodes=2 --ntasks-per-node=4 --kill-on-bad-exit=1 python -m allreduce_bench run"
+    assert lines == [
+        f"{srun} --tag nvlink --out results/slurm-77/nvlink --max-bytes 1G",
+        f"export {IB_ONLY}",
+        f"{srun} --tag ib --out results/slurm-77/ib --max-bytes 1G",
+        "python -m allreduce_bench plot results/slurm-77/nvlink results/slurm-77/ib "
+        "--out-dir results/slurm-77/plots",
+    ]
+
+
+def test_slurm_torchrun_recipe_meets_on_the_first_node():
+    done = dry_run("slurm_allreduce.sbatch", LAUNCH="torchrun", SLURM_NTASKS_PER_NODE="8",
+                   **SLURM_JOB)
+    assert done.returncode == 0, done.stderr
+    runs = [line for line in done.stdout.splitlines() if line.startswith("srun")]
+    assert len(runs) == 2
+    for run, tag in zip(runs, ("nvlink", "ib")):
+        assert "--ntasks-per-node=1" in run and "--nnodes=2 --nproc-per-node=8" in run
+        assert f"--rdzv-endpoint=gpu07:29400 --rdzv-id=allreduce-bench-77-{tag}" in run
+        assert run.endswith(f"-m allreduce_bench run --tag {tag} --out results/slurm-77/{tag}")
+
+
+@pytest.mark.parametrize("missing", ["SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST"])
+def test_slurm_script_outside_a_job_says_what_is_missing(missing):
+    env = {k: v for k, v in SLURM_JOB.items() if k != missing}
+    done = dry_run("slurm_allreduce.sbatch", SLURM_NTASKS_PER_NODE="8", **env)
+    assert done.returncode != 0 and missing in done.stderr and not done.stdout
+
+
+def test_torchrun_script_from_slurm_variables_and_by_hand():
+    done = dry_run("torchrun_multinode.sh", "--quick", SLURM_NODEID="1", SLURM_GPUS_ON_NODE="8",
+                   **SLURM_JOB)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3  # not the first node: no plot
+    assert lines[0] == ("python -m torch.distributed.run --nnodes=2 --nproc-per-node=8 "
+                        "--rdzv-backend=c10d --rdzv-endpoint=gpu07:29400 --rdzv-id=slurm-77-nvlink "
+                        "-m allreduce_bench run --tag nvlink --out results/torchrun-slurm-77/nvlink "
+                        "--quick")
+    assert lines[1] == f"export {IB_ONLY}" and "--tag ib" in lines[2]
+
+    done = dry_run("torchrun_multinode.sh", NNODES="4", NPROC_PER_NODE="2", RDZV_HOST="head",
+                   RDZV_ID="b1", RDZV_PORT="5000", OUT_ROOT="r")
+    lines = done.stdout.splitlines()
+    assert "--nnodes=4 --nproc-per-node=2" in lines[0] and "--rdzv-endpoint=head:5000" in lines[0]
+    assert lines[-1] == "python -m allreduce_bench plot r/nvlink r/ib --out-dir r/plots"
+
+    done = dry_run("torchrun_multinode.sh", NNODES="2")
+    assert done.returncode == 2 and "NPROC_PER_NODE RDZV_HOST RDZV_ID" in done.stderr
+
+
+@pytest.mark.parametrize("mpi,expected", [
+    ("openmpi", "mpirun -np 8 --host n1:4,n2:4 --map-by ppr:4:node --bind-to none -x MASTER_ADDR "
+                "-x MASTER_PORT -x PATH -x LD_LIBRARY_PATH -x NCCL_P2P_DISABLE=1 "
+                "-x NCCL_SHM_DISABLE=1 -x NCCL_NVLS_ENABLE=0 python -m allreduce_bench run "
+                "--tag ib --out r/ib"),
+    ("mpich", "mpiexec -n 8 -ppn 4 -hosts n1,n2 -genv MASTER_ADDR n1 -genv MASTER_PORT 29500 "
+              "-genv NCCL_P2P_DISABLE 1 -genv NCCL_SHM_DISABLE 1 -genv NCCL_NVLS_ENABLE 0 "
+              "python -m allreduce_bench run --tag ib --out r/ib"),
+])
+def test_mpirun_recipe(mpi, expected):
+    done = dry_run("mpirun_allreduce.sh", MPI=mpi, HOSTS="n1,n2", GPUS_PER_NODE="4", OUT_ROOT="r")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "--tag nvlink" in lines[0] and "NCCL_P2P_DISABLE" not in lines[0]
+    assert lines[1] == expected
+    assert lines[2] == "python -m allreduce_bench plot r/nvlink r/ib --out-dir r/plots"
