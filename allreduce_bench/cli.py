@@ -87,5 +87,9 @@ def run(**options):
     sys.exit(run_benchmark(config))
 
 
+from .model_cli import model  # noqa: E402  (the cost model: fit, predict, ddp)
+
+main.add_command(model)
+
 if __name__ == "__main__":
     main()
