@@ -151,7 +151,7 @@ def bottleneck(algorithm: str, size_bytes: float, world_size: int, ranks_per_nod
     spent = {INTRA: 0.0, INTER: 0.0}
     for step in steps(algorithm, size_bytes, world_size, ranks_per_node, native_as):
         costs = {c: links.get(c).cost(m, b) for c, (m, b) in step.paths.items()}
-        slowest = max(costs, key=costs.get)
+        slowest = max(costs, key=lambda c: (costs[c], c == INTER))  # a tie: inter, as in the fit
         spent[slowest] += step.repeat * costs[slowest]
     return max(spent, key=spent.get) if any(spent.values()) else ""
 

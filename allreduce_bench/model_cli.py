@@ -9,10 +9,6 @@ from . import units
 from .errors import UsageError
 from .sizes import format_size, parse_size_list
 
-LINK_HELP = ("Bandwidths are bytes per second, decimal (900GB/s = 900e9 B/s; 200Gb/s in bits); "
-             "latencies are per message (5us, 0.01ms).")
-
-
 class Quantity(click.ParamType):
     """A click type over one of the `units` parsers, so bad units fail with one line, exit 2."""
 
@@ -140,7 +136,9 @@ def fit_command(paths, out_dir, native_as, loss, min_size, no_plot):
         row["rows"] = result.rows
         row["note"] = ("one link for both: rows cannot separate them" if result.shared else
                        "one node only: no inter link" if result.links.inter is None else
-                       "no one-node rows: no intra link" if result.links.intra is None else "")
+                       "no one-node rows: no intra link" if result.links.intra is None else
+                       "inter = intra: steps across nodes were no slower" if
+                       result.links.intra == result.links.inter else "")
         params.append(row)
     click.echo(pd.DataFrame(params).to_string(index=False))
 
