@@ -103,8 +103,9 @@ def model():
               help="Minimise the sum of |relative error| (robust to noisy sizes) or of its squares.")
 @click.option("--min-size", default="1M", show_default=True,
               help="Smallest size counted in the median-error summary (binary K/M/G).")
+@click.option("--tag", help="Fit only the rows with this tag (fit one setup at a time).")
 @click.option("--no-plot", is_flag=True, help="No figure.")
-def fit_command(paths, out_dir, native_as, loss, min_size, no_plot):
+def fit_command(paths, out_dir, native_as, loss, min_size, tag, no_plot):
     """Fit the model to results (run directories or results.csv files) and check it.
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
@@ -119,6 +120,12 @@ def fit_command(paths, out_dir, native_as, loss, min_size, no_plot):
 
     threshold = parse_size(min_size, "--min-size")
     frame = load_results(paths)
+    if tag is not None:
+        tags = sorted(frame["tag"].unique()) if "tag" in frame.columns else []
+        frame = frame[frame["tag"] == tag] if tag in tags else frame.iloc[:0]
+        if frame.empty:
+            raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
+                             f"{', '.join(repr(t) for t in tags) or 'none'}")
     sources = sorted(frame["source"].unique())
     cost_model = fit(frame, native_as=native_as, loss=loss, sources=sources)
     comparison = compare(frame, cost_model)

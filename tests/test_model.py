@@ -211,6 +211,7 @@ def test_fit_then_predict_commands(tmp_path):
     assert result.exit_code == 0, result.output
     assert "Median |error| (%) over sizes >= 1M" in result.output
     assert (run_dir / "model.json").exists() and (run_dir / "plots" / "model.png").exists()
+    assert cli("model", "fit", str(run_dir), "--tag", "nope").exit_code == 2
 
     result = cli("model", "predict", "--algo", "ring", "--world-size", "4", "--ranks-per-node", "2",
                  "--size", "64M", "--model", str(run_dir))
