@@ -96,10 +96,10 @@ def run(**options):
 
 from .analysis_cli import plot, report  # noqa: E402
 from .ddp_cli import ddp  # noqa: E402
+from .model_cli import model  # noqa: E402  (the cost model: fit, predict, ddp)
 
-main.add_command(plot)
-main.add_command(report)
-main.add_command(ddp)
+for command in (plot, report, ddp, model):
+    main.add_command(command)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,129 @@
+"""Quantities for the cost model as people write them: 7B, 14GB, 25GB/s, 200Gb/s, 0.5s, 10us.
+
+These are decimal, as hardware and model sizes are quoted: 1 GB = 1e9 bytes, 25 GB/s = 25e9
+bytes/s, 7B parameters = 7e9 (so 7B bf16 gradients are 14 GB and 28 GB / 25 GB/s is 1.12 s, the
+seed's arithmetic). KiB/MiB/GiB are binary; a lower-case b is bits (200Gb/s = 25 GB/s).
+Tensor sizes of the benchmark itself (--size 1G) keep `sizes.parse_size`'s binary K/M/G, as
+nccl-tests does. Every parser raises `UsageError` naming the option and showing a good example.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import UsageError
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?"
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40}
+_COUNT = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+# unit -> how many of it make a second (dividing keeps 10us exactly 1e-05)
+_PER_SECOND = {"s": 1.0, "sec": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
+
+
+def _split(text, what: str, example: str) -> tuple[float, str]:
+    match = _QUANTITY.match(str(text))
+    if not match:
+        raise UsageError(f"{what} {text!r} is not a number with a unit; write it like {example}")
+    mantissa, exponent, unit = match.groups()
+    return float(mantissa) * 10.0 ** int(exponent or 0), unit
+
+
+def _byte_scale(unit: str) -> float | None:
+    """'GB' -> 1e9, 'GiB' -> 2**30, 'Gb' -> 1e9 / 8; None if `unit` is not a byte unit."""
+    if unit.endswith("B"):
+        prefix, per = unit[:-1], 1.0
+    elif unit.endswith("b"):
+        prefix, per = unit[:-1], 1 / 8
+    elif unit == "":
+        prefix, per = "", 1.0
+    else:
+        return None
+    scale = _DECIMAL.get(prefix, _BINARY.get(prefix))
+    return None if scale is None else scale * per
+
+
+def parse_count(text, what: str = "count") -> float:
+    """'7B' -> 7e9 parameters (K, M, B or G, T: thousand, million, billion, trillion)."""
+    value, unit = _split(text, what, "7B, 350M or 1.5T")
+    if unit not in _COUNT:
+        raise UsageError(f"{what} {text!r} has an unknown suffix {unit!r}; use K, M, B or T, "
+                         "e.g. 7B or 350M")
+    return _positive(value * _COUNT[unit], text, what)
+
+
+def parse_bytes(text, what: str = "size") -> float:
+    """'14GB' -> 14e9, '25MiB' -> 26214400, '4096' -> 4096 bytes."""
+    value, unit = _split(text, what, "14GB or 25MiB")
+    scale = _byte_scale(unit)
+    if scale is None:
+        raise UsageError(f"{what} {text!r} is not a size in bytes; write e.g. 14GB (decimal) or "
+                         "25MiB (binary)")
+    return _positive(value * scale, text, what)
+
+
+def parse_bandwidth(text, what: str = "bandwidth") -> float:
+    """'25GB/s' -> 25e9 bytes/s; also '25GBps', '200Gb/s' (bits) and '10GiB/s'."""
+    value, unit = _split(text, what, "25GB/s")
+    per_second = unit[:-2] if unit.endswith("/s") else unit[:-2] if unit.endswith("ps") else None
+    scale = _byte_scale(per_second) if per_second else None
+    if scale is None:
+        raise UsageError(f"{what} {text!r} is not a bandwidth; write bytes per second such as "
+                         "900GB/s or 200Gb/s (bits)")
+    return _positive(value * scale, text, what)
+
+
+def parse_seconds(text, what: str = "time") -> float:
+    """'0.5s' -> 0.5, '10us' -> 1e-05; a bare 0 is allowed, other numbers need a unit."""
+    value, unit = _split(text, what, "0.5s, 20ms or 10us")
+    if unit == "" and value == 0:
+        return 0.0
+    if unit not in _PER_SECOND:
+        raise UsageError(f"{what} {text!r} needs a time unit: s, ms, us or ns, e.g. 0.5s or 10us")
+    return value / _PER_SECOND[unit]
+
+
+def _positive(value: float, text, what: str) -> float:
+    if not value > 0 or math.isinf(value):
+        raise UsageError(f"{what} must be greater than zero, got {text!r}")
+    return value
+
+
+def _three_digits(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def format_bytes(size_bytes: float) -> str:
+    """28e9 -> '28 GB' (decimal, 3 significant digits); whole MiB stay binary: '25 MiB'."""
+    if size_bytes >= 2 ** 20 and size_bytes % 2 ** 20 == 0 and size_bytes % 1e6:
+        return f"{_three_digits(size_bytes / 2 ** 20)} MiB"
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{_three_digits(size_bytes / scale)} {unit}"
+    return f"{_three_digits(size_bytes)} B"
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """25e9 -> '25 GB/s'."""
+    if math.isinf(bytes_per_s):
+        return "unlimited"
+    return f"{format_bytes(bytes_per_s)}/s"
+
+
+def format_seconds(seconds: float, unit: str | None = None) -> str:
+    """0.0311 -> '31.1 ms'; with unit='s' -> '0.0311 s' (so a column compares at a glance),
+    though anything under a millisecond still gets its own unit ('3.36 us', not '3.36e-06 s')."""
+    scales = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+    if unit is None or abs(seconds) < 1e-3 * scales[unit]:
+        unit = next((u for u, s in scales.items() if abs(seconds) >= s), "ns") if seconds else "s"
+    return f"{_three_digits(seconds / scales[unit])} {unit}"
+
+
+def format_count(count: float) -> str:
+    """7e9 -> '7B' (parameters)."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3g}{unit}"
+    return f"{count:.3g}"
