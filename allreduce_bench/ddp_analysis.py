@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .ddp_model import step_time
 from .errors import UsageError
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]?)\s*$")
@@ -69,8 +70,9 @@ def overlappable_us(backward_us: float, comm_us: float, sizes: list[int]) -> flo
 
 
 def predicted_step_us(compute_us: float, comm_us: float, overlappable: float) -> float:
-    """The seed's scaling model: compute + max(0, comm - overlappable)."""
-    return compute_us + max(0.0, comm_us - overlappable)
+    """The seed's scaling model, compute + max(0, comm - overlappable), as the cost model
+    (ddp_model.step_time) computes it, with the overlappable part from measured backward."""
+    return step_time(compute_us, comm_us, 0.0, overlappable_s=overlappable).step_s
 
 
 def ddp_rows(frame: pd.DataFrame) -> pd.DataFrame:
