@@ -16,28 +16,18 @@ Definitions (per world size and bucket cap, on median times of the slowest rank)
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
 
+from . import units
 from .ddp_model import step_time
 from .errors import UsageError
 
-_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]?)\s*$")
-_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
 def parse_count(text: str, what: str = "--params") -> int:
-    """'50M' -> 50_000_000, '7B' -> 7_000_000_000: parameter counts are decimal, unlike bytes."""
-    match = _COUNT.match(str(text))
-    unit = match.group(2).upper() if match else None
-    if not match or unit not in _SCALE:
-        raise UsageError(f"{what} {text!r} is not a count; write a number with an optional K, M, "
-                         "B (or G) suffix, e.g. 20M or 1.5B")
-    value = float(match.group(1)) * _SCALE[unit]
-    if value < 1:
-        raise UsageError(f"{what} must be at least 1, got {text!r}")
-    return int(round(value))
+    """'50M' -> 50_000_000, '7B' -> 7_000_000_000: a whole number of parameters (decimal)."""
+    return int(round(units.parse_count(text, what)))
 
 
 def parse_bucket_mbs(text: str) -> tuple[float, ...]:
