@@ -181,7 +181,8 @@ def ddp_summary_text(frame: pd.DataFrame) -> str:
                      + overlap_markdown(overlap))
     accum = accumulation_table(frame)
     if not accum.empty:
-        parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n" + accumulation_markdown(accum))
+        parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
+                     + accumulation_markdown(accum))
     return "\n\n".join(parts)
 
 

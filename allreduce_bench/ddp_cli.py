@@ -9,7 +9,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import click
-import torch
 
 from .errors import UsageError
 
@@ -58,36 +57,12 @@ def _at_least(name: str, value: int, low: int) -> int:
 def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
                command="") -> DdpConfig:
-    from .config import CPU_DEFAULTS as RUN_CPU_DEFAULTS
-    from .config import default_out_dir, parse_world_sizes
+    from .config import default_out_dir
     from .ddp_analysis import parse_bucket_mbs, parse_count
-    from .device import resolve_backend
-    from .launch import launcher_env
-    from .options import gpu_world_sizes
-    from .world import node_layout
+    from .options import resolve_world
 
-    env = launcher_env()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    wants_gpu = device != "cpu" and backend in ("auto", "nccl")
-    if world_sizes:
-        chosen = parse_world_sizes(world_sizes)
-    elif env is not None:
-        chosen = (env.world_size,)
-    elif wants_gpu and gpus >= 2:
-        chosen = gpu_world_sizes(gpus)
-    else:
-        chosen = RUN_CPU_DEFAULTS["world_sizes"]
-    if env is not None and max(chosen) > env.world_size:
-        raise UsageError(f"world size {max(chosen)} is larger than the {env.world_size} ranks "
-                         "launched; launch more ranks or choose smaller --world-sizes")
-    backend, device = resolve_backend(backend, device, env.local_world_size if env else max(chosen))
-    if env is None and ranks_per_node is None and device == "cpu":
-        default = RUN_CPU_DEFAULTS["ranks_per_node"]
-        if all(k <= default or k % default == 0 for k in chosen):
-            ranks_per_node = default
-    for k in chosen:
-        node_layout(k, ranks_per_node or (env.local_world_size if env else k))
-
+    chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
+                                                            ranks_per_node)
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     params = parse_count(params, "--params")
     layers = _at_least("--layers", layers, 1)

@@ -9,6 +9,7 @@ from . import units
 from .errors import UsageError
 from .sizes import format_size, parse_size_list
 
+
 class Quantity(click.ParamType):
     """A click type over one of the `units` parsers, so bad units fail with one line, exit 2."""
 
@@ -34,8 +35,10 @@ def link_options(command):
                      help="model.json from `model fit` (or the run directory holding it)."),
         click.option("--intra-bw", type=BANDWIDTH, help="Intra-node link bandwidth, e.g. 900GB/s."),
         click.option("--inter-bw", type=BANDWIDTH, help="Inter-node uplink bandwidth per node, e.g. 25GB/s."),
-        click.option("--intra-latency", type=SECONDS, help="Intra-node cost per message, e.g. 5us. [0 without --model]"),
-        click.option("--inter-latency", type=SECONDS, help="Inter-node cost per message, e.g. 10us. [0 without --model]"),
+        click.option("--intra-latency", type=SECONDS,
+                     help="Intra-node cost per message, e.g. 5us. [0 without --model]"),
+        click.option("--inter-latency", type=SECONDS,
+                     help="Inter-node cost per message, e.g. 10us. [0 without --model]"),
         click.option("--native-as", type=click.Choice(["ring", "naive", "hierarchical"]),
                      help="How to model the backend's own AllReduce. [the model's, else ring]"),
     ]):
@@ -278,7 +281,8 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
                f"{units.format_bytes(bucket)}; {window}")
     if gpus:
         click.echo(header)
-        click.echo(f"\n{'gpus':>6} {'nodes':>6} {'comm':>10} {'exposed':>10} {'step':>10} {'efficiency':>11}  communication")
+        click.echo(f"\n{'gpus':>6} {'nodes':>6} {'comm':>10} {'exposed':>10} {'step':>10} "
+                   f"{'efficiency':>11}  communication")
         for row in table.itertuples():
             click.echo(f"{row.gpus:>6} {row.nodes:>6} {units.format_seconds(row.comm_s, 's'):>10} "
                        f"{units.format_seconds(row.exposed_s, 's'):>10} {units.format_seconds(row.step_s, 's'):>10} "

@@ -6,9 +6,19 @@ from pathlib import Path
 import torch
 
 from . import resume
-from .config import (CPU_DEFAULTS, GPU_DEFAULTS, QUICK, RunConfig, check_counts,
-                     check_sizes_fit_dtype, default_out_dir, parse_algorithms, parse_dtype,
-                     parse_world_sizes, resolve_sizes)
+from .config import (
+    CPU_DEFAULTS,
+    GPU_DEFAULTS,
+    QUICK,
+    RunConfig,
+    check_counts,
+    check_sizes_fit_dtype,
+    default_out_dir,
+    parse_algorithms,
+    parse_dtype,
+    parse_world_sizes,
+    resolve_sizes,
+)
 from .device import resolve_backend
 from .errors import UsageError
 from .launch import launcher_env
@@ -24,9 +34,14 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
     return tuple(sorted(set(sizes + [gpus])))
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
-               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None) -> RunConfig:
+def resolve_world(world_sizes: str | None, backend: str, device: str | None,
+                  ranks_per_node: int | None) -> tuple[tuple[int, ...], str, str, int | None]:
+    """(world sizes, backend, device, ranks per node) from the options and this host.
+
+    Shared by every command that starts worlds (`run`, `ddp`): the launcher's world or a local
+    one per world size, nccl when every local rank has a GPU, two ranks per simulated node on a
+    local CPU run where every world size splits that way.
+    """
     env = launcher_env()
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
@@ -56,7 +71,15 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     layout = ranks_per_node or (env.local_world_size if env else None)
     for k in chosen:
         node_layout(k, layout or k)
+    return chosen, backend, device, ranks_per_node
 
+
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
+               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+               command="", resume_dir=None) -> RunConfig:
+    env = launcher_env()
+    chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
+                                                            ranks_per_node)
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     if quick and not (sizes or min_bytes or max_bytes or factor):
         swept = QUICK["sizes"]

@@ -17,8 +17,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from .report import (LINKS, algorithm_rank, chosen_size, curves, footnote, has_ddp_rows,  # noqa: E402
-                     has_links, label_runs, link_ratio, scaling_efficiency)
+from .report import (  # noqa: E402
+    LINKS,
+    algorithm_rank,
+    chosen_size,
+    curves,
+    footnote,
+    has_ddp_rows,
+    has_links,
+    label_runs,
+    link_ratio,
+    scaling_efficiency,
+)
 from .sizes import format_size  # noqa: E402
 
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))

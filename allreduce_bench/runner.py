@@ -16,13 +16,10 @@ from .bench import sweep
 from .config import RunConfig
 from .console import Console
 from .device import PeerTimeout, make_device, process_group_options
-from .faults import (DONE, Fault, Progress, exit_now, failure_line, peer_died,
-                     peer_silent)
-from .launch import (RankEnv, describe_failure, export_for_env_init, launch_local,
-                     launcher_env)
+from .faults import DONE, Fault, Progress, exit_now, failure_line, peer_died, peer_silent
+from .launch import RankEnv, describe_failure, export_for_env_init, launch_local, launcher_env
 from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
 from .world import make_world
-
 
 LINGER_S = 3.0  # see faults.exit_now
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from .device import Device

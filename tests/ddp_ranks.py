@@ -5,9 +5,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from allreduce_bench.ddp_bench import (DdpSettings, Trainer, build_model, check_ddp_gradients,
-                                       measure_accumulation, measure_bucket_cap, param_count,
-                                       synthetic_batch, wrap_ddp)
+from allreduce_bench.ddp_bench import (
+    DdpSettings,
+    Trainer,
+    build_model,
+    check_ddp_gradients,
+    measure_accumulation,
+    measure_bucket_cap,
+    param_count,
+    synthetic_batch,
+    wrap_ddp,
+)
 from allreduce_bench.device import Device
 from allreduce_bench.world import make_world
 

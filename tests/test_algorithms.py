@@ -1,9 +1,7 @@
 """Every algorithm against the exact expected sum, on real gloo worlds over loopback."""
 import pytest
-
 from distributed import run_world
-from rank_functions import (check_every_algorithm, measure_counts_wrong, repeated_calls_stay_exact,
-                            sub_worlds)
+from rank_functions import check_every_algorithm, measure_counts_wrong, repeated_calls_stay_exact, sub_worlds
 
 # world size -> node layouts (ranks per node) to check the hierarchical scheme (and all) under
 LAYOUTS = {1: [1], 2: [2, 1], 3: [3, 1], 4: [2, 4, 1], 6: [2]}

@@ -6,16 +6,23 @@ import math
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from ddp_ranks import all_checks
+from distributed import run_world
 
 from allreduce_bench.cli import main
-from allreduce_bench.ddp_analysis import (accumulation_table, ddp_markdown, ddp_section,
-                                          overlap_table, overlappable_us, parse_bucket_mbs,
-                                          parse_count, predicted_step_us)
+from allreduce_bench.ddp_analysis import (
+    accumulation_table,
+    ddp_markdown,
+    ddp_section,
+    overlap_table,
+    overlappable_us,
+    parse_bucket_mbs,
+    parse_count,
+    predicted_step_us,
+)
 from allreduce_bench.ddp_bench import layer_width, set_epoch_check
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results import load_results
-from distributed import run_world
-from ddp_ranks import all_checks
 
 K = 4
 

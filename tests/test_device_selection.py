@@ -1,6 +1,5 @@
 """Backend, GPU and process-group choices, with torch.cuda replaced by fakes (no GPU needed)."""
 import datetime as dt
-import os
 import stat
 from types import SimpleNamespace
 
@@ -8,10 +7,16 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import device as device_module
 from allreduce_bench import meta
-from allreduce_bench.device import (NCCL_GRACE_S, CudaDevice, Device, gpu_index, make_device,
-                                    process_group_options, resolve_backend)
+from allreduce_bench.device import (
+    NCCL_GRACE_S,
+    CudaDevice,
+    Device,
+    gpu_index,
+    make_device,
+    process_group_options,
+    resolve_backend,
+)
 from allreduce_bench.errors import UsageError
 from allreduce_bench.launch import RankEnv
 from allreduce_bench.options import run_config

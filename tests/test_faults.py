@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from allreduce_bench.cli import main
 from allreduce_bench.faults import FAULT_ENV
 from allreduce_bench.resume import repair_tail
-from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS, SIZES = ["ring", "native"], [4096, 8192]
