@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from .ddp_bench import DdpSettings
 from .errors import UsageError
 
 # With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
@@ -20,13 +21,7 @@ SET_EPOCH_SAMPLES = 16
 
 @dataclass(frozen=True)
 class DdpConfig:
-    params: int
-    layers: int
-    batch_size: int
-    bucket_mbs: tuple[float, ...]
-    accum: int
-    iters: int
-    warmup: int
+    settings: DdpSettings  # what each rank measures
     world_sizes: tuple[int, ...]
     backend: str
     device: str
@@ -40,12 +35,6 @@ class DdpConfig:
 
     def with_world_sizes(self, sizes: tuple[int, ...]) -> DdpConfig:
         return replace(self, world_sizes=sizes)
-
-    @property
-    def settings(self):
-        from .ddp_bench import DdpSettings
-        return DdpSettings(self.params, self.layers, self.batch_size, self.bucket_mbs, self.accum,
-                           self.iters, self.warmup)
 
 
 def _at_least(name: str, value: int, low: int) -> int:
@@ -72,11 +61,12 @@ def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, ite
     if timeout_s <= 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
     return DdpConfig(
-        params=params, layers=layers,
-        batch_size=_at_least("--batch-size", batch_size or defaults["batch_size"], 1),
-        bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
-        iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
-        warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0),
+        settings=DdpSettings(
+            params=params, layers=layers,
+            batch_size=_at_least("--batch-size", batch_size or defaults["batch_size"], 1),
+            bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
+            iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
+            warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0)),
         world_sizes=chosen, backend=backend, device=device, ranks_per_node=ranks_per_node,
         tag=tag, out_dir=out_dir or default_out_dir("-".join(p for p in ("ddp", tag) if p)),
         timeout_s=timeout_s, plot=not no_plot, command=command)
@@ -87,10 +77,10 @@ def ddp_meta(config: DdpConfig) -> dict:
     from . import meta as run_meta
     from .ddp_bench import layer_width, set_epoch_check
 
-    width = layer_width(config.params, config.layers)
+    width = layer_width(config.settings.params, config.settings.layers)
     meta = run_meta.host_meta(config)
     meta["ddp"] = {**asdict(config.settings), "width": width,
-                   "params_actual": config.layers * (width * width + width)}
+                   "params_actual": config.settings.layers * (width * width + width)}
     meta["set_epoch_check"] = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
     return meta
 
@@ -122,7 +112,7 @@ def ddp_rank_main(config: DdpConfig, env=None) -> int:
             write_meta(config.out_dir, meta)
             writer = ResultsWriter(config.out_dir)
         base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
-                "iters": config.iters, "warmup": config.warmup}
+                "iters": config.settings.iters, "warmup": config.settings.warmup}
 
         def on_row(row: dict) -> None:
             if writer:
@@ -220,7 +210,7 @@ def ddp(**options):
     """
     config = ddp_config(command=shlex.join(sys.argv), **options)
     click.echo(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
-               f"{','.join(map(str, config.world_sizes))}, {config.params:,} parameters, bucket caps "
-               f"{','.join(f'{b:g}' for b in config.bucket_mbs)} MiB, K={config.accum} -> "
+               f"{','.join(map(str, config.world_sizes))}, {config.settings.params:,} parameters, bucket caps "
+               f"{','.join(f'{b:g}' for b in config.settings.bucket_mbs)} MiB, K={config.settings.accum} -> "
                f"{config.out_dir}", err=True)
     sys.exit(run_ddp(config))
