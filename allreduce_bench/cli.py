@@ -88,5 +88,12 @@ def run(**options):
     sys.exit(run_benchmark(config))
 
 
+from .emulate import emulate  # noqa: E402  (emulated multi-node cluster)
+from .links import links_command  # noqa: E402  (intra- vs inter-node links)
+
+main.add_command(emulate)
+main.add_command(links_command(run))
+
+
 if __name__ == "__main__":
     main()

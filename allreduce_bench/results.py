@@ -20,6 +20,8 @@ COLUMNS = [
     "world_size", "nodes", "ranks_per_node", "size_bytes", "count", "iters", "warmup",
     "time_us_median", "time_us_mean", "time_us_p95", "time_us_min", "time_us_max",
     "algbw_GBps", "busbw_GBps", "wrong",
+    # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
+    "emulation", "link", "operation",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE = "results.csv", "meta.json"
