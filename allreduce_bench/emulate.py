@@ -442,7 +442,8 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
                                             emulation) or code
             finally:
                 if (out_dir / "meta.json").exists():
-                    update_meta(out_dir, emulation=emulation.as_meta())
+                    update_meta(out_dir, emulation={**emulation.as_meta(),
+                                                    "command": shlex.join(sys.argv)})
         return code
 
 
