@@ -138,6 +138,8 @@ def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
     stdout, stderr = driver.communicate(timeout=230)
     assert driver.returncode == 0, stdout + stderr
     assert ours(driver.pid) == []  # namespaces, and with them veths and qdiscs, are gone
+    root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert " node0" not in root_links and " br0" not in root_links  # never made outside them
     frame = pd.read_csv(out / "results.csv")
     meta = json.loads((out / "meta.json").read_text())
     label = meta["emulation"]["label"]
@@ -199,3 +201,17 @@ def test_ctrl_c_removes_everything(tmp_path):
     driver.send_signal(signal.SIGINT)
     assert driver.wait(timeout=60) == 130
     assert ours(driver.pid) == [] and not set(names) & set(em.namespaces())
+
+
+@pytest.mark.skipif(WHY_NOT is None, reason="the emulated 2x2 test checks the same rows here")
+@pytest.mark.timeout(120)
+def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
+    out = tmp_path / "links"
+    done = subprocess.run(CLI + ["links", "--ranks-per-node", "2", "--sizes", "4K", "--iters", "1",
+                                 "--warmup", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(out / "results.csv")
+    assert set(map(tuple, frame[["link", "operation"]].values)) == {
+        ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
+    assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
