@@ -247,10 +247,6 @@ class EmulatedCluster:
             _sh("tc", "-n", host, "qdisc", "add", "dev", dev, *parent, "tbf", "rate", rate,
                 "burst", burst, "latency", "100ms")
 
-    def qdiscs(self) -> str:
-        return "\n".join(_sh("tc", "-n", h, "qdisc", "show", "dev", f"node{i}").stdout.strip()
-                         for i, h in enumerate(self.hosts))
-
     # ------------------------------------------------------------ launching
 
     def host_env(self, i: int, emulation: Emulation) -> dict:
