@@ -10,6 +10,7 @@ untimed, and every element is compared: mismatches summed over ranks are `wrong`
 from __future__ import annotations
 
 import datetime as _dt
+import os
 from collections.abc import Callable
 
 import torch
@@ -67,6 +68,8 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
         "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
         "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
         "wrong": wrong,
+        # set by `emulate` in every rank's environment; empty on real hardware
+        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
     }
 
 

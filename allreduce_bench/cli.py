@@ -96,9 +96,11 @@ def run(**options):
 
 from .analysis_cli import plot, report  # noqa: E402
 from .ddp_cli import ddp  # noqa: E402
+from .emulate import emulate  # noqa: E402  (emulated multi-node cluster)
+from .links import links_command  # noqa: E402  (intra- vs inter-node links)
 from .model_cli import model  # noqa: E402  (the cost model: fit, predict, ddp)
 
-for command in (plot, report, ddp, model):
+for command in (plot, report, ddp, model, emulate, links_command(run)):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ COLUMNS = [
     # benchmark = ddp rows (ddp_bench.py): what was timed, DDP's bucket cap, micro-batches per
     # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
+    # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
+    "emulation", "link", "operation",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE = "results.csv", "meta.json"

@@ -1,0 +1,217 @@
+"""The emulated cluster (namespaces, shaped links, torchrun per host) and the `links` benchmark.
+
+Tests that build namespaces need root (CAP_NET_ADMIN + CAP_SYS_ADMIN) and iproute2; elsewhere
+they are skipped with the reason. Sizes are tiny: these check correctness and clean-up, never speed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from allreduce_bench import emulate as em
+from allreduce_bench.cli import main
+from allreduce_bench.errors import UsageError
+
+
+def _namespaces_permitted() -> str | None:
+    """None if this process can make network namespaces, else why not."""
+    try:
+        em.check_can_emulate()
+    except UsageError as error:
+        return str(error)
+    name = f"{em.PREFIX}{os.getpid()}-0-h0"
+    done = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None if done.returncode == 0 else f"ip netns add failed: {done.stderr.strip()}"
+
+
+WHY_NOT = _namespaces_permitted()
+needs_namespaces = pytest.mark.skipif(WHY_NOT is not None,
+                                      reason=f"network namespaces not permitted here: {WHY_NOT}")
+CLI = [sys.executable, "-m", "allreduce_bench"]
+
+
+def ours(pid: int) -> list[str]:
+    return [n for n in em.namespaces() if n.startswith(f"{em.PREFIX}{pid}-")]
+
+
+# ---------------------------------------------------------------- pure parts
+
+@pytest.mark.parametrize("text, bits", [("500mbit", 5e8), ("2Gbit", 2e9), ("50mbps", 4e8),
+                                        ("1.5kbit", 1500)])
+def test_rates_use_tc_units(text, bits):
+    assert em.parse_rate(text) == pytest.approx(bits)
+
+
+@pytest.mark.parametrize("text", ["fast", "500", "0mbit", "-1mbit", "5 furlongs"])
+def test_bad_rate_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="--inter-bandwidth"):
+        em.parse_rate(text)
+
+
+def test_times_and_labels():
+    assert em.parse_time("2ms") == pytest.approx(0.002) and em.parse_time("0") == 0
+    with pytest.raises(UsageError, match="--inter-latency"):
+        em.parse_time("2")
+    assert em.Emulation(2, 2, 4.15e8).label == "2x2@415Mbit"
+    assert em.Emulation(4, 8, 2e9, 0.002).label == "4x8@2Gbit+2ms"
+
+
+def test_links_get_no_algos():
+    args = ["--algos", "ring", "--sizes", "1M", "--algos=naive", "--quick"]
+    assert em.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
+    assert em.benchmark_args("allreduce", args) == args
+
+
+def test_stale_names_are_only_ours_with_a_dead_driver(monkeypatch):
+    listing = "arb-999999999-abc123-h0 (id: 3)\narb-%d-abc123-h1\nother-ns\narb-x-h0\n" % os.getpid()
+    monkeypatch.setattr(em, "_sh", lambda *a, **k: subprocess.CompletedProcess(a, 0, listing, ""))
+    assert em.stale_namespaces() == ["arb-999999999-abc123-h0"]
+
+
+def test_without_privileges_or_tools_one_line_exit_2(monkeypatch):
+    monkeypatch.setattr(em.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(em, "_effective_caps", lambda: 0)
+    result = CliRunner().invoke(main, ["emulate", "--quick"])
+    assert result.exit_code == 2 and "needs root" in result.output
+    monkeypatch.setattr(em.shutil, "which", lambda tool: None)
+    result = CliRunner().invoke(main, ["emulate", "--cleanup"])
+    assert result.exit_code == 2 and "needs ip and tc" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--nodes", "1"], "--nodes must be at least 2"),
+    (["--inter-bandwidth", "fast"], "--inter-bandwidth"),
+    (["--benchmarks", "ddp"], "--benchmarks"),
+    (["--backend", "nccl"], "nccl"),
+    (["--sizes", "0"], "size"),
+    (["--world-sizes", "8"], "larger than the 4 ranks"),
+])
+def test_bad_emulate_input_is_one_line_exit_2(args, message):
+    result = CliRunner().invoke(main, ["emulate", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and result.output.strip().count("\n") == 0
+
+
+def test_links_on_a_single_node_says_how_to_get_nodes():
+    done = subprocess.run(CLI + ["links", "--quick"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "needs >= 2 nodes" in line and "emulate" in line and "--ranks-per-node" in line
+    assert "\n" not in line
+
+
+# ---------------------------------------------------------------- namespaces
+
+@needs_namespaces
+@pytest.mark.timeout(120)
+def test_latency_needs_netem_and_leaves_nothing(tmp_path):
+    """This kernel has no netem: one line, exit 2. Where it has, a tiny run with delay passes."""
+    before = set(em.namespaces())
+    done = subprocess.run(CLI + ["emulate", "--inter-bandwidth", "300mbit", "--inter-latency", "2ms",
+                                 "--sizes", "4K", "--algos", "native", "--iters", "1", "--no-plot",
+                                 "--out", str(tmp_path / "delayed")],
+                          capture_output=True, text=True, timeout=110)
+    if done.returncode == 2:
+        line = done.stderr.strip()
+        assert "netem" in line and "\n" not in line and "Traceback" not in line
+    else:
+        assert done.returncode == 0, done.stderr
+    assert set(em.namespaces()) == before
+
+
+@needs_namespaces
+@pytest.mark.timeout(240)
+def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
+    out = tmp_path / "emulated"
+    driver = subprocess.Popen(CLI + ["emulate", "--benchmarks", "allreduce,links", "--sizes", "64K",
+                                     "--iters", "2", "--warmup", "1", "--no-plot", "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = driver.communicate(timeout=230)
+    assert driver.returncode == 0, stdout + stderr
+    assert ours(driver.pid) == []  # namespaces, and with them veths and qdiscs, are gone
+    root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert " node0" not in root_links and " br0" not in root_links  # never made outside them
+    frame = pd.read_csv(out / "results.csv")
+    meta = json.loads((out / "meta.json").read_text())
+    label = meta["emulation"]["label"]
+    assert label.startswith("2x2@") and meta["emulation"]["intra_p2p_GBps"] > 0  # 'auto' probed
+    assert (frame["emulation"] == label).all() and (frame["wrong"] == 0).all()
+    allreduce = frame[frame["benchmark"] == "allreduce"]
+    assert set(allreduce["algorithm"]) == {"native", "ring", "naive", "hierarchical"}
+    assert set(map(tuple, allreduce[["world_size", "nodes", "ranks_per_node"]].values)) == {(4, 2, 2)}
+    links = frame[frame["benchmark"] == "links"]
+    assert set(map(tuple, links[["link", "operation"]].values)) == {
+        ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
+    assert (links["world_size"] == 2).all() and (links["busbw_GBps"] > 0).all()
+
+
+def _start(tmp_path, **popen) -> subprocess.Popen:
+    """A driver whose run lasts long enough to be interrupted (explicit rate: no probe)."""
+    return subprocess.Popen(CLI + ["emulate", "--inter-bandwidth", "200mbit", "--algos", "ring",
+                                   "--sizes", "16M", "--iters", "100", "--no-plot",
+                                   "--out", str(tmp_path / "killed")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def _wait_for_ranks(driver: subprocess.Popen, timeout: float = 90) -> list[str]:
+    """The driver's namespaces once ranks run in each of them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        names = ours(driver.pid)
+        if len(names) == 2 and all(em._sh("ip", "netns", "pids", n).stdout.split() for n in names):
+            return names
+        assert driver.poll() is None, driver.stderr.read()
+        time.sleep(0.3)
+    raise AssertionError("the emulated hosts did not start")
+
+
+@needs_namespaces
+@pytest.mark.timeout(180)
+def test_killed_driver_leaves_nothing_after_cleanup(tmp_path):
+    driver = _start(tmp_path)
+    names = _wait_for_ranks(driver)
+    driver.kill()  # SIGKILL: no clean-up of its own can run
+    driver.wait()
+    # Its launches get SIGTERM from the kernel (parent-death signal) and stop their ranks.
+    deadline = time.monotonic() + 30
+    while any(em._sh("ip", "netns", "pids", n).stdout.split() for n in names):
+        assert time.monotonic() < deadline, "ranks outlived the killed driver"
+        time.sleep(0.3)
+    assert sorted(ours(driver.pid)) == sorted(names)  # stale until the next start or --cleanup
+    done = subprocess.run(CLI + ["emulate", "--cleanup"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ours(driver.pid) == []
+
+
+@needs_namespaces
+@pytest.mark.timeout(180)
+def test_ctrl_c_removes_everything(tmp_path):
+    # As from a terminal: SIGINT at its default, so Python turns it into KeyboardInterrupt.
+    driver = _start(tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    names = _wait_for_ranks(driver)
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(timeout=60) == 130
+    assert ours(driver.pid) == [] and not set(names) & set(em.namespaces())
+
+
+@pytest.mark.skipif(WHY_NOT is None, reason="the emulated 2x2 test checks the same rows here")
+@pytest.mark.timeout(120)
+def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
+    out = tmp_path / "links"
+    done = subprocess.run(CLI + ["links", "--ranks-per-node", "2", "--sizes", "4K", "--iters", "1",
+                                 "--warmup", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(out / "results.csv")
+    assert set(map(tuple, frame[["link", "operation"]].values)) == {
+        ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
+    assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
