@@ -6,82 +6,105 @@
    around them) at sizes >= 1M (target: within 5%);
 3. the wall time of the default `allreduce-bench run` (target < 60 s).
 
-Usage: python scripts/perf_core.py [--out DIR] [--loop-iters N]
+For 1 and 2 each world runs the harness's own `bench.measure` and the comparison alternately,
+--rounds times, in the same processes, and the median over rounds is printed: on a small shared
+machine, runs minutes apart differ by more than the effects being compared.
+
+Usage: python scripts/perf_core.py [--rounds R] [--iters N] [--skip-default-run]
 """
 from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-import pandas as pd
 import torch
 import torch.distributed as dist
 
+from allreduce_bench import algorithms
+from allreduce_bench.bench import measure
+from allreduce_bench.device import Device
 from allreduce_bench.launch import launch_local
 from allreduce_bench.metrics import busbw_GBps
+from allreduce_bench.world import make_world
 
-SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
+RING_SIZES = [16 << 20, 64 << 20]
+LOOP_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
 
 
-def minimal_loop(sizes: list[int], iters: int) -> dict[int, float]:
-    """Per size: us per all_reduce from one clock around `iters` back-to-back calls."""
+def harness_median_us(name: str, world, size: int, iters: int) -> float:
+    times, wrong = measure(algorithms.get(name), world, size // 4, torch.float32, iters, warmup=2)
+    assert wrong == 0
+    return statistics.median(times)
+
+
+def minimal_loop_us(world, size: int, iters: int) -> float:
+    """us per all_reduce: barrier, `iters` back-to-back calls, one clock, slowest rank."""
+    tensor = torch.zeros(size // 4)  # zeros stay zeros: nothing to refill between calls
+    for _ in range(2):
+        dist.all_reduce(tensor)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(tensor)
+    slowest = torch.tensor([time.perf_counter() - start])
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return slowest.item() / iters * 1e6
+
+
+def compare(rounds: int, iters: int) -> dict:
+    """On every rank of a local world: medians over rounds of each timing."""
     dist.init_process_group("gloo")
-    out = {}
-    for size in sizes:
-        tensor = torch.zeros(size // 4)  # zeros stay zeros: no refill needed between calls
-        for _ in range(2):
-            dist.all_reduce(tensor)
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(tensor)
-        elapsed = time.perf_counter() - start
-        slowest = torch.tensor([elapsed])
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        out[size] = slowest.item() / iters * 1e6
+    world = make_world(dist.get_world_size(), dist.get_world_size(), Device())
+    samples: dict[tuple, list[float]] = {}
+    for _ in range(rounds):
+        for size in RING_SIZES:
+            for name in ("native", "ring"):
+                samples.setdefault((name, size), []).append(harness_median_us(name, world, size, iters))
+        for size in LOOP_SIZES:
+            samples.setdefault(("harness", size), []).append(harness_median_us("native", world, size, iters))
+            samples.setdefault(("loop", size), []).append(minimal_loop_us(world, size, iters))
     dist.destroy_process_group()
-    return out
+    return {key: statistics.median(values) for key, values in samples.items()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", help="keep the default run's results here (default: a temp dir)")
-    parser.add_argument("--loop-iters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--skip-default-run", action="store_true")
     args = parser.parse_args()
-    out = args.out or tempfile.mkdtemp(prefix="perf-core-")
-    command = [shutil.which("allreduce-bench") or "allreduce-bench", "run", "--out", out, "--no-plot"]
-    start = time.perf_counter()
-    done = subprocess.run(command, stdout=subprocess.DEVNULL)
-    wall_s = time.perf_counter() - start
-    if done.returncode:
-        print(f"the default run failed with exit code {done.returncode}", file=sys.stderr)
-        return 1
-    frame = pd.read_csv(f"{out}/results.csv")
-    times = frame.pivot_table(index=["world_size", "size_bytes"], columns="algorithm",
-                              values="time_us_median")
 
-    print("1. ring busbw / native busbw (target >= 0.9)")
+    results = {n: launch_local(n, compare, args.rounds, args.iters)[0] for n in (2, 4)}
+    print(f"1. ring busbw / native busbw (target >= 0.9; median of {args.rounds} rounds of "
+          f"{args.iters} iterations)")
     print(f"{'N':>3} {'size':>6} {'native GB/s':>12} {'ring GB/s':>10} {'ratio':>6}")
-    for world_size in (2, 4):
-        for size in (16 << 20, 64 << 20):
-            native, ring = times.loc[(world_size, size), ["native", "ring"]]
-            print(f"{world_size:>3} {size >> 20:>5}M {busbw_GBps(size, native, world_size):>12.3f} "
-                  f"{busbw_GBps(size, ring, world_size):>10.3f} {native / ring:>6.2f}")
+    for n, times in results.items():
+        for size in RING_SIZES:
+            native, ring = times[("native", size)], times[("ring", size)]
+            print(f"{n:>3} {size >> 20:>5}M {busbw_GBps(size, native, n):>12.3f} "
+                  f"{busbw_GBps(size, ring, n):>10.3f} {native / ring:>6.2f}")
 
-    print(f"\n2. harness native busbw / minimal loop busbw (target within 5%; loop of {args.loop_iters})")
+    print("\n2. harness native busbw / minimal loop busbw (target within 5%)")
     print(f"{'N':>3} {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'ratio':>6}")
-    for world_size in (2, 4):
-        loop = launch_local(world_size, minimal_loop, SIZES, args.loop_iters)[0]
-        for size in SIZES:
-            harness = times.loc[(world_size, size), "native"]
-            print(f"{world_size:>3} {size >> 20:>5}M {busbw_GBps(size, harness, world_size):>13.3f} "
-                  f"{busbw_GBps(size, loop[size], world_size):>10.3f} {loop[size] / harness:>6.2f}")
+    for n, times in results.items():
+        for size in LOOP_SIZES:
+            harness, loop = times[("harness", size)], times[("loop", size)]
+            print(f"{n:>3} {size >> 20:>5}M {busbw_GBps(size, harness, n):>13.3f} "
+                  f"{busbw_GBps(size, loop, n):>10.3f} {loop / harness:>6.2f}")
 
-    print(f"\n3. wall time of the default run: {wall_s:.1f} s (target < 60 s)")
+    if not args.skip_default_run:
+        out = tempfile.mkdtemp(prefix="perf-core-")
+        start = time.perf_counter()
+        done = subprocess.run([shutil.which("allreduce-bench") or "allreduce-bench", "run",
+                               "--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall_s = time.perf_counter() - start
+        status = "" if done.returncode == 0 else f" (exit code {done.returncode})"
+        print(f"\n3. wall time of the default run: {wall_s:.1f} s{status} (target < 60 s)")
     return 0
 
 
