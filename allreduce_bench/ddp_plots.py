@@ -10,16 +10,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .ddp_analysis import accumulation_table, overlap_table  # noqa: E402
+from .plots import save  # noqa: E402
 
 
 def _save(fig, path: Path, footnote: str) -> Path:
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path | None:

@@ -8,14 +8,7 @@ import pandas as pd
 
 from .model import CostModel
 from .plots import plt, size_axis
-
-
-def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+from .plots import save as _save  # small, reproducible files like every other figure
 
 
 def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnote: str = "") -> Path:
