@@ -81,16 +81,14 @@ def run(**options):
     with one GPU per rank). Under torchrun / srun / mpirun it uses that world.
     Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
     """
-    from .launch import launcher_env
+    from .launch import announce
     from .options import run_config
     from .runner import run as run_benchmark
 
     config = run_config(command=shlex.join(sys.argv), **options)
-    env = launcher_env()
-    if env is None or env.rank == 0:  # one start line per run, not one per rank
-        click.echo(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
-                   f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
-                   f"algorithms {','.join(config.algorithms)} -> {config.out_dir}", err=True)
+    announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
+             f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
+             f"algorithms {','.join(config.algorithms)} -> {config.out_dir}")
     sys.exit(run_benchmark(config))
 
 

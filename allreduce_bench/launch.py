@@ -315,3 +315,10 @@ def _main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(_main(sys.argv[1:]))
+
+
+def announce(line: str) -> None:
+    """Print a start line once per run: by rank 0 under a launcher, else by this driver."""
+    env = launcher_env()
+    if env is None or env.rank == 0:
+        print(line, file=sys.stderr, flush=True)

@@ -238,12 +238,13 @@ def links_command(run_command: click.Command) -> click.Command:
     """`links`, with the options of `run` (less --algos: it always uses the backend's AllReduce)."""
 
     def callback(**options):
+        from .launch import announce
         from .options import run_config
         given = options["ranks_per_node"] is not None
         config = run_config(command=shlex.join(sys.argv), algos="native", **options)
         check_world(config, given)
-        click.echo(f"allreduce-bench links: backend {config.backend} on {config.device}, "
-                   f"{len(config.sizes)} sizes -> {config.out_dir}", err=True)
+        announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
+                 f"{len(config.sizes)} sizes -> {config.out_dir}")
         sys.exit(run_links(config))
 
     return click.Command(
