@@ -36,7 +36,29 @@ class ResultsWriter:
     def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
         self.path = Path(out_dir) / RESULTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.columns = columns
+        self.columns = self._columns_of_existing_file(columns)
+
+    def _columns_of_existing_file(self, columns: list[str]) -> list[str]:
+        """Rows are appended under the header already in the file. A file written by an older
+        version, with fewer columns, is rewritten once (atomically) with the missing ones
+        added at the end, so old and new rows stay one valid CSV."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return columns
+        with open(self.path, newline="") as f:
+            header = next(csv.reader(f), [])
+        missing = [c for c in columns if c not in header]
+        if not missing:
+            return header
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        merged = header + missing
+        tmp = self.path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=merged, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(self.path)
+        return merged
 
     def append(self, row: dict) -> None:
         new = not self.path.exists() or self.path.stat().st_size == 0

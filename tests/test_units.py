@@ -112,6 +112,18 @@ def test_results_writer_schema_and_load(tmp_path):
     assert len(both) == 4
 
 
+def test_appending_to_a_file_with_an_older_header(tmp_path):
+    old_columns = COLUMNS[:23]  # as written before the ddp/links columns existed
+    ResultsWriter(tmp_path, old_columns).append({c: 1 for c in old_columns} | {"algorithm": "ring"})
+    ResultsWriter(tmp_path).append({c: 2 for c in COLUMNS} | {"algorithm": "naive", "link": "intra"})
+    frame = load_results(tmp_path)
+    assert list(frame["algorithm"]) == ["ring", "naive"]
+    assert frame["link"].isna().tolist() == [True, False]
+    # a file with more columns than this version knows keeps its header
+    ResultsWriter(tmp_path, old_columns).append({c: 3 for c in old_columns})
+    assert len(load_results(tmp_path)) == 3
+
+
 def test_load_results_errors(tmp_path):
     with pytest.raises(UsageError, match="no results"):
         load_results(tmp_path / "missing")
