@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Redraw every committed figure and report.md under results/*/ from its stored results.csv and
-# meta.json alone (no benchmark is run): scripts/regenerate_figures.sh
+# meta.json alone (no benchmark is run); where a run has a fitted model.json, refit it and
+# redraw plots/model.png too: scripts/regenerate_figures.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for run in results/*/; do
-    if [ -f "$run/results.csv" ]; then python -m allreduce_bench report "$run" >/dev/null && echo "redrawn: ${run}plots/"; fi
+    [ -f "$run/results.csv" ] || continue
+    python -m allreduce_bench report "$run" >/dev/null
+    if [ -f "$run/model.json" ]; then python -m allreduce_bench model fit "$run" >/dev/null; fi
+    echo "redrawn: ${run}plots/"
 done
