@@ -106,9 +106,11 @@ def model():
               help="Minimise the sum of |relative error| (robust to noisy sizes) or of its squares.")
 @click.option("--min-size", default="1M", show_default=True,
               help="Smallest size counted in the median-error summary (binary K/M/G).")
+@click.option("--fit-min-size", help="Fit only sizes >= this (binary K/M/G), e.g. where a shaped "
+              "link's burst lets small transfers through unshaped. [every size]")
 @click.option("--tag", help="Fit only the rows with this tag (fit one setup at a time).")
 @click.option("--no-plot", is_flag=True, help="No figure.")
-def fit_command(paths, out_dir, native_as, loss, min_size, tag, no_plot):
+def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no_plot):
     """Fit the model to results (run directories or results.csv files) and check it.
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
@@ -130,7 +132,12 @@ def fit_command(paths, out_dir, native_as, loss, min_size, tag, no_plot):
             raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
                              f"{', '.join(repr(t) for t in tags) or 'none'}")
     sources = sorted(frame["source"].unique())
-    cost_model = fit(frame, native_as=native_as, loss=loss, sources=sources)
+    fitted = frame
+    if fit_min_size is not None:
+        fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
+        if fitted.empty:
+            raise UsageError(f"no rows of --fit-min-size {fit_min_size} or more; choose a smaller size")
+    cost_model = fit(fitted, native_as=native_as, loss=loss, sources=sources)
     comparison = compare(frame, cost_model)
     out_dir = out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
 

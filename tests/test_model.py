@@ -211,6 +211,10 @@ def test_fit_then_predict_commands(tmp_path):
     assert "Median |error| (%) over sizes >= 1M" in result.output
     assert (run_dir / "model.json").exists() and (run_dir / "plots" / "model.png").exists()
     assert cli("model", "fit", str(run_dir), "--tag", "nope").exit_code == 2
+    # fitting only the large sizes (a shaped link's burst) still recovers the links
+    result = cli("model", "fit", str(run_dir), "--fit-min-size", "1M", "--no-plot")
+    assert result.exit_code == 0, result.output
+    assert cli("model", "fit", str(run_dir), "--fit-min-size", "64G").exit_code == 2
 
     result = cli("model", "predict", "--algo", "ring", "--world-size", "4", "--ranks-per-node", "2",
                  "--size", "64M", "--model", str(run_dir))
