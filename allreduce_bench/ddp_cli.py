@@ -91,14 +91,13 @@ def ddp_rank_main(config: DdpConfig, env=None) -> int:
 
     from . import meta as run_meta
     from .ddp_bench import measure_world
-    from .device import make_device
     from .launch import launcher_env
     from .results import ResultsWriter, read_meta, write_meta
-    from .world import make_world
+    from .runner import join_world
+    from .world import end_phase, make_world
 
     env = env or launcher_env()
-    device = make_device(config.device, env.local_rank)
-    dist.init_process_group(config.backend, timeout=_dt.timedelta(seconds=config.timeout_s))
+    device = join_world(config, env)
     try:
         infos = [None] * env.world_size
         dist.all_gather_object(infos, run_meta.rank_info(device))
@@ -128,7 +127,7 @@ def ddp_rank_main(config: DdpConfig, env=None) -> int:
             world = make_world(world_size, rpn, device)
             if world is not None:
                 wrong += measure_world(config.settings, world, base, on_row)
-            device.barrier(None)
+            end_phase(world, f"ddp-{world_size}", device)
         return wrong
     finally:
         dist.destroy_process_group()
@@ -191,7 +190,8 @@ def run_ddp(config: DdpConfig) -> int:
 @click.option("--backend", default="auto", show_default=True,
               help="auto (nccl when every local rank has a GPU, else gloo), gloo or nccl.")
 @click.option("--device", help="cpu or cuda; overrides what the backend implies.")
-@click.option("--ranks-per-node", type=int, help="Ranks per node (only labels the rows' node layout).")
+@click.option("--ranks-per-node", type=int,
+              help="Ranks per node: the groups DDP's worlds are built with and the rows' node layout.")
 @click.option("--tag", default="", help="A label carried in every row.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Output directory. [results/<UTC timestamp>-ddp[-<tag>]]")
@@ -208,9 +208,11 @@ def ddp(**options):
     DistributedSampler index order with and without set_epoch. Writes benchmark=ddp rows to
     results.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
     """
+    from .launch import announce
+
     config = ddp_config(command=shlex.join(sys.argv), **options)
-    click.echo(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
-               f"{','.join(map(str, config.world_sizes))}, {config.settings.params:,} parameters, bucket caps "
-               f"{','.join(f'{b:g}' for b in config.settings.bucket_mbs)} MiB, K={config.settings.accum} -> "
-               f"{config.out_dir}", err=True)
+    settings = config.settings
+    announce(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
+             f"{','.join(map(str, config.world_sizes))}, {settings.params:,} parameters, bucket caps "
+             f"{','.join(f'{b:g}' for b in settings.bucket_mbs)} MiB, K={settings.accum} -> {config.out_dir}")
     sys.exit(run_ddp(config))

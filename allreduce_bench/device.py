@@ -189,6 +189,10 @@ def resolve_backend(backend: str, device: str | None, gpus_needed: int) -> tuple
     kind = device or ("cuda" if backend == "nccl" else "cpu")
     if backend == "nccl" and kind == "cpu":
         raise UsageError("nccl runs on GPUs only; drop --device cpu or use --backend gloo")
+    if backend == "gloo" and kind == "cuda":
+        # gloo's send/recv have no CUDA path, and the hand-written algorithms are made of them
+        raise UsageError("gloo cannot send GPU tensors point to point; use --backend nccl on "
+                         "GPUs or --device cpu")
     if kind == "cuda":
         if gpus == 0:
             raise UsageError(f"--backend {backend} needs a CUDA device and none is visible; "

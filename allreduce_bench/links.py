@@ -31,11 +31,12 @@ from .algorithms import native
 from .bench import make_row, measure
 from .config import RunConfig
 from .console import HEADER, format_row
-from .device import Device, make_device
+from .device import Device
 from .errors import UsageError
 from .launch import RankEnv, launch_local, launcher_env
 from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
-from .world import CommGroup, World, make_world
+from .runner import join_world
+from .world import CommGroup, World, end_phase, make_world
 
 HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
                     "on this machine with `allreduce-bench emulate --benchmarks links`, or "
@@ -146,8 +147,7 @@ def links_rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
     """The per-rank entry point of `links` (any launcher); returns #wrong."""
     env = env or launcher_env()
     ranks_per_node = config.ranks_per_node or env.local_world_size
-    device = make_device(config.device, env.local_rank)
-    dist.init_process_group(config.backend, timeout=_dt.timedelta(seconds=config.timeout_s))
+    device = join_world(config, env)
     try:
         infos = [None] * env.world_size
         dist.all_gather_object(infos, run_meta.rank_info(device))
@@ -170,7 +170,7 @@ def links_rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
                 print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}", flush=True)
 
         wrong = links_sweep(config, world, on_row)
-        device.barrier(None)
+        end_phase(world, "links", device)
         return wrong
     finally:
         dist.destroy_process_group()
@@ -249,7 +249,7 @@ def links_command(run_command: click.Command) -> click.Command:
 
     return click.Command(
         "links", callback=callback,
-        params=[p for p in run_command.params if p.name != "algos"],
+        params=[p for p in run_command.params if p.name not in ("algos", "resume_dir")],
         short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) on >= 2 nodes.",
         help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 "
              "nodes.\n\n\b\nPer size: the backend's AllReduce inside every node (intra) and "

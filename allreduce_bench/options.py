@@ -8,6 +8,7 @@ import torch
 from . import resume
 from .config import (
     CPU_DEFAULTS,
+    DTYPES,
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
@@ -87,6 +88,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults)
     dtype = parse_dtype(dtype)
     check_sizes_fit_dtype(swept, dtype)
+    itemsize = DTYPES[dtype].itemsize  # whole elements only: 6 B of float32 is measured as 4 B
+    swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
     iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
     warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
     check_counts(iters, warmup, timeout_s)
@@ -98,6 +101,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         if writer:
             stored = resume.stored_run(resume_dir)
             resumed = {"run_id": stored["run_id"]}
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UsageError(f"--out {out_dir} is a file; give a directory for the results")
     config = RunConfig(
         algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
         iters=iters, warmup=warmup, backend=backend, device=device,

@@ -30,12 +30,27 @@ REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GB
 RESULTS_FILE, META_FILE = "results.csv", "meta.json"
 
 
+def drop_partial_last_row(path: Path) -> bool:
+    """Cut a half-written last line (a writer killed mid-row); True if one was dropped."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return False
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
 class ResultsWriter:
     """Appends rows to <out_dir>/results.csv, writing the header once."""
 
     def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
         self.path = Path(out_dir) / RESULTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        drop_partial_last_row(self.path)  # never glue a new row onto a killed writer's half row
         self.columns = self._columns_of_existing_file(columns)
 
     def _columns_of_existing_file(self, columns: list[str]) -> list[str]:

@@ -8,11 +8,10 @@ changing how each row is measured is not.
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 from .errors import UsageError
-from .results import META_FILE, RESULTS_FILE, read_meta
+from .results import META_FILE, RESULTS_FILE, drop_partial_last_row, read_meta
 
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "iters": "--iters", "warmup": "--warmup",
@@ -49,17 +48,7 @@ def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
 
 def repair_tail(out_dir: Path) -> bool:
     """Drop a half-written last line (a writer killed mid-row); True if one was dropped."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data.endswith(b"\n"):
-            return False
-        f.truncate(data.rfind(b"\n") + 1)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
+    return drop_partial_last_row(Path(out_dir) / RESULTS_FILE)
 
 
 def done_keys(out_dir: Path, run_id: str) -> set[Key]:
@@ -70,7 +59,9 @@ def done_keys(out_dir: Path, run_id: str) -> set[Key]:
     with open(path, newline="") as f:
         return {(row["algorithm"], int(row["world_size"]), int(row["size_bytes"]))
                 for row in csv.DictReader(f)
-                if row.get("run_id") == run_id and row.get("size_bytes", "").isdigit()}
+                if row.get("run_id") == run_id and None not in row.values()  # a whole row
+                and row.get("benchmark", "allreduce") in ("allreduce", "")
+                and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
 
 
 def count_rows(out_dir: Path) -> int:

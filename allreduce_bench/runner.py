@@ -19,7 +19,7 @@ from .device import PeerTimeout, make_device, process_group_options
 from .faults import DONE, Fault, Progress, exit_now, failure_line, peer_died, peer_silent
 from .launch import RankEnv, describe_failure, export_for_env_init, launch_local, launcher_env
 from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
-from .world import make_world
+from .world import end_phase, make_world
 
 LINGER_S = 3.0  # see faults.exit_now
 
@@ -29,19 +29,15 @@ def _quiet_interrupt(signum, frame) -> None:
     os._exit(130)
 
 
-def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
-    """Run the sweep on this rank for every world size of `config`; returns #wrong (rank 0).
-
-    A collective that fails or times out ends this process at once with exit code 3 and one
-    line naming the step and the missing rank (see faults.py); rows already written stay.
-    """
-    env = env or launcher_env()
+def join_world(config, env: RankEnv | None):
+    """This rank's device and its place in the default process group, the same way for every
+    per-rank entry point (run, links, ddp) and every launcher. `config` needs backend, device and
+    timeout_s. A rank that cannot join exits with one line."""
     if env is None:
-        raise RuntimeError("rank_main needs a launcher's environment (RANK, WORLD_SIZE, ...)")
+        raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     export_for_env_init(env)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
-    ranks_per_node = config.ranks_per_node or env.local_world_size
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
     try:
         dist.init_process_group(config.backend, **process_group_options(config.backend, device,
@@ -51,6 +47,18 @@ def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
                  f"({env.launcher}, master {where}): {first}")
+    return device
+
+
+def rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
+    """Run the sweep on this rank for every world size of `config`; returns #wrong (rank 0).
+
+    A collective that fails or times out ends this process at once with exit code 3 and one
+    line naming the step and the missing rank (see faults.py); rows already written stay.
+    """
+    env = env or launcher_env()
+    device = join_world(config, env)
+    ranks_per_node = config.ranks_per_node or env.local_world_size
     progress = Progress(env.rank, env.world_size)
     try:
         wrong = _measure(config, env, device, ranks_per_node, progress)
@@ -117,7 +125,7 @@ def _measure(config: RunConfig, env: RankEnv, device, ranks_per_node: int,
                                before=before)
             progress.at(phase, DONE, f"the end of world size {world_size}",
                         tuple(range(env.world_size)))
-            device.barrier(None)
+            end_phase(world, f"run-{world_size}", device)
     finally:
         console.close()
     return wrong
@@ -174,6 +182,7 @@ def run(config: RunConfig) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     _start_meta(config)
+    resume.repair_tail(config.out_dir)  # before reading which rows are done
     done = resume.done_keys(config.out_dir, config.run_id)
     try:
         for world_size in config.world_sizes:

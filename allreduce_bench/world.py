@@ -8,6 +8,7 @@ works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enum
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -51,6 +52,12 @@ class World:
     @property
     def nodes(self) -> int:
         return self.size // self.ranks_per_node
+
+    def close(self) -> None:
+        """Free this world's own groups (NCCL communicators hold device memory)."""
+        for group in {self.group.pg, self.intra.pg, self.inter.pg}:
+            if group is not None and group != dist.GroupMember.WORLD:
+                dist.destroy_process_group(group)
 
 
 def node_layout(world_size: int, ranks_per_node: int) -> int:
@@ -101,3 +108,25 @@ def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | 
     for group in (world.group, world.intra, world.inter):
         device.barrier(group.pg)
     return world
+
+
+# Ranks outside a sub-world wait for it without a collective timeout: --timeout bounds each
+# collective, and a whole phase (every algorithm at every size) may well take longer.
+SIT_OUT_LIMIT = timedelta(days=7)
+
+
+def end_phase(world: World | None, name: str, device: Device) -> None:
+    """Close a phase measured on a sub-world, on every rank of the default group.
+
+    The sub-world's rank 0 marks `name` done in the launcher's store; ranks outside the
+    sub-world wait for that mark, then everyone meets at a barrier. A rank that dies meanwhile
+    is seen by the launcher, which stops the job.
+    """
+    store = dist.PrefixStore("allreduce_bench/phases", dist.distributed_c10d._get_default_store())
+    if world is None:
+        store.wait([name], SIT_OUT_LIMIT)
+    else:
+        if world.rank == 0:
+            store.set(name, "done")
+        world.close()
+    device.barrier(None)

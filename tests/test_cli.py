@@ -113,3 +113,30 @@ def test_under_torchrun_sub_worlds_are_first_ranks(tmp_path):
     layouts = set(map(tuple, frame[["world_size", "nodes", "ranks_per_node"]].values.tolist()))
     assert layouts == {(2, 1, 2), (4, 2, 2)}
     assert len(frame) == 8 and (frame["wrong"] == 0).all()
+
+
+@pytest.mark.timeout(180)
+def test_ranks_sitting_out_a_sub_world_outwait_the_timeout(tmp_path):
+    # world size 2 takes seconds; rank 2 sits it out longer than --timeout, which bounds
+    # collectives, not waiting for a phase
+    out = tmp_path / "sit-out"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+         "-m", "allreduce_bench", "run", "--world-sizes", "2,3", "--ranks-per-node", "1",
+         "--sizes", "4M", "--iters", "800", "--warmup", "1", "--algos", "native", "--timeout", "2",
+         "--no-plot", "--out", str(out)],
+        capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(out / "results.csv")
+    assert sorted(frame["world_size"]) == [2, 3]
+
+
+def test_sizes_are_whole_elements(monkeypatch):
+    from allreduce_bench.options import run_config
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    config = run_config(algos="ring", world_sizes="2", sizes="4,6,8", min_bytes=None, max_bytes=None,
+                        factor=None, dtype="float32", iters=None, warmup=None, backend="gloo",
+                        device=None, ranks_per_node=None, tag="", out_dir=None, timeout_s=60.0,
+                        quick=False, no_plot=True)
+    assert config.sizes == (4, 8)

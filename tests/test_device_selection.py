@@ -87,12 +87,17 @@ def test_process_group_options(fake_gpus, monkeypatch):
     (4, "auto", None, 8, ("gloo", "cpu")),  # not one GPU per local rank
     (0, "auto", None, 1, ("gloo", "cpu")),
     (8, "auto", "cpu", 8, ("gloo", "cpu")),
-    (8, "gloo", "cuda", 8, ("gloo", "cuda")),  # gloo on GPU tensors, if asked
     (2, "nccl", None, 2, ("nccl", "cuda")),
 ])
 def test_backend_selection(fake_gpus, gpus, backend, device, needed, expected):
     fake_gpus(gpus)
     assert resolve_backend(backend, device, needed) == expected
+
+
+def test_gloo_on_gpu_tensors_is_refused(fake_gpus):
+    fake_gpus(8)
+    with pytest.raises(UsageError, match="gloo cannot send GPU tensors"):
+        resolve_backend("gloo", "cuda", 8)
 
 
 CLI_DEFAULTS = dict(algos="ring", world_sizes=None, sizes="4K", min_bytes=None, max_bytes=None,

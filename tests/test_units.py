@@ -124,6 +124,18 @@ def test_appending_to_a_file_with_an_older_header(tmp_path):
     assert len(load_results(tmp_path)) == 3
 
 
+def test_a_half_written_last_row_is_not_done_and_is_dropped(tmp_path):
+    from allreduce_bench import resume
+    ResultsWriter(tmp_path).append({c: 1 for c in COLUMNS} | {
+        "run_id": "r", "benchmark": "allreduce", "algorithm": "ring", "world_size": 2, "size_bytes": 4096})
+    with open(tmp_path / "results.csv", "a") as f:
+        f.write("r,2026-11-29,,allreduce,naive,gloo,cpu,float32,2,1,2,8192")  # killed mid-row
+    assert resume.done_keys(tmp_path, "r") == {("ring", 2, 4096)}
+    ResultsWriter(tmp_path).append({c: 1 for c in COLUMNS} | {"run_id": "r", "algorithm": "hierarchical"})
+    frame = load_results(tmp_path)
+    assert list(frame["algorithm"]) == ["ring", "hierarchical"]
+
+
 def test_load_results_errors(tmp_path):
     with pytest.raises(UsageError, match="no results"):
         load_results(tmp_path / "missing")
