@@ -117,6 +117,27 @@ def ratio_at_largest(frame: pd.DataFrame, numerator: str, denominator: str) -> p
                         ).set_index(["series", "world_size"])
 
 
+def terminal_summary(frame: pd.DataFrame) -> str:
+    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, #wrong."""
+    peaks = peak_busbw(frame)["peak_busbw_GBps"]
+    if peaks.index.get_level_values("series").nunique() == 1:
+        peaks = peaks.droplevel("series")
+    lines = ["Peak busbw (GB/s) per algorithm and world size:",
+             peaks.unstack("world_size").round(3).to_string()]
+    for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
+        ratios = ratio_at_largest(frame, numerator, denominator)
+        if not ratios.empty:
+            named = ratios.index.get_level_values("series").nunique() > 1
+            parts = ", ".join(f"{f'{series} ' if named else ''}N={world_size} at "
+                              f"{format_size(row.size_bytes)}: {row.busbw_ratio:.2f}"
+                              for (series, world_size), row in ratios.iterrows())
+            lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
+                         f"measured, > 1: {numerator} faster): {parts}")
+    wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
+    lines.append(f"#wrong in total: {wrong}")
+    return "\n".join(lines)
+
+
 def naive_penalty(frame: pd.DataFrame) -> pd.DataFrame:
     """The naive baseline's slowdown with world size against what its rank-0 bottleneck predicts.
 

@@ -135,8 +135,8 @@ def finish(config: RunConfig) -> int:
     """After measuring: summary from the stored rows, figures, exit code from #wrong."""
     frame = load_results(config.out_dir)
     frame = frame[frame["run_id"] == config.run_id]
-    from .summary import summary_text
-    print("\n" + summary_text(frame))
+    from .report import terminal_summary
+    print("\n" + terminal_summary(frame))
     if config.plot:
         from .report import write_report
         figures, report = write_report(frame, Path(config.out_dir) / "plots")

@@ -255,3 +255,11 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
     assert "Peak bus bandwidth" in result.output and "second" in result.output
     text = (quick_run / "plots" / "report.md").read_text()  # default: plots/ of the first run
     assert "| second |" in text
+
+
+def test_terminal_summary_from_a_synthetic_frame():
+    from allreduce_bench.report import terminal_summary
+    text = terminal_summary(model_frame())
+    assert "Peak busbw (GB/s) per algorithm and world size:" in text
+    assert "ring vs native (busbw ratio at the largest size both measured" in text
+    assert "#wrong in total: 0" in text
