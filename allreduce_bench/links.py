@@ -16,10 +16,8 @@ nccl-tests reports a split communicator; for p2p, busbw = algbw), and `nodes` an
 """
 from __future__ import annotations
 
-import datetime as _dt
 import shlex
 import sys
-from pathlib import Path
 
 import click
 import torch
@@ -34,8 +32,8 @@ from .console import HEADER, format_row
 from .device import Device
 from .errors import UsageError
 from .launch import RankEnv, launch_local, launcher_env
-from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
-from .runner import join_world
+from .results import ResultsWriter, read_meta, write_meta
+from .runner import finish, join_world
 from .world import CommGroup, World, end_phase, make_world
 
 HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
@@ -190,20 +188,6 @@ def links_summary(frame) -> str:
     return "\n".join(lines)
 
 
-def finish(config: RunConfig) -> int:
-    frame = load_results(config.out_dir)
-    frame = frame[frame["run_id"] == config.run_id]
-    print("\n" + links_summary(frame))
-    update_meta(config.out_dir, finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    print(f"results: {Path(config.out_dir) / 'results.csv'}")
-    wrong = int(frame["wrong"].sum())
-    if wrong:
-        print(f"FAILED: {wrong} element(s) wrong; the results above are not to be trusted",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
 def check_nodes(world_size: int, ranks_per_node: int) -> None:
     if ranks_per_node < 1 or world_size < 2 * ranks_per_node or world_size % ranks_per_node:
         nodes = world_size // max(ranks_per_node, 1)
@@ -227,11 +211,11 @@ def run_links(config: RunConfig) -> int:
     env = launcher_env()
     if env is not None:
         links_rank_main(config, env)
-        return finish(config) if env.rank == 0 else 0
+        return finish(config, links_summary, draw=False) if env.rank == 0 else 0
     world_size = max(config.world_sizes)
     write_meta(config.out_dir, run_meta.host_meta(config))
     launch_local(world_size, links_rank_main, config.with_world_sizes((world_size,)))
-    return finish(config)
+    return finish(config, links_summary, draw=False)
 
 
 def links_command(run_command: click.Command) -> click.Command:

@@ -131,13 +131,15 @@ def _measure(config: RunConfig, env: RankEnv, device, ranks_per_node: int,
     return wrong
 
 
-def finish(config: RunConfig) -> int:
-    """After measuring: summary from the stored rows, figures, exit code from #wrong."""
+def finish(config: RunConfig, summarize=None, draw: bool = True) -> int:
+    """After measuring: summary from the stored rows (`summarize(frame) -> text`, by default
+    the AllReduce summary), figures and report.md, exit code from #wrong."""
+    from .report import terminal_summary
+
     frame = load_results(config.out_dir)
     frame = frame[frame["run_id"] == config.run_id]
-    from .report import terminal_summary
-    print("\n" + terminal_summary(frame))
-    if config.plot:
+    print("\n" + (summarize or terminal_summary)(frame))
+    if config.plot and draw:
         from .report import write_report
         figures, report = write_report(frame, Path(config.out_dir) / "plots")
         print(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report}")
