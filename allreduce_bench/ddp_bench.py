@@ -213,14 +213,7 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
     first, so from the second on the hook sees the layout every later step uses.
     Returns the times per measure, the bucket sizes of the last DDP step and #wrong gradients.
     """
-    counter: HookCounter | None = None
-
-    def wrap(module):
-        nonlocal counter
-        ddp, counter = wrap_ddp(module, world, bucket_mb)
-        return ddp
-
-    trainer = Trainer.make(settings, world, wrap)
+    trainer, counter = ddp_trainer(settings, world, bucket_mb)
     for _ in range(2):
         counter.reset()
         trainer.step()
@@ -270,29 +263,32 @@ def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float |
     timed optimizer step)} for mode sync and no_sync.
     """
     device = world.device.torch_device
-    out, bodies = {}, {}
+    counters, bodies = {}, {}
     for mode in ("sync", "no_sync"):
-        counter: HookCounter | None = None
-
-        def wrap(module):
-            nonlocal counter
-            ddp, counter = wrap_ddp(module, world, bucket_mb)
-            return ddp
-
-        trainer = Trainer.make(settings, world, wrap)
+        trainer, counters[mode] = ddp_trainer(settings, world, bucket_mb)
         batches = [synthetic_batch(trainer.model.module, settings.batch_size, world.rank, device, m)
                    for m in range(settings.accum)]
-        seen: list[list[int]] = []
-        out[mode] = seen
-        bodies[mode] = _accumulation_step(trainer, counter, batches, mode == "no_sync", seen)
+        bodies[mode] = _accumulation_step(trainer, counters[mode], batches, mode == "no_sync")
     for body in bodies.values():  # as in measure_bucket_cap: let DDP rebuild its buckets
         body()
     times = timed(world, settings.iters, settings.warmup, bodies)
-    return {mode: (times[mode], seen[-1]) for mode, seen in out.items()}
+    # each body resets its counter first, so what is left is the last optimizer step's
+    return {mode: (times[mode], list(counter.bucket_bytes)) for mode, counter in counters.items()}
 
 
-def _accumulation_step(trainer: Trainer, counter: HookCounter, batches, no_sync: bool,
-                       seen: list[list[int]]) -> Callable:
+def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None) -> tuple[Trainer, HookCounter]:
+    """A Trainer whose model is wrapped in DDP with the counting hook, and that hook's counter."""
+    counters = []
+
+    def wrap(module):
+        ddp, counter = wrap_ddp(module, world, bucket_mb)
+        counters.append(counter)
+        return ddp
+
+    return Trainer.make(settings, world, wrap), counters[0]
+
+
+def _accumulation_step(trainer: Trainer, counter: HookCounter, batches, no_sync: bool) -> Callable:
     ddp = trainer.model
 
     def body(mark=None):
@@ -305,7 +301,6 @@ def _accumulation_step(trainer: Trainer, counter: HookCounter, batches, no_sync:
             else:
                 nn.functional.mse_loss(ddp(x), y).backward()
         trainer.optimizer.step()
-        seen.append(list(counter.bucket_bytes))
     return body
 
 
