@@ -92,7 +92,7 @@ def ddp_rank_main(config: DdpConfig, env=None) -> int:
     from . import meta as run_meta
     from .ddp_bench import measure_world
     from .launch import launcher_env
-    from .results import ResultsWriter, read_meta, write_meta
+    from .results import ResultsWriter, read_meta, start_meta, write_meta
     from .runner import join_world
     from .world import end_phase, make_world
 
@@ -100,14 +100,15 @@ def ddp_rank_main(config: DdpConfig, env=None) -> int:
     device = join_world(config, env)
     try:
         infos = [None] * env.world_size
-        dist.all_gather_object(infos, run_meta.rank_info(device))
+        dist.all_gather_object(infos, run_meta.rank_info(device, env))
         lead = env.rank == 0
         writer = None
         if lead:
-            meta = read_meta(config.out_dir) or ddp_meta(config)
+            if read_meta(config.out_dir).get("run_id") != config.run_id:  # under a launcher
+                start_meta(config.out_dir, ddp_meta(config))
+            meta = read_meta(config.out_dir)
             if len(infos) >= len(meta.get("hostnames", [])):
-                meta.update(hostnames=[i["hostname"] for i in infos],
-                            device_names=[i["device"] for i in infos], device_name=infos[0]["device"])
+                meta.update(run_meta.world_meta(infos))
             write_meta(config.out_dir, meta)
             writer = ResultsWriter(config.out_dir)
         base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
@@ -161,13 +162,13 @@ def finish(config: DdpConfig) -> int:
 def run_ddp(config: DdpConfig) -> int:
     """Under a launcher measure its world; else start a local world per world size."""
     from .launch import launch_local, launcher_env
-    from .results import write_meta
+    from .results import start_meta
 
     env = launcher_env()
     if env is not None:
         ddp_rank_main(config, env)
         return finish(config) if env.rank == 0 else 0
-    write_meta(config.out_dir, ddp_meta(config))
+    start_meta(config.out_dir, ddp_meta(config))
     for world_size in config.world_sizes:
         launch_local(world_size, ddp_rank_main, config.with_world_sizes((world_size,)))
     return finish(config)

@@ -32,7 +32,7 @@ from .console import HEADER, format_row
 from .device import Device
 from .errors import UsageError
 from .launch import RankEnv, launch_local, launcher_env
-from .results import ResultsWriter, read_meta, write_meta
+from .results import ResultsWriter, read_meta, start_meta, write_meta
 from .runner import finish, join_world
 from .world import CommGroup, World, end_phase, make_world
 
@@ -148,12 +148,13 @@ def links_rank_main(config: RunConfig, env: RankEnv | None = None) -> int:
     device = join_world(config, env)
     try:
         infos = [None] * env.world_size
-        dist.all_gather_object(infos, run_meta.rank_info(device))
+        dist.all_gather_object(infos, run_meta.rank_info(device, env))
         lead = env.rank == 0
         if lead:
-            meta = read_meta(config.out_dir) or run_meta.host_meta(config)
-            meta.update(hostnames=[i["hostname"] for i in infos],
-                        device_names=[i["device"] for i in infos], device_name=infos[0]["device"])
+            if read_meta(config.out_dir).get("run_id") != config.run_id:  # under a launcher
+                start_meta(config.out_dir, run_meta.host_meta(config))
+            meta = read_meta(config.out_dir)
+            meta.update(run_meta.world_meta(infos))
             write_meta(config.out_dir, meta)
         world = make_world(env.world_size, ranks_per_node, device)
         writer = ResultsWriter(config.out_dir) if lead else None
@@ -213,7 +214,7 @@ def run_links(config: RunConfig) -> int:
         links_rank_main(config, env)
         return finish(config, links_summary, draw=False) if env.rank == 0 else 0
     world_size = max(config.world_sizes)
-    write_meta(config.out_dir, run_meta.host_meta(config))
+    start_meta(config.out_dir, run_meta.host_meta(config))
     launch_local(world_size, links_rank_main, config.with_world_sizes((world_size,)))
     return finish(config, links_summary, draw=False)
 

@@ -94,6 +94,15 @@ def write_meta(out_dir: Path, meta: dict) -> None:
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
+def start_meta(out_dir: Path, meta: dict) -> None:
+    """Write a new run's meta.json; an earlier run's (another run_id, whose rows stay in
+    results.csv) is kept inside it under `earlier_runs` rather than lost."""
+    stored = read_meta(out_dir)
+    if stored.get("run_id") not in (None, meta.get("run_id")):
+        meta = {**meta, "earlier_runs": stored.pop("earlier_runs", []) + [stored]}
+    write_meta(out_dir, meta)
+
+
 def read_meta(run_dir: Path) -> dict:
     path = Path(run_dir) / META_FILE
     return json.loads(path.read_text()) if path.exists() else {}

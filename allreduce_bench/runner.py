@@ -18,7 +18,7 @@ from .console import Console
 from .device import PeerTimeout, make_device, process_group_options
 from .faults import DONE, Fault, Progress, exit_now, failure_line, peer_died, peer_silent
 from .launch import RankEnv, describe_failure, export_for_env_init, launch_local, launcher_env
-from .results import ResultsWriter, load_results, read_meta, update_meta, write_meta
+from .results import ResultsWriter, load_results, read_meta, start_meta, update_meta, write_meta
 from .world import end_phase, make_world
 
 LINGER_S = 3.0  # see faults.exit_now
@@ -162,7 +162,7 @@ def _start_meta(config: RunConfig) -> None:
             "command": config.command}]
         update_meta(config.out_dir, resumed=restarts)
     else:
-        write_meta(config.out_dir, run_meta.host_meta(config))
+        start_meta(config.out_dir, run_meta.host_meta(config))
 
 
 def _kept(config: RunConfig) -> str:

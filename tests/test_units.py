@@ -136,6 +136,16 @@ def test_a_half_written_last_row_is_not_done_and_is_dropped(tmp_path):
     assert list(frame["algorithm"]) == ["ring", "hierarchical"]
 
 
+def test_a_new_run_in_the_same_directory_keeps_the_earlier_meta(tmp_path):
+    from allreduce_bench.results import read_meta, start_meta
+    start_meta(tmp_path, {"run_id": "a", "tag": "nvlink"})
+    start_meta(tmp_path, {"run_id": "b", "tag": "ib"})
+    start_meta(tmp_path, {"run_id": "c"})
+    meta = read_meta(tmp_path)
+    assert meta["run_id"] == "c"
+    assert [m["run_id"] for m in meta["earlier_runs"]] == ["a", "b"]
+
+
 def test_load_results_errors(tmp_path):
     with pytest.raises(UsageError, match="no results"):
         load_results(tmp_path / "missing")
