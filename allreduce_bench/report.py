@@ -220,6 +220,9 @@ def run_metas(frame: pd.DataFrame) -> dict[str, dict]:
     for run, rows in frame.groupby("run", sort=True):
         first = rows.iloc[0]
         meta = read_meta(Path(first["source"])) if "source" in rows.columns else {}
+        run_id = str(first["run_id"]) if "run_id" in rows.columns else None
+        if run_id and meta.get("run_id") not in (None, run_id):  # an earlier run in that directory
+            meta = next((m for m in meta.get("earlier_runs", []) if m.get("run_id") == run_id), {})
         meta = dict(meta)
         for key in ("backend", "device", "run_id", "tag"):
             if not meta.get(key) and key in rows.columns:
