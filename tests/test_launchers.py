@@ -168,3 +168,37 @@ def test_an_srun_step_of_two_nodes_runs_end_to_end(tmp_path):
     assert (rows["wrong"] == 0).all()
     meta = json.loads((tmp_path / "meta.json").read_text())
     assert meta["launcher"] == "slurm" and len(meta["hostnames"]) == 2
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("command,kind", [
+    (["links", "--sizes", "4K", "--iters", "1", "--warmup", "0"], "links"),
+    (["ddp", "--world-sizes", "2", "--params", "100K", "--layers", "2", "--batch-size", "2",
+      "--bucket-mb", "1", "--accum", "2", "--iters", "1", "--warmup", "0"], "ddp"),
+])
+def test_links_and_ddp_join_an_mpirun_world(tmp_path, command, kind):
+    """`links` and `ddp` join a world given only Open MPI's variables, as `run` does."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).resolve().parents[1]
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "RANK",
+                                                                     "WORLD_", "LOCAL_", "MASTER_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "allreduce_bench", *command, "--no-plot", "--out", str(tmp_path)],
+        env={**base, "PYTHONPATH": str(root), "OMPI_COMM_WORLD_RANK": str(r),
+             "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+             "OMPI_COMM_WORLD_LOCAL_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    rows = pd.read_csv(tmp_path / "results.csv")
+    assert set(rows["benchmark"]) == {kind} and (rows["wrong"] == 0).all()
