@@ -161,17 +161,13 @@ def finish(config: DdpConfig) -> int:
 
 def run_ddp(config: DdpConfig) -> int:
     """Under a launcher measure its world; else start a local world per world size."""
-    from .launch import launch_local, launcher_env
+    from .launch import launcher_env
     from .results import start_meta
+    from .runner import drive
 
-    env = launcher_env()
-    if env is not None:
-        ddp_rank_main(config, env)
-        return finish(config) if env.rank == 0 else 0
-    start_meta(config.out_dir, ddp_meta(config))
-    for world_size in config.world_sizes:
-        launch_local(world_size, ddp_rank_main, config.with_world_sizes((world_size,)))
-    return finish(config)
+    if launcher_env() is None:
+        start_meta(config.out_dir, ddp_meta(config))
+    return drive(config, ddp_rank_main, finish)
 
 
 @click.command()

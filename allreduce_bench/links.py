@@ -31,9 +31,9 @@ from .config import RunConfig
 from .console import HEADER, format_row
 from .device import Device
 from .errors import UsageError
-from .launch import RankEnv, launch_local, launcher_env
+from .launch import RankEnv, launcher_env
 from .results import ResultsWriter, read_meta, start_meta, write_meta
-from .runner import finish, join_world
+from .runner import drive, finish, join_world
 from .world import CommGroup, World, end_phase, make_world
 
 HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
@@ -209,14 +209,10 @@ def check_world(config: RunConfig, ranks_per_node_given: bool) -> None:
 
 
 def run_links(config: RunConfig) -> int:
-    env = launcher_env()
-    if env is not None:
-        links_rank_main(config, env)
-        return finish(config, links_summary, draw=False) if env.rank == 0 else 0
-    world_size = max(config.world_sizes)
-    start_meta(config.out_dir, run_meta.host_meta(config))
-    launch_local(world_size, links_rank_main, config.with_world_sizes((world_size,)))
-    return finish(config, links_summary, draw=False)
+    if launcher_env() is None:
+        start_meta(config.out_dir, run_meta.host_meta(config))
+    return drive(config, links_rank_main, lambda c: finish(c, links_summary, draw=False),
+                 [max(config.world_sizes)])
 
 
 def links_command(run_command: click.Command) -> click.Command:

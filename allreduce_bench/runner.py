@@ -171,28 +171,22 @@ def _kept(config: RunConfig) -> str:
             f"--resume {config.out_dir}")
 
 
-def run(config: RunConfig) -> int:
-    """Measure under a launcher's world, or start a local world per world size."""
+def drive(config, entry, done_with, world_sizes=None) -> int:
+    """The driver every measuring command shares: under a launcher run `entry` on this rank of
+    its world; else start a local world for each of `world_sizes` (default: the config's), one
+    after the other. Then `done_with(config)` (summary, figures, exit code) where rows are
+    written. A rank that dies or Ctrl-C ends a local run with one line, the rows kept."""
     env = launcher_env()
     if env is not None:
-        if env.rank == 0:
-            _start_meta(config)
-        rank_main(config, env)
-        return finish(config) if env.rank == 0 else 0
+        entry(config, env)
+        return done_with(config) if env.rank == 0 else 0
 
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    _start_meta(config)
-    resume.repair_tail(config.out_dir)  # before reading which rows are done
-    done = resume.done_keys(config.out_dir, config.run_id)
     try:
-        for world_size in config.world_sizes:
-            todo = [(a, world_size, max(1, s // config.torch_dtype.itemsize) *
-                     config.torch_dtype.itemsize) for a in config.algorithms for s in config.sizes]
-            if all(key in done for key in todo):
-                continue  # resumed: nothing left at this world size, no need to start it
-            launch_local(world_size, rank_main, config.with_world_sizes((world_size,)))
+        for world_size in config.world_sizes if world_sizes is None else world_sizes:
+            launch_local(world_size, entry, config.with_world_sizes((world_size,)))
     except ChildFailedError as error:
         print(f"allreduce-bench: run stopped: {describe_failure(error)}; {_kept(config)}",
               file=sys.stderr)
@@ -201,4 +195,21 @@ def run(config: RunConfig) -> int:
         sig = getattr(error, "sigval", signal.SIGINT)
         print(f"allreduce-bench: interrupted ({sig.name}); {_kept(config)}", file=sys.stderr)
         return 128 + int(sig)  # 130 for Ctrl-C, as shells report it
-    return finish(config)
+    return done_with(config)
+
+
+def run(config: RunConfig) -> int:
+    """`allreduce-bench run`: measure under a launcher's world, or a local world per world size,
+    skipping the world sizes a resumed run has finished."""
+    env = launcher_env()
+    if env is None or env.rank == 0:
+        _start_meta(config)
+        resume.repair_tail(config.out_dir)  # before reading which rows are done
+    if env is not None:
+        return drive(config, rank_main, finish)
+    done = resume.done_keys(config.out_dir, config.run_id)
+    itemsize = config.torch_dtype.itemsize
+    todo = [k for k in config.world_sizes
+            if any((a, k, s // itemsize * itemsize) not in done
+                   for a in config.algorithms for s in config.sizes)]
+    return drive(config, rank_main, finish, todo)
