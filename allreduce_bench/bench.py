@@ -22,6 +22,13 @@ from .config import RunConfig
 from .world import World
 
 
+def slowest_per_iteration(times_us: list[float], group, device) -> list[float]:
+    """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
+    times = torch.tensor(times_us, dtype=torch.float64, device=device.torch_device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
+    return times.cpu().tolist()
+
+
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
             iters: int, warmup: int) -> tuple[list[float], int]:
     """(per-iteration time of the slowest rank in us, #wrong summed over ranks)."""
@@ -40,8 +47,7 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
         timer.start(i)
         call()
         timer.stop(i)
-    times = torch.tensor(timer.times_us(), dtype=torch.float64, device=device.torch_device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=world.group.pg)
+    times = slowest_per_iteration(timer.times_us(), world.group.pg, device)
 
     # The check runs the very call that was timed (no second plan: naive's root would hold
     # twice (N-1) x S of buffers) on the pattern again, so reusing a plan is checked too.
@@ -51,7 +57,7 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
     wrong = torch.tensor([patterns.count_wrong(tensor, expected)], dtype=torch.int64,
                          device=device.torch_device)
     dist.all_reduce(wrong, group=world.group.pg)
-    return times.cpu().tolist(), int(wrong.item())
+    return times, int(wrong.item())
 
 
 def make_row(config: RunConfig, world: World, algorithm: str, count: int,
@@ -89,7 +95,7 @@ def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
         build = algorithms.get(name)
         on_algorithm(name, world)
         for size in config.sizes:
-            count = max(1, size // itemsize)
+            count = size // itemsize  # sizes are whole elements (options.run_config)
             if not before(name, count * itemsize):
                 continue
             times, wrong = measure(build, world, count, config.torch_dtype, config.iters,

@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from . import metrics
+from .bench import slowest_per_iteration
 from .world import World
 
 DTYPE = torch.float32  # gradients DDP reduces: the model's own dtype
@@ -119,9 +120,7 @@ def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None) -> tuple[D
 
 def slowest(times_us: list[float], world: World) -> list[float]:
     """Per iteration, the slowest rank's time: the step is done when every rank is."""
-    times = torch.tensor(times_us, dtype=torch.float64, device=world.device.torch_device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=world.group.pg)
-    return times.cpu().tolist()
+    return slowest_per_iteration(times_us, world.group.pg, world.device)
 
 
 def timed(world: World, iters: int, warmup: int, bodies: dict[str, Callable],

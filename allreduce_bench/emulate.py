@@ -38,6 +38,7 @@ from unittest import mock
 
 import click
 
+from . import units
 from .config import default_out_dir
 from .errors import UsageError
 from .results import update_meta
@@ -53,7 +54,6 @@ CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 # tc's own units: bit and byte rates
 RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
               "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
-TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def parse_rate(text: str) -> float:
@@ -67,12 +67,8 @@ def parse_rate(text: str) -> float:
 
 
 def parse_time(text: str) -> float:
-    """'2ms' -> 0.002 s; '0' -> 0."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-z]*)\s*", text)
-    if not match or (match.group(2) not in TIME_UNITS and not (match.group(2) == ""
-                                                                and float(match.group(1)) == 0)):
-        raise UsageError(f"--inter-latency {text!r} is not a time; write e.g. 2ms, 500us or 0")
-    return float(match.group(1)) * TIME_UNITS.get(match.group(2), 0.0)
+    """'2ms' -> 0.002 s; '0' -> 0 (units.parse_seconds, named for this option)."""
+    return units.parse_seconds(text, "--inter-latency")
 
 
 def format_rate(bits_per_s: float) -> str:

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from . import meta as run_meta
 from . import patterns
 from .algorithms import native
-from .bench import make_row, measure
+from .bench import make_row, measure, slowest_per_iteration
 from .config import RunConfig
 from .console import HEADER, format_row
 from .device import Device
@@ -65,9 +65,7 @@ def p2p_times(tensor: torch.Tensor, src: int, dst: int, pair: dist.ProcessGroup 
         timer.start(i)
         transfer()
         timer.stop(i)
-    times = torch.tensor(timer.times_us(), dtype=torch.float64, device=device.torch_device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=pair)
-    return times.cpu().tolist()
+    return slowest_per_iteration(timer.times_us(), pair, device)
 
 
 def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
@@ -109,7 +107,7 @@ def links_sweep(config: RunConfig, world: World, on_row) -> int:
     pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
-        count = max(1, size // config.torch_dtype.itemsize)
+        count = size // config.torch_dtype.itemsize  # whole elements (options.run_config)
         for link, group in (("intra", world.intra), ("inter", world.inter)):
             if group.size < 2:
                 continue
