@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
+from .layout import node_layout
 from .summary import allreduce_rows
 
 INTRA, INTER = "intra", "inter"
@@ -85,20 +86,14 @@ class Step:
 
 
 def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
-    """(nodes, ranks per node) of a world, as the benchmark lays it out (world.node_layout).
+    """(nodes, ranks per node) of a world, as the benchmark lays it out (layout.node_layout).
 
     A world smaller than a node is part of one node; otherwise it is whole nodes.
     """
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}")
-    if ranks_per_node < 1:
-        raise UsageError(f"--ranks-per-node must be at least 1, got {ranks_per_node}")
-    if world_size <= ranks_per_node:
-        return 1, world_size
-    if world_size % ranks_per_node:
-        raise UsageError(f"world size {world_size} is not a whole number of nodes of "
-                         f"{ranks_per_node} ranks; choose a multiple of --ranks-per-node")
-    return world_size // ranks_per_node, ranks_per_node
+    per_node = node_layout(world_size, ranks_per_node)
+    return world_size // per_node, per_node
 
 
 def steps(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,

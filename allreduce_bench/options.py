@@ -23,7 +23,7 @@ from .config import (
 from .device import resolve_backend
 from .errors import UsageError
 from .launch import launcher_env
-from .world import node_layout
+from .layout import node_layout
 
 
 def gpu_world_sizes(gpus: int) -> tuple[int, ...]:

@@ -9,9 +9,9 @@ import torch
 from allreduce_bench import load_results, metrics, patterns
 from allreduce_bench.algorithms.ring import chunk_bounds
 from allreduce_bench.errors import UsageError
+from allreduce_bench.layout import node_layout
 from allreduce_bench.results import COLUMNS, ResultsWriter
 from allreduce_bench.sizes import format_size, parse_size, parse_size_list, size_sweep
-from allreduce_bench.world import node_layout
 
 
 @pytest.mark.parametrize("text,expected", [
