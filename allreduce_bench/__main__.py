@@ -1,3 +1,3 @@
-from .cli import main
+from allreduce_bench.cli import main
 
 main(prog_name="allreduce-bench")

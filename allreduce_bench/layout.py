@@ -2,7 +2,7 @@
 by the process groups in world.py and the cost model)."""
 from __future__ import annotations
 
-from .errors import UsageError
+from allreduce_bench.errors import UsageError
 
 
 def node_layout(world_size: int, ranks_per_node: int) -> int:

@@ -3,15 +3,17 @@
 These are decimal, as hardware and model sizes are quoted: 1 GB = 1e9 bytes, 25 GB/s = 25e9
 bytes/s, 7B parameters = 7e9 (so 7B bf16 gradients are 14 GB and 28 GB / 25 GB/s is 1.12 s, the
 seed's arithmetic). KiB/MiB/GiB are binary; a lower-case b is bits (200Gb/s = 25 GB/s).
-Tensor sizes of the benchmark itself (--size 1G) keep `sizes.parse_size`'s binary K/M/G, as
-nccl-tests does. Every parser raises `UsageError` naming the option and showing a good example.
+Tensor sizes of the benchmark itself (--sizes, --min-bytes, --size 1G) are binary K/M/G, as
+nccl-tests' -b/-e are (`parse_size` below); the emulator's tc rates use tc's own units
+(`parse_tc_rate`). This is the one module that turns text into quantities. Every parser
+raises `UsageError` naming the option and showing a good example.
 """
 from __future__ import annotations
 
 import math
 import re
 
-from .errors import UsageError
+from allreduce_bench.errors import UsageError
 
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/]*)\s*$")
@@ -127,3 +129,80 @@ def format_count(count: float) -> str:
         if count >= scale:
             return f"{count / scale:.3g}{unit}"
     return f"{count:.3g}"
+
+
+# --- tensor sizes: binary K/M/G, as nccl-tests' -b/-e/-f --------------------------------
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
+          "TIB": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """'64M' -> 67108864. Raises UsageError naming `what` on anything else."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        unit = match.group(2).upper() if match else None
+        if not match or unit not in _SIZE_UNITS:
+            raise UsageError(f"{what} {text!r} is not a size; write bytes with an optional K, M or G "
+                             "suffix, e.g. 4K, 64M, 1G")
+        value = float(match.group(1)) * _SIZE_UNITS[unit]
+        if value != int(value):
+            raise UsageError(f"{what} {text!r} is not a whole number of bytes")
+        value = int(value)
+    if value <= 0:
+        raise UsageError(f"{what} must be at least 1 byte, got {text!r}")
+    return value
+
+
+def format_size(size_bytes: float) -> str:
+    """67108864 -> '64M'; 1536 -> '1.5K'. The inverse of parse_size for labels."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:g}{unit}"
+    return f"{size_bytes:g}"
+
+
+def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """Geometric sweep from min to max inclusive, like nccl-tests' -b/-e/-f."""
+    if min_bytes > max_bytes:
+        raise UsageError(f"--min-bytes {format_size(min_bytes)} is larger than --max-bytes "
+                         f"{format_size(max_bytes)}; swap them")
+    if factor <= 1:
+        raise UsageError(f"--factor must be greater than 1, got {factor:g}")
+    sizes, size = [], float(min_bytes)
+    while size <= max_bytes * (1 + 1e-9):
+        if not sizes or int(size) != sizes[-1]:
+            sizes.append(int(size))
+        size *= factor
+    return sizes
+
+
+def parse_size_list(text: str) -> list[int]:
+    """'1M,8M' -> [1048576, 8388608], sorted and without repeats."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise UsageError("--sizes is empty; give a comma-separated list such as 1M,8M")
+    return sorted({parse_size(p, "--sizes entry") for p in parts})
+
+
+# --- link rates in tc's units (the emulator's --inter-bandwidth) -----------------------------
+TC_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
+
+
+def parse_tc_rate(text: str) -> float:
+    """'500mbit' -> 5e8 bits/s, with tc's units (mbit = megabit/s, mbps = megabyte/s)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*", text)
+    unit = match and TC_RATE_UNITS.get(match.group(2).lower())
+    if not unit or float(match.group(1)) <= 0:
+        raise UsageError(f"--inter-bandwidth {text!r} is not a rate; write e.g. 500mbit, 2gbit or "
+                         f"50mbps (tc units: {', '.join(TC_RATE_UNITS)}), or auto")
+    return float(match.group(1)) * unit
+
+
+def format_tc_rate(bits_per_s: float) -> str:
+    return f"{bits_per_s / 1e9:.3g}Gbit" if bits_per_s >= 1e9 else f"{bits_per_s / 1e6:.3g}Mbit"

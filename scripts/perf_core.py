@@ -26,11 +26,11 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench import algorithms
-from allreduce_bench.bench import measure
-from allreduce_bench.device import Device
-from allreduce_bench.launch import launch_local
+from allreduce_bench.benchmarks.allreduce import measure
+from allreduce_bench.launch.environments import launch_local
+from allreduce_bench.measure.device import Device
+from allreduce_bench.measure.world import make_world
 from allreduce_bench.metrics import busbw_GBps
-from allreduce_bench.world import make_world
 
 RING_SIZES = [16 << 20, 64 << 20]
 LOOP_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]

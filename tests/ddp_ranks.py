@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from allreduce_bench.ddp_bench import (
+from allreduce_bench.benchmarks.ddp import (
     DdpSettings,
     Trainer,
     build_model,
@@ -16,8 +16,8 @@ from allreduce_bench.ddp_bench import (
     synthetic_batch,
     wrap_ddp,
 )
-from allreduce_bench.device import Device
-from allreduce_bench.world import make_world
+from allreduce_bench.measure.device import Device
+from allreduce_bench.measure.world import make_world
 
 
 def _world():

@@ -4,10 +4,11 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms, patterns
-from allreduce_bench.bench import measure
-from allreduce_bench.device import Device
-from allreduce_bench.world import make_world
+from allreduce_bench import algorithms
+from allreduce_bench.benchmarks.allreduce import measure
+from allreduce_bench.measure import patterns
+from allreduce_bench.measure.device import Device
+from allreduce_bench.measure.world import make_world
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 

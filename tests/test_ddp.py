@@ -9,8 +9,7 @@ from click.testing import CliRunner
 from ddp_ranks import all_checks
 from distributed import run_world
 
-from allreduce_bench.cli import main
-from allreduce_bench.ddp_analysis import (
+from allreduce_bench.analysis.ddp import (
     accumulation_table,
     ddp_markdown,
     ddp_section,
@@ -20,9 +19,10 @@ from allreduce_bench.ddp_analysis import (
     parse_count,
     predicted_step_us,
 )
-from allreduce_bench.ddp_bench import layer_width, set_epoch_check
+from allreduce_bench.benchmarks.ddp import layer_width, set_epoch_check
+from allreduce_bench.cli import main
 from allreduce_bench.errors import UsageError
-from allreduce_bench.results import load_results
+from allreduce_bench.results.load import load_results
 
 K = 4
 

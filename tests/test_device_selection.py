@@ -7,8 +7,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import meta
-from allreduce_bench.device import (
+from allreduce_bench.config.options import run_config
+from allreduce_bench.errors import UsageError
+from allreduce_bench.launch.environments import RankEnv
+from allreduce_bench.measure import meta
+from allreduce_bench.measure.device import (
     NCCL_GRACE_S,
     CudaDevice,
     Device,
@@ -17,9 +20,6 @@ from allreduce_bench.device import (
     process_group_options,
     resolve_backend,
 )
-from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import RankEnv
-from allreduce_bench.options import run_config
 
 
 @pytest.fixture

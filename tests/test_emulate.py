@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from allreduce_bench import emulate as em
+from allreduce_bench import units
 from allreduce_bench.cli import main
 from allreduce_bench.errors import UsageError
 
@@ -48,19 +49,19 @@ def ours(pid: int) -> list[str]:
 @pytest.mark.parametrize("text, bits", [("500mbit", 5e8), ("2Gbit", 2e9), ("50mbps", 4e8),
                                         ("1.5kbit", 1500)])
 def test_rates_use_tc_units(text, bits):
-    assert em.parse_rate(text) == pytest.approx(bits)
+    assert units.parse_tc_rate(text) == pytest.approx(bits)
 
 
 @pytest.mark.parametrize("text", ["fast", "500", "0mbit", "-1mbit", "5 furlongs"])
 def test_bad_rate_is_a_usage_error(text):
     with pytest.raises(UsageError, match="--inter-bandwidth"):
-        em.parse_rate(text)
+        units.parse_tc_rate(text)
 
 
 def test_times_and_labels():
-    assert em.parse_time("2ms") == pytest.approx(0.002) and em.parse_time("0") == 0
+    assert units.parse_seconds("2ms") == pytest.approx(0.002) and units.parse_seconds("0") == 0
     with pytest.raises(UsageError, match="--inter-latency"):
-        em.parse_time("2")
+        units.parse_seconds("2", "--inter-latency")
     assert em.Emulation(2, 2, 4.15e8).label == "2x2@415Mbit"
     assert em.Emulation(4, 8, 2e9, 0.002).label == "4x8@2Gbit+2ms"
 

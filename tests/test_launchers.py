@@ -2,7 +2,13 @@
 import pytest
 
 from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import RankEnv, expand_nodelist, export_for_env_init, launcher_env, parse_tasks_per_node
+from allreduce_bench.launch.environments import (
+    RankEnv,
+    expand_nodelist,
+    export_for_env_init,
+    launcher_env,
+    parse_tasks_per_node,
+)
 
 SRUN = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242"}  # what makes a Slurm step, not the batch shell
 

@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import metrics, plots, report
+from allreduce_bench import metrics
+from allreduce_bench.analysis import plots, report, style
 from allreduce_bench.cli import main
-from allreduce_bench.results import COLUMNS, load_results
+from allreduce_bench.results.load import load_results
+from allreduce_bench.results.schema import COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
@@ -44,7 +46,7 @@ def visible_axes(fig):
 
 def test_size_axis_labels_binary_sizes():
     fig, ax = plt.subplots()
-    plots.size_axis(ax)
+    style.size_axis(ax)
     formatter = ax.xaxis.get_major_formatter()
     assert [formatter(s, 0) for s in (K, M, 1 << 30)] == ["1K", "1M", "1G"]
     plt.close(fig)
@@ -64,7 +66,7 @@ def test_figures_from_a_synthetic_frame_carry_titles_units_legends_and_footnote(
     assert [ax.get_title() for ax in bandwidth] == [
         "N = 2 (1 node(s) x 2 ranks)", "N = 4 (2 node(s) x 2 ranks)", "N = 8 (4 node(s) x 2 ranks)"]
     for ax in bandwidth:
-        assert ax.get_xlabel() == plots.SIZE_LABEL and ax.get_ylabel() == "busbw (GB/s)"
+        assert ax.get_xlabel() == style.SIZE_LABEL and ax.get_ylabel() == "busbw (GB/s)"
         assert [t.get_text() for t in ax.get_legend().get_texts()] == [
             "native", "ring", "naive", "hierarchical"]
 
@@ -179,7 +181,7 @@ def test_links_figure_and_ratio_from_link_rows():
     figures = plots.figures(frame, note="")
     assert "links" in figures
     ax = visible_axes(figures["links"])[0]
-    assert ax.get_ylabel() == "busbw (GB/s)" and ax.get_xlabel() == plots.SIZE_LABEL
+    assert ax.get_ylabel() == "busbw (GB/s)" and ax.get_xlabel() == style.SIZE_LABEL
     assert any("12.5x at 64M" in t.get_text() for t in ax.texts)
     assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
     for fig in figures.values():
@@ -258,7 +260,7 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
 
 
 def test_terminal_summary_from_a_synthetic_frame():
-    from allreduce_bench.report import terminal_summary
+    from allreduce_bench.analysis.report import terminal_summary
     text = terminal_summary(model_frame())
     assert "Peak busbw (GB/s) per algorithm and world size:" in text
     assert "ring vs native (busbw ratio at the largest size both measured" in text

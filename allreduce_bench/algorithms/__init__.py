@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import UsageError
-from ..world import World
-from . import hierarchical, naive, native, ring
+from allreduce_bench.algorithms import hierarchical, naive, native, ring
+from allreduce_bench.errors import UsageError
+from allreduce_bench.measure.world import World
 
 Builder = Callable[[torch.Tensor, World], Callable[[], None]]
 

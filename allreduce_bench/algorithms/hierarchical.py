@@ -14,8 +14,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ..world import World
-from .ring import RingPlan
+from allreduce_bench.algorithms.ring import RingPlan
+from allreduce_bench.measure.world import World
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..world import World
-from . import p2p
+from allreduce_bench.algorithms import p2p
+from allreduce_bench.measure.world import World
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from ..world import World
+from allreduce_bench.measure.world import World
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:

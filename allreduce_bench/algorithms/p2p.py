@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..world import CommGroup
+from allreduce_bench.measure.world import CommGroup
 
 Step = list[dist.P2POp]
 

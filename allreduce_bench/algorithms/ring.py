@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..world import CommGroup, World
-from . import p2p
+from allreduce_bench.algorithms import p2p
+from allreduce_bench.measure.world import CommGroup, World
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:

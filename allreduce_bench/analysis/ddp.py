@@ -1,0 +1,247 @@
+"""DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation.
+
+Definitions (per world size and bucket cap, on median times of the slowest rank):
+
+* exposed communication = step - compute: what DDP's AllReduce adds to a step;
+* hidden share = 1 - exposed / comm: the part of the communication that ran behind computation.
+  Noise (or compute and communication slowing each other down on shared CPU cores) can push
+  the raw value outside [0, 1]; the share reported is clipped to [0, 1] and the raw value kept
+  beside it as `hidden_share_raw`.
+* the seed's model: predicted step = compute + max(0, comm - overlappable), where
+  overlappable = min(backward * (1 - first bucket's share), comm * (1 - last bucket's share)).
+  DDP can start reducing only once the first bucket (the last layers, ready first) is full, so
+  at most the rest of the backward pass is left to hide communication behind; and the last
+  bucket is ready only when backward ends, so its share of the communication is never hidden.
+  Shares are by bytes, i.e. backward time is taken as spread evenly over the parameters.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench import units
+from allreduce_bench.analysis.ddp_model import step_time
+from allreduce_bench.errors import UsageError
+
+
+def parse_count(text: str, what: str = "--params") -> int:
+    """'50M' -> 50_000_000, '7B' -> 7_000_000_000: a whole number of parameters (decimal)."""
+    return int(round(units.parse_count(text, what)))
+
+
+def parse_bucket_mbs(text: str) -> tuple[float, ...]:
+    """'1,5,25,100' -> (1.0, 5.0, 25.0, 100.0): DDP bucket caps in MiB, as bucket_cap_mb takes."""
+    try:
+        values = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"--bucket-mb {text!r} must be comma-separated numbers of MiB, "
+                         "e.g. 1,5,25,100") from None
+    if not values or min(values) <= 0:
+        raise UsageError(f"--bucket-mb {text!r} must list bucket caps greater than 0 MiB")
+    return tuple(dict.fromkeys(values))
+
+
+def bucket_sizes(text) -> list[int]:
+    """The `bucket_sizes` column ('1048576;26214400') back into bytes per bucket, ready order."""
+    if not isinstance(text, str) or not text:
+        return []
+    return [int(v) for v in text.split(";")]
+
+
+def overlappable_us(backward_us: float, comm_us: float, sizes: list[int]) -> float:
+    """How much communication the backward pass can hide at most (see the module docstring)."""
+    total = sum(sizes)
+    if total <= 0:
+        return 0.0
+    window = backward_us * (1 - sizes[0] / total)
+    hideable = comm_us * (1 - sizes[-1] / total)
+    return max(0.0, min(window, hideable))
+
+
+def predicted_step_us(compute_us: float, comm_us: float, overlappable: float) -> float:
+    """The seed's scaling model, compute + max(0, comm - overlappable), as the cost model
+    (ddp_model.step_time) computes it, with the overlappable part from measured backward."""
+    return step_time(compute_us, comm_us, 0.0, overlappable_s=overlappable).step_s
+
+
+def ddp_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    if "benchmark" not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[frame["benchmark"] == "ddp"]
+
+
+def _median(rows: pd.DataFrame, measure: str, **match) -> pd.Series:
+    """time_us_median of the rows of one measure whose columns equal `match`."""
+    rows = rows[rows["measure"] == measure]
+    for column, value in match.items():
+        rows = rows[rows[column] == value]
+    return rows["time_us_median"]
+
+
+def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, the model."""
+    frame = ddp_rows(frame)
+    out = []
+    for world_size, rows in frame.groupby("world_size"):
+        for bucket_mb, steps in rows[rows["measure"] == "step"].groupby("bucket_mb"):
+            comm_rows = rows[(rows["measure"] == "comm") & (rows["bucket_mb"] == bucket_mb)]
+            # compute is timed interleaved with each bucket cap's comm and step: use that one
+            compute = _median(rows, "compute", bucket_mb=bucket_mb).median()
+            backward = _median(rows, "backward", bucket_mb=bucket_mb).median()
+            if comm_rows.empty or pd.isna(compute):
+                continue
+            step, comm = steps["time_us_median"].median(), comm_rows["time_us_median"].median()
+            sizes = bucket_sizes(steps["bucket_sizes"].iloc[-1])
+            exposed = step - compute
+            raw = 1 - exposed / comm if comm > 0 else float("nan")
+            share = min(1.0, max(0.0, raw))
+            overlap = overlappable_us(backward, comm, sizes)
+            predicted = predicted_step_us(compute, comm, overlap)
+            out.append({
+                "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
+                "compute_us": compute, "backward_us": backward, "comm_us": comm, "step_us": step,
+                "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
+                "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
+                "overlappable_us": overlap, "predicted_us": predicted,
+                "model_error": predicted / step - 1 if step > 0 else float("nan"),
+                "wrong": int(steps["wrong"].sum()),
+            })
+    return pd.DataFrame(out)
+
+
+def accumulation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per world size: sync on every micro-batch against no_sync on all but the last."""
+    frame = ddp_rows(frame)
+    out = []
+    for world_size, rows in frame.groupby("world_size"):
+        sync = rows[rows["measure"] == "accum_sync"]
+        nosync = rows[rows["measure"] == "accum_no_sync"]
+        if sync.empty or nosync.empty:
+            continue
+        t_sync, t_nosync = sync["time_us_median"].median(), nosync["time_us_median"].median()
+        out.append({
+            "world_size": int(world_size), "accum": int(sync["accum"].iloc[-1]),
+            "sync_us": t_sync, "no_sync_us": t_nosync,
+            "sync_calls": int(sync["allreduce_calls"].iloc[-1]),
+            "no_sync_calls": int(nosync["allreduce_calls"].iloc[-1]),
+            "sync_bytes": int(sync["allreduce_bytes"].iloc[-1]),
+            "no_sync_bytes": int(nosync["allreduce_bytes"].iloc[-1]),
+            "saving": 1 - t_nosync / t_sync if t_sync > 0 else float("nan"),
+        })
+    return pd.DataFrame(out)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.1f}"
+
+
+def overlap_markdown(table: pd.DataFrame) -> str:
+    lines = ["| world size | bucket cap (MiB) | buckets | compute (ms) | comm (ms) | DDP step (ms) "
+             "| exposed (ms) | hidden share | predicted (ms) | model error |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+        lines.append(f"| {r.world_size} | {r.bucket_mb:g} | {r.buckets} | {_ms(r.compute_us)} | "
+                     f"{_ms(r.comm_us)} | {_ms(r.step_us)} | {_ms(r.exposed_us)} | {share} | "
+                     f"{_ms(r.predicted_us)} | {r.model_error:+.0%} |")
+    return "\n".join(lines)
+
+
+def accumulation_markdown(table: pd.DataFrame) -> str:
+    lines = ["| world size | K | sync every micro-batch (ms) | no_sync (ms) | AllReduce calls "
+             "(sync / no_sync) | bytes per optimizer step (sync / no_sync) | saving |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.world_size} | {r.accum} | {_ms(r.sync_us)} | {_ms(r.no_sync_us)} | "
+                     f"{r.sync_calls} / {r.no_sync_calls} | {r.sync_bytes:,} / {r.no_sync_bytes:,} | "
+                     f"{r.saving:.0%} |")
+    return "\n".join(lines)
+
+
+def set_epoch_markdown(checks: list[dict]) -> str:
+    lines = []
+    for check in checks:
+        without, with_ = check["without_set_epoch"], check["with_set_epoch"]
+        lines.append(
+            f"- world size {check['world_size']}, {check['dataset_len']} samples: without "
+            f"`set_epoch` epochs 0 and 1 are {'identical' if without['epochs_identical'] else 'different'} "
+            f"(rank 0: {without['rank0_epoch0']} then {without['rank0_epoch1']}); with "
+            f"`set_epoch` they are {'identical' if with_['epochs_identical'] else 'different'} "
+            f"(rank 0: {with_['rank0_epoch0']} then {with_['rank0_epoch1']}).")
+    return "\n".join(lines)
+
+
+def ddp_summary_text(frame: pd.DataFrame) -> str:
+    """What the console shows after `ddp`: the two tables in plain markdown."""
+    parts = []
+    overlap = overlap_table(frame)
+    if not overlap.empty:
+        parts.append("Per bucket cap: compute, communication alone, DDP step (medians):\n"
+                     + overlap_markdown(overlap))
+    accum = accumulation_table(frame)
+    if not accum.empty:
+        parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
+                     + accumulation_markdown(accum))
+    return "\n\n".join(parts)
+
+
+def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | None = None) -> str:
+    """The report's DDP section from rows (and meta.json for the set_epoch check and settings).
+
+    `figures` maps 'overlap' / 'accumulation' to figure paths as the report should link them.
+    Returns "" when the frame holds no ddp rows.
+    """
+    frame = ddp_rows(frame)
+    if frame.empty:
+        return ""
+    meta = meta or {}
+    settings = meta.get("ddp", {})
+    figures = figures or {}
+    out = ["## DDP in practice: bucketed overlap, no_sync, set_epoch", ""]
+    if settings:
+        out += [f"Synthetic model: {settings.get('params_actual', '?'):,} parameters in "
+                f"{settings.get('layers', '?')} linear layers, batch {settings.get('batch_size', '?')} "
+                f"per rank, {settings.get('iters', '?')} timed steps after "
+                f"{settings.get('warmup', '?')} warm-up; backend {meta.get('backend', '?')} on "
+                f"{meta.get('device_name', meta.get('device', '?'))}.", ""]
+    out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
+            "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
+            "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
+            "clipped to [0, 1]. Predicted = compute + max(0, comm - overlappable), overlappable = "
+            "min(backward x (1 - first bucket's share), comm x (1 - last bucket's share)).", ""]
+    overlap = overlap_table(frame)
+    if not overlap.empty:
+        out += [overlap_markdown(overlap), ""]
+        if overlap["clipped"].any():
+            out += ["Clipped shares: the DDP step took longer than compute + comm measured apart "
+                    "(or less than compute): on shared CPU cores computation and communication "
+                    "slow each other down instead of overlapping.", ""]
+    if "overlap" in figures:
+        out += [f"![step time split]({figures['overlap']})", ""]
+    accum = accumulation_table(frame)
+    if not accum.empty:
+        out += ["Gradient accumulation with DDP's default buckets (bucket_cap_mb unset: 25 MiB, "
+                "the first one 1 MiB); AllReduce calls and bytes counted by the hook per "
+                "optimizer step:", "", accumulation_markdown(accum), ""]
+    if "accumulation" in figures:
+        out += [f"![accumulation]({figures['accumulation']})", ""]
+    checks = meta.get("set_epoch_check", [])
+    if checks:
+        out += ["`DistributedSampler` index order:", "", set_epoch_markdown(checks), ""]
+    wrong = int(frame["wrong"].fillna(0).sum())
+    out.append(f"Gradients after a DDP step against the hand-computed average: "
+               f"{'all equal' if wrong == 0 else f'{wrong} element(s) differ'}.")
+    return "\n".join(out) + "\n"
+
+
+def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
+    """ddp_markdown for a run directory (results.csv + meta.json); "" if it has no ddp rows."""
+    from allreduce_bench.results.load import load_results
+    from allreduce_bench.results.store import read_meta
+    run_dir = Path(run_dir)
+    frame = load_results(run_dir)
+    figures = {name: f"{figures_dir}/{file}" for name, file in
+               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"))
+               if (run_dir / figures_dir / file).exists()}
+    return ddp_markdown(frame, read_meta(run_dir), figures)

@@ -1,0 +1,203 @@
+"""report.md and the terminal's tables: the numbers of `tables`, written out, with the figures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
+    algorithm_rank,
+    chosen_size,
+    describe_run,
+    footnote,
+    half_peak_size,
+    has_ddp_rows,
+    has_links,
+    label_runs,
+    link_ratio,
+    naive_penalty,
+    peak_busbw,
+    ratio_at_largest,
+    run_metas,
+    scaling_efficiency,
+)
+from allreduce_bench.results.schema import allreduce_rows
+from allreduce_bench.units import format_size
+
+
+def terminal_summary(frame: pd.DataFrame) -> str:
+    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, #wrong."""
+    peaks = peak_busbw(frame)["peak_busbw_GBps"]
+    if peaks.index.get_level_values("series").nunique() == 1:
+        peaks = peaks.droplevel("series")
+    lines = ["Peak busbw (GB/s) per algorithm and world size:",
+             peaks.unstack("world_size").round(3).to_string()]
+    for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
+        ratios = ratio_at_largest(frame, numerator, denominator)
+        if not ratios.empty:
+            named = ratios.index.get_level_values("series").nunique() > 1
+            parts = ", ".join(f"{f'{series} ' if named else ''}N={world_size} at "
+                              f"{format_size(row.size_bytes)}: {row.busbw_ratio:.2f}"
+                              for (series, world_size), row in ratios.iterrows())
+            lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
+                         f"measured, > 1: {numerator} faster): {parts}")
+    wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
+    lines.append(f"#wrong in total: {wrong}")
+    return "\n".join(lines)
+
+
+def _gbps(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """Index levels as columns, `series` dropped where there is only one, columns renamed."""
+    table = table.reset_index()
+    if "algorithm" in table.columns:  # native, ring, naive, hierarchical, then by name
+        keys = [c for c in ("series", "run", "algorithm", "world_size") if c in table.columns]
+        table = table.sort_values(keys, key=lambda c: c.map(algorithm_rank) if c.name ==
+                                  "algorithm" else c, kind="stable", ignore_index=True)
+    for column in ("series", "run"):
+        if column in table.columns and table[column].nunique() <= 1:
+            table = table.drop(columns=column)
+    return table.rename(columns=names)
+
+
+def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, pd.DataFrame]]:
+    """(title, how to read it, table of strings) for the terminal and report.md."""
+    tables = []
+    peaks = peak_busbw(frame).join(half_peak_size(frame))
+    tables.append((
+        "Peak bus bandwidth",
+        "Highest busbw over the sizes measured, the size reaching it, and the half-peak size: the "
+        "smallest size whose busbw reaches half the peak (below it, latency dominates).",
+        _readable(pd.DataFrame({
+            "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
+            "at size": peaks["peak_size_bytes"].map(format_size),
+            "half-peak size": peaks["half_peak_size_bytes"].map(
+                lambda size: format_size(size) if pd.notna(size) else "-")}),
+            {"algorithm": "algorithm", "world_size": "world size"})))
+
+    pairs = [("ring", "native"), ("hierarchical", "ring")]
+    compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
+    sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
+    if any(len(c) for c in compared):
+        table = pd.concat([c.map(_ratio) for c in compared], axis=1).fillna("-")
+        table.insert(0, "size", pd.concat(sizes).groupby(level=[0, 1]).max().map(format_size))
+        tables.append((
+            "Algorithm comparison at the largest size",
+            "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
+            "> 1 means the first algorithm is faster.",
+            _readable(table, {"world_size": "world size"})))
+
+    penalty = naive_penalty(frame)
+    if len(penalty):
+        tables.append((
+            "Naive baseline: rank-0 penalty",
+            "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
+            "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
+            _readable(pd.DataFrame({
+                "N_ref": penalty["reference_world_size"],
+                "size": penalty["size_bytes"].map(format_size),
+                "measured": penalty["time_ratio"].map(_ratio),
+                "theory (N-1)/(N_ref-1)": penalty["predicted_ratio"].map(_ratio)}),
+                {"world_size": "N"})))
+
+    scaling = scaling_efficiency(frame, size_bytes)
+    if len(scaling):
+        tables.append((
+            f"Scaling efficiency at {format_size(size_bytes)}",
+            "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
+            "time ratio = time(N) / time(N_min).",
+            _readable(pd.DataFrame({
+                "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
+                "efficiency": scaling["efficiency"].map(_ratio),
+                "time ratio": scaling["time_ratio"].map(_ratio)}),
+                {"world_size": "world size"})))
+
+    links = link_ratio(frame)
+    if len(links):
+        tables.append((
+            "Intra- vs inter-node links",
+            "busbw over each link at the largest size both measured, and intra/inter.",
+            _readable(pd.DataFrame({
+                "size": links["size_bytes"].map(format_size),
+                "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
+                "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
+                "intra/inter": links["intra_inter_ratio"].map(_ratio)}),
+                {"world_size": "world size"})))
+    return tables
+
+
+def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    wrong = (label_runs(frame).groupby("run")["wrong"].sum() if "wrong" in frame.columns
+             else pd.Series(dtype="int64"))
+    for run, meta in run_metas(frame).items():
+        rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
+                     "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                     "#wrong": int(wrong.get(run, 0))})
+    table = pd.DataFrame(rows)
+    return table.drop(columns="run") if (table["run"] == "-").all() else table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
+                    out_dir: Path) -> str:
+    parts = ["# AllReduce benchmark report", "",
+             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
+             "the median over iterations of the slowest rank.", "", "## Runs", "",
+             markdown_table(runs_table(frame)), ""]
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+        parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
+    figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
+    if figures:
+        parts += ["## Figures", ""]
+        for name, path in figures.items():
+            relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
+            parts += [f"![{name}]({relative.as_posix()})", ""]
+    return "\n".join(parts)
+
+
+def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
+    from allreduce_bench.analysis.ddp import ddp_markdown
+
+    if not has_ddp_rows(frame):
+        return []
+    rows = frame[frame["benchmark"] == "ddp"]
+    meta = next(iter(run_metas(rows).values()), {})
+    figures = {name: file for name, file in (("overlap", "ddp_overlap.png"),
+                                             ("accumulation", "ddp_accumulation.png"))
+               if (Path(out_dir) / file).exists()}
+    return [ddp_markdown(rows, meta, figures)]
+
+
+def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
+    echo("Runs:\n" + runs_table(frame).to_string(index=False))
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+        echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
+
+
+def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
+                 fmt: str = "png") -> tuple[dict[str, Path], Path]:
+    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir."""
+    from allreduce_bench.analysis.plots import draw_all  # matplotlib only when drawing
+
+    size_bytes = chosen_size(frame, size)
+    out_dir = Path(out_dir)
+    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes)
+    path = out_dir / "report.md"
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir))
+    return figures, path

@@ -1,0 +1,160 @@
+"""The sweep on one (sub-)world: for each algorithm and size, fill, warm up, time, check.
+
+Timing (the same for every algorithm): each iteration first restores the input from a pristine
+copy (so values never grow or overflow), then all ranks meet at a barrier, then the clock runs
+around the algorithm's call alone. Per iteration the slowest rank's time is kept (an AllReduce
+is finished only when the last rank has its result), and median, mean, p95, min and max are
+taken over those. The input is a pattern of known exact sum; afterwards it is restored and
+reduced once more, untimed, and every element is compared: mismatches summed over ranks are
+`wrong`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench import algorithms, metrics
+from allreduce_bench.config import RunConfig
+from allreduce_bench.launch import resume
+from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import patterns
+from allreduce_bench.measure.console import Console
+from allreduce_bench.measure.faults import DONE
+from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.world import World, end_phase, make_world
+
+
+def slowest_per_iteration(times_us: list[float], group, device) -> list[float]:
+    """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
+    times = torch.tensor(times_us, dtype=torch.float64, device=device.torch_device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
+    return times.cpu().tolist()
+
+
+def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
+            iters: int, warmup: int) -> tuple[list[float], int]:
+    """(per-iteration time of the slowest rank in us, #wrong summed over ranks)."""
+    device = world.device
+    pristine = torch.empty(count, dtype=dtype, device=device.torch_device)
+    patterns.fill(pristine, world.rank, world.size)
+    tensor = torch.empty_like(pristine)
+    call = build(tensor, world)
+    for _ in range(warmup):
+        tensor.copy_(pristine)
+        call()
+    timer = device.timer(iters)
+    for i in range(iters):
+        tensor.copy_(pristine)
+        device.barrier(world.group.pg)
+        timer.start(i)
+        call()
+        timer.stop(i)
+    times = slowest_per_iteration(timer.times_us(), world.group.pg, device)
+
+    # The check runs the very call that was timed (no second plan: naive's root would hold
+    # twice (N-1) x S of buffers) on the pattern again, so reusing a plan is checked too.
+    tensor.copy_(pristine)
+    call()
+    expected = patterns.expected_sum(count, world.size, dtype, device.torch_device)
+    wrong = torch.tensor([patterns.count_wrong(tensor, expected)], dtype=torch.int64,
+                         device=device.torch_device)
+    dist.all_reduce(wrong, group=world.group.pg)
+    return times, int(wrong.item())
+
+
+def make_row(config: RunConfig, world: World, algorithm: str, count: int,
+             times_us: list[float], wrong: int) -> dict:
+    size_bytes = count * config.itemsize
+    stats = metrics.time_stats(times_us)
+    median = stats["time_us_median"]
+    return {
+        "run_id": config.run_id,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tag": config.tag, "benchmark": "allreduce", "algorithm": algorithm,
+        "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
+        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
+        "size_bytes": size_bytes, "count": count, "iters": config.iters, "warmup": config.warmup,
+        **stats,
+        "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
+        "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
+        "wrong": wrong,
+        # set by `emulate` in every rank's environment; empty on real hardware
+        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
+    }
+
+
+def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
+          on_algorithm: Callable[[str, World], None] = lambda a, w: None,
+          before: Callable[[str, int], bool] = lambda algorithm, size_bytes: True) -> int:
+    """Measure every algorithm at every size; `on_row` gets each row (only rank 0's matter).
+
+    `before(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
+    returns False to skip one (a resumed run's finished rows; the same answer on every rank).
+    """
+    wrong_total = 0
+    itemsize = config.itemsize
+    for name in config.algorithms:
+        build = algorithms.get(name)
+        on_algorithm(name, world)
+        for size in config.sizes:
+            count = size // itemsize  # sizes are whole elements (options.run_config)
+            if not before(name, count * itemsize):
+                continue
+            times, wrong = measure(build, world, count, config.torch_dtype, config.iters,
+                                   config.warmup)
+            wrong_total += wrong
+            on_row(make_row(config, world, name, count, times, wrong))
+    return wrong_total
+
+
+# --- the per-rank entry point ----------------------------------------------------------------
+
+def measure_phases(session: Session) -> int:
+    """Every world size of the run, one phase each: the sub-world of its first k ranks measures
+    the sweep while the other ranks wait; a resumed run's finished rows are skipped."""
+    config, env, device, progress = session.config, session.env, session.device, session.progress
+    ranks_per_node = config.ranks_per_node or env.local_world_size
+    done = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
+    dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
+    done = done[0]
+    total = len(config.algorithms) * len(config.sizes) * len(config.world_sizes)
+    console = Console(total, enabled=session.lead)
+    session.show = console.row
+    wrong = 0
+    try:
+        for phase, world_size in enumerate(config.world_sizes, start=1):
+            members = tuple(range(world_size))
+            progress.at(phase, 0, f"building the groups of world size {world_size}",
+                        tuple(range(env.world_size)))
+            world = make_world(world_size, ranks_per_node, device)
+            steps = iter(range(1, DONE))
+
+            def before(algorithm: str, size_bytes: int) -> bool:
+                if (algorithm, world_size, size_bytes) in done:
+                    console.bar.update(1)
+                    return False
+                progress.at(phase, next(steps), f"{algorithm}, world size {world_size}, "
+                            f"{size_bytes} B", members)
+                return True
+
+            if world is not None:
+                wrong += sweep(config, world, on_row=session.record, on_algorithm=console.algorithm,
+                               before=before)
+            progress.at(phase, DONE, f"the end of world size {world_size}",
+                        tuple(range(env.world_size)))
+            end_phase(world, f"run-{world_size}", device)
+    finally:
+        console.close()
+    return wrong
+
+
+BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases)
+
+
+def rank_entry(config: RunConfig, env=None) -> int:
+    """What every launcher runs on each rank for `allreduce-bench run`."""
+    return rank_main(config, BENCHMARK, env)

@@ -1,0 +1,151 @@
+"""`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand), measured side by side.
+
+On a world of >= 2 nodes (a cluster, the emulated one, or nodes simulated with --ranks-per-node),
+for every size:
+
+- intra: the backend's AllReduce inside every node's group, all nodes at once;
+- inter: the backend's AllReduce among the ranks with the same local rank on every node, all of
+  those groups at once (nccl-tests' NCCL_TESTS_SPLIT "DIV" and "MOD");
+- p2p intra / p2p inter: a one-way send of the tensor from global rank 0 to rank 1 (same node)
+  and from rank 0 to rank L (the next node), the other ranks idle.
+
+Rows are `benchmark = links` with `link = intra | inter` and `operation = allreduce | p2p`. In a
+row, `world_size` is the size of the group measured (so busbw's 2(N-1)/N is the group's, as
+nccl-tests reports a split communicator; for p2p, busbw = algbw), and `nodes` and
+`ranks_per_node` are the whole world's layout. The time of an AllReduce row is the slowest group's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.algorithms import native
+from allreduce_bench.benchmarks.allreduce import make_row, measure, slowest_per_iteration
+from allreduce_bench.config import RunConfig
+from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import patterns
+from allreduce_bench.measure.console import HEADER, format_row
+from allreduce_bench.measure.device import Device
+from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.world import CommGroup, World, end_phase, make_world
+
+
+def p2p_times(tensor: torch.Tensor, src: int, dst: int, pair: dist.ProcessGroup | None,
+              device: Device, iters: int, warmup: int) -> list[float]:
+    """Per-iteration time (us, the slower side) of sending `tensor` from global rank src to dst.
+
+    Only src and dst call it. Each iteration starts at a barrier of the pair, so the receive is
+    posted when the clock starts; the time ends when the receiver has the whole tensor.
+    """
+    me = dist.get_rank()
+
+    def transfer() -> None:
+        if me == src:
+            dist.send(tensor, dst, group=pair)
+        else:
+            dist.recv(tensor, src, group=pair)
+
+    for _ in range(warmup):
+        transfer()
+    timer = device.timer(iters)
+    for i in range(iters):
+        device.barrier(pair)
+        timer.start(i)
+        transfer()
+        timer.stop(i)
+    return slowest_per_iteration(timer.times_us(), pair, device)
+
+
+def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
+                pair: dist.ProcessGroup | None, device: Device, iters: int,
+                warmup: int) -> tuple[list[float], int]:
+    """(times, #wrong): the receiver starts with other values and must end with the sender's."""
+    me = dist.get_rank()
+    tensor = torch.empty(count, dtype=dtype, device=device.torch_device)
+    patterns.fill(tensor, 0 if me == src else 1, 2)
+    times = p2p_times(tensor, src, dst, pair, device, iters, warmup)
+    expected = torch.empty_like(tensor)
+    patterns.fill(expected, 0, 2)
+    wrong = torch.tensor([patterns.count_wrong(tensor, expected) if me == dst else 0],
+                         dtype=torch.int64, device=device.torch_device)
+    dist.all_reduce(wrong, group=pair)
+    return times, int(wrong.item())
+
+
+def _view(group: CommGroup, device: Device) -> World:
+    """A world made of one group, so `bench.measure` runs the backend's AllReduce on it."""
+    return World(group, group, group, group.size, device)
+
+
+def _slowest_group(times: list[float], wrong: int, lead: bool, device: Device) -> tuple[list, int]:
+    """Across all concurrently measured groups: MAX time per iteration, #wrong summed once per group."""
+    t = torch.tensor(times, dtype=torch.float64, device=device.torch_device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    w = torch.tensor([wrong if lead else 0], dtype=torch.int64, device=device.torch_device)
+    dist.all_reduce(w)
+    return t.cpu().tolist(), int(w.item())
+
+
+def links_sweep(config: RunConfig, world: World, on_row) -> int:
+    """Every size: intra and inter AllReduce (all groups at once), then p2p intra and inter."""
+    device, L = world.device, world.ranks_per_node
+    me = dist.get_rank()
+    pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
+    # torch wants every rank in every new_group call; each pair gets its own group.
+    pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
+    wrong_total = 0
+    for size in config.sizes:
+        count = size // config.itemsize  # whole elements (options.run_config)
+        for link, group in (("intra", world.intra), ("inter", world.inter)):
+            if group.size < 2:
+                continue
+            view = _view(group, device)
+            device.barrier(None)  # all groups start together
+            times, wrong = measure(native.build, view, count, config.torch_dtype, config.iters,
+                                   config.warmup)
+            times, wrong = _slowest_group(times, wrong, group.rank == 0, device)
+            wrong_total += wrong
+            on_row(_row(config, view, world, count, times, wrong, "native", link, "allreduce"))
+        for link, (src, dst) in pairs.items():
+            device.barrier(None)
+            if me in (src, dst):
+                pair = CommGroup(pair_groups[link], (src, dst), (src, dst).index(me))
+                times, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
+                                           config.iters, config.warmup)
+                if me == 0:
+                    wrong_total += wrong
+                    on_row(_row(config, _view(pair, device), world, count, times, wrong, "send",
+                                link, "p2p"))
+        device.barrier(None)
+    return wrong_total
+
+
+def _row(config, view, world, count, times, wrong, algorithm, link, operation) -> dict:
+    row = make_row(config, view, algorithm, count, times, wrong)
+    row.update(benchmark="links", nodes=world.nodes, ranks_per_node=world.ranks_per_node,
+               link=link, operation=operation)
+    return row
+
+
+def measure_links(session: Session) -> int:
+    """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
+    config, env, device = session.config, session.env, session.device
+    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device)
+    if session.lead:
+        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
+              f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
+              f"local rank, p2p = one-way send\n# {'link':>5} {'op':>9}\n{HEADER}", flush=True)
+    session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
+                                     flush=True)
+    session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
+    wrong = links_sweep(config, world, session.record)
+    end_phase(world, "links", device)
+    return wrong
+
+
+BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links)
+
+
+def links_rank_main(config: RunConfig, env=None) -> int:
+    """The per-rank entry point of `links` (any launcher); returns #wrong."""
+    return rank_main(config, BENCHMARK, env)

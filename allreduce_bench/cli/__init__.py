@@ -1,0 +1,105 @@
+"""The command line: `allreduce-bench` (and `python -m allreduce_bench`)."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from allreduce_bench.errors import UsageError
+
+
+class OneLineErrors(click.Group):
+    """Bad input: one line on stderr saying what is wrong, exit code 2, never a traceback."""
+
+    def main(self, args=None, prog_name=None, **kwargs):
+        kwargs.pop("standalone_mode", None)
+        try:
+            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs) or 0
+        except UsageError as error:
+            click.echo(f"allreduce-bench: error: {error}", err=True)
+            sys.exit(2)
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+            click.echo(f"allreduce-bench: error: {error.format_message()}{hint}", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("allreduce-bench: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as error:
+            click.echo(f"allreduce-bench: error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="allreduce-bench")
+def main():
+    """Measure AllReduce algorithms (native, ring, naive, hierarchical) like nccl-tests.
+
+    Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
+    """
+
+
+@main.command()
+@click.option("--algos", default="native,ring,naive,hierarchical", show_default=True,
+              help="Comma-separated algorithms to measure.")
+@click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU; 2,4,... up "
+              "to the GPU count with NCCL; under a launcher, its whole world (sub-worlds are its "
+              "first k ranks).")
+@click.option("--sizes", help="Comma-separated per-rank tensor sizes, e.g. 1M,8M (instead of a sweep).")
+@click.option("--min-bytes", help="Smallest size of the sweep, K/M/G binary suffixes. [4K on CPU, 1K on GPU]")
+@click.option("--max-bytes", help="Largest size of the sweep. [64M on CPU, 1G on GPU]")
+@click.option("--factor", type=float, help="Multiply the size by this each step. [4 on CPU, 2 on GPU]")
+@click.option("--dtype", default="float32", show_default=True,
+              help="float32, bfloat16, float16, float64 or int32.")
+@click.option("--iters", type=int, help="Timed iterations per size. [20 on GPU, 10 on CPU, 5 with --quick]")
+@click.option("--warmup", type=int, help="Untimed iterations before timing. [5 on GPU, 2 on CPU, 1 with --quick]")
+@click.option("--backend", default="auto", show_default=True,
+              help="auto (nccl when every local rank has a GPU, else gloo), gloo or nccl.")
+@click.option("--device", help="cpu or cuda; overrides what the backend implies.")
+@click.option("--ranks-per-node", type=int, help="Ranks per node, to simulate nodes on one host. "
+              "Default: the launcher's LOCAL_WORLD_SIZE; 2 for a local CPU run.")
+@click.option("--tag", default="", help="A label carried in every row, e.g. nvlink or ib.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output directory. [results/<UTC timestamp>[-<tag>]]")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds any collective may take before the run is aborted.")
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path),
+              help="Continue the interrupted run in this directory: skip its finished rows, append "
+              "the rest (same options as the original run).")
+@click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, 5 iterations): a smoke test.")
+@click.option("--no-plot", is_flag=True, help="Write results only, no figures.")
+def run(**options):
+    """Measure AllReduce over a sweep of sizes and world sizes, check every result.
+
+    \b
+    Without a launcher, starts a local world per world size (gloo on loopback, or NCCL
+    with one GPU per rank). Under torchrun / srun / mpirun it uses that world.
+    Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
+    """
+    from allreduce_bench.config.options import run_config
+    from allreduce_bench.launch.driver import run as run_benchmark
+    from allreduce_bench.launch.environments import announce
+
+    config = run_config(command=shlex.join(sys.argv), **options)
+    announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
+             f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
+             f"algorithms {','.join(config.algorithms)} -> {config.out_dir}")
+    sys.exit(run_benchmark(config))
+
+
+from allreduce_bench.cli.analysis import plot, report  # noqa: E402
+from allreduce_bench.cli.ddp import ddp  # noqa: E402
+from allreduce_bench.cli.links import links_command  # noqa: E402  (intra- vs inter-node links)
+from allreduce_bench.cli.model import model  # noqa: E402  (the cost model: fit, predict, ddp)
+from allreduce_bench.emulate import emulate  # noqa: E402  (emulated multi-node cluster)
+
+for command in (plot, report, ddp, model, emulate, links_command(run)):
+    main.add_command(command)
+
+if __name__ == "__main__":
+    main()

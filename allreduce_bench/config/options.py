@@ -1,0 +1,113 @@
+"""From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from allreduce_bench.config import (
+    CPU_DEFAULTS,
+    DTYPES,
+    GPU_DEFAULTS,
+    QUICK,
+    RunConfig,
+    check_counts,
+    check_sizes_fit_dtype,
+    default_out_dir,
+    parse_algorithms,
+    parse_dtype,
+    parse_world_sizes,
+    resolve_sizes,
+)
+from allreduce_bench.errors import UsageError
+from allreduce_bench.launch import resume
+from allreduce_bench.launch.environments import launcher_env
+from allreduce_bench.layout import node_layout
+from allreduce_bench.measure.device import resolve_backend
+
+
+def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
+    """2, 4, 8, ... up to the GPU count, and the count itself."""
+    sizes, k = [], 2
+    while k <= gpus:
+        sizes.append(k)
+        k *= 2
+    return tuple(sorted(set(sizes + [gpus])))
+
+
+def resolve_world(world_sizes: str | None, backend: str, device: str | None,
+                  ranks_per_node: int | None) -> tuple[tuple[int, ...], str, str, int | None]:
+    """(world sizes, backend, device, ranks per node) from the options and this host.
+
+    Shared by every command that starts worlds (`run`, `ddp`): the launcher's world or a local
+    one per world size, nccl when every local rank has a GPU, two ranks per simulated node on a
+    local CPU run where every world size splits that way.
+    """
+    env = launcher_env()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wants_gpu = device != "cpu" and backend in ("auto", "nccl")
+    if world_sizes:
+        chosen = parse_world_sizes(world_sizes)
+    elif env is not None:
+        chosen = (env.world_size,)
+    elif wants_gpu and gpus >= 2:
+        chosen = gpu_world_sizes(gpus)
+    else:
+        chosen = CPU_DEFAULTS["world_sizes"]
+    per_host = env.local_world_size if env else max(chosen)
+    if env is not None and gpus == 1:
+        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
+    backend, device = resolve_backend(backend, device, per_host)
+
+    if env is not None:
+        for k in chosen:
+            if k > env.world_size:
+                raise UsageError(f"world size {k} is larger than the {env.world_size} ranks "
+                                 "launched; launch more ranks or choose smaller --world-sizes")
+    elif ranks_per_node is None and device == "cpu":
+        default = CPU_DEFAULTS["ranks_per_node"]
+        # Two ranks per node simulates two levels; a world it cannot split is one node.
+        if all(k <= default or k % default == 0 for k in chosen):
+            ranks_per_node = default
+    layout = ranks_per_node or (env.local_world_size if env else None)
+    for k in chosen:
+        node_layout(k, layout or k)
+    return chosen, backend, device, ranks_per_node
+
+
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
+               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+               command="", resume_dir=None) -> RunConfig:
+    env = launcher_env()
+    chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
+                                                            ranks_per_node)
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    if quick and not (sizes or min_bytes or max_bytes or factor):
+        swept = QUICK["sizes"]
+    else:
+        swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults)
+    dtype = parse_dtype(dtype)
+    check_sizes_fit_dtype(swept, dtype)
+    itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
+    swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
+    iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
+    warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
+    check_counts(iters, warmup, timeout_s)
+    resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
+    if resume_dir is not None:
+        if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
+            raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
+        out_dir = Path(resume_dir)
+        if writer:
+            stored = resume.stored_run(resume_dir)
+            resumed = {"run_id": stored["run_id"]}
+    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise UsageError(f"--out {out_dir} is a file; give a directory for the results")
+    config = RunConfig(
+        algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
+        iters=iters, warmup=warmup, backend=backend, device=device,
+        ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
+        timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    if resume_dir is not None and writer:
+        resume.check_same_measurement(stored, config, resume_dir)
+    return config

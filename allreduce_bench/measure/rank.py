@@ -1,0 +1,128 @@
+"""The one per-rank entry point of every benchmark (allreduce, links, ddp) under every launcher.
+
+`rank_main(config, benchmark)` joins the world, gathers where every rank runs into meta.json,
+hands the benchmark a `Session` (device, progress, the writer of rows and samples), and turns a
+lost peer, a timeout or Ctrl-C into one line and an exit code. A benchmark only says what it
+builds and times: `Benchmark.measure(session) -> #wrong`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from allreduce_bench.launch import resume
+from allreduce_bench.launch.environments import RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
+from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
+from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta
+
+LINGER_S = 3.0  # see faults.exit_now
+
+
+def _quiet_interrupt(signum, frame) -> None:
+    # Ctrl-C reaches every rank of a local run at once; the launcher reports it in one line.
+    os._exit(130)
+
+
+def join_world(config, env: RankEnv | None):
+    """This rank's device and its place in the default process group, the same way for every
+    per-rank entry point (run, links, ddp) and every launcher. `config` needs backend, device and
+    timeout_s. A rank that cannot join exits with one line."""
+    if env is None:
+        raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
+    export_for_env_init(env)
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
+        signal.signal(signal.SIGINT, _quiet_interrupt)
+    device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
+    try:
+        dist.init_process_group(config.backend, **process_group_options(config.backend, device,
+                                                                         config.timeout_s))
+    except (RuntimeError, ValueError) as error:  # unreachable master, rendezvous timeout, ...
+        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
+                 f"({env.launcher}, master {where}): {first}")
+    return device
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """What a benchmark declares: its name, the meta.json a new run of it starts with, and what
+    it measures on one rank (rows go through `session.record`); returns #wrong."""
+
+    name: str
+    meta: Callable[[object], dict]
+    measure: Callable[[Session], int]
+
+
+class Session:
+    """One rank's measuring context: the same for every benchmark."""
+
+    def __init__(self, config, env: RankEnv, device, progress: Progress):
+        self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.lead = env.rank == 0  # rank 0 is the only writer
+        self.fault = Fault.from_env()
+        self.rows_done = 0
+        self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
+        self._rows = ResultsWriter(config.out_dir) if self.lead else None
+        self._samples = SamplesWriter(config.out_dir) if self.lead else None
+
+    def record(self, row: dict, samples=None) -> None:
+        """Keep one finished measurement: its row and, on rank 0, its raw per-rank samples
+        (a DataFrame in the samples schema, or None). Called on every rank: the test-only fault
+        hook fires between two measurements on whichever rank it names."""
+        if self.lead:
+            if samples is not None and len(samples):
+                self._samples.append(samples)  # first: a row never points at missing samples
+            self._rows.append(row)
+            self.show(row)
+        self.rows_done += 1
+        if self.fault:
+            self.fault.after_row(self.env.rank, self.rows_done)
+
+
+def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
+    """Measure `benchmark` on this rank; returns #wrong (meaningful on rank 0).
+
+    A collective that fails or times out ends this process at once with exit code 3 and one
+    line naming the step and the missing rank (see faults.py); rows already written stay.
+    """
+    env = env or launcher_env()
+    device = join_world(config, env)
+    progress = Progress(env.rank, env.world_size)
+    try:
+        _gather_meta(config, benchmark, env, device)
+        wrong = benchmark.measure(Session(config, env, device, progress))
+    except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
+        if not (peer_died(error) or peer_silent(error)):
+            traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
+        exit_now(failure_line(env.rank, progress, error, config.timeout_s),
+                 linger_s=LINGER_S if peer_died(error) else 0.0)
+    except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
+        exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
+    dist.destroy_process_group()
+    return wrong
+
+
+def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> None:
+    """Where every rank runs, into meta.json (rank 0 writes; a new run starts its meta here
+    when no driver did, as under a launcher)."""
+    infos = [None] * env.world_size
+    dist.all_gather_object(infos, run_meta.rank_info(device, env))
+    if env.rank != 0:
+        return
+    if read_meta(config.out_dir).get("run_id") != config.run_id:
+        start_meta(config.out_dir, benchmark.meta(config))
+    meta = read_meta(config.out_dir)
+    if len(infos) >= len(meta.get("hostnames", [])):  # a local sub-world does not shrink it
+        meta.update(run_meta.world_meta(infos))
+    write_meta(config.out_dir, meta)
+    if resume.repair_tail(config.out_dir):
+        print("allreduce-bench: dropped a half-written last row of results.csv", file=sys.stderr)

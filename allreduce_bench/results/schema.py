@@ -1,0 +1,36 @@
+"""What results files hold: the columns of results.csv and of the raw samples, the schema
+version written into meta.json, and which rows are AllReduce measurements."""
+from __future__ import annotations
+
+import pandas as pd
+
+# meta.json's schema_version. 1 (no field): one timed call per iteration, five statistics per
+# row; 2: calibrated samples of `loops` back-to-back calls, raw per-rank samples kept.
+SCHEMA_VERSION = 2
+
+COLUMNS = [
+    "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
+    "world_size", "nodes", "ranks_per_node", "size_bytes", "count", "iters", "warmup",
+    "time_us_median", "time_us_mean", "time_us_p95", "time_us_min", "time_us_max",
+    "algbw_GBps", "busbw_GBps", "wrong",
+    # benchmark = ddp rows (ddp_bench.py): what was timed, DDP's bucket cap, micro-batches per
+    # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
+    "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
+    # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
+    "emulation", "link", "operation",
+]
+REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
+RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parquet"
+# samples.parquet: one row per (measurement, sample, rank); a directory of parts, one per
+# measurement, so it grows as rows do and a killed run keeps every finished part.
+SAMPLE_COLUMNS = ["run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
+                  "operation", "measure", "bucket_mb", "sample", "rank", "host", "loops", "time_us"]
+
+
+
+
+def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The `run` rows (benchmark = allreduce; files from before that column count as such)."""
+    if "benchmark" in frame.columns:
+        frame = frame[frame["benchmark"].fillna("allreduce") == "allreduce"]
+    return frame

@@ -1,0 +1,125 @@
+"""Results on disk: one CSV row per measurement, appended as it is made, plus meta.json.
+
+Rank 0 is the only writer. Each row is written and flushed to disk as soon as its size
+finishes, so a crash or Ctrl-C loses at most the size in flight and the file stays a valid CSV.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.results.schema import COLUMNS, META_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
+
+
+def drop_partial_last_row(path: Path) -> bool:
+    """Cut a half-written last line (a writer killed mid-row); True if one was dropped."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return False
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+class ResultsWriter:
+    """Appends rows to <out_dir>/results.csv, writing the header once."""
+
+    def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
+        self.path = Path(out_dir) / RESULTS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        drop_partial_last_row(self.path)  # never glue a new row onto a killed writer's half row
+        self.columns = self._columns_of_existing_file(columns)
+
+    def _columns_of_existing_file(self, columns: list[str]) -> list[str]:
+        """Rows are appended under the header already in the file. A file written by an older
+        version, with fewer columns, is rewritten once (atomically) with the missing ones
+        added at the end, so old and new rows stay one valid CSV."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return columns
+        with open(self.path, newline="") as f:
+            header = next(csv.reader(f), [])
+        missing = [c for c in columns if c not in header]
+        if not missing:
+            return header
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        merged = header + missing
+        tmp = self.path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=merged, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(self.path)
+        return merged
+
+    def append(self, row: dict) -> None:
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        with open(self.path, "a", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_meta(out_dir: Path, meta: dict) -> None:
+    path = Path(out_dir) / META_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def start_meta(out_dir: Path, meta: dict) -> None:
+    """Write a new run's meta.json; an earlier run's (another run_id, whose rows stay in
+    results.csv) is kept inside it under `earlier_runs` rather than lost."""
+    meta = {"schema_version": SCHEMA_VERSION, **meta}
+    stored = read_meta(out_dir)
+    if stored.get("run_id") not in (None, meta.get("run_id")):
+        meta = {**meta, "earlier_runs": stored.pop("earlier_runs", []) + [stored]}
+    write_meta(out_dir, meta)
+
+
+def read_meta(run_dir: Path) -> dict:
+    path = Path(run_dir) / META_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def update_meta(out_dir: Path, **fields) -> None:
+    meta = read_meta(out_dir)
+    meta.update(fields)
+    write_meta(out_dir, meta)
+
+
+class SamplesWriter:
+    """Appends one measurement's raw samples as a new part of <out_dir>/samples.parquet/.
+
+    Each part is written to a temporary name and renamed into place, so a reader never sees
+    a half-written part and a killed run keeps every finished one."""
+
+    def __init__(self, out_dir: Path):
+        self.dir = Path(out_dir) / SAMPLES_DIR
+        self._next = None
+
+    def append(self, frame: pd.DataFrame) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self._next is None:
+            parts = [int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")]
+            self._next = max(parts, default=-1) + 1
+        path = self.dir / f"part-{self._next:06d}.parquet"
+        tmp = self.dir / f".{path.name}.tmp"
+        frame.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        self._next += 1
+        return path
