@@ -7,6 +7,7 @@ from torch import nn
 
 from allreduce_bench.benchmarks.ddp import (
     DdpSettings,
+    NoOverlapTrainer,
     Trainer,
     build_model,
     check_ddp_gradients,
@@ -63,6 +64,38 @@ def gradients_against_hand_average(params: int, layers: int, bucket_mb: float) -
                 check_wrong=check_ddp_gradients(ddp, batch, world))
 
 
+def timeline_of_a_tiny_model(params: int, layers: int, bucket_mb: float, iters: int) -> dict:
+    """measure_bucket_cap's timeline rows (DDP step and no-overlap step, slowest rank) and the
+    bucket layout the hook saw, with the gradient size to check them against."""
+    world = _world()
+    settings = DdpSettings(params=params, layers=layers, batch_size=4, bucket_mbs=(bucket_mb,),
+                           accum=1, iters=iters, warmup=0)
+    found = measure_bucket_cap(settings, world, Trainer.make(settings, world), bucket_mb)
+    grad_bytes = 4 * param_count(build_model(params, layers, torch.device("cpu")))
+    return dict(timeline=found["timeline"], layout=found["layout"], grad_bytes=grad_bytes,
+                times=found["times"])
+
+
+def baseline_against_ddp(params: int, layers: int, bucket_mb: float) -> dict:
+    """Gradients after the wait-then-AllReduce step's reduction vs DDP's, same data, same
+    weights; and that one optimizer step leaves the two models with the same weights."""
+    world = _world()
+    device = torch.device("cpu")
+    ddp, _ = wrap_ddp(build_model(params, layers, device), world, bucket_mb)
+    batch = synthetic_batch(ddp.module, 4, world.rank, device)
+    ddp_trainer = Trainer(ddp, batch, world)
+    baseline = NoOverlapTrainer(build_model(params, layers, device), batch, world)
+    ddp_trainer.step()
+    baseline.step()
+    grads = [(a.grad, b.grad) for a, b in zip(ddp.parameters(), baseline.model.parameters())]
+    weights = [(a, b) for a, b in zip(ddp.parameters(), baseline.model.parameters())]
+    return dict(grad_max_diff=max(float((a - b).abs().max()) for a, b in grads),
+                grad_scale=max(float(a.abs().max()) for a, _ in grads),
+                weight_max_diff=max(float((a - b).abs().max()) for a, b in weights),
+                grads_are_views=all(p.grad.data_ptr() >= baseline.flat.data_ptr()
+                                    for p in baseline.model.parameters()))
+
+
 def all_checks(accum: int) -> dict:
     """Every distributed check of test_ddp.py in one world, to keep process launches few.
 
@@ -72,4 +105,6 @@ def all_checks(accum: int) -> dict:
     """
     return dict(one_bucket=hook_counts(2_000, 2, accum, 25.0),
                 many_buckets=hook_counts(40_000, 4, accum, 1 / 16),
-                gradients=gradients_against_hand_average(40_000, 4, 1 / 16))
+                gradients=gradients_against_hand_average(40_000, 4, 1 / 16),
+                timeline=timeline_of_a_tiny_model(40_000, 4, 1 / 16, 3),
+                baseline=baseline_against_ddp(40_000, 4, 1 / 16))

@@ -64,6 +64,46 @@ def test_ddp_gradients_equal_the_average_by_hand(world_of_two):
         assert grads["check_wrong"] == 0
 
 
+@pytest.mark.timeout(180)
+def test_timeline_has_every_bucket_in_order_and_its_bytes(world_of_two):
+    for rank in world_of_two:
+        found = rank["timeline"]
+        timeline = pd.DataFrame(found["timeline"])
+        assert set(timeline["measure"]) == {"step", "no_overlap"}
+        assert (timeline.groupby("measure")["rank"].nunique() == 1).all()  # the slowest rank's
+        assert sorted(timeline["iteration"].unique()) == [0, 1, 2]
+        for (measure, _), spans in timeline.groupby(["measure", "iteration"]):
+            by = {s: spans[spans["span"] == s] for s in ("forward", "backward", "optimizer",
+                                                           "allreduce")}
+            assert all(len(by[s]) == 1 for s in ("forward", "backward", "optimizer"))
+            forward, backward, optimizer = (by[s].iloc[0] for s in ("forward", "backward", "optimizer"))
+            # start <= forward end <= backward end <= optimizer start <= end = the step
+            assert 0 == forward["start_us"] <= forward["end_us"] == backward["start_us"]
+            assert backward["start_us"] <= backward["end_us"] <= optimizer["start_us"]
+            assert optimizer["start_us"] <= optimizer["end_us"] == pytest.approx(spans["step_us"].iloc[0])
+            reduces = by["allreduce"]
+            assert (reduces["start_us"] >= backward["start_us"]).all()  # launched in backward...
+            assert (reduces["start_us"] <= reduces["end_us"]).all()
+            assert (reduces["end_us"] <= optimizer["start_us"]).all()  # ...done before the step
+            assert reduces["bytes"].sum() == found["grad_bytes"]
+            if measure == "step":  # every bucket DDP sent, once
+                assert sorted(reduces["bytes"]) == sorted(found["layout"])
+                assert sorted(reduces["bucket"]) == list(range(len(found["layout"])))
+                assert len(found["layout"]) >= 2
+            else:  # one AllReduce of all gradients, after backward
+                assert len(reduces) == 1 and reduces["start_us"].iloc[0] >= backward["end_us"]
+        assert found["times"]["no_overlap"] and found["times"]["backward"]
+
+
+@pytest.mark.timeout(180)
+def test_no_overlap_baseline_gradients_equal_ddps(world_of_two):
+    for rank in world_of_two:
+        baseline = rank["baseline"]
+        assert baseline["grads_are_views"]
+        assert baseline["grad_max_diff"] <= 1e-6 * baseline["grad_scale"]
+        assert baseline["weight_max_diff"] <= 1e-6
+
+
 def test_set_epoch_check_reports_repeat_without_and_change_with():
     for world_size in (1, 2, 4):
         check = set_epoch_check(16, world_size)
@@ -150,8 +190,8 @@ def test_ddp_command_end_to_end(tmp_path):
     assert result.exit_code == 0, result.output
     frame = load_results(out)
     assert set(frame["benchmark"]) == {"ddp"}
-    assert set(frame["measure"]) == {"compute", "backward", "step", "comm", "accum_sync",
-                                     "accum_no_sync"}
+    assert set(frame["measure"]) == {"compute", "backward", "step", "comm", "comm_cpu",
+                                     "no_overlap", "accum_sync", "accum_no_sync"}
     assert int(frame["wrong"].sum()) == 0
     table = overlap_table(frame)
     assert list(table["bucket_mb"]) == [0.0625, 25.0]
@@ -160,5 +200,8 @@ def test_ddp_command_end_to_end(tmp_path):
     assert meta["set_epoch_check"][0]["with_set_epoch"]["epochs_identical"] is False
     assert (out / "plots" / "ddp_overlap.png").exists()
     assert (out / "plots" / "ddp_accumulation.png").exists()
+    assert (out / "plots" / "ddp_timeline.png").exists()
+    assert (table["no_overlap_us"] > 0).all() and (table["speedup_vs_no_overlap"] > 0).all()
     section = ddp_section(out)
     assert "plots/ddp_overlap.png" in section and "| 2 | 25 |" in section
+    assert "plots/ddp_timeline.png" in section and "wait-then-AllReduce" in section

@@ -66,6 +66,19 @@ def test_times_and_labels():
     assert em.Emulation(4, 8, 2e9, 0.002).label == "4x8@2Gbit+2ms"
 
 
+def test_each_benchmark_gets_the_options_its_command_has():
+    from allreduce_bench.cli import main as root
+    with root.make_context("allreduce-bench", ["emulate"]) as ctx, ctx.scope():
+        split = em.per_benchmark_args(root, ["allreduce", "links", "ddp"],
+                                      ["--sizes", "1M", "--algos", "ring", "--params=40K",
+                                       "--iters", "3", "--no-plot", "--bucket-mb", "1,25"])
+    assert split["allreduce"] == ["--sizes", "1M", "--algos", "ring", "--iters", "3", "--no-plot"]
+    assert split["links"] == ["--sizes", "1M", "--iters", "3", "--no-plot"]
+    # ddp: its own options, and the emulated defaults for the model shape it was not given
+    assert split["ddp"] == ["--layers", "24", "--batch-size", "256", "--params=40K", "--iters", "3",
+                            "--no-plot", "--bucket-mb", "1,25"]
+
+
 def test_links_get_no_algos():
     args = ["--algos", "ring", "--sizes", "1M", "--algos=naive", "--quick"]
     assert em.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
@@ -83,6 +96,10 @@ def test_without_privileges_or_tools_one_line_exit_2(monkeypatch):
     monkeypatch.setattr(em, "_effective_caps", lambda: 0)
     result = CliRunner().invoke(main, ["emulate", "--quick"])
     assert result.exit_code == 2 and "needs root" in result.output
+    before = set(em.namespaces())
+    result = CliRunner().invoke(main, ["emulate", "--benchmarks", "ddp"])
+    assert result.exit_code == 2 and "needs root" in result.output
+    assert result.output.strip().count("\n") == 0 and set(em.namespaces()) == before
     monkeypatch.setattr(em.shutil, "which", lambda tool: None)
     result = CliRunner().invoke(main, ["emulate", "--cleanup"])
     assert result.exit_code == 2 and "needs ip and tc" in result.output
@@ -91,7 +108,10 @@ def test_without_privileges_or_tools_one_line_exit_2(monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["--nodes", "1"], "--nodes must be at least 2"),
     (["--inter-bandwidth", "fast"], "--inter-bandwidth"),
-    (["--benchmarks", "ddp"], "--benchmarks"),
+    (["--benchmarks", "ddp,nope"], "--benchmarks"),
+    (["--benchmarks", "ddp", "--sizes", "1M"], "no such option '--sizes'"),
+    (["--benchmarks", "ddp", "--params", "lots"], "--params"),
+    (["--benchmarks", "allreduce,ddp", "--bucket-mb", "0"], "--bucket-mb"),
     (["--backend", "nccl"], "nccl"),
     (["--sizes", "0"], "size"),
     (["--world-sizes", "8"], "larger than the 4 ranks"),
@@ -153,6 +173,37 @@ def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
     assert set(map(tuple, links[["link", "operation"]].values)) == {
         ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
     assert (links["world_size"] == 2).all() and (links["busbw_GBps"] > 0).all()
+
+
+@needs_namespaces
+@pytest.mark.timeout(240)
+def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
+    """`emulate --benchmarks allreduce,ddp`: each gets its own options; ddp's rows, timeline,
+    no_overlap baseline, accumulation and set_epoch check come from the emulated hosts."""
+    out = tmp_path / "ddp"
+    driver = subprocess.Popen(CLI + ["emulate", "--benchmarks", "allreduce,ddp", "--ranks-per-node", "1",
+                                     "--inter-bandwidth", "1gbit", "--sizes", "64K", "--algos", "native",
+                                     "--params", "40K", "--layers", "4", "--batch-size", "4",
+                                     "--bucket-mb", "0.0625,25", "--accum", "2", "--iters", "2",
+                                     "--warmup", "0", "--no-plot", "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = driver.communicate(timeout=230)
+    assert driver.returncode == 0, stdout + stderr
+    assert ours(driver.pid) == []
+    frame = pd.read_csv(out / "results.csv")
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["emulation"]["label"] == "2x1@1Gbit"
+    assert (frame["emulation"] == "2x1@1Gbit").all() and (frame["wrong"] == 0).all()
+    assert set(frame["benchmark"]) == {"allreduce", "ddp"}
+    ddp = frame[frame["benchmark"] == "ddp"]
+    assert set(ddp["measure"]) == {"compute", "backward", "comm", "comm_cpu", "step", "no_overlap",
+                                   "accum_sync", "accum_no_sync"}
+    assert (ddp[["world_size", "nodes", "ranks_per_node"]].values == [2, 2, 1]).all()
+    assert meta["set_epoch_check"][0]["with_set_epoch"]["epochs_identical"] is False
+    timeline = pd.read_csv(out / "ddp_timeline.csv")
+    assert set(timeline["bucket_mb"]) == {0.0625, 25.0}
+    assert set(timeline["measure"]) == {"step", "no_overlap"}
+    assert "DDP vs wait-then-AllReduce" in stdout
 
 
 def _start(tmp_path, **popen) -> subprocess.Popen:

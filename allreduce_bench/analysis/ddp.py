@@ -7,12 +7,20 @@ Definitions (per world size and bucket cap, on median times of the slowest rank)
   Noise (or compute and communication slowing each other down on shared CPU cores) can push
   the raw value outside [0, 1]; the share reported is clipped to [0, 1] and the raw value kept
   beside it as `hidden_share_raw`.
-* the seed's model: predicted step = compute + max(0, comm - overlappable), where
-  overlappable = min(backward * (1 - first bucket's share), comm * (1 - last bucket's share)).
-  DDP can start reducing only once the first bucket (the last layers, ready first) is full, so
-  at most the rest of the backward pass is left to hide communication behind; and the last
-  bucket is ready only when backward ends, so its share of the communication is never hidden.
-  Shares are by bytes, i.e. backward time is taken as spread evenly over the parameters.
+* DDP vs wait-then-AllReduce = no_overlap / step: how much faster DDP's step is than the naive
+  one (backward to the end, one AllReduce of all gradients, optimizer step), timed interleaved.
+* the model, bucket by bucket (`predicted_us`): bucket i (in ready order) is ready when backward
+  has produced its bytes and those of the buckets before it, backward producing bytes at an
+  even rate; the link carries one bucket after another, each for its byte share of comm; the
+  step is compute - backward + max(backward, when the last bucket is done). This is the seed's
+  step = compute + max(0, comm - overlappable) with the overlappable part worked out from the
+  bucket sizes instead of bounded. On CPU (gloo), communication is not free for the cores
+  backward runs on: the CPU time AllReduce alone costs a rank (`comm_cpu`, measured) is added
+  to backward for the buckets sent while it runs (all but the last).
+* the seed's closed form (`seed_predicted_us`): overlappable = min(backward * (1 - first
+  bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
+  first bucket is full, and the last bucket is ready only when backward ends. It is exact when
+  the link never waits for a bucket, and optimistic when it does (few large buckets).
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ import pandas as pd
 from allreduce_bench import units
 from allreduce_bench.analysis.ddp_model import step_time
 from allreduce_bench.errors import UsageError
+from allreduce_bench.results.timeline import TIMELINE_FILE, read_timeline
 
 
 def parse_count(text: str, what: str = "--params") -> int:
@@ -65,6 +74,27 @@ def predicted_step_us(compute_us: float, comm_us: float, overlappable: float) ->
     return step_time(compute_us, comm_us, 0.0, overlappable_s=overlappable).step_s
 
 
+def pipelined_step_us(compute_us: float, backward_us: float, comm_us: float,
+                      sizes: list[int], comm_cpu_us: float = 0.0) -> float:
+    """The step as backward and DDP's buckets pipeline it (see the module docstring).
+
+    `comm_cpu_us`: CPU time the AllReduce costs a rank where computation and communication
+    share the CPU cores (gloo on CPU); the part of it spent on the buckets sent while backward
+    runs (all but the last) lengthens backward. 0 where communication has its own engine (GPU).
+    """
+    total = sum(sizes)
+    if total <= 0:
+        return compute_us + comm_us
+    backward_us = backward_us + comm_cpu_us * (1 - sizes[-1] / total)
+    compute_us = compute_us + comm_cpu_us * (1 - sizes[-1] / total)
+    link_free, produced = 0.0, 0
+    for size in sizes:
+        produced += size
+        ready = backward_us * produced / total
+        link_free = max(link_free, ready) + comm_us * size / total
+    return compute_us - backward_us + max(backward_us, link_free)
+
+
 def ddp_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if "benchmark" not in frame.columns:
         return frame.iloc[0:0]
@@ -80,7 +110,8 @@ def _median(rows: pd.DataFrame, measure: str, **match) -> pd.Series:
 
 
 def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, the model."""
+    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, the
+    no-overlap baseline and the model."""
     frame = ddp_rows(frame)
     out = []
     for world_size, rows in frame.groupby("world_size"):
@@ -89,6 +120,10 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             # compute is timed interleaved with each bucket cap's comm and step: use that one
             compute = _median(rows, "compute", bucket_mb=bucket_mb).median()
             backward = _median(rows, "backward", bucket_mb=bucket_mb).median()
+            no_overlap = _median(rows, "no_overlap", bucket_mb=bucket_mb).median()
+            on_cpu = "device" not in rows.columns or (rows["device"] == "cpu").all()
+            comm_cpu = _median(rows, "comm_cpu", bucket_mb=bucket_mb).median() if on_cpu else 0.0
+            comm_cpu = 0.0 if pd.isna(comm_cpu) else comm_cpu
             if comm_rows.empty or pd.isna(compute):
                 continue
             step, comm = steps["time_us_median"].median(), comm_rows["time_us_median"].median()
@@ -97,14 +132,20 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             raw = 1 - exposed / comm if comm > 0 else float("nan")
             share = min(1.0, max(0.0, raw))
             overlap = overlappable_us(backward, comm, sizes)
-            predicted = predicted_step_us(compute, comm, overlap)
+            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu)
+            seed = predicted_step_us(compute, comm, overlap)
             out.append({
                 "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
-                "compute_us": compute, "backward_us": backward, "comm_us": comm, "step_us": step,
+                "compute_us": compute, "backward_us": backward, "comm_us": comm,
+                "comm_cpu_us": comm_cpu, "step_us": step,
                 "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
                 "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
+                "no_overlap_us": no_overlap,
+                "speedup_vs_no_overlap": no_overlap / step if step > 0 else float("nan"),
                 "overlappable_us": overlap, "predicted_us": predicted,
                 "model_error": predicted / step - 1 if step > 0 else float("nan"),
+                "seed_predicted_us": seed,
+                "seed_model_error": seed / step - 1 if step > 0 else float("nan"),
                 "wrong": int(steps["wrong"].sum()),
             })
     return pd.DataFrame(out)
@@ -137,14 +178,19 @@ def _ms(us: float) -> str:
 
 
 def overlap_markdown(table: pd.DataFrame) -> str:
-    lines = ["| world size | bucket cap (MiB) | buckets | compute (ms) | comm (ms) | DDP step (ms) "
-             "| exposed (ms) | hidden share | predicted (ms) | model error |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| world size | bucket cap (MiB) | buckets | compute (ms) | comm (ms) | comm CPU (ms) "
+             "| DDP step (ms) | exposed (ms) | hidden share | wait-then-AllReduce (ms) "
+             "| DDP vs wait-then-AllReduce | predicted (ms) | model error | seed's closed form (ms) |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in table.itertuples():
         share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+        baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
+        speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
         lines.append(f"| {r.world_size} | {r.bucket_mb:g} | {r.buckets} | {_ms(r.compute_us)} | "
-                     f"{_ms(r.comm_us)} | {_ms(r.step_us)} | {_ms(r.exposed_us)} | {share} | "
-                     f"{_ms(r.predicted_us)} | {r.model_error:+.0%} |")
+                     f"{_ms(r.comm_us)} | {_ms(r.comm_cpu_us)} | {_ms(r.step_us)} | "
+                     f"{_ms(r.exposed_us)} | {share} | "
+                     f"{baseline} | {speedup} | {_ms(r.predicted_us)} | {r.model_error:+.0%} | "
+                     f"{_ms(r.seed_predicted_us)} ({r.seed_model_error:+.0%}) |")
     return "\n".join(lines)
 
 
@@ -208,8 +254,14 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
             "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
             "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
-            "clipped to [0, 1]. Predicted = compute + max(0, comm - overlappable), overlappable = "
-            "min(backward x (1 - first bucket's share), comm x (1 - last bucket's share)).", ""]
+            "clipped to [0, 1]. Wait-then-AllReduce = backward to the end, one AllReduce of all "
+            "gradients (flattened), then the SGD step, timed interleaved with the DDP step; DDP vs "
+            "wait-then-AllReduce = its time / the DDP step's. Predicted = compute - backward + "
+            "max(backward, when the last bucket is done), each bucket ready when backward has "
+            "produced its bytes and sent after the one before it (the seed's compute + max(0, "
+            "comm - overlappable) with the overlappable part worked out bucket by bucket); the "
+            "seed's closed form takes overlappable = min(backward x (1 - first bucket's share), "
+            "comm x (1 - last bucket's share)).", ""]
     overlap = overlap_table(frame)
     if not overlap.empty:
         out += [overlap_markdown(overlap), ""]
@@ -219,6 +271,11 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
                     "slow each other down instead of overlapping.", ""]
     if "overlap" in figures:
         out += [f"![step time split]({figures['overlap']})", ""]
+    if "timeline" in figures:
+        out += ["Measured timeline of one DDP step per bucket cap (the slowest rank's median "
+                "step): the computation, and under it when each bucket's AllReduce was launched "
+                "and completed (DDP communication hook), against the wait-then-AllReduce step; "
+                f"every span is in `{TIMELINE_FILE}`.", "", f"![timeline]({figures['timeline']})", ""]
     accum = accumulation_table(frame)
     if not accum.empty:
         out += ["Gradient accumulation with DDP's default buckets (bucket_cap_mb unset: 25 MiB, "
@@ -242,6 +299,25 @@ def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
     run_dir = Path(run_dir)
     frame = load_results(run_dir)
     figures = {name: f"{figures_dir}/{file}" for name, file in
-               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"))
+               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"),
+                ("timeline", "ddp_timeline.png"))
                if (run_dir / figures_dir / file).exists()}
     return ddp_markdown(frame, read_meta(run_dir), figures)
+
+
+def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ddp_timeline rows of the runs the frame's ddp rows come from (their `source`
+    directories, matched by run_id); empty when none was recorded."""
+    frame = ddp_rows(frame)
+    parts = []
+    if "source" in frame.columns and "run_id" in frame.columns:
+        for (source, run_id), _ in frame.groupby(["source", "run_id"]):
+            parts.append(read_timeline(source, run_id))
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True) if parts else read_timeline("/nonexistent")
+
+
+def median_iteration(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Of one (world size, bucket cap, measure)'s iterations, the one with the median step."""
+    steps = timeline.groupby("iteration")["step_us"].first().sort_values()
+    return timeline[timeline["iteration"] == steps.index[(len(steps) - 1) // 2]]

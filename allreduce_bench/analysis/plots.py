@@ -15,7 +15,11 @@ matplotlib.use("Agg")  # files only; no display needed
 import pandas as pd  # noqa: E402
 
 from allreduce_bench.analysis.ddp import ddp_rows  # noqa: E402
-from allreduce_bench.analysis.ddp_plots import accumulation_figure, overlap_figure  # noqa: E402
+from allreduce_bench.analysis.ddp_plots import (  # noqa: E402
+    accumulation_figure,
+    overlap_figure,
+    timeline_figure,
+)
 from allreduce_bench.analysis.style import (  # noqa: E402
     LINE_STYLES,
     MARKERS,
@@ -247,9 +251,10 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
     size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
-    if has_ddp_rows(frame):  # DDP runs: the step split and the accumulation comparison
+    if has_ddp_rows(frame):  # DDP runs: step split, measured timeline, accumulation comparison
         rows, note = ddp_rows(frame), footnote(frame)
-        for name, draw in (("ddp_overlap", overlap_figure), ("ddp_accumulation", accumulation_figure)):
+        for name, draw in (("ddp_overlap", overlap_figure), ("ddp_timeline", timeline_figure),
+                           ("ddp_accumulation", accumulation_figure)):
             path = draw(rows, out_dir / f"{name}.{fmt}", note)
             if path:
                 drawn[name] = path

@@ -179,6 +179,7 @@ def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
     rows = frame[frame["benchmark"] == "ddp"]
     meta = next(iter(run_metas(rows).values()), {})
     figures = {name: file for name, file in (("overlap", "ddp_overlap.png"),
+                                             ("timeline", "ddp_timeline.png"),
                                              ("accumulation", "ddp_accumulation.png"))
                if (Path(out_dir) / file).exists()}
     return [ddp_markdown(rows, meta, figures)]

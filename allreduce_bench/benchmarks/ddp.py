@@ -1,25 +1,34 @@
 """DDP in practice, measured on one rank: bucketed overlap, no_sync accumulation, set_epoch.
 
-Per world size the same synthetic model (a stack of linear layers) is timed three ways:
+Per world size and bucket cap the same synthetic model (a stack of linear layers) is timed
+four ways:
 
 * compute: the bare module, forward + backward + SGD step, no communication at all;
 * step: the module inside `DistributedDataParallel(bucket_cap_mb=b)`, the same work, so DDP
   AllReduces gradient buckets during `loss.backward()`;
 * comm: AllReduce alone of buffers shaped exactly like the buckets DDP sent in that step
   (sizes read by the communication hook, launched asynchronously in the same order, as the
-  reducer does), so nothing is assumed about DDP's bucketing.
+  reducer does), so nothing is assumed about DDP's bucketing;
+* no_overlap: the naive step DDP improves on: backward to the end, then one AllReduce of all
+  gradients (flattened), then the SGD step.
 
-The three are timed interleaved (each iteration runs each once, in turn), as are the two
+The four are timed interleaved (each iteration runs each once, in turn), as are the two
 accumulation modes, so drifting background load hits them alike.
-Every DDP instance carries a communication hook that wraps DDP's own allreduce hook and counts
-the calls and bytes it is handed: calls and bytes per (optimizer) step are counted, not assumed.
-Per iteration the slowest rank's time is kept, as in `bench.measure`.
+Every DDP instance carries a communication hook that wraps DDP's own allreduce hook and records
+the bytes it is handed and, while timing, when each bucket's AllReduce was launched and when it
+completed (its future's callback): calls and bytes per (optimizer) step are counted, not
+assumed, and the DDP and no-overlap steps leave a measured timeline (results/timeline.py).
+Per iteration the slowest rank's time is kept, as in `bench.measure`; the timeline is the
+slowest rank's (largest median step).
 """
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import math
+import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -35,7 +44,9 @@ from allreduce_bench.benchmarks.allreduce import slowest_per_iteration
 from allreduce_bench.config.ddp import DdpSettings
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.stamps import stamps_for
 from allreduce_bench.measure.world import World, end_phase, make_world
+from allreduce_bench.results.timeline import append_timeline
 
 DTYPE = torch.float32  # gradients DDP reduces: the model's own dtype
 
@@ -74,50 +85,219 @@ def synthetic_batch(model: nn.Sequential, batch_size: int, rank: int, device: to
     return x.to(device), y.to(device)
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch, on_backward=None) -> None:
-    """zero_grad, forward, MSE loss, backward (timed by `on_backward` if given), SGD step."""
+# --- the timeline of one step ----------------------------------------------------------------
+
+@dataclass
+class AllReduceSpan:
+    """One AllReduce inside a step: launched when DDP handed its bucket to the hook."""
+
+    bucket: int
+    nbytes: int
+    launched: object
+    completed: object = None
+
+
+class Timeline:
+    """Instants of the timed steps of one step body on this rank.
+
+    Named instants per iteration: start, backward_start, backward_end (the last parameter's
+    gradient accumulated: the backward computation is done), optimizer_start, end; and every
+    AllReduce launched in the step with its completion. Nothing is kept outside timed
+    iterations (`begin(None)`: warm-up and checks).
+    """
+
+    def __init__(self, stamps, iters: int):
+        self.stamps = stamps
+        self.iteration: int | None = None
+        self.instants: list[dict] = [{} for _ in range(iters)]
+        self.allreduces: list[list[AllReduceSpan]] = [[] for _ in range(iters)]
+
+    def begin(self, iteration: int | None) -> None:
+        self.iteration = iteration
+        self.at("start")
+
+    def at(self, name: str) -> None:
+        if self.iteration is not None:
+            self.instants[self.iteration][name] = self.stamps.now()
+
+    def launched(self, bucket: int, nbytes: int) -> AllReduceSpan | None:
+        if self.iteration is None:
+            return None
+        span = AllReduceSpan(bucket, nbytes, self.stamps.now())
+        self.allreduces[self.iteration].append(span)
+        return span
+
+    def completed(self, span: AllReduceSpan | None) -> None:
+        if span is not None:
+            span.completed = self.stamps.now()
+
+    def between(self, i: int, first: str, last: str) -> float:
+        at = self.instants[i]
+        return self.stamps.us(at[first], at[last])
+
+    def spans(self, i: int) -> list[dict]:
+        """Iteration i as spans relative to its start (call after the device synchronized)."""
+        at, us = self.instants[i], self.stamps.us
+        rows = [dict(span=name, bucket=-1, bytes=0, start_us=us(at["start"], at[a]),
+                     end_us=us(at["start"], at[b]))
+                for name, a, b in (("forward", "start", "backward_start"),
+                                   ("backward", "backward_start", "backward_end"),
+                                   ("optimizer", "optimizer_start", "end"))]
+        for ar in self.allreduces[i]:
+            rows.append(dict(span="allreduce", bucket=ar.bucket, bytes=ar.nbytes,
+                             start_us=us(at["start"], ar.launched),
+                             end_us=us(at["start"], ar.completed)))
+        step = us(at["start"], at["end"])
+        return [dict(row, iteration=i, step_us=step) for row in rows]
+
+
+class _NoTimeline(Timeline):
+    def __init__(self):
+        super().__init__(None, 0)
+
+    def at(self, name: str) -> None:
+        pass
+
+
+NO_TIMELINE = _NoTimeline()
+
+
+# --- the steps -------------------------------------------------------------------------------
+
+class Trainer:
+    """A model, its SGD optimizer and this rank's batch: one training step on demand.
+
+    Every parameter carries a post-accumulate-grad hook, so the timeline knows when backward
+    has computed the last gradient, whether or not DDP then still waits for its AllReduces.
+    """
+
+    def __init__(self, model: nn.Module, batch, world: World | None = None):
+        self.model, self.batch, self.world = model, batch, world
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        self.timeline: Timeline = NO_TIMELINE
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        self._ready = 0
+        for p in self._params:
+            p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    @classmethod
+    def make(cls, settings: DdpSettings, world: World, wrap=None) -> Trainer:
+        device = world.device.torch_device
+        module = build_model(settings.params, settings.layers, device)
+        batch = synthetic_batch(module, settings.batch_size, world.rank, device)
+        return cls(wrap(module) if wrap else module, batch, world)
+
+    def _grad_ready(self, param) -> None:
+        self._ready += 1
+        if self._ready == len(self._params):
+            self.timeline.at("backward_end")
+
+    def step(self, iteration: int | None = None) -> None:
+        """zero_grad, forward, MSE loss, backward, `reduce` (nothing here), SGD step."""
+        timeline = self.timeline
+        timeline.begin(iteration)
+        self.optimizer.zero_grad(set_to_none=False)
+        x, y = self.batch
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self._ready = 0
+        timeline.at("backward_start")
+        loss.backward()
+        self.reduce(timeline)
+        timeline.at("optimizer_start")
+        self.optimizer.step()
+        timeline.at("end")
+        timeline.iteration = None
+
+    def reduce(self, timeline: Timeline) -> None:
+        """What happens between backward and the optimizer step: nothing (DDP reduced inside
+        backward; the bare model has no peers)."""
+
+
+class NoOverlapTrainer(Trainer):
+    """The naive data-parallel step DDP improves on: backward to the end, then ONE AllReduce of
+    all gradients (flattened), then the optimizer step; the network idles during backward and
+    the computation during the AllReduce.
+
+    The gradients live in one flat buffer (each parameter's .grad is a view into it, as DDP's
+    gradient_as_bucket_view does), so the AllReduce costs no copy and the comparison with DDP
+    is about overlap alone. Values: the average over ranks, as DDP's (divide, then sum).
+    """
+
+    def __init__(self, model: nn.Module, batch, world: World):
+        super().__init__(model, batch, world)
+        params = self._params
+        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=DTYPE, device=params[0].device)
+        offset = 0
+        for p in params:
+            p.grad = self.flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
+
+    def reduce(self, timeline: Timeline) -> None:
+        span = timeline.launched(0, self.flat.numel() * self.flat.element_size())
+        self.flat.div_(self.world.size)
+        dist.all_reduce(self.flat, group=self.world.group.pg)
+        timeline.completed(span)  # on CUDA: an event behind the AllReduce on the current stream
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
+    """zero_grad, forward, MSE loss, backward, SGD step: one step without a Trainer."""
     optimizer.zero_grad(set_to_none=False)
     x, y = batch
-    loss = nn.functional.mse_loss(model(x), y)
-    if on_backward:
-        on_backward(0)
-    loss.backward()
-    if on_backward:
-        on_backward(1)
+    nn.functional.mse_loss(model(x), y).backward()
     optimizer.step()
 
 
-# --- counting what DDP sends ---------------------------------------------------------------
+# --- what DDP sends, and when ----------------------------------------------------------------
 
 @dataclass
-class HookCounter:
-    """State of the counting hook: one entry per AllReduce DDP launched, in launch order."""
+class HookState:
+    """State of the recording hook: the bytes of each AllReduce DDP launched, in launch order,
+    and (while a timeline records) when each was launched and completed."""
 
     process_group: dist.ProcessGroup | None
     bucket_bytes: list[int] = field(default_factory=list)
+    timeline: Timeline = NO_TIMELINE
 
     def reset(self) -> None:
         self.bucket_bytes = []
 
 
-def counting_allreduce_hook(state, bucket):
+HookCounter = HookState  # the name tests and older code use
+
+
+def recording_allreduce_hook(state, bucket):
     """DDP's own allreduce hook, after noting the size of the bucket (a dist.GradBucket) it is
-    given. No annotations: DDP checks them, and `from __future__ import annotations` would
-    turn them into strings."""
+    given and stamping the launch; its future's callback stamps the completion. No
+    annotations: DDP checks them, and `from __future__ import annotations` would turn them
+    into strings."""
     buffer = bucket.buffer()
-    state.bucket_bytes.append(buffer.numel() * buffer.element_size())
-    return allreduce_hook(state.process_group, bucket)
+    nbytes = buffer.numel() * buffer.element_size()
+    state.bucket_bytes.append(nbytes)
+    timeline = state.timeline
+    span = timeline.launched(bucket.index(), nbytes)
+    future = allreduce_hook(state.process_group, bucket)
+    if span is None:
+        return future
+
+    def completed(fut):
+        timeline.completed(span)
+        return fut.value()
+
+    return future.then(completed)
 
 
-def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None) -> tuple[DistributedDataParallel, HookCounter]:
-    """DDP over the world's group with the counting hook; bucket_mb None is DDP's default (25)."""
+counting_allreduce_hook = recording_allreduce_hook
+
+
+def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None) -> tuple[DistributedDataParallel, HookState]:
+    """DDP over the world's group with the recording hook; bucket_mb None is DDP's default (25)."""
     device = world.device.torch_device
     kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
     ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
                                   process_group=world.group.pg, **kwargs)
-    counter = HookCounter(world.group.pg)
-    ddp.register_comm_hook(counter, counting_allreduce_hook)
-    return ddp, counter
+    state = HookState(world.group.pg)
+    ddp.register_comm_hook(state, recording_allreduce_hook)
+    return ddp, state
 
 
 # --- timing ----------------------------------------------------------------------------------
@@ -127,56 +307,53 @@ def slowest(times_us: list[float], world: World) -> list[float]:
     return slowest_per_iteration(times_us, world.group.pg, world.device)
 
 
-def timed(world: World, iters: int, warmup: int, bodies: dict[str, Callable],
-          backward_of: str | None = None) -> dict[str, list[float]]:
+def timed(world: World, iters: int, warmup: int,
+          bodies: dict[str, Callable[[int | None], None]]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Time several step bodies interleaved: each iteration runs every body once, in turn.
 
     Interleaving means a change in background load (a shared machine) hits every measurement
     alike, so differences between them (step - compute) stay meaningful. Each body is called
-    with `mark`: the body named `backward_of` brackets its backward pass with mark(0), mark(1)
-    (reported as 'backward'); the others get None. `warmup` untimed rounds come first.
-    Returns per-iteration times in us, the slowest rank's each.
+    with the timed iteration's index (None in the `warmup` untimed rounds first), so a body
+    with a timeline records that iteration. The CPU time this process spends in each body (all
+    its threads, gloo's included: time.process_time) is kept beside it as '<name>_cpu'.
+    Returns (per-iteration times in us, the slowest rank's each; this rank's own times).
     """
     device = world.device
     for _ in range(warmup):
         for body in bodies.values():
             body(None)
     timers = {name: device.timer(iters) for name in bodies}
-    inner = device.timer(iters) if backward_of else None
+    cpu_ns = {name: [0] * iters for name in bodies}
     for i in range(iters):
         for name, body in bodies.items():
-            mark = None
-            if name == backward_of:
-                mark = lambda edge, i=i: inner.start(i) if edge == 0 else inner.stop(i)  # noqa: E731
             device.barrier(world.group.pg)
+            cpu_start = time.process_time_ns()
             timers[name].start(i)
-            body(mark)
+            body(i)
             timers[name].stop(i)
+            cpu_ns[name][i] = time.process_time_ns() - cpu_start
     device.synchronize()
-    times = {name: slowest(timer.times_us(), world) for name, timer in timers.items()}
-    if inner:
-        times["backward"] = slowest(inner.times_us(), world)
-    return times
+    own = {name: timer.times_us() for name, timer in timers.items()}
+    own.update({f"{name}_cpu": [ns / 1e3 for ns in cpu] for name, cpu in cpu_ns.items()})
+    return {name: slowest(times, world) for name, times in own.items()}, own
 
 
-@dataclass
-class Trainer:
-    """A model, its SGD optimizer and this rank's batch: one training step on demand."""
+def slowest_rank(own_times_us: list[float], world: World) -> int:
+    """The rank (in the world's group) whose median step time is the largest."""
+    median = torch.tensor([sorted(own_times_us)[len(own_times_us) // 2]], dtype=torch.float64,
+                          device=world.device.torch_device)
+    medians = [torch.zeros_like(median) for _ in range(world.size)]
+    dist.all_gather(medians, median, group=world.group.pg)
+    return int(torch.cat(medians).argmax().item())
 
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    batch: tuple[torch.Tensor, torch.Tensor]
 
-    @classmethod
-    def make(cls, settings: DdpSettings, world: World, wrap=None) -> Trainer:
-        device = world.device.torch_device
-        module = build_model(settings.params, settings.layers, device)
-        batch = synthetic_batch(module, settings.batch_size, world.rank, device)
-        model = wrap(module) if wrap else module
-        return cls(model, torch.optim.SGD(model.parameters(), lr=1e-3), batch)
-
-    def step(self, mark=None) -> None:
-        train_step(self.model, self.optimizer, self.batch, mark)
+def slowest_timeline(timeline: Timeline, own_times_us: list[float], world: World) -> tuple[int, list[dict]]:
+    """(slowest rank, its timeline's spans for every timed iteration), on every rank."""
+    rank = slowest_rank(own_times_us, world)
+    mine = [row for i in range(len(timeline.instants)) for row in timeline.spans(i)]
+    gathered: list = [None] * world.size
+    dist.all_gather_object(gathered, mine, group=world.group.pg)
+    return rank, gathered[rank]
 
 
 def comm_alone(world: World, bucket_bytes: list[int]) -> Callable:
@@ -186,7 +363,7 @@ def comm_alone(world: World, bucket_bytes: list[int]) -> Callable:
     itemsize = torch.empty(0, dtype=DTYPE).element_size()
     buffers = [torch.randn(n // itemsize).to(device) for n in bucket_bytes]
 
-    def body(mark=None):
+    def body(iteration=None):
         works = []
         for buffer in buffers:
             buffer.div_(world.size)  # DDP's hook divides before reducing; keeps values bounded
@@ -196,28 +373,51 @@ def comm_alone(world: World, bucket_bytes: list[int]) -> Callable:
     return body
 
 
+def no_overlap_trainer(settings: DdpSettings, world: World) -> NoOverlapTrainer:
+    device = world.device.torch_device
+    module = build_model(settings.params, settings.layers, device)
+    return NoOverlapTrainer(module, synthetic_batch(module, settings.batch_size, world.rank, device),
+                            world)
+
+
 def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucket_mb: float) -> dict:
-    """Compute alone, comm alone and the DDP step at one bucket cap, interleaved.
+    """Compute alone, comm alone, the DDP step and the no-overlap step at one bucket cap,
+    interleaved; the timelines of the DDP and no-overlap steps on the slowest rank.
 
     Two untimed DDP steps first: DDP rebuilds its buckets in gradient-ready order after the
     first, so from the second on the hook sees the layout every later step uses.
-    Returns the times per measure, the bucket sizes of the last DDP step and #wrong gradients.
+    Returns the times per measure (and 'backward': the bare model's backward pass), the bucket
+    sizes of the last DDP step, #wrong gradients and the timeline rows.
     """
-    trainer, counter = ddp_trainer(settings, world, bucket_mb)
+    trainer, state = ddp_trainer(settings, world, bucket_mb)
     for _ in range(2):
-        counter.reset()
+        state.reset()
         trainer.step()
-    comm = comm_alone(world, list(counter.bucket_bytes))
+    comm = comm_alone(world, list(state.bucket_bytes))
+    baseline = no_overlap_trainer(settings, world)
+    stamps = stamps_for(world.device)
+    for body in (bare, trainer, baseline):
+        body.timeline = Timeline(stamps, settings.iters)
+    state.timeline = trainer.timeline
 
-    def ddp_step(mark=None):
-        counter.reset()  # so what is left after the loop is one step's worth
-        trainer.step(mark)
+    def ddp_step(iteration=None):
+        state.reset()  # so what is left after the loop is one step's worth
+        trainer.step(iteration)
 
-    times = timed(world, settings.iters, settings.warmup,
-                  {"compute": bare.step, "comm": comm, "step": ddp_step}, backward_of="compute")
-    layout = list(counter.bucket_bytes)
-    return dict(times=times, layout=layout,
-                wrong=check_ddp_gradients(trainer.model, trainer.batch, world))
+    times, own = timed(world, settings.iters, settings.warmup,
+                       {"compute": bare.step, "comm": comm, "step": ddp_step,
+                        "no_overlap": baseline.step})
+    times["backward"] = slowest([bare.timeline.between(i, "backward_start", "backward_end")
+                                 for i in range(settings.iters)], world)
+    timeline = []
+    for measure, body in (("step", trainer), ("no_overlap", baseline)):
+        rank, spans = slowest_timeline(body.timeline, own[measure], world)
+        timeline += [dict(span, measure=measure, rank=rank, world_size=world.size,
+                          bucket_mb=bucket_mb) for span in spans]
+    bare.timeline = NO_TIMELINE
+    layout = list(state.bucket_bytes)
+    wrong = check_ddp_gradients(trainer.model, trainer.batch, world)
+    return dict(times=times, layout=layout, timeline=timeline, wrong=wrong)
 
 
 def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> int:
@@ -261,27 +461,27 @@ def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float |
         bodies[mode] = _accumulation_step(trainer, counters[mode], batches, mode == "no_sync")
     for body in bodies.values():  # as in measure_bucket_cap: let DDP rebuild its buckets
         body()
-    times = timed(world, settings.iters, settings.warmup, bodies)
+    times, _ = timed(world, settings.iters, settings.warmup, bodies)
     # each body resets its counter first, so what is left is the last optimizer step's
     return {mode: (times[mode], list(counter.bucket_bytes)) for mode, counter in counters.items()}
 
 
-def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None) -> tuple[Trainer, HookCounter]:
-    """A Trainer whose model is wrapped in DDP with the counting hook, and that hook's counter."""
-    counters = []
+def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None) -> tuple[Trainer, HookState]:
+    """A Trainer whose model is wrapped in DDP with the recording hook, and that hook's state."""
+    states = []
 
     def wrap(module):
-        ddp, counter = wrap_ddp(module, world, bucket_mb)
-        counters.append(counter)
+        ddp, state = wrap_ddp(module, world, bucket_mb)
+        states.append(state)
         return ddp
 
-    return Trainer.make(settings, world, wrap), counters[0]
+    return Trainer.make(settings, world, wrap), states[0]
 
 
-def _accumulation_step(trainer: Trainer, counter: HookCounter, batches, no_sync: bool) -> Callable:
+def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: bool) -> Callable:
     ddp = trainer.model
 
-    def body(mark=None):
+    def body(iteration=None):
         counter.reset()
         trainer.optimizer.zero_grad(set_to_none=False)
         for m, (x, y) in enumerate(batches):
@@ -312,6 +512,8 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
         "busbw_GBps": (metrics.busbw_GBps(size_bytes, stats["time_us_median"], world.size)
                        if comm else math.nan),
         "wrong": wrong, "measure": measure,
+        # set by `emulate` in every host's environment, as for `run` rows
+        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
         "bucket_mb": math.nan if bucket_mb is None else bucket_mb, "accum": accum,
         "bucket_sizes": ";".join(map(str, bucket_bytes)) if bucket_bytes else "",
         "allreduce_calls": math.nan if calls is None else calls,
@@ -320,13 +522,16 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
 
 
 def measure_world(settings: DdpSettings, world: World, base: dict,
-                  on_row: Callable[[dict], None]) -> int:
-    """Every DDP measurement on one (sub-)world; rows go to `on_row`. Returns #wrong."""
+                  on_row: Callable[[dict], None],
+                  on_timeline: Callable[[list[dict]], None] = lambda rows: None) -> int:
+    """Every DDP measurement on one (sub-)world; rows go to `on_row`, the timeline of each
+    bucket cap to `on_timeline`. Returns #wrong."""
     bare = Trainer.make(settings, world)
     grad_bytes = param_count(bare.model) * DTYPE.itemsize
     wrong_total = 0
     for bucket_mb in settings.bucket_mbs:
         found = measure_bucket_cap(settings, world, bare, bucket_mb)
+        gc.collect()  # free this cap's models (hooks make reference cycles) before the next
         times, layout = found["times"], found["layout"]
         wrong_total += found["wrong"]
         common = dict(size_bytes=grad_bytes, bucket_mb=bucket_mb)
@@ -336,6 +541,12 @@ def measure_world(settings: DdpSettings, world: World, base: dict,
             on_row(ddp_row(base, world, measure, times[measure], bucket_bytes=layout,
                            calls=len(layout), sent=sum(layout),
                            wrong=found["wrong"] if measure == "step" else 0, **common))
+        # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores
+        on_row(ddp_row(base, world, "comm_cpu", times["comm_cpu"], bucket_bytes=layout,
+                       calls=len(layout), sent=sum(layout), **common))
+        on_row(ddp_row(base, world, "no_overlap", times["no_overlap"], bucket_bytes=[grad_bytes],
+                       calls=1, sent=grad_bytes, **common))
+        on_timeline([dict(row, run_id=base.get("run_id", "")) for row in found["timeline"]])
     for mode, (times, sent) in measure_accumulation(settings, world).items():
         on_row(ddp_row(base, world, f"accum_{mode}", times, size_bytes=grad_bytes,
                        accum=settings.accum, bucket_bytes=sent, calls=len(sent), sent=sum(sent)))
@@ -395,7 +606,9 @@ def measure_ddp(session: Session) -> int:
         session.progress.at(phase, 1, f"ddp, world size {world_size}", tuple(range(env.world_size)))
         world = make_world(world_size, rpn, device)
         if world is not None:
-            wrong += measure_world(config.settings, world, base, session.record)
+            wrong += measure_world(config.settings, world, base, session.record,
+                                   lambda rows: append_timeline(config.out_dir, rows)
+                                   if session.lead else None)
         end_phase(world, f"ddp-{world_size}", device)
     return wrong
 
@@ -405,15 +618,12 @@ SET_EPOCH_SAMPLES = 16
 
 def ddp_meta(config) -> dict:
     """host_meta plus the model's settings and the set_epoch check for every world size."""
-
-
     width = layer_width(config.settings.params, config.settings.layers)
     meta = run_meta.host_meta(config)
     meta["ddp"] = {**asdict(config.settings), "width": width,
                    "params_actual": config.settings.layers * (width * width + width)}
     meta["set_epoch_check"] = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
     return meta
-
 
 
 BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp)

@@ -10,7 +10,7 @@ loopback, so intra-node traffic stays fast and unshaped, as NVLink would be.
 
 Every host runs a real multi-node launch, `torchrun --nnodes M --node-rank i` with its c10d
 store on host 0's address (the static rendezvous, so host i holds ranks i*L..i*L+L-1), of the
-ordinary `allreduce-bench run` (or `links`): the same path as on a cluster. Rank 0 writes the
+ordinary `allreduce-bench run` (or `links`, `ddp`): the same path as on a cluster. Rank 0 writes the
 output directory (the hosts share this filesystem).
 
 Nothing is made outside these namespaces: veths are created directly inside them, so deleting
@@ -324,7 +324,47 @@ def terminate_as_interrupt():
 
 # ---------------------------------------------------------------- the command
 
-BENCHMARKS = {"allreduce": "run", "links": "links"}
+BENCHMARKS = {"allreduce": "run", "links": "links", "ddp": "ddp"}
+
+# `emulate --benchmarks ddp` without these options: a model, batch and link for which, on a
+# small CPU machine, DDP's communication and the backward pass take the same order of time
+# (~0.3 s each), and DDP's default 25 MiB cap cuts the 96 MB of gradients into 5 buckets
+# (24 layers of 4 MB; the first bucket is capped at 1 MiB), so the overlap can show.
+DDP_DEFAULTS = {"--params": "24M", "--layers": "24", "--batch-size": "256"}
+DDP_LINK = "3gbit"  # each host's uplink: 96 MB of gradients in ~0.26 s
+DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link communicates
+
+
+def _options(command: click.Command) -> dict[str, bool]:
+    """Option name -> whether it takes a value, for every option `command` declares."""
+    found = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for name in [*param.opts, *param.secondary_opts]:
+                found[name] = not (param.is_flag or param.count)
+    return found
+
+
+def split_args(commands: dict[str, click.Command], args: list[str]) -> dict[str, list[str]]:
+    """The forwarded options each benchmark's command declares, e.g. --sizes for run and links
+    but not ddp, --params for ddp only; an option none of them knows is a usage error."""
+    known = {name: _options(command) for name, command in commands.items()}
+    out: dict[str, list[str]] = {name: [] for name in commands}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, has_value = arg.split("=", 1)[0], "=" in arg
+        takers = [b for b, options in known.items() if name in options]
+        if not arg.startswith("-") or not takers:
+            raise UsageError(f"no such option {arg!r} for {', '.join(commands)}; see "
+                             f"`allreduce-bench {next(iter(commands.values())).name} --help`")
+        takes_value = not has_value and any(known[b][name] for b in takers)
+        if takes_value and i + 1 >= len(args):
+            raise UsageError(f"option {name} needs a value")
+        for b in takers:
+            out[b] += [arg, args[i + 1]] if takes_value else [arg]
+        i += 2 if takes_value else 1
+    return out
 
 
 def benchmark_args(benchmark: str, args: list[str]) -> list[str]:
@@ -342,6 +382,23 @@ def benchmark_args(benchmark: str, args: list[str]) -> list[str]:
     return kept
 
 
+def with_ddp_defaults(args: list[str]) -> list[str]:
+    """`ddp`'s options with DDP_DEFAULTS for those not given."""
+    given = {a.split("=", 1)[0] for a in args}
+    return [*(x for option, value in DDP_DEFAULTS.items() if option not in given
+              for x in (option, value)), *args]
+
+
+def per_benchmark_args(root: click.Group, benchmarks: list[str], args: list[str]) -> dict[str, list[str]]:
+    """benchmark -> the options its command gets on every host."""
+    ctx = click.get_current_context()
+    commands = {b: root.get_command(ctx, BENCHMARKS[b]) for b in benchmarks}
+    split = split_args(commands, args)
+    if "ddp" in split:
+        split["ddp"] = with_ddp_defaults(split["ddp"])
+    return {b: benchmark_args(b, a) for b, a in split.items()}
+
+
 @contextmanager
 def _as_rank0(world_size: int, ranks_per_node: int):
     """The environment rank 0 of the emulated world will see, to validate options up front."""
@@ -350,20 +407,21 @@ def _as_rank0(world_size: int, ranks_per_node: int):
         yield
 
 
-def check_benchmark_args(root: click.Group, benchmarks: list[str], args: list[str], nodes: int,
+def check_benchmark_args(root: click.Group, forwarded: dict[str, list[str]], nodes: int,
                          ranks_per_node: int) -> None:
-    """Parse and validate the forwarded options as each host's `run`/`links` will, before
+    """Parse and validate the forwarded options as each host's `run`/`links`/`ddp` will, before
     building anything, so bad input is one line here rather than one per rank."""
+    from allreduce_bench.cli.ddp import ddp_config
     from allreduce_bench.config.options import run_config
-    for benchmark in benchmarks:
+    for benchmark, args in forwarded.items():
         name = BENCHMARKS[benchmark]
         command = root.get_command(click.get_current_context(), name)
-        with command.make_context(name, benchmark_args(benchmark, args)) as ctx, _as_rank0(nodes * ranks_per_node,
-                                                                        ranks_per_node):
+        with command.make_context(name, list(args)) as ctx, _as_rank0(nodes * ranks_per_node,
+                                                                      ranks_per_node):
             params = dict(ctx.params)
             if name == "links":
                 params["algos"] = "native"
-            config = run_config(**params)
+            config = ddp_config(**params) if name == "ddp" else run_config(**params)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"
@@ -383,7 +441,8 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
         raise UsageError(f"--inter-ratio must be positive, got {inter_ratio:g}")
     rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
     latency = units.parse_seconds(inter_latency, "--inter-latency")
-    check_benchmark_args(root, benchmarks, args, nodes, ranks_per_node)
+    forwarded = per_benchmark_args(root, benchmarks, args)
+    check_benchmark_args(root, forwarded, nodes, ranks_per_node)
     check_can_emulate()
     stale = stale_namespaces()
     if stale:
@@ -407,7 +466,7 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
         code = 0
         for benchmark in benchmarks:
             try:
-                code = cluster.run_on_hosts([BENCHMARKS[benchmark], *benchmark_args(benchmark, args),
+                code = cluster.run_on_hosts([BENCHMARKS[benchmark], *forwarded[benchmark],
                                              "--out", str(out_dir)],
                                             emulation) or code
             finally:
@@ -420,17 +479,20 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
 @click.command("emulate", context_settings={"ignore_unknown_options": True,
                                             "allow_extra_args": True})
 @click.option("--nodes", type=int, default=2, show_default=True, help="Emulated hosts.")
-@click.option("--ranks-per-node", type=int, default=2, show_default=True, help="Ranks per host.")
-@click.option("--inter-bandwidth", default="auto", show_default=True,
+@click.option("--ranks-per-node", type=int,
+              help=f"Ranks per host. [2; {DDP_RANKS_PER_NODE} with --benchmarks ddp alone]")
+@click.option("--inter-bandwidth",
               help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
-                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio.")
+                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio. "
+                   f"[auto; {DDP_LINK} with --benchmarks ddp alone]")
 @click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
               help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB).")
 @click.option("--inter-latency", default="0", show_default=True,
               help="Added one-way inter-node delay, e.g. 2ms (needs the kernel's netem).")
 @click.option("--benchmarks", default="allreduce", show_default=True,
-              help="What to run on the emulated cluster: allreduce (= `run`), links, or both "
-                   "(allreduce,links), one after the other on the same shaping.")
+              help="What to run on the emulated cluster: allreduce (= `run`), links, ddp, or "
+                   "several (allreduce,links,ddp), one after the other on the same shaping. Each "
+                   "gets the forwarded options its command has.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
 @click.option("--cleanup", is_flag=True,
@@ -444,10 +506,13 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     Builds --nodes network namespaces joined by veth links, rate-limits each host's
     inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
     namespace (gloo bound to that host's interface; traffic between ranks of one host stays
-    on its loopback). Other options (--sizes, --algos, --iters, --quick, --tag, ...) are
-    passed on to `run` (and `links`). Everything is removed at the end, also on errors.
+    on its loopback). Other options (--sizes, --algos, --iters, --quick, --tag, --params,
+    --bucket-mb, ...) are passed on to each benchmark's command that has them. Everything is
+    removed at the end, also on errors.
     Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
-    all four algorithms at world size 4.
+    all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank on a
+    3gbit link, 24M parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB: DDP's
+    communication and backward take about as long, so the overlap shows.
     """
     if cleanup:
         check_can_emulate()
@@ -462,8 +527,14 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     if unknown or not chosen:
         raise UsageError(f"--benchmarks {benchmarks!r}: choose from {', '.join(BENCHMARKS)} "
                          "(comma-separated)")
+    chosen = list(dict.fromkeys(chosen))
+    ddp_alone = chosen == ["ddp"]
+    if ranks_per_node is None:
+        ranks_per_node = DDP_RANKS_PER_NODE if ddp_alone else 2
+    if inter_bandwidth is None:
+        inter_bandwidth = DDP_LINK if ddp_alone else "auto"
     root = click.get_current_context().find_root().command
     sys.exit(run_emulation(root, nodes, ranks_per_node, inter_bandwidth, inter_ratio,
-                           inter_latency, list(dict.fromkeys(chosen)),
+                           inter_latency, chosen,
                            out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}"),
                            list(benchmark_args)))
