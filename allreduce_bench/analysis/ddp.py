@@ -321,3 +321,35 @@ def median_iteration(timeline: pd.DataFrame) -> pd.DataFrame:
     """Of one (world size, bucket cap, measure)'s iterations, the one with the median step."""
     steps = timeline.groupby("iteration")["step_us"].first().sort_values()
     return timeline[timeline["iteration"] == steps.index[(len(steps) - 1) // 2]]
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def timeline_overlap(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Per (world size, bucket cap, measure), from the median iteration of the recorded
+    timeline: how long some AllReduce was in flight (`comm_busy_us`, the union of the buckets'
+    spans), how much of that was during backward (`during_backward_us`) and its share."""
+    out = []
+    if timeline.empty:
+        return pd.DataFrame(out)
+    for (world_size, bucket_mb, measure), rows in timeline.groupby(["world_size", "bucket_mb", "measure"]):
+        rows = median_iteration(rows)
+        backward = rows[rows["span"] == "backward"].iloc[0]
+        spans = _union(list(zip(rows.loc[rows["span"] == "allreduce", "start_us"],
+                                rows.loc[rows["span"] == "allreduce", "end_us"])))
+        busy = sum(b - a for a, b in spans)
+        during = sum(max(0.0, min(b, backward["end_us"]) - max(a, backward["start_us"]))
+                     for a, b in spans)
+        out.append({"world_size": int(world_size), "bucket_mb": float(bucket_mb), "measure": measure,
+                    "step_us": float(rows["step_us"].iloc[0]), "comm_busy_us": busy,
+                    "during_backward_us": during,
+                    "during_backward_share": during / busy if busy > 0 else float("nan")})
+    return pd.DataFrame(out)

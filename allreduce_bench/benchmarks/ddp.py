@@ -218,25 +218,21 @@ class NoOverlapTrainer(Trainer):
     all gradients (flattened), then the optimizer step; the network idles during backward and
     the computation during the AllReduce.
 
-    The gradients live in one flat buffer (each parameter's .grad is a view into it, as DDP's
-    gradient_as_bucket_view does), so the AllReduce costs no copy and the comparison with DDP
-    is about overlap alone. Values: the average over ranks, as DDP's (divide, then sum).
+    The gradients are flattened into one buffer and copied back after the AllReduce, as DDP
+    (by default, gradient_as_bucket_view=False) copies them into its buckets and back, so the
+    two steps do the same work and differ in overlap alone. Values: the average over ranks,
+    as DDP's (divide, then sum).
     """
 
-    def __init__(self, model: nn.Module, batch, world: World):
-        super().__init__(model, batch, world)
-        params = self._params
-        self.flat = torch.zeros(sum(p.numel() for p in params), dtype=DTYPE, device=params[0].device)
-        offset = 0
-        for p in params:
-            p.grad = self.flat[offset:offset + p.numel()].view_as(p)
-            offset += p.numel()
-
     def reduce(self, timeline: Timeline) -> None:
-        span = timeline.launched(0, self.flat.numel() * self.flat.element_size())
-        self.flat.div_(self.world.size)
-        dist.all_reduce(self.flat, group=self.world.group.pg)
+        grads = [p.grad for p in self._params]
+        flat = torch.cat([grad.reshape(-1) for grad in grads])
+        span = timeline.launched(0, flat.numel() * flat.element_size())
+        flat.div_(self.world.size)
+        dist.all_reduce(flat, group=self.world.group.pg)
         timeline.completed(span)  # on CUDA: an event behind the AllReduce on the current stream
+        for grad, reduced in zip(grads, flat.split([grad.numel() for grad in grads])):
+            grad.copy_(reduced.view_as(grad))
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:

@@ -138,11 +138,14 @@ def ddp(**options):
     """Train a synthetic model with real DDP: bucketed overlap, no_sync, set_epoch.
 
     \b
-    Per world size: compute alone (no DDP), AllReduce alone of DDP's buckets, and the DDP
-    step for each --bucket-mb; then K micro-batches per optimizer step syncing every time vs
-    no_sync(), with AllReduce calls and bytes counted by a DDP communication hook; and the
-    DistributedSampler index order with and without set_epoch. Writes benchmark=ddp rows to
-    results.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
+    Per world size: compute alone (no DDP), AllReduce alone of DDP's buckets, the DDP step
+    and the wait-then-AllReduce step (backward, one AllReduce of all gradients, optimizer)
+    for each --bucket-mb, with a measured timeline of each bucket's AllReduce against
+    backward; then K micro-batches per optimizer step syncing every time vs no_sync(), with
+    AllReduce calls and bytes counted by a DDP communication hook; and the DistributedSampler
+    index order with and without set_epoch. Writes benchmark=ddp rows to results.csv,
+    ddp_timeline.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
+    On an emulated cluster: `allreduce-bench emulate --benchmarks ddp`.
     """
     from allreduce_bench.launch.environments import announce
 
