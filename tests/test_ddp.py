@@ -17,12 +17,17 @@ from allreduce_bench.analysis.ddp import (
     overlappable_us,
     parse_bucket_mbs,
     parse_count,
+    pipelined_step_us,
     predicted_step_us,
+    timeline_of,
+    timeline_overlap,
 )
+from allreduce_bench.analysis.ddp_plots import timeline_plot
 from allreduce_bench.benchmarks.ddp import layer_width, set_epoch_check
 from allreduce_bench.cli import main
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.load import load_results
+from allreduce_bench.results.timeline import append_timeline
 
 K = 4
 
@@ -146,6 +151,76 @@ def test_model_overlappable_and_prediction():
     assert overlappable_us(100.0, 80.0, [4]) == 0.0
     # Comm shorter than what can hide: prediction is the compute alone.
     assert predicted_step_us(200.0, 10.0, 50.0) == 200.0
+
+
+def test_pipelined_model_follows_the_buckets():
+    # compute 300 (backward 200), comm 100 in two equal buckets: the first is ready at 100 and
+    # sent by 150, the second at 200 and sent by 250: the step is 100 + 250.
+    assert pipelined_step_us(300.0, 200.0, 100.0, [10, 10]) == pytest.approx(350.0)
+    # a slow link: buckets queue; the step is forward/optimizer + the link's finish
+    assert pipelined_step_us(300.0, 200.0, 400.0, [10, 10]) == pytest.approx(100.0 + 100.0 + 400.0)
+    # one bucket: nothing overlaps
+    assert pipelined_step_us(300.0, 200.0, 100.0, [20]) == pytest.approx(400.0)
+    # CPU time of the first bucket's AllReduce (half of 40) lengthens backward on shared cores
+    assert pipelined_step_us(300.0, 200.0, 100.0, [10, 10], comm_cpu_us=40.0) == pytest.approx(
+        100.0 + 220.0 + 50.0)
+
+
+def _timeline(caps=(1.0, 25.0), buckets=3) -> pd.DataFrame:
+    """A recorded-looking timeline: per cap, two iterations of a DDP step whose buckets run
+    during backward, and of a wait-then-AllReduce step (times written in ms)."""
+    rows = []
+    for cap in caps:
+        for iteration, stretch in enumerate((1.0, 1.2)):
+            for measure in ("step", "no_overlap"):
+                step = (400.0 if measure == "step" else 500.0) * stretch
+                base = dict(run_id="r1", world_size=2, bucket_mb=cap, measure=measure, rank=1,
+                            iteration=iteration, step_us=step)
+                rows += [dict(base, span="forward", bucket=-1, bytes=0, start_us=0, end_us=100),
+                         dict(base, span="backward", bucket=-1, bytes=0, start_us=100, end_us=300),
+                         dict(base, span="optimizer", bucket=-1, bytes=0, start_us=step - 20,
+                              end_us=step)]
+                if measure == "step":
+                    rows += [dict(base, span="allreduce", bucket=b, bytes=10, start_us=150 + 50 * b,
+                                  end_us=210 + 50 * b) for b in range(buckets)]
+                else:
+                    rows.append(dict(base, span="allreduce", bucket=0, bytes=10 * buckets,
+                                     start_us=300, end_us=480))
+    frame = pd.DataFrame(rows)
+    for column in ("step_us", "start_us", "end_us"):  # in ms
+        frame[column] = frame[column] * 1e3
+    return frame
+
+
+def test_timeline_figure_has_the_seed_diagrams_elements():
+    fig = timeline_plot(_timeline(), footnote="note")
+    axes = fig.axes
+    assert len(axes) == 2  # one panel per bucket cap
+    for ax in axes:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels == ["DDP: compute", "DDP: AllReduce", "wait-then-AllReduce: compute",
+                          "wait-then-AllReduce: AllReduce"]
+        # forward, backward, optimizer per step kind; one bar per bucket plus the baseline's one
+        bars = [c for c in ax.collections if c.get_label() == "allreduce"]
+        compute = [c for c in ax.collections if c.get_label() in ("forward", "backward", "optimizer")]
+        assert (len(bars), len(compute)) == (3 + 1, 6)
+        assert {t.get_text() for t in ax.texts} >= {"b1", "b2", "b3"}
+        assert "DDP 400 ms (3 buckets)" in ax.get_title(loc="left")  # the median iteration: the shorter
+    assert timeline_plot(_timeline().iloc[0:0]) is None
+
+
+def test_timeline_overlap_and_reading_back(tmp_path):
+    timeline = _timeline(caps=(5.0,))
+    overlap = timeline_overlap(timeline).set_index("measure")
+    # buckets at 150-210, 200-260, 250-310: busy 150-310, of which 150-300 inside backward
+    assert overlap.loc["step", "comm_busy_us"] == pytest.approx(160e3)
+    assert overlap.loc["step", "during_backward_us"] == pytest.approx(150e3)
+    assert overlap.loc["no_overlap", "during_backward_us"] == 0.0
+    append_timeline(tmp_path, timeline.to_dict("records"))
+    append_timeline(tmp_path, timeline.assign(run_id="other").to_dict("records"))
+    rows = pd.DataFrame({"benchmark": ["ddp"], "source": [str(tmp_path)], "run_id": ["r1"]})
+    back = timeline_of(rows)
+    assert len(back) == len(timeline) and set(back["run_id"]) == {"r1"}
 
 
 def _frame(step_us: float, comm_us: float = 100.0) -> pd.DataFrame:

@@ -62,6 +62,8 @@ class Emulation:
     inter_latency_s: float = 0.0
     intra_p2p_GBps: float | None = None  # measured before shaping, when the rate is 'auto'
     inter_ratio: float | None = None  # intra p2p / inter rate asked for, when 'auto'
+    backward_s: float | None = None  # ddp's backward pass measured before shaping ('auto', ddp)
+    comm_per_backward: float | None = None  # AllReduce time / backward the rate was set for
 
     @property
     def label(self) -> str:
@@ -263,20 +265,32 @@ class EmulatedCluster:
         finally:
             _stop(procs)
 
-    def probe_intra_p2p(self, size_bytes: int = 16 << 20) -> float:
-        """GB/s of a gloo send between two ranks on host 0: the intra-node path, measured."""
+    def _probe(self, args: list[str], key: str, what: str) -> float:
+        """Run `python -m allreduce_bench.emulate.probe ARGS` in host 0 (before any shaping)."""
         env = self.host_env(0, Emulation(self.nodes, self.ranks_per_node, 0))
         env.pop(EMULATION_ENV)
         done = subprocess.run(["ip", "netns", "exec", self.hosts[0], sys.executable, "-m",
-                               "allreduce_bench.emulate.probe", str(size_bytes)],
+                               "allreduce_bench.emulate.probe", *args],
                               env=env, capture_output=True, text=True, timeout=300,
                               preexec_fn=_die_with_parent)
-        found = re.search(r"intra_p2p_GBps=([0-9.eE+-]+)", done.stdout)
+        found = re.search(key + r"=([0-9.eE+-]+)", done.stdout)
         if done.returncode or not found:
-            raise UsageError("emulate could not measure the intra-node point-to-point bandwidth "
+            raise UsageError(f"emulate could not measure {what} "
                              f"({(done.stderr.strip() or 'no output').splitlines()[-1]}); give "
                              "--inter-bandwidth explicitly, e.g. 500mbit")
         return float(found.group(1))
+
+    def probe_intra_p2p(self, size_bytes: int = 16 << 20) -> float:
+        """GB/s of a gloo send between two ranks on host 0: the intra-node path, measured."""
+        return self._probe([str(size_bytes)], "intra_p2p_GBps",
+                           "the intra-node point-to-point bandwidth")
+
+    def probe_backward(self, settings) -> float:
+        """Seconds of one backward pass of ddp's model (DdpSettings), every emulated rank
+        computing at once on this machine's cores, as they will."""
+        ranks = self.nodes * self.ranks_per_node
+        return self._probe(["backward", str(ranks), str(settings.params), str(settings.layers),
+                            str(settings.batch_size)], "backward_s", "ddp's backward pass")
 
 
 def _die_with_parent() -> None:
@@ -326,13 +340,25 @@ def terminate_as_interrupt():
 
 BENCHMARKS = {"allreduce": "run", "links": "links", "ddp": "ddp"}
 
-# `emulate --benchmarks ddp` without these options: a model, batch and link for which, on a
-# small CPU machine, DDP's communication and the backward pass take the same order of time
-# (~0.3 s each), and DDP's default 25 MiB cap cuts the 96 MB of gradients into 5 buckets
-# (24 layers of 4 MB; the first bucket is capped at 1 MiB), so the overlap can show.
+# `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's
+# default 25 MiB cap cuts into 4 buckets (24 layers of 4 MB), with a batch that makes backward
+# take a few hundred ms on a small CPU machine; with --inter-bandwidth auto the link is then set
+# from a backward pass measured here, so that the AllReduce takes COMM_PER_BACKWARD x as long:
+# the same order, a little longer, so the link (not the CPU) paces the communication and
+# the overlap shows.
 DDP_DEFAULTS = {"--params": "24M", "--layers": "24", "--batch-size": "256"}
-DDP_LINK = "3gbit"  # each host's uplink: 96 MB of gradients in ~0.26 s
+COMM_PER_BACKWARD = 1.25
 DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link communicates
+
+
+def ddp_rate_bps(settings, nodes: int, ranks_per_node: int, backward_s: float) -> float:
+    """The uplink rate at which ddp's AllReduce takes COMM_PER_BACKWARD x `backward_s`: a ring
+    over N ranks sends 2(N-1)/N of the gradients through each host's uplink."""
+    from allreduce_bench.benchmarks.ddp import layer_width  # torch: only when emulating ddp
+    width = layer_width(settings.params, settings.layers)
+    gradient_bytes = 4 * settings.layers * (width * width + width)
+    world = nodes * ranks_per_node
+    return 2 * (world - 1) / world * gradient_bytes * 8 / (COMM_PER_BACKWARD * backward_s)
 
 
 def _options(command: click.Command) -> dict[str, bool]:
@@ -408,9 +434,11 @@ def _as_rank0(world_size: int, ranks_per_node: int):
 
 
 def check_benchmark_args(root: click.Group, forwarded: dict[str, list[str]], nodes: int,
-                         ranks_per_node: int) -> None:
+                         ranks_per_node: int) -> dict:
     """Parse and validate the forwarded options as each host's `run`/`links`/`ddp` will, before
-    building anything, so bad input is one line here rather than one per rank."""
+    building anything, so bad input is one line here rather than one per rank. Returns each
+    benchmark's config."""
+    configs = {}
     from allreduce_bench.cli.ddp import ddp_config
     from allreduce_bench.config.options import run_config
     for benchmark, args in forwarded.items():
@@ -426,6 +454,8 @@ def check_benchmark_args(root: click.Group, forwarded: dict[str, list[str]], nod
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"
                              "--device")
+        configs[benchmark] = config
+    return configs
 
 
 def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_bandwidth: str,
@@ -442,7 +472,7 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
     rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
     latency = units.parse_seconds(inter_latency, "--inter-latency")
     forwarded = per_benchmark_args(root, benchmarks, args)
-    check_benchmark_args(root, forwarded, nodes, ranks_per_node)
+    configs = check_benchmark_args(root, forwarded, nodes, ranks_per_node)
     check_can_emulate()
     stale = stale_namespaces()
     if stale:
@@ -451,17 +481,23 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
 
     out_dir = Path(out_dir).absolute()
     with terminate_as_interrupt(), EmulatedCluster(nodes, ranks_per_node) as cluster:
-        measured = None
-        if rate is None:
+        measured = backward = None
+        if rate is None and benchmarks == ["ddp"]:  # the link paced to ddp's backward pass
+            backward = cluster.probe_backward(configs["ddp"].settings)
+            rate = ddp_rate_bps(configs["ddp"].settings, nodes, ranks_per_node, backward)
+        elif rate is None:
             measured = cluster.probe_intra_p2p()
             rate = measured * 8e9 / inter_ratio
         emulation = Emulation(nodes, ranks_per_node, rate, latency, measured,
-                              inter_ratio if measured else None)
+                              inter_ratio if measured else None, backward,
+                              COMM_PER_BACKWARD if backward else None)
         cluster.shape(rate, latency)
         click.echo(f"emulate: {nodes} hosts x {ranks_per_node} ranks in namespaces "
                    f"{cluster.hosts[0]}..; inter-node link {units.format_tc_rate(rate)}"
                    + (f" (1/{inter_ratio:g} of the {measured:.3f} GB/s measured intra-node p2p)"
                       if measured else "")
+                   + (f" (DDP's AllReduce ~{COMM_PER_BACKWARD:g} x the {backward * 1e3:.0f} ms "
+                      "backward pass measured here)" if backward else "")
                    + (f", +{latency * 1e3:g} ms" if latency else "") + f" -> {out_dir}", err=True)
         code = 0
         for benchmark in benchmarks:
@@ -481,10 +517,11 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
 @click.option("--nodes", type=int, default=2, show_default=True, help="Emulated hosts.")
 @click.option("--ranks-per-node", type=int,
               help=f"Ranks per host. [2; {DDP_RANKS_PER_NODE} with --benchmarks ddp alone]")
-@click.option("--inter-bandwidth",
+@click.option("--inter-bandwidth", default="auto", show_default=True,
               help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
-                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio. "
-                   f"[auto; {DDP_LINK} with --benchmarks ddp alone]")
+                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
+                   "with --benchmarks ddp alone, the rate at which DDP's AllReduce takes "
+                   f"{COMM_PER_BACKWARD:g} x the backward pass measured here.")
 @click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
               help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB).")
 @click.option("--inter-latency", default="0", show_default=True,
@@ -510,9 +547,9 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     --bucket-mb, ...) are passed on to each benchmark's command that has them. Everything is
     removed at the end, also on errors.
     Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
-    all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank on a
-    3gbit link, 24M parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB: DDP's
-    communication and backward take about as long, so the overlap shows.
+    all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
+    parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
+    AllReduce takes 1.25 x the backward pass measured here, so the overlap shows.
     """
     if cleanup:
         check_can_emulate()
@@ -531,8 +568,6 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     ddp_alone = chosen == ["ddp"]
     if ranks_per_node is None:
         ranks_per_node = DDP_RANKS_PER_NODE if ddp_alone else 2
-    if inter_bandwidth is None:
-        inter_bandwidth = DDP_LINK if ddp_alone else "auto"
     root = click.get_current_context().find_root().command
     sys.exit(run_emulation(root, nodes, ranks_per_node, inter_bandwidth, inter_ratio,
                            inter_latency, chosen,

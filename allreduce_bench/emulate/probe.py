@@ -1,5 +1,11 @@
-"""The intra-node point-to-point probe `emulate` runs first to choose the inter-node rate:
-`python -m allreduce_bench.emulate.probe SIZE_BYTES` prints intra_p2p_GBps=...."""
+"""The probes `emulate` runs before shaping to choose the inter-node rate:
+
+* `python -m allreduce_bench.emulate.probe SIZE_BYTES` prints intra_p2p_GBps=...: a gloo send
+  between two ranks of one host (the intra-node path), for `run` and `links`;
+* `python -m allreduce_bench.emulate.probe backward RANKS PARAMS LAYERS BATCH` prints
+  backward_s=...: the median backward pass of `ddp`'s model, RANKS processes computing at
+  once (as the emulated ranks will share these cores), the slowest rank's, for `ddp`.
+"""
 from __future__ import annotations
 
 import sys
@@ -23,9 +29,35 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
         dist.destroy_process_group()
 
 
+def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> float:
+    """Median seconds of one backward pass of ddp's synthetic model on this rank."""
+    import os
+    import time
+
+    import torch
+    from torch import nn
+
+    from allreduce_bench.benchmarks.ddp import build_model, synthetic_batch
+    model = build_model(params, layers, torch.device("cpu"))
+    x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
+    times = []
+    for _ in range(iters + 1):  # the first is a warm-up
+        loss = nn.functional.mse_loss(model(x), y)
+        start = time.perf_counter()
+        loss.backward()
+        times.append(time.perf_counter() - start)
+    times = sorted(times[1:])
+    return times[len(times) // 2]
+
+
 if __name__ == "__main__":
-    from allreduce_bench.emulate.probe import _probe_rank as probe_rank  # by name, for spawned ranks
     from allreduce_bench.launch.environments import launch_local
-    size = int(sys.argv[1])
-    median_us = launch_local(2, probe_rank, size, 7)[0]
-    print(f"intra_p2p_GBps={size / median_us / 1e3:.6f}")
+    if sys.argv[1] == "backward":
+        from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
+        ranks, params, layers, batch = map(int, sys.argv[2:6])
+        print(f"backward_s={max(launch_local(ranks, backward_rank, params, layers, batch, 3).values()):.6f}")
+    else:
+        from allreduce_bench.emulate.probe import _probe_rank as probe_rank  # by name, for spawned ranks
+        size = int(sys.argv[1])
+        median_us = launch_local(2, probe_rank, size, 7)[0]
+        print(f"intra_p2p_GBps={size / median_us / 1e3:.6f}")
