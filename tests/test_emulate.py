@@ -85,8 +85,8 @@ def test_ddp_link_is_paced_to_the_backward_pass():
                            accum=4, iters=5, warmup=1)
     gradient_bits = 4 * 24 * (1000 * 1000 + 1000) * 8
     # 2 hosts x 1 rank: the ring sends the gradients once through each uplink
-    assert em.ddp_rate_bps(settings, 2, 1, 0.3) == pytest.approx(gradient_bits / (1.25 * 0.3))
-    assert em.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / (1.25 * 0.3))
+    assert em.ddp_rate_bps(settings, 2, 1, 0.3) == pytest.approx(gradient_bits / 0.3)
+    assert em.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
 
 
 def test_links_get_no_algos():
