@@ -135,7 +135,7 @@ def timeline_plot(timeline: pd.DataFrame, table: pd.DataFrame | None = None, foo
             _draw_step(ax, spans, 3 - lane, 2 - lane, height)
             what = "DDP" if measure == "step" else "wait-then-AllReduce"
             title += f"; {what} {spans['step_us'].iloc[0] / 1e3:.0f} ms" + (
-                f" ({buckets} buckets)" if measure == "step" else "")
+                f" ({buckets} bucket{'s' if buckets != 1 else ''})" if measure == "step" else "")
         if table is not None and not table.empty:
             match = table[(table["world_size"] == world_size) & (table["bucket_mb"] == cap)]
             if not match.empty:

@@ -152,11 +152,13 @@ class Timeline:
 
 
 class _NoTimeline(Timeline):
+    """Records nothing, whatever the iteration: for steps that are not being timed."""
+
     def __init__(self):
         super().__init__(None, 0)
 
-    def at(self, name: str) -> None:
-        pass
+    def begin(self, iteration: int | None) -> None:
+        self.iteration = None
 
 
 NO_TIMELINE = _NoTimeline()
