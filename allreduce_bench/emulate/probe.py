@@ -41,12 +41,12 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     model = build_model(params, layers, torch.device("cpu"))
     x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
     times = []
-    for _ in range(iters + 1):  # the first is a warm-up
+    for _ in range(iters + 2):  # the first two are a warm-up (allocations, the other rank starting)
         loss = nn.functional.mse_loss(model(x), y)
         start = time.perf_counter()
         loss.backward()
         times.append(time.perf_counter() - start)
-    times = sorted(times[1:])
+    times = sorted(times[2:])
     return times[len(times) // 2]
 
 
@@ -55,7 +55,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "backward":
         from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
         ranks, params, layers, batch = map(int, sys.argv[2:6])
-        print(f"backward_s={max(launch_local(ranks, backward_rank, params, layers, batch, 3).values()):.6f}")
+        print(f"backward_s={max(launch_local(ranks, backward_rank, params, layers, batch, 5).values()):.6f}")
     else:
         from allreduce_bench.emulate.probe import _probe_rank as probe_rank  # by name, for spawned ranks
         size = int(sys.argv[1])
