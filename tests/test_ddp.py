@@ -264,7 +264,7 @@ def test_ddp_command_end_to_end(tmp_path):
     assert result.exit_code == 0, result.output
     frame = load_results(out)
     assert set(frame["benchmark"]) == {"ddp"}
-    assert set(frame["measure"]) == {"compute", "backward", "step", "comm", "comm_cpu",
+    assert set(frame["measure"]) == {"compute", "backward", "ddp_no_comm", "step", "comm", "comm_cpu",
                                      "no_overlap", "accum_sync", "accum_no_sync"}
     assert int(frame["wrong"].sum()) == 0
     table = overlap_table(frame)

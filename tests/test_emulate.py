@@ -206,7 +206,8 @@ def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
     assert (frame["emulation"] == "2x1@1Gbit").all() and (frame["wrong"] == 0).all()
     assert set(frame["benchmark"]) == {"allreduce", "ddp"}
     ddp = frame[frame["benchmark"] == "ddp"]
-    assert set(ddp["measure"]) == {"compute", "backward", "comm", "comm_cpu", "step", "no_overlap",
+    assert set(ddp["measure"]) == {"compute", "backward", "ddp_no_comm", "comm", "comm_cpu", "step",
+                                   "no_overlap",
                                    "accum_sync", "accum_no_sync"}
     assert (ddp[["world_size", "nodes", "ranks_per_node"]].values == [2, 2, 1]).all()
     assert meta["set_epoch_check"][0]["with_set_epoch"]["epochs_identical"] is False

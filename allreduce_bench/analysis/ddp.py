@@ -16,7 +16,9 @@ Definitions (per world size and bucket cap, on median times of the slowest rank)
   step = compute + max(0, comm - overlappable) with the overlappable part worked out from the
   bucket sizes instead of bounded. On CPU (gloo), communication is not free for the cores
   backward runs on: the CPU time AllReduce alone costs a rank (`comm_cpu`, measured) is added
-  to backward for the buckets sent while it runs (all but the last).
+  to backward for the buckets sent while it runs (all but the last). And DDP's own work
+  (filling its buckets and copying them back), measured as a DDP step whose hook does not
+  communicate (`ddp_no_comm`) minus compute, is added to the step.
 * the seed's closed form (`seed_predicted_us`): overlappable = min(backward * (1 - first
   bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
   first bucket is full, and the last bucket is ready only when backward ends. It is exact when
@@ -124,6 +126,8 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             on_cpu = "device" not in rows.columns or (rows["device"] == "cpu").all()
             comm_cpu = _median(rows, "comm_cpu", bucket_mb=bucket_mb).median() if on_cpu else 0.0
             comm_cpu = 0.0 if pd.isna(comm_cpu) else comm_cpu
+            no_comm = _median(rows, "ddp_no_comm", bucket_mb=bucket_mb).median()
+            ddp_cost = 0.0 if pd.isna(no_comm) else max(0.0, no_comm - compute)
             if comm_rows.empty or pd.isna(compute):
                 continue
             step, comm = steps["time_us_median"].median(), comm_rows["time_us_median"].median()
@@ -132,12 +136,12 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             raw = 1 - exposed / comm if comm > 0 else float("nan")
             share = min(1.0, max(0.0, raw))
             overlap = overlappable_us(backward, comm, sizes)
-            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu)
+            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu) + ddp_cost
             seed = predicted_step_us(compute, comm, overlap)
             out.append({
                 "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
                 "compute_us": compute, "backward_us": backward, "comm_us": comm,
-                "comm_cpu_us": comm_cpu, "step_us": step,
+                "comm_cpu_us": comm_cpu, "ddp_cost_us": ddp_cost, "step_us": step,
                 "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
                 "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
                 "no_overlap_us": no_overlap,

@@ -1,9 +1,11 @@
 """DDP in practice, measured on one rank: bucketed overlap, no_sync accumulation, set_epoch.
 
 Per world size and bucket cap the same synthetic model (a stack of linear layers) is timed
-four ways:
+five ways:
 
 * compute: the bare module, forward + backward + SGD step, no communication at all;
+* ddp_no_comm: the module inside DDP with a hook that does not communicate: what DDP itself
+  costs (filling its buckets and copying them back), for the model;
 * step: the module inside `DistributedDataParallel(bucket_cap_mb=b)`, the same work, so DDP
   AllReduces gradient buckets during `loss.backward()`;
 * comm: AllReduce alone of buffers shaped exactly like the buckets DDP sent in that step
@@ -12,7 +14,7 @@ four ways:
 * no_overlap: the naive step DDP improves on: backward to the end, then one AllReduce of all
   gradients (flattened), then the SGD step.
 
-The four are timed interleaved (each iteration runs each once, in turn), as are the two
+The five are timed interleaved (each iteration runs each once, in turn), as are the two
 accumulation modes, so drifting background load hits them alike.
 Every DDP instance carries a communication hook that wraps DDP's own allreduce hook and records
 the bytes it is handed and, while timing, when each bucket's AllReduce was launched and when it
@@ -287,14 +289,26 @@ def recording_allreduce_hook(state, bucket):
 counting_allreduce_hook = recording_allreduce_hook
 
 
-def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None) -> tuple[DistributedDataParallel, HookState]:
-    """DDP over the world's group with the recording hook; bucket_mb None is DDP's default (25)."""
+def local_hook(state, bucket):
+    """A communication hook that does not communicate: the bucket as it is, at once. DDP
+    with it does everything but the AllReduce (buckets filled and copied back), so its step
+    against the bare model's is what DDP itself costs. Gradients stay local: timing only."""
+    buffer = bucket.buffer()
+    future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
+    future.set_result(buffer)
+    return future
+
+
+def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None,
+             hook=recording_allreduce_hook) -> tuple[DistributedDataParallel, HookState]:
+    """DDP over the world's group with the recording hook (or `hook`); bucket_mb None is DDP's
+    default (25)."""
     device = world.device.torch_device
     kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
     ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
                                   process_group=world.group.pg, **kwargs)
     state = HookState(world.group.pg)
-    ddp.register_comm_hook(state, recording_allreduce_hook)
+    ddp.register_comm_hook(state, hook)
     return ddp, state
 
 
@@ -379,8 +393,9 @@ def no_overlap_trainer(settings: DdpSettings, world: World) -> NoOverlapTrainer:
 
 
 def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucket_mb: float) -> dict:
-    """Compute alone, comm alone, the DDP step and the no-overlap step at one bucket cap,
-    interleaved; the timelines of the DDP and no-overlap steps on the slowest rank.
+    """Compute alone, DDP without communication, comm alone, the DDP step and the no-overlap
+    step at one bucket cap, interleaved; the timelines of the DDP and no-overlap steps on the
+    slowest rank.
 
     Two untimed DDP steps first: DDP rebuilds its buckets in gradient-ready order after the
     first, so from the second on the hook sees the layout every later step uses.
@@ -393,6 +408,8 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
         trainer.step()
     comm = comm_alone(world, list(state.bucket_bytes))
     baseline = no_overlap_trainer(settings, world)
+    local, _ = ddp_trainer(settings, world, bucket_mb, local_hook)
+    local.step()  # DDP rebuilds its buckets after the first step
     stamps = stamps_for(world.device)
     for body in (bare, trainer, baseline):
         body.timeline = Timeline(stamps, settings.iters)
@@ -403,8 +420,8 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
         trainer.step(iteration)
 
     times, own = timed(world, settings.iters, settings.warmup,
-                       {"compute": bare.step, "comm": comm, "step": ddp_step,
-                        "no_overlap": baseline.step})
+                       {"compute": bare.step, "ddp_no_comm": local.step, "comm": comm,
+                        "step": ddp_step, "no_overlap": baseline.step})
     times["backward"] = slowest([bare.timeline.between(i, "backward_start", "backward_end")
                                  for i in range(settings.iters)], world)
     timeline = []
@@ -464,12 +481,14 @@ def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float |
     return {mode: (times[mode], list(counter.bucket_bytes)) for mode, counter in counters.items()}
 
 
-def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None) -> tuple[Trainer, HookState]:
-    """A Trainer whose model is wrapped in DDP with the recording hook, and that hook's state."""
+def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None,
+                hook=recording_allreduce_hook) -> tuple[Trainer, HookState]:
+    """A Trainer whose model is wrapped in DDP with the recording hook (or `hook`), and that
+    hook's state."""
     states = []
 
     def wrap(module):
-        ddp, state = wrap_ddp(module, world, bucket_mb)
+        ddp, state = wrap_ddp(module, world, bucket_mb, hook)
         states.append(state)
         return ddp
 
@@ -535,6 +554,7 @@ def measure_world(settings: DdpSettings, world: World, base: dict,
         common = dict(size_bytes=grad_bytes, bucket_mb=bucket_mb)
         on_row(ddp_row(base, world, "compute", times["compute"], calls=0, sent=0, **common))
         on_row(ddp_row(base, world, "backward", times["backward"], **common))
+        on_row(ddp_row(base, world, "ddp_no_comm", times["ddp_no_comm"], calls=0, sent=0, **common))
         for measure in ("comm", "step"):
             on_row(ddp_row(base, world, measure, times[measure], bucket_bytes=layout,
                            calls=len(layout), sent=sum(layout),
