@@ -263,7 +263,9 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
             "wait-then-AllReduce = its time / the DDP step's. Predicted = compute - backward + "
             "max(backward, when the last bucket is done), each bucket ready when backward has "
             "produced its bytes and sent after the one before it (the seed's compute + max(0, "
-            "comm - overlappable) with the overlappable part worked out bucket by bucket); the "
+            "comm - overlappable) with the overlappable part worked out bucket by bucket), plus, "
+            "on CPU, comm CPU time of the buckets sent during backward, and DDP's own cost "
+            "(DDP step with a hook that does not communicate - compute); the "
             "seed's closed form takes overlappable = min(backward x (1 - first bucket's share), "
             "comm x (1 - last bucket's share)).", ""]
     overlap = overlap_table(frame)
