@@ -1,12 +1,14 @@
 """The command line: `allreduce-bench` (and `python -m allreduce_bench`)."""
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
 
 import click
 
+from allreduce_bench.config.checks import nonempty_path
 from allreduce_bench.errors import UsageError
 
 
@@ -15,8 +17,15 @@ class OneLineErrors(click.Group):
 
     def main(self, args=None, prog_name=None, **kwargs):
         kwargs.pop("standalone_mode", None)
+        from allreduce_bench.launch.reasons import flush_or_exit, reason
+
         try:
-            return super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs) or 0
+            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs) or 0
+            flush_or_exit()
+            return code
+        except SystemExit:
+            flush_or_exit()  # stdout to /dev/full: one line, not Python's "Exception ignored"
+            raise
         except UsageError as error:
             click.echo(f"allreduce-bench: error: {error}", err=True)
             sys.exit(2)
@@ -33,6 +42,20 @@ class OneLineErrors(click.Group):
         except click.ClickException as error:
             click.echo(f"allreduce-bench: error: {error.format_message()}", err=True)
             sys.exit(error.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C before a run started (while torch imports, ...)
+            _say("allreduce-bench: interrupted")
+            sys.exit(130)
+        except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
+            _say(f"allreduce-bench: error: {reason(error, 0)}")
+            sys.exit(1)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stdout.flush()
+    except OSError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (stdout is broken: keep exit quiet)
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
@@ -64,11 +87,11 @@ def main():
 @click.option("--ranks-per-node", type=int, help="Ranks per node, to simulate nodes on one host. "
               "Default: the launcher's LOCAL_WORLD_SIZE; 2 for a local CPU run.")
 @click.option("--tag", default="", help="A label carried in every row, e.g. nvlink or ib.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), callback=nonempty_path,
               help="Output directory. [results/<UTC timestamp>[-<tag>]]")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds any collective may take before the run is aborted.")
-@click.option("--resume", "resume_dir", type=click.Path(path_type=Path),
+@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), callback=nonempty_path,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
 @click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, 5 iterations): a smoke test.")

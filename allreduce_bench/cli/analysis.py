@@ -21,10 +21,14 @@ def default_out_dir(paths: tuple[Path, ...]) -> Path:
     return (first if first.is_dir() else first.parent) / "plots"
 
 
-def _load(paths: tuple[Path, ...]):
+def _load(paths: tuple[Path, ...], out_dir: Path | None):
+    """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
+    to write figures."""
     from allreduce_bench.analysis.report import chosen_size
+    from allreduce_bench.config.checks import check_writable_dir
     frame = load_results(paths)
     chosen_size(frame)  # no AllReduce rows at all: say so before drawing anything
+    check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
     return frame
 
 
@@ -42,7 +46,7 @@ def plot(paths, out_dir, fmt, size):
     from allreduce_bench.analysis.plots import draw_all
     from allreduce_bench.analysis.report import chosen_size
 
-    frame = _load(paths)
+    frame = _load(paths, out_dir)
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
                        size_bytes=chosen_size(frame, size))
     for path in figures.values():
@@ -61,7 +65,7 @@ def report(paths, out_dir, fmt, size):
     """
     from allreduce_bench.analysis.report import chosen_size, print_tables, write_report
 
-    frame = _load(paths)
+    frame = _load(paths, out_dir)
     size_bytes = chosen_size(frame, size)
     print_tables(frame, size_bytes, echo=click.echo)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt)

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from allreduce_bench import units
+from allreduce_bench.config.checks import check_positive_int, nonempty_path
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import format_size, parse_size_list
 
@@ -24,6 +25,7 @@ class Quantity(click.ParamType):
 
 BANDWIDTH = Quantity("bandwidth", units.parse_bandwidth)
 SECONDS = Quantity("time", units.parse_seconds)
+POSITIVE_SECONDS = Quantity("time", units.parse_positive_seconds)
 BYTES = Quantity("bytes", units.parse_bytes)
 COUNT = Quantity("count", units.parse_count)
 
@@ -44,6 +46,16 @@ def link_options(command):
     ]):
         command = option(command)
     return command
+
+
+def _whole_count(text, what):
+    count = units.parse_count(text, what)
+    if count % 1:
+        raise UsageError(f"{what} {text!r} is not a whole number; e.g. 7B or 350M")
+    return count
+
+
+WHOLE_COUNT = Quantity("count", _whole_count)
 
 
 def _load(model_path):
@@ -97,7 +109,7 @@ def model():
 
 @model.command("fit")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), callback=nonempty_path,
               help="Where model.json and plots/model.png go. [the first PATH (its directory)]")
 @click.option("--native-as", default="ring", show_default=True,
               type=click.Choice(["ring", "naive", "hierarchical"]),
@@ -120,11 +132,13 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
     import pandas as pd
 
     from allreduce_bench.analysis.model import MODEL_FILE, compare, fit, median_abs_error
+    from allreduce_bench.config.checks import check_writable_dir
     from allreduce_bench.results.load import load_results
     from allreduce_bench.units import parse_size
 
     threshold = parse_size(min_size, "--min-size")
     frame = load_results(paths)
+    check_writable_dir(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent), "--out")
     if tag is not None:
         tags = sorted(frame["tag"].unique()) if "tag" in frame.columns else []
         frame = frame[frame["tag"] == tag] if tag in tags else frame.iloc[:0]
@@ -137,8 +151,19 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
         fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
         if fitted.empty:
             raise UsageError(f"no rows of --fit-min-size {fit_min_size} or more; choose a smaller size")
+    if not (frame["size_bytes"] >= threshold).any():
+        raise UsageError(f"no sizes of --min-size {format_size(threshold)} or more to summarise "
+                         f"(the largest is {format_size(frame['size_bytes'].max())}); give a "
+                         "smaller --min-size (and --fit-min-size to fit only large sizes)")
     cost_model = fit(fitted, native_as=native_as, loss=loss, sources=sources)
-    comparison = compare(frame, cost_model)
+    try:
+        comparison = compare(frame, cost_model)
+    except UsageError as error:  # the model's message names predict's --intra-bw/--inter-bw
+        if "-bw" not in str(error):
+            raise
+        raise UsageError(f"the fitted rows cannot predict every measured row ({error}".split("; give")[0]
+                         + "); fit rows of every node layout you compare: check --fit-min-size "
+                         "and --tag") from None
     out_dir = out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
 
     click.echo(f"Fitted links per algorithm ({loss} relative error; alpha = cost per message, "
@@ -206,7 +231,9 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
     for name in names:
         if name not in ALGORITHMS:
             raise UsageError(f"unknown algorithm {name!r} in --algo; choose from {', '.join(ALGORITHMS)}")
-    size_list = parse_size_list(sizes)
+    size_list = parse_size_list(sizes, "--size")
+    check_positive_int(world_size, "--world-size")
+    check_positive_int(ranks_per_node, "--ranks-per-node")
     nodes, per_node = layout(world_size, ranks_per_node)
     cost_model = _load(model_path)
     native_as = native_as or (cost_model.native_as if cost_model else "ring")
@@ -229,9 +256,9 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
 
 
 @model.command("ddp")
-@click.option("--params", type=COUNT, required=True, help="Parameter count, e.g. 7B or 350M.")
+@click.option("--params", type=WHOLE_COUNT, required=True, help="Parameter count, e.g. 7B or 350M.")
 @click.option("--dtype", default="bfloat16", show_default=True, help="Gradient dtype: bfloat16, float16, float32, ...")
-@click.option("--compute", type=SECONDS, required=True,
+@click.option("--compute", type=POSITIVE_SECONDS, required=True,
               help="Forward + backward time per step per GPU, e.g. 0.5s.")
 @click.option("--bandwidth", "bandwidths", type=BANDWIDTH, multiple=True,
               help="A link bandwidth, e.g. 900GB/s; repeat to compare links (comm = 2 x gradient "
@@ -247,7 +274,8 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
 @click.option("--overlappable", type=SECONDS,
               help="Seconds of communication that overlap compute. [all but the last bucket, "
                    "bounded by the backward pass]")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=Path("plots/ddp-scaling.png"),
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path("plots/ddp-scaling.png"), callback=nonempty_path,
               show_default=True, help="Figure of efficiency against GPU count, with --gpus.")
 @link_options
 def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, bucket,
@@ -263,7 +291,14 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
            --ranks-per-node 8 --bandwidth 900GB/s --bandwidth 25GB/s
     """
     from allreduce_bench.analysis import ddp_model as ddp
+    from allreduce_bench.config.checks import check_finite, check_writable_file
 
+    check_positive_int(ranks_per_node, "--ranks-per-node")
+    check_finite(backward_share, "--backward-share", low=None)
+    if not 0 <= backward_share <= 1:
+        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+    if gpus:
+        check_writable_file(plot_path, "--plot")
     grad = ddp.gradient_bytes(params, dtype)
     overlap = {"backward_share": backward_share, "overlappable_s": overlappable}
     full, last = ddp.buckets(grad, bucket)

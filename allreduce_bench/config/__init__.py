@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from allreduce_bench.config.checks import check_finite, check_writable_dir
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import parse_size, parse_size_list, size_sweep
 
@@ -81,20 +82,35 @@ def parse_dtype(name: str) -> str:
     return name
 
 
-def default_out_dir(tag: str, now: _dt.datetime | None = None) -> Path:
+def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
+    """results/<UTC timestamp>[-<tag>]. With `claim`, the directory is created here, atomically,
+    with -2, -3, ... appended when another run took the name first (two runs in one second)."""
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-")
-    return Path("results") / (f"{stamp}-{safe}" if safe else stamp)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-.")[:64]  # a file name, never too long
+    base = Path("results") / (f"{stamp}-{safe}" if safe else stamp)
+    if not claim:
+        return base
+    check_writable_dir(base.parent, "the default output directory")
+    for n in range(1, 10_000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UsageError(f"cannot create {path} ({error.strerror}); give --out") from None
+    raise UsageError(f"too many runs named {base}*; give --out")
 
 
 def resolve_sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None,
                   factor: float | None, defaults: dict) -> tuple[int, ...]:
-    if sizes:
-        if min_bytes or max_bytes or factor:
+    if sizes is not None:  # --sizes '' is an error, never the default sweep
+        if min_bytes is not None or max_bytes is not None or factor is not None:
             raise UsageError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
         return tuple(parse_size_list(sizes))
-    lo = parse_size(min_bytes or defaults["min_bytes"], "--min-bytes")
-    hi = parse_size(max_bytes or defaults["max_bytes"], "--max-bytes")
+    lo = parse_size(defaults["min_bytes"] if min_bytes is None else min_bytes, "--min-bytes")
+    hi = parse_size(defaults["max_bytes"] if max_bytes is None else max_bytes, "--max-bytes")
     return tuple(size_sweep(lo, hi, factor if factor is not None else defaults["factor"]))
 
 
@@ -110,5 +126,4 @@ def check_counts(iters: int, warmup: int, timeout_s: float) -> None:
         raise UsageError(f"--iters must be at least 1, got {iters}")
     if warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
+    check_finite(timeout_s, "--timeout")

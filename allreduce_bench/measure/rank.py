@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from allreduce_bench.launch import resume
 from allreduce_bench.launch.environments import RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.launch.reasons import is_out_of_memory
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
@@ -101,6 +102,8 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
         _gather_meta(config, benchmark, env, device)
         wrong = benchmark.measure(Session(config, env, device, progress))
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
+        if is_out_of_memory(error):
+            raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         exit_now(failure_line(env.rank, progress, error, config.timeout_s),

@@ -6,8 +6,10 @@ finishes, so a crash or Ctrl-C loses at most the size in flight and the file sta
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +29,19 @@ def drop_partial_last_row(path: Path) -> bool:
         f.flush()
         os.fsync(f.fileno())
     return True
+
+
+def whole_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The lines that end in a newline: a last line cut short (disk full, a killed writer) is
+    never read as a row."""
+    for line in lines:
+        if line.endswith("\n"):
+            yield line
+
+
+class DiskFullError(OSError):
+    """Writing a row failed (disk full, quota, I/O error); the file was cut back to its last
+    whole row, and the message says so."""
 
 
 class ResultsWriter:
@@ -61,14 +76,27 @@ class ResultsWriter:
         return merged
 
     def append(self, row: dict) -> None:
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one row (the header first into an empty file) all or nothing: when the write
+        fails part way (ENOSPC), the file is cut back to where it was and the error names it."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        before = self.path.stat().st_size if self.path.exists() else 0
+        if before == 0:
+            writer.writeheader()
+        writer.writerow(row)
+        data = text.getvalue().encode("utf-8")
+        with open(self.path, "ab") as f:
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as error:
+                try:
+                    f.truncate(before)
+                except OSError:
+                    pass
+                raise DiskFullError(error.errno, f"could not write a row to {self.path} "
+                                    f"({error.strerror}); the file keeps its whole rows") from None
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:
@@ -90,8 +118,24 @@ def start_meta(out_dir: Path, meta: dict) -> None:
 
 
 def read_meta(run_dir: Path) -> dict:
+    """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
+    from allreduce_bench.errors import UsageError
+
     path = Path(run_dir) / META_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({error})"
+        raise UsageError(f"{path} {what}: it is damaged or was not written by allreduce-bench; "
+                         "restore it, or move it away to start afresh") from None
+    except OSError as error:
+        raise UsageError(f"{path} cannot be read ({error.strerror})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path} is not a JSON object: it was not written by allreduce-bench; "
+                         "move it away to start afresh")
+    return meta
 
 
 def update_meta(out_dir: Path, **fields) -> None:
