@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from pathlib import Path
 
 import click
 
-from allreduce_bench.config.checks import nonempty_path
+from allreduce_bench.config.checks import OUTPUT_PATH
 from allreduce_bench.errors import UsageError
 
 
@@ -87,11 +86,11 @@ def main():
 @click.option("--ranks-per-node", type=int, help="Ranks per node, to simulate nodes on one host. "
               "Default: the launcher's LOCAL_WORLD_SIZE; 2 for a local CPU run.")
 @click.option("--tag", default="", help="A label carried in every row, e.g. nvlink or ib.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), callback=nonempty_path,
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>[-<tag>]]")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds any collective may take before the run is aborted.")
-@click.option("--resume", "resume_dir", type=click.Path(path_type=Path), callback=nonempty_path,
+@click.option("--resume", "resume_dir", type=OUTPUT_PATH,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
 @click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, 5 iterations): a smoke test.")

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.config.checks import OUTPUT_PATH
 from allreduce_bench.results.load import load_results
 
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-OUT_DIR = click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
+OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
                        help="Where figures go. [plots/ of the first run]")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
                       show_default=True, help="Figure file format.")

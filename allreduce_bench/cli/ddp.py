@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from allreduce_bench import units
-from allreduce_bench.config.checks import nonempty_path
+from allreduce_bench.config.checks import OUTPUT_PATH
 from allreduce_bench.config.ddp import DdpSettings
 from allreduce_bench.errors import UsageError
 
@@ -162,7 +162,7 @@ def run_ddp(config: DdpConfig) -> int:
 @click.option("--ranks-per-node", type=int,
               help="Ranks per node: the groups DDP's worlds are built with and the rows' node layout.")
 @click.option("--tag", default="", help="A label carried in every row.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), callback=nonempty_path,
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-ddp[-<tag>]]")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds any collective may take before the run is aborted.")

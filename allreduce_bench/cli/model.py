@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from allreduce_bench import units
-from allreduce_bench.config.checks import check_positive_int, nonempty_path
+from allreduce_bench.config.checks import OUTPUT_PATH, check_positive_int
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import format_size, parse_size_list
 
@@ -109,7 +109,7 @@ def model():
 
 @model.command("fit")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), callback=nonempty_path,
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Where model.json and plots/model.png go. [the first PATH (its directory)]")
 @click.option("--native-as", default="ring", show_default=True,
               type=click.Choice(["ring", "naive", "hierarchical"]),
@@ -274,8 +274,8 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
 @click.option("--overlappable", type=SECONDS,
               help="Seconds of communication that overlap compute. [all but the last bucket, "
                    "bounded by the backward pass]")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
-              default=Path("plots/ddp-scaling.png"), callback=nonempty_path,
+@click.option("--plot", "plot_path", type=OUTPUT_PATH,
+              default=Path("plots/ddp-scaling.png"),
               show_default=True, help="Figure of efficiency against GPU count, with --gpus.")
 @link_options
 def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, bucket,

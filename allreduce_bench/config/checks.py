@@ -8,6 +8,8 @@ import resource
 import tempfile
 from pathlib import Path
 
+import click
+
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import format_bytes
 
@@ -43,13 +45,24 @@ def check_writable_file(path: Path, option: str) -> Path:
     return path
 
 
-def nonempty_path(ctx, param, value):
-    """click callback: an empty --out would silently mean the current directory."""
-    if value is not None and str(value).strip() == "":
-        raise UsageError(f"{param.opts[0]} is empty; give a directory (use . for this one)")
-    if value is not None and "\0" in str(value):
-        raise UsageError(f"{param.opts[0]} contains a NUL byte; give a plain path")
-    return value
+class OutputPath(click.ParamType):
+    """A path option that must not be empty: an empty --out would silently mean the current
+    directory (click's Path type turns '' into '.')."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Path):
+            return value
+        option = param.opts[0] if param else "path"
+        if str(value).strip() == "":
+            self.fail("it is empty; give a directory (use . for this one)", param, ctx)
+        if "\0" in str(value):
+            self.fail("it contains a NUL byte; give a plain path", param, ctx)
+        return Path(value)
+
+
+OUTPUT_PATH = OutputPath()
 
 
 def check_finite(value: float, option: str, low: float | None = 0.0) -> float:

@@ -40,6 +40,7 @@ import click
 
 from allreduce_bench import units
 from allreduce_bench.config import default_out_dir
+from allreduce_bench.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.store import update_meta
 
@@ -260,8 +261,26 @@ class EmulatedCluster:
                 if all(c == 0 for c in codes):
                     return 0
                 time.sleep(0.2)
+        except (KeyboardInterrupt, SystemExit):
+            self.kill_quietly(procs)
+            raise
         finally:
             _stop(procs)
+
+    def kill_quietly(self, procs: list[subprocess.Popen]) -> None:
+        """On Ctrl-C/SIGTERM stop every launch at once with SIGKILL (torchrun stopped by SIGTERM
+        prints tracebacks). Rows are appended whole, so a killed writer leaves at most a torn
+        last line that resume and every reader drop."""
+        for p in procs:
+            _signal_group(p, signal.SIGKILL)
+        for name in self.hosts:  # the ranks run in sessions of their own, inside our namespaces
+            for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for p in procs:
+            p.wait()
 
     def probe_intra_p2p(self, size_bytes: int = 16 << 20) -> float:
         """GB/s of a gloo send between two ranks on host 0: the intra-node path, measured."""
@@ -379,10 +398,15 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
         raise UsageError(f"--ranks-per-node must be between 1 and 64, got {ranks_per_node}")
     if nodes > 200:
         raise UsageError(f"--nodes {nodes} is more than this emulation's subnet holds; use <= 200")
-    if inter_ratio <= 0:
-        raise UsageError(f"--inter-ratio must be positive, got {inter_ratio:g}")
+    check_finite(inter_ratio, "--inter-ratio")
     rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
     latency = units.parse_seconds(inter_latency, "--inter-latency")
+    if not 0 <= latency < 60:
+        raise UsageError(f"--inter-latency must be between 0 and 60 s, got {inter_latency!r}")
+    resumed = resumed_dir(args)
+    if resumed is not None:
+        out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
+        rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
     check_benchmark_args(root, benchmarks, args, nodes, ranks_per_node)
     check_can_emulate()
     stale = stale_namespaces()
@@ -410,11 +434,58 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
                 code = cluster.run_on_hosts([BENCHMARKS[benchmark], *benchmark_args(benchmark, args),
                                              "--out", str(out_dir)],
                                             emulation) or code
+            except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
+                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
+                    else 130
+                how = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
+                click.echo(f"emulate: interrupted ({how}); "
+                           f"{_kept(out_dir)}", err=True)
+                return code
             finally:
                 if (out_dir / "meta.json").exists():
                     update_meta(out_dir, emulation={**emulation.as_meta(),
                                                     "command": shlex.join(sys.argv)})
         return code
+
+
+def _kept(out_dir: Path) -> str:
+    from allreduce_bench.launch.resume import count_rows
+
+    if not (out_dir / "results.csv").exists():
+        return f"no rows were written to {out_dir}"
+    return (f"{count_rows(out_dir)} row(s) kept in {out_dir / 'results.csv'}; continue with "
+            f"`allreduce-bench emulate --resume {out_dir}` and the same options")
+
+
+def resumed_dir(args: list[str]) -> Path | None:
+    """The --resume DIR among the options passed on to `run`, if any."""
+    for i, arg in enumerate(args):
+        if arg == "--resume" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--resume="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
+                   latency: float) -> float:
+    """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
+    the stored rate (a new measurement would differ a little and mix rows of two rates)."""
+    from allreduce_bench.results.store import read_meta
+
+    stored = read_meta(resume_dir).get("emulation")
+    if not isinstance(stored, dict):
+        raise UsageError(f"--resume {resume_dir} is not an emulated run (its meta.json has no "
+                         "emulation); continue it with `allreduce-bench run --resume` instead")
+    was = (stored.get("nodes"), stored.get("ranks_per_node"), stored.get("inter_rate_bps"),
+           stored.get("inter_latency_s", 0.0))
+    now = (nodes, ranks_per_node, was[2] if rate is None else rate, latency)
+    if was != now:
+        raise UsageError(f"--resume {resume_dir} was emulated as {stored.get('label', was)}; give "
+                         f"the same --nodes {was[0]} --ranks-per-node {was[1]} --inter-bandwidth "
+                         f"{units.format_tc_rate(was[2] or 0).lower()} --inter-latency "
+                         f"{(was[3] or 0) * 1e3:g}ms, or write to a new --out")
+    return was[2]
 
 
 @click.command("emulate", context_settings={"ignore_unknown_options": True,
@@ -431,7 +502,7 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
 @click.option("--benchmarks", default="allreduce", show_default=True,
               help="What to run on the emulated cluster: allreduce (= `run`), links, or both "
                    "(allreduce,links), one after the other on the same shaping.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
 @click.option("--cleanup", is_flag=True,
               help="Only remove namespaces left by emulate runs that no longer exist, and exit.")

@@ -8,6 +8,7 @@ import pandas as pd
 
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.schema import REQUIRED, RESULTS_FILE
+from allreduce_bench.results.validate import check_results
 
 
 def _csv_path(path: Path) -> Path:
@@ -39,6 +40,7 @@ def load_results(paths: Path | str | Iterable[Path | str]) -> pd.DataFrame:
                              f"{', '.join(missing)}")
         if frame.empty:
             raise UsageError(f"{csv_path} has no rows; run a benchmark first")
+        frame = check_results(frame, csv_path)  # torn last row dropped; damage is one line
         frame["source"] = str(csv_path.parent)
         frames.append(frame)
     if not frames:
