@@ -82,7 +82,7 @@ def cases(tmp: Path) -> list[list[str]]:
           ["model", "predict", "--world-size", "8", "--model", str(afile)],
           ["model", "predict", "--world-size", "8", "--algo", "bogus", "--intra-bw", "1GB/s"],
           ["plot", str(tmp / "nothing")], ["report", str(afile)], ["bogus"], ["run", "--bogus"]]
-    for name, corruption in CORRUPTIONS.items():
+    for name in CORRUPTIONS:
         d = tmp / f"corrupt-{name}"
         c += [["report", str(d), "--out-dir", str(tmp / "plots")],
               ["plot", str(d), "--out-dir", str(tmp / "plots")],

@@ -54,7 +54,6 @@ class OutputPath(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, Path):
             return value
-        option = param.opts[0] if param else "path"
         if str(value).strip() == "":
             self.fail("it is empty; give a directory (use . for this one)", param, ctx)
         if "\0" in str(value):
