@@ -29,8 +29,12 @@ def reason(error: BaseException, rank: int) -> str:
     if is_out_of_memory(error):
         return (f"out of memory ({first}); choose a smaller --max-bytes/--params or fewer ranks")
     if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        where = f" writing {error.filename}" if error.filename else ""
-        return f"disk full{where}: {first}"
+        if error.filename is None:
+            return ("no space left writing output (standard output to a full device such as "
+                    "/dev/full, or a full disk)")
+        if error.filename:
+            return f"disk full writing {error.filename} ({error.strerror})"
+        return f"disk full: {first}"
     if isinstance(error, OSError):
         return f"{first}" + (f" ({error.filename})" if error.filename and
                              str(error.filename) not in first else "")

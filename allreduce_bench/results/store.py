@@ -80,31 +80,37 @@ class ResultsWriter:
         fails part way (ENOSPC), the file is cut back to where it was and the error names it."""
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
-        before = self.path.stat().st_size if self.path.exists() else 0
-        if before == 0:
+        if not self.path.exists() or self.path.stat().st_size == 0:
             writer.writeheader()
         writer.writerow(row)
         data = text.getvalue().encode("utf-8")
-        with open(self.path, "ab") as f:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            before = os.fstat(fd).st_size
+            written = 0
+            while written < len(data):  # unbuffered: nothing is left to fail at close
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError as error:
             try:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as error:
-                try:
-                    f.truncate(before)
-                except OSError:
-                    pass
-                raise DiskFullError(error.errno, f"could not write a row to {self.path} "
-                                    f"({error.strerror}); the file keeps its whole rows") from None
+                os.ftruncate(fd, before)  # no torn row: the file ends with its last whole row
+            except OSError:
+                pass
+            raise DiskFullError(error.errno, error.strerror, str(self.path)) from None
+        finally:
+            os.close(fd)
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:
     path = Path(out_dir) / META_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    try:
+        tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half a file
+    except OSError as error:  # disk full: the old meta.json stays whole; say which file
+        tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 def start_meta(out_dir: Path, meta: dict) -> None:
