@@ -3,12 +3,23 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
 
-import click
 
-from allreduce_bench.config.checks import OUTPUT_PATH
-from allreduce_bench.errors import UsageError
+def _interrupted_while_starting(signum, frame):
+    os.write(2, b"allreduce-bench: interrupted\n")  # Ctrl-C while the CLI imports: no traceback
+    os._exit(130)
+
+
+_default_sigint = signal.getsignal(signal.SIGINT)
+if _default_sigint is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import click  # noqa: E402  (after the handler above: this import is the slow part)
+
+from allreduce_bench.config.checks import OUTPUT_PATH  # noqa: E402
+from allreduce_bench.errors import UsageError  # noqa: E402
 
 
 class OneLineErrors(click.Group):
@@ -122,6 +133,8 @@ from allreduce_bench.emulate import emulate  # noqa: E402  (emulated multi-node 
 
 for command in (plot, report, ddp, model, emulate, links_command(run)):
     main.add_command(command)
+if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+    signal.signal(signal.SIGINT, _default_sigint)  # imported: Ctrl-C is KeyboardInterrupt again
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -68,23 +67,24 @@ def _kept(config, resumable: bool) -> str:
 
 
 @contextmanager
-def _ranks_ignore_ctrl_c():
-    """Ctrl-C goes to the driver only: local ranks start with SIGINT blocked (a signal mask is
-    inherited through fork and exec), so one pressed while they import torch prints no
-    KeyboardInterrupt tracebacks; the driver stops them and prints one line. A helper thread
-    keeps SIGINT deliverable to this process; Python runs the handler in the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    done = threading.Event()
-    catcher = threading.Thread(target=done.wait, name="sigint-catcher", daemon=True)
-    catcher.start()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _ranks_ignore_ctrl_c(scratch: str):
+    """Ctrl-C goes to the driver only: local ranks start with SIGINT ignored, so one pressed
+    while they import torch prints no KeyboardInterrupt tracebacks; the driver stops them
+    (SIGTERM) and prints one line. An ignored signal stays ignored through exec, and Python then
+    installs no KeyboardInterrupt handler; multiprocessing's spawn starts its children through
+    this tiny wrapper, which ignores SIGINT and execs the same Python."""
+    import multiprocessing.spawn as mp_spawn
+    import shlex
+
+    wrapper = Path(scratch) / "python-ignoring-sigint"
+    wrapper.write_text(f"#!/bin/sh\ntrap '' INT\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    previous = mp_spawn.get_executable()
+    mp_spawn.set_executable(str(wrapper))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        done.set()
+        mp_spawn.set_executable(previous)
 
 
 def drive(config, entry, done_with, world_sizes=None, before=None, resumable: bool = False) -> int:
@@ -118,7 +118,7 @@ def _drive_local(config, entry, done_with, world_sizes, resumable: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
         os.environ[REASON_DIR_ENV] = reasons  # the ranks inherit it
         try:
-            with _ranks_ignore_ctrl_c():
+            with _ranks_ignore_ctrl_c(reasons):
                 for world_size in config.world_sizes if world_sizes is None else world_sizes:
                     launch_local(world_size, guarded, entry, config.with_world_sizes((world_size,)))
         except ChildFailedError as error:
