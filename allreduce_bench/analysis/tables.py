@@ -47,6 +47,10 @@ def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
     with_id = pd.Series([f"{t} ({r})" if t else r for t, r in zip(tag, run_id)],
                         index=frame.index, dtype="object")
     frame["run"] = tag.where(~repeated, with_id)
+    for column in ("dtype", "backend", "device"):  # runs that differ in these say so
+        values = _text(frame, column)
+        if values[values != ""].nunique() > 1:
+            frame["run"] = (frame["run"] + " " + values).str.strip()
     frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
     return frame
 

@@ -365,7 +365,7 @@ def benchmark_args(benchmark: str, args: list[str]) -> list[str]:
 def _as_rank0(world_size: int, ranks_per_node: int):
     """The environment rank 0 of the emulated world will see, to validate options up front."""
     with mock.patch.dict(os.environ, RANK="0", WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                         LOCAL_WORLD_SIZE=str(ranks_per_node)):
+                         LOCAL_WORLD_SIZE=str(ranks_per_node), **{EMULATION_ENV: "validating"}):
         yield
 
 
@@ -390,7 +390,7 @@ def check_benchmark_args(root: click.Group, benchmarks: list[str], args: list[st
 
 
 def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_bandwidth: str,
-                  inter_ratio: float, inter_latency: str, benchmarks: list[str], out_dir: Path,
+                  inter_ratio: float, inter_latency: str, benchmarks: list[str], out_dir: Path | None,
                   args: list[str]) -> int:
     if nodes < 2:
         raise UsageError(f"--nodes must be at least 2 to emulate inter-node links, got {nodes}")
@@ -407,7 +407,15 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
     if resumed is not None:
         out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
         rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
-    check_benchmark_args(root, benchmarks, args, nodes, ranks_per_node)
+    claimed = out_dir is None
+    out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
+    try:
+        check_benchmark_args(root, benchmarks, [*args, "--out", str(out_dir)], nodes,
+                             ranks_per_node)
+    except UsageError:
+        if claimed:
+            shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
+        raise
     check_can_emulate()
     stale = stale_namespaces()
     if stale:
@@ -536,5 +544,5 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     root = click.get_current_context().find_root().command
     sys.exit(run_emulation(root, nodes, ranks_per_node, inter_bandwidth, inter_ratio,
                            inter_latency, list(dict.fromkeys(chosen)),
-                           out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}"),
+                           out_dir,
                            list(benchmark_args)))
