@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -195,6 +197,35 @@ REAL = [
 ]
 
 
+# Ctrl-C (SIGINT to the whole process group, as a terminal sends it) this long after the start:
+# while the CLI imports, while the ranks import torch, while they measure.
+INTERRUPTS = [("run", 0.5), ("run", 1.0), ("run", 1.5), ("run", 2.0), ("run", 3.0), ("ddp", 1.5),
+              ("ddp", 3.0), ("ddp", 6.0)]
+
+
+def interrupt_cases(tmp: str) -> list:
+    unclean = []
+    for command, delay in INTERRUPTS:
+        args = {"run": ["run", "--quick", "--world-sizes", "2", "--no-plot"],
+                "ddp": ["ddp", "--world-sizes", "2", "--params", "1M", "--iters", "2",
+                        "--no-plot"]}[command]
+        proc = subprocess.Popen([sys.executable, "-m", "allreduce_bench", *args, "--out",
+                                 f"{tmp}/int-{command}-{delay}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        time.sleep(delay)
+        os.killpg(proc.pid, signal.SIGINT)
+        err = proc.communicate(timeout=300)[1]
+        # progress lines (ddp prints its measurements on stderr) are output, not complaints
+        lines = [line for line in err.splitlines()
+                 if line.startswith(("allreduce-bench", "emulate")) and "-> " not in line]
+        ok = "Traceback" not in err and "KeyboardInterrupt" not in err and len(lines) <= 1
+        print(f"real: Ctrl-C {command} after {delay} s: exit {proc.returncode}: {lines[-1:]}")
+        if not ok:
+            unclean.append((f"Ctrl-C {command} after {delay} s", proc.returncode, err[-400:]))
+    return unclean
+
+
 def real_cases() -> tuple[int, int, list]:
     unclean = []
     with tempfile.TemporaryDirectory() as t:
@@ -209,7 +240,9 @@ def real_cases() -> tuple[int, int, list]:
             print(f"real: {what}: exit {done.returncode}: {err.strip().splitlines()[-1:] }")
             if not clean(done.returncode, err):
                 unclean.append((what, done.returncode, err[-400:]))
-    return len(REAL), len(REAL) - len(unclean), unclean
+        unclean += interrupt_cases(t)
+    tried = len(REAL) + len(INTERRUPTS)
+    return tried, tried - len(unclean), unclean
 
 
 if __name__ == "__main__":

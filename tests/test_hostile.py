@@ -183,7 +183,7 @@ def check_valid_config(config) -> None:
     assert str(config.out_dir) not in ("", ".") and Path(config.out_dir).is_dir()
 
 
-@settings(max_examples=120, deadline=None,
+@settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(args=command_lines())
 def test_random_options_are_valid_or_one_line(cli, args):
@@ -231,7 +231,7 @@ def whole_good_rows(csv_data: bytes) -> int:
     return max(0, csv_data.count(b"\n") - 1)
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(damaged=damaged_runs(),
        command=st.sampled_from(["report", "plot", "fit", "resume", "load"]))
