@@ -124,6 +124,9 @@ def _drive_local(config, entry, done_with, world_sizes, resumable: bool) -> int:
         except ChildFailedError as error:
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
+            if not found and any(f.exitcode == -signal.SIGKILL
+                                 for f in (getattr(error, "failures", {}) or {}).values()):
+                why += " (if nobody sent it, the kernel's out-of-memory killer did: see dmesg)"
             print(f"allreduce-bench: run stopped: {why}; {_kept(config, resumable)}",
                   file=sys.stderr)
             return 1
