@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from allreduce_bench.benchmarks.allreduce import rank_entry
 from allreduce_bench.config import RunConfig
 from allreduce_bench.launch import resume
 from allreduce_bench.launch.environments import describe_failure, launch_local, launcher_env
-from allreduce_bench.launch.reasons import REASON_DIR_ENV, first_reason, guarded
+from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.results.load import load_results
 from allreduce_bench.results.lock import DirectoryLock
@@ -69,10 +70,12 @@ def _kept(config, resumable: bool) -> str:
 @contextmanager
 def _ranks_ignore_ctrl_c(scratch: str):
     """Ctrl-C goes to the driver only: local ranks start with SIGINT ignored, so one pressed
-    while they import torch prints no KeyboardInterrupt tracebacks; the driver stops them
-    (SIGTERM) and prints one line. An ignored signal stays ignored through exec, and Python then
-    installs no KeyboardInterrupt handler; multiprocessing's spawn starts its children through
-    this tiny wrapper, which ignores SIGINT and execs the same Python."""
+    while they import torch prints no KeyboardInterrupt tracebacks; the driver prints one line.
+    An ignored signal stays ignored through exec, and Python then installs no KeyboardInterrupt
+    handler; multiprocessing's spawn starts its children through this tiny wrapper, which
+    ignores SIGINT and execs the same Python. torch's launcher stops its ranks with the signal it
+    got (SIGINT), which a starting rank ignores: a watcher sees every signal this process gets
+    (Python's wakeup fd) and sends the ranks SIGTERM at once instead."""
     import multiprocessing.spawn as mp_spawn
     import shlex
 
@@ -81,10 +84,48 @@ def _ranks_ignore_ctrl_c(scratch: str):
     wrapper.chmod(0o755)
     previous = mp_spawn.get_executable()
     mp_spawn.set_executable(str(wrapper))
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    watcher = threading.Thread(target=_stop_ranks_on_sigint, args=(read_fd,), daemon=True)
+    watcher.start()
     try:
         yield
     finally:
+        signal.set_wakeup_fd(old_wakeup)
+        os.close(write_fd)  # the watcher reads EOF and ends
+        watcher.join(timeout=5)
+        os.close(read_fd)
         mp_spawn.set_executable(previous)
+
+
+def _stop_ranks_on_sigint(read_fd: int) -> None:
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        if signal.SIGINT in data:
+            for pid in _spawned_ranks():
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
+def _spawned_ranks() -> list[int]:
+    """This process's children started by multiprocessing's spawn (not its resource tracker)."""
+    found = []
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return found
 
 
 def drive(config, entry, done_with, world_sizes=None, before=None, resumable: bool = False) -> int:
@@ -117,6 +158,7 @@ def _drive_local(config, entry, done_with, world_sizes, resumable: bool) -> int:
 
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
         os.environ[REASON_DIR_ENV] = reasons  # the ranks inherit it
+        os.environ[DRIVER_PID_ENV] = str(os.getpid())
         try:
             with _ranks_ignore_ctrl_c(reasons):
                 for world_size in config.world_sizes if world_sizes is None else world_sizes:
@@ -124,11 +166,11 @@ def _drive_local(config, entry, done_with, world_sizes, resumable: bool) -> int:
         except ChildFailedError as error:
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
-            if not found and any(f.exitcode == -signal.SIGKILL
-                                 for f in (getattr(error, "failures", {}) or {}).values()):
-                why += " (if nobody sent it, the kernel's out-of-memory killer did: see dmesg)"
-            print(f"allreduce-bench: run stopped: {why}; {_kept(config, resumable)}",
-                  file=sys.stderr)
+            killed = not found and any(f.exitcode == -signal.SIGKILL
+                                       for f in (getattr(error, "failures", {}) or {}).values())
+            print(f"allreduce-bench: run stopped: {why}; {_kept(config, resumable)}"
+                  + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
+                     if killed else ""), file=sys.stderr)
             return 1
         except (SignalException, KeyboardInterrupt) as error:
             sig = getattr(error, "sigval", signal.SIGINT)
@@ -137,6 +179,7 @@ def _drive_local(config, entry, done_with, world_sizes, resumable: bool) -> int:
             return 128 + int(sig)  # 130 for Ctrl-C, as shells report it
         finally:
             os.environ.pop(REASON_DIR_ENV, None)
+            os.environ.pop(DRIVER_PID_ENV, None)
     return done_with(config)
 
 

@@ -15,6 +15,7 @@ from allreduce_bench.errors import UsageError
 
 FAILED_EXIT = 1
 REASON_DIR_ENV = "ALLREDUCE_BENCH_REASONS"  # where a local world's ranks leave their reason
+DRIVER_PID_ENV = "ALLREDUCE_BENCH_DRIVER_PID"  # a local rank's driver: the rank dies with it
 
 
 def is_out_of_memory(error: BaseException) -> bool:
@@ -43,8 +44,25 @@ def reason(error: BaseException, rank: int) -> str:
     return f"{type(error).__name__}: {first} (a bug; please report it with the command line)"
 
 
+def _die_with_driver() -> None:
+    """A local rank ends when its driver does, even when the driver was interrupted while it
+    was still starting ranks (torch's launcher then never learns of them): the kernel sends
+    SIGKILL on the driver's exit, and a rank whose driver is already gone leaves at once."""
+    driver = os.environ.get(DRIVER_PID_ENV)
+    if not driver:
+        return
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL
+    except (OSError, AttributeError):
+        pass
+    if str(os.getppid()) != driver:
+        os._exit(130)
+
+
 def guarded(entry, config, *args):
     """Run one rank's `entry(config, *args)`; an exception ends the rank with one line."""
+    _die_with_driver()
     try:
         return entry(config, *args)
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)
