@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.analysis.ranks import rank_table, unstable_rows
 from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
     chosen_size,
@@ -21,6 +22,7 @@ from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for ca
     run_metas,
     scaling_efficiency,
 )
+from allreduce_bench.metrics import UNSTABLE_CV
 from allreduce_bench.results.schema import allreduce_rows
 from allreduce_bench.units import format_size
 
@@ -41,6 +43,11 @@ def terminal_summary(frame: pd.DataFrame) -> str:
                               for (series, world_size), row in ratios.iterrows())
             lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
                          f"measured, > 1: {numerator} faster): {parts}")
+    flagged = unstable_rows(frame)
+    if len(flagged):
+        lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
+                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes); see "
+                     "report.md, or rerun on a quiet machine")
     wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
     lines.append(f"#wrong in total: {wrong}")
     return "\n".join(lines)
@@ -119,6 +126,36 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 "time ratio": scaling["time_ratio"].map(_ratio)}),
                 {"world_size": "world size"})))
 
+    stragglers = rank_table(frame)
+    if len(stragglers):
+        tables.append((
+            "Ranks: who starts last",
+            "Per world size, the rank most often last to start a sample (a late rank measures the "
+            "shortest interval: the others wait for it inside the collective), in how many rows it "
+            "was named, its median share of samples and how late it started (per sample). "
+            "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
+            _readable(pd.DataFrame({
+                "rank": stragglers["rank"], "host": stragglers["host"],
+                "rows": [f"{a}/{b}" for a, b in zip(stragglers["rows_named"], stragglers["rows"])],
+                "share of samples": stragglers["share_of_samples"].map(_ratio),
+                "late by (us)": stragglers["lag_us"].map(lambda x: f"{x:.0f}"),
+                "stands out": stragglers["stands_out"].map({True: "yes", False: "no"})}),
+                {"world_size": "world size"})))
+
+    flagged = unstable_rows(frame)
+    if len(flagged):
+        tables.append((
+            "Unstable measurements",
+            f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
+            "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
+            "machine, or with a larger --budget.",
+            _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
+                size=lambda f: f["size_bytes"].map(format_size),
+                cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
+                median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
+                ["size", "median_us", "cv"]], {"world_size": "world size",
+                                               "median_us": "median (us)"})))
+
     links = link_ratio(frame)
     if len(links):
         tables.append((
@@ -156,7 +193,8 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
                     out_dir: Path) -> str:
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
-             "the median over iterations of the slowest rank.", "", "## Runs", "",
+             "the median over samples of the slowest rank's time per call (a sample times `loops` "
+             "back-to-back calls; see the README's 'How timing is done').", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]

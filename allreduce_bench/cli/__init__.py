@@ -56,8 +56,15 @@ def main():
 @click.option("--factor", type=float, help="Multiply the size by this each step. [4 on CPU, 2 on GPU]")
 @click.option("--dtype", default="float32", show_default=True,
               help="float32, bfloat16, float16, float64 or int32.")
-@click.option("--iters", type=int, help="Timed iterations per size. [20 on GPU, 10 on CPU, 5 with --quick]")
-@click.option("--warmup", type=int, help="Untimed iterations before timing. [5 on GPU, 2 on CPU, 1 with --quick]")
+@click.option("--loops", type=int, help="Back-to-back calls per sample. [calibrated per size so a sample "
+              "lasts >= 2 ms on CPU, 1 ms on GPU]")
+@click.option("--samples", type=int, help="Samples per size. [as many as fit --budget: 5-100 on CPU, "
+              "10-200 on GPU]")
+@click.option("--budget", type=float, help="Seconds of samples per algorithm and size (a guide: at "
+              "least the minimum samples are taken). [0.2 on CPU, 0.5 on GPU, 0.05 with --quick]")
+@click.option("--warmup", type=int, help="Untimed calls before calibrating. [5 on GPU, 1 on CPU]")
+@click.option("--host-launch", is_flag=True, help="GPU: keep the host's launch time inside the "
+              "timed interval (no device-side spin before the start event).")
 @click.option("--backend", default="auto", show_default=True,
               help="auto (nccl when every local rank has a GPU, else gloo), gloo or nccl.")
 @click.option("--device", help="cpu or cuda; overrides what the backend implies.")
@@ -71,7 +78,7 @@ def main():
 @click.option("--resume", "resume_dir", type=click.Path(path_type=Path),
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
-@click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, 5 iterations): a smoke test.")
+@click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, a few samples): a smoke test.")
 @click.option("--no-plot", is_flag=True, help="Write results only, no figures.")
 def run(**options):
     """Measure AllReduce over a sweep of sizes and world sizes, check every result.

@@ -11,12 +11,13 @@ from allreduce_bench.config import (
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
-    check_counts,
     check_sizes_fit_dtype,
+    check_timeout,
     default_out_dir,
     parse_algorithms,
     parse_dtype,
     parse_world_sizes,
+    resolve_sampling,
     resolve_sizes,
 )
 from allreduce_bench.errors import UsageError
@@ -75,8 +76,9 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
-               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
+               samples=None, budget=None, warmup=None, host_launch=False, backend, device,
+               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None) -> RunConfig:
     env = launcher_env()
     chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
@@ -90,9 +92,9 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     check_sizes_fit_dtype(swept, dtype)
     itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
     swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
-    iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
-    warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
-    check_counts(iters, warmup, timeout_s)
+    sampling = resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
+                                warmup, host_launch)
+    check_timeout(timeout_s)
     resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
     if resume_dir is not None:
         if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
@@ -105,7 +107,7 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         raise UsageError(f"--out {out_dir} is a file; give a directory for the results")
     config = RunConfig(
         algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
-        iters=iters, warmup=warmup, backend=backend, device=device,
+        sampling=sampling, backend=backend, device=device,
         ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
         timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
     if resume_dir is not None and writer:

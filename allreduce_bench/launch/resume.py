@@ -8,6 +8,7 @@ changing how each row is measured is not.
 from __future__ import annotations
 
 import csv
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from allreduce_bench.errors import UsageError
@@ -17,7 +18,7 @@ from allreduce_bench.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.results.store import drop_partial_last_row, read_meta
 
 # What makes two rows comparable: change one and the old rows measure something else.
-MEASUREMENT_FIELDS = {"dtype": "--dtype", "iters": "--iters", "warmup": "--warmup",
+MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
                       "ranks_per_node": "--ranks-per-node", "tag": "--tag"}
 
@@ -36,12 +37,18 @@ def stored_run(resume_dir: Path) -> dict:
     return meta
 
 
+def _plain(value):
+    """A config field as meta.json stores it (dataclasses as dicts)."""
+    return asdict(value) if is_dataclass(value) else value
+
+
 def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
     """Refuse to mix rows measured differently into one run."""
     old = stored.get("config", {})
-    differ = [(flag, old.get(field), getattr(config, field))
+    now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
+    differ = [(flag, old.get(field), now_fields[field])
               for field, flag in MEASUREMENT_FIELDS.items()
-              if field in old and old.get(field) != getattr(config, field)]
+              if field in old and old.get(field) != now_fields[field]]
     if differ:
         was = " ".join(f"{flag} {value!r}" for flag, value, _ in differ)
         now = " ".join(f"{flag} {value!r}" for flag, _, value in differ)

@@ -114,9 +114,11 @@ def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> No
 
 @dataclass(frozen=True)
 class Fault:
-    """ALLREDUCE_BENCH_FAULT='rank=1,after_rows=2,action=kill|stall[,seconds=600]' (tests only):
-    global rank `rank` SIGKILLs itself, or sleeps `seconds`, after it has finished `after_rows`
-    measurements, between two measurements (never inside the timed region)."""
+    """ALLREDUCE_BENCH_FAULT='rank=1,after_rows=2,action=kill|stall|delay[,seconds=600]' (tests
+    only): global rank `rank` SIGKILLs itself, or sleeps `seconds`, after it has finished
+    `after_rows` measurements, between two measurements (never inside the timed region);
+    `delay` instead makes the rank start every sample `seconds` late (after the alignment,
+    before its clock starts): a straggler the slowest-rank analysis must name."""
 
     rank: int
     after_rows: int
@@ -129,14 +131,20 @@ class Fault:
         if not text:
             return None
         fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-        fault = cls(int(fields["rank"]), int(fields["after_rows"]), fields["action"],
+        fault = cls(int(fields["rank"]), int(fields.get("after_rows", 0)), fields["action"],
                     float(fields.get("seconds", 600)))
-        if fault.action not in ("kill", "stall"):
-            raise ValueError(f"{FAULT_ENV}: action must be kill or stall, not {fault.action!r}")
+        if fault.action not in ("kill", "stall", "delay"):
+            raise ValueError(f"{FAULT_ENV}: action must be kill, stall or delay, not {fault.action!r}")
         return fault
 
+    def before_clock(self, rank: int):
+        """The delay to run before every sample's clock on `rank` (None: not this rank)."""
+        if self.action != "delay" or rank != self.rank:
+            return None
+        return lambda: time.sleep(self.seconds)
+
     def after_row(self, rank: int, rows_done: int) -> None:
-        if rank != self.rank or rows_done != self.after_rows:
+        if rank != self.rank or rows_done != self.after_rows or self.action == "delay":
             return
         print(f"allreduce-bench: test fault: rank {rank} {self.action}s after {rows_done} rows "
               f"at t={time.time():.3f}", file=sys.stderr, flush=True)

@@ -65,8 +65,9 @@ class Benchmark:
 class Session:
     """One rank's measuring context: the same for every benchmark."""
 
-    def __init__(self, config, env: RankEnv, device, progress: Progress):
+    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str]):
         self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.hosts = hosts  # hostname of every global rank, for the raw samples
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
         self.rows_done = 0
@@ -87,6 +88,10 @@ class Session:
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
 
+    def before_clock(self):
+        """What this rank runs before each sample's clock starts (the test hook's delay)."""
+        return self.fault.before_clock(self.env.rank) if self.fault else None
+
 
 def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     """Measure `benchmark` on this rank; returns #wrong (meaningful on rank 0).
@@ -98,8 +103,8 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     device = join_world(config, env)
     progress = Progress(env.rank, env.world_size)
     try:
-        _gather_meta(config, benchmark, env, device)
-        wrong = benchmark.measure(Session(config, env, device, progress))
+        hosts = _gather_meta(config, benchmark, env, device)
+        wrong = benchmark.measure(Session(config, env, device, progress, hosts))
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
@@ -111,13 +116,14 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     return wrong
 
 
-def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> None:
+def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> list[str]:
     """Where every rank runs, into meta.json (rank 0 writes; a new run starts its meta here
-    when no driver did, as under a launcher)."""
+    when no driver did, as under a launcher). Returns every rank's hostname."""
     infos = [None] * env.world_size
     dist.all_gather_object(infos, run_meta.rank_info(device, env))
+    hosts = [info["hostname"] for info in infos]
     if env.rank != 0:
-        return
+        return hosts
     if read_meta(config.out_dir).get("run_id") != config.run_id:
         start_meta(config.out_dir, benchmark.meta(config))
     meta = read_meta(config.out_dir)
@@ -126,3 +132,4 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> None:
     write_meta(config.out_dir, meta)
     if resume.repair_tail(config.out_dir):
         print("allreduce-bench: dropped a half-written last row of results.csv", file=sys.stderr)
+    return hosts
