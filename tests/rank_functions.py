@@ -6,6 +6,7 @@ import torch.distributed as dist
 
 from allreduce_bench import algorithms
 from allreduce_bench.benchmarks.allreduce import measure
+from allreduce_bench.config import Sampling
 from allreduce_bench.measure import patterns
 from allreduce_bench.measure.device import Device
 from allreduce_bench.measure.world import make_world
@@ -58,9 +59,10 @@ def _forgets_to_add(tensor, world):
 def measure_counts_wrong(count: int) -> tuple[int, int, int]:
     """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
     world = make_world(dist.get_world_size(), 1, Device())
-    times, good = measure(algorithms.get("ring"), world, count, torch.float32, iters=3, warmup=1)
-    _, bad = measure(_forgets_to_add, world, count, torch.float32, iters=2, warmup=0)
-    return good, bad, len(times)
+    measured, good = measure(algorithms.get("ring"), world, count, torch.float32,
+                             Sampling(loops=1, samples=3, warmup=1))
+    _, bad = measure(_forgets_to_add, world, count, torch.float32, Sampling(loops=1, samples=2, warmup=0))
+    return good, bad, measured.samples
 
 
 def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:

@@ -136,7 +136,7 @@ def test_sizes_are_whole_elements(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     config = run_config(algos="ring", world_sizes="2", sizes="4,6,8", min_bytes=None, max_bytes=None,
-                        factor=None, dtype="float32", iters=None, warmup=None, backend="gloo",
+                        factor=None, dtype="float32", warmup=None, backend="gloo",
                         device=None, ranks_per_node=None, tag="", out_dir=None, timeout_s=60.0,
                         quick=False, no_plot=True)
     assert config.sizes == (4, 8)

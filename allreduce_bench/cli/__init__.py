@@ -63,6 +63,8 @@ def main():
 @click.option("--budget", type=float, help="Seconds of samples per algorithm and size (a guide: at "
               "least the minimum samples are taken). [0.2 on CPU, 0.5 on GPU, 0.05 with --quick]")
 @click.option("--warmup", type=int, help="Untimed calls before calibrating. [5 on GPU, 1 on CPU]")
+@click.option("--iters", type=int, hidden=True, help="Schema-1 name: N timed calls one at a time, "
+              "i.e. --samples N --loops 1.")
 @click.option("--host-launch", is_flag=True, help="GPU: keep the host's launch time inside the "
               "timed interval (no device-side spin before the start event).")
 @click.option("--backend", default="auto", show_default=True,

@@ -109,8 +109,10 @@ def model():
 @click.option("--fit-min-size", help="Fit only sizes >= this (binary K/M/G), e.g. where a shaped "
               "link's burst lets small transfers through unshaped. [every size]")
 @click.option("--tag", help="Fit only the rows with this tag (fit one setup at a time).")
+@click.option("--pool", is_flag=True, help="Fit rows of different backends, dtypes or timing "
+              "methods together (refused by default: they measure different things).")
 @click.option("--no-plot", is_flag=True, help="No figure.")
-def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no_plot):
+def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, pool, no_plot):
     """Fit the model to results (run directories or results.csv files) and check it.
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
@@ -131,6 +133,9 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
         if frame.empty:
             raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
                              f"{', '.join(repr(t) for t in tags) or 'none'}")
+    from allreduce_bench.analysis.model import model_rows
+    from allreduce_bench.analysis.pooling import check_poolable
+    check_poolable(model_rows(frame), pool)
     sources = sorted(frame["source"].unique())
     fitted = frame
     if fit_min_size is not None:

@@ -77,7 +77,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
 
 
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
-               samples=None, budget=None, warmup=None, host_launch=False, backend, device,
+               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None) -> RunConfig:
     env = launcher_env()
@@ -92,6 +92,13 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     check_sizes_fit_dtype(swept, dtype)
     itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
     swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
+    if iters is not None:  # the old option: each timed call a sample of its own
+        if loops is not None or samples is not None:
+            raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
+                             "--samples/--loops")
+        if iters < 1:
+            raise UsageError(f"--iters must be at least 1, got {iters}")
+        loops, samples = 1, iters
     sampling = resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
                                 warmup, host_launch)
     check_timeout(timeout_s)

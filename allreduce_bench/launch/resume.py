@@ -45,6 +45,10 @@ def _plain(value):
 def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
     """Refuse to mix rows measured differently into one run."""
     old = stored.get("config", {})
+    if "sampling" not in old:
+        raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (one call "
+                         "per timed iteration); its rows and new ones would mix timing methods. "
+                         "Start a new --out (plot and report still read the old run)")
     now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
     differ = [(flag, old.get(field), now_fields[field])
               for field, flag in MEASUREMENT_FIELDS.items()
