@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.cli.types import BACKEND, DEVICE, DTYPE
 from allreduce_bench.errors import UsageError
 
 
@@ -54,8 +55,7 @@ def main():
 @click.option("--min-bytes", help="Smallest size of the sweep, K/M/G binary suffixes. [4K on CPU, 1K on GPU]")
 @click.option("--max-bytes", help="Largest size of the sweep. [64M on CPU, 1G on GPU]")
 @click.option("--factor", type=float, help="Multiply the size by this each step. [4 on CPU, 2 on GPU]")
-@click.option("--dtype", default="float32", show_default=True,
-              help="float32, bfloat16, float16, float64 or int32.")
+@click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type.")
 @click.option("--loops", type=int, help="Back-to-back calls per sample. [calibrated per size so a sample "
               "lasts >= 2 ms on CPU, 1 ms on GPU]")
 @click.option("--samples", type=int, help="Samples per size. [as many as fit --budget: 5-100 on CPU, "
@@ -67,9 +67,9 @@ def main():
               "i.e. --samples N --loops 1.")
 @click.option("--host-launch", is_flag=True, help="GPU: keep the host's launch time inside the "
               "timed interval (no device-side spin before the start event).")
-@click.option("--backend", default="auto", show_default=True,
-              help="auto (nccl when every local rank has a GPU, else gloo), gloo or nccl.")
-@click.option("--device", help="cpu or cuda; overrides what the backend implies.")
+@click.option("--backend", type=BACKEND, default="auto", show_default=True,
+              help="auto: nccl when every local rank has a GPU, else gloo.")
+@click.option("--device", type=DEVICE, help="Overrides the device the backend implies.")
 @click.option("--ranks-per-node", type=int, help="Ranks per node, to simulate nodes on one host. "
               "Default: the launcher's LOCAL_WORLD_SIZE; 2 for a local CPU run.")
 @click.option("--tag", default="", help="A label carried in every row, e.g. nvlink or ib.")
