@@ -63,6 +63,19 @@ def factor_of(rows: Sequence[dict]) -> float | None:
     return row["busbw_GBps"] / row["algbw_GBps"] if row else None
 
 
+def _half_unit(printed) -> float:
+    """Half the last printed digit: '0.07' -> 0.005 (the rounding the table carries)."""
+    text = str(printed or "")
+    return 0.5 * 10.0 ** -len(text.split(".")[1]) if "." in text else 0.0
+
+
+def factor_bounds(row: dict) -> tuple[float, float]:
+    """The busbw/algbw ratios the printed (rounded) cells of `row` allow."""
+    algbw, busbw = row["algbw_GBps"], row["busbw_GBps"]
+    da, db = _half_unit(row.get("algbw_printed")), _half_unit(row.get("busbw_printed"))
+    return (busbw - db) / (algbw + da), (busbw + db) / max(algbw - da, 1e-12)
+
+
 def world_size_from_factor(collective: str, factor: float | None) -> int | None:
     """Invert the busbw factor: 2(N-1)/N = f -> N = 2/(2-f); (N-1)/N = f -> N = 1/(1-f)."""
     if factor is None:
@@ -102,7 +115,8 @@ def guess_collective(rows: Sequence[dict], element_bytes: int, world_size: int |
         return None, "no row has a count to tell whole-tensor from per-rank"
     if factor is not None and n:
         expected = FACTORS[name](n)
-        if abs(factor - expected) > max(0.02, 0.02 * expected):
+        low, high = factor_bounds(_largest(rows))
+        if not low - 0.01 <= expected <= high + 0.01:
             return None, (f"{why}, but busbw/algbw = {factor:.3f} is not {name}'s "
                           f"{expected:.3f} at {n} ranks")
         why += f" and busbw/algbw = {factor:.3f} = {name}'s factor at {n} ranks"

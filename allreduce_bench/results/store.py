@@ -134,7 +134,11 @@ def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
         if frame[column].dtype != object:
             continue
         values = frame[column].dropna()
-        if len(values) and values.map(lambda v: isinstance(v, bool)).all():
+        if values.empty:
+            frame[column] = frame[column].astype("float64")  # an empty column: no values, no type
+        elif values.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+            frame[column] = pd.to_numeric(frame[column])
+        elif values.map(lambda v: isinstance(v, bool)).all():
             frame[column] = frame[column].astype("boolean")
         else:
             frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
