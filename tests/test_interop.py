@@ -1,5 +1,6 @@
 """Importing other tools' output: the ten published logs (read from the shared folder, never
 copied here) and synthetic edge cases of every format; the import command end to end."""
+# ruff: noqa: E501  (fixtures are the tools' output at its own width)
 import json
 import re
 from pathlib import Path
@@ -254,11 +255,11 @@ def test_json_unknown_version_and_broken_json():
 
 PARAM = """\
 [Rank   0] allSizes: [1024, 2048] local_rank: 0 element_size: 4
-	 collective=all_reduce, src_ranks=[], dst_ranks=[]
+\t collective=all_reduce, src_ranks=[], dst_ranks=[]
 
-	COMMS-RES       size (B)  nElementsPerRank   Latency(us):p50         p75         p95         Min         Max    AlgBW(GB/s)   BusBW(GB/s)
-	COMMS-RES-all_reduce           1024               256              30.1        31.0        35.2        29.0        40.0          0.034         0.060
-	COMMS-RES-all_reduce           2048               512              31.0        32.0        36.0        30.0        41.0          0.066         0.116
+\tCOMMS-RES       size (B)  nElementsPerRank   Latency(us):p50         p75         p95         Min         Max    AlgBW(GB/s)   BusBW(GB/s)
+\tCOMMS-RES-all_reduce           1024               256              30.1        31.0        35.2        29.0        40.0          0.034         0.060
+\tCOMMS-RES-all_reduce           2048               512              31.0        32.0        36.0        30.0        41.0          0.066         0.116
 """
 
 

@@ -223,7 +223,8 @@ def differing_settings(base_metas: list[dict], other_metas: list[dict], base_row
             config = meta.get("config") or {}
             for name in ("iters", "warmup", "timing"):
                 add(name, config.get(name))
-            for name, value in (meta.get("environment") or {}).items() if isinstance(meta.get("environment"), dict) else []:
+            environment = meta.get("environment")
+            for name, value in (environment.items() if isinstance(environment, dict) else []):
                 if name.startswith("NCCL_"):
                     add(name, value)
         return {k: ", ".join(sorted(v)) for k, v in found.items()}

@@ -16,7 +16,7 @@ import pandas as pd
 
 from allreduce_bench.errors import UsageError
 from allreduce_bench.interop import nccl_tests_json, nccl_tests_text, param_comms, pybench
-from allreduce_bench.interop.collectives import FACTORS, count_ratio, factor_of, world_size_from_factor, TYPES
+from allreduce_bench.interop.collectives import FACTORS, TYPES, count_ratio, factor_of, world_size_from_factor
 from allreduce_bench.interop.lines import ParseError
 from allreduce_bench.interop.run import ImportedRun
 from allreduce_bench.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
@@ -106,7 +106,8 @@ def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFr
         row = {"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
                "benchmark": _benchmark(run, r["in_place"]), "algorithm": "native",
                "backend": backend, "device": device, "world_size": run.world_size,
-               "nodes": nodes, "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
+               "nodes": nodes,
+               "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
                "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
                "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
                **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}}

@@ -58,7 +58,7 @@ def parse(text: str, source: str) -> list[ImportedRun]:
             first = number
             continue
         collective = match.group("collective") or named
-        if collective in ("QUANT", "pt2pt") or collective is None or collective not in FACTORS and collective not in _NAMES:
+        if collective is None or (collective not in FACTORS and collective not in _NAMES):
             raise ParseError(source, number, f"a COMMS-RES line of {collective or 'an unnamed collective'}: "
                              "only plain collective results (not pt2pt, quantized or paired) can be imported")
         tokens = rest.split()

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.results.schema import (COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR,
-                                            SCHEMA_VERSION)
+from allreduce_bench.results.schema import COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
 
 
 def drop_partial_last_row(path: Path) -> bool:
