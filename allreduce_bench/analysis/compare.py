@@ -167,18 +167,22 @@ def figure(table: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = table.groupby([c for c in ("other", "benchmark", "algorithm", "world_size", "link")
                             if c in table.columns], sort=False)
-    for i, (key, curve) in enumerate(curves):
+    for i, (_, curve) in enumerate(curves):
         curve = curve[curve["size_bytes"] > 0].sort_values("size_bytes")
-        label = " ".join(str(k) for k in key[1:] if k not in ("", "allreduce"))
+        if curve.empty:
+            continue
+        first = curve.iloc[0]
+        label = " ".join(str(v) for v in (first["algorithm"], f"N={first['world_size']}", first["link"],
+                                           "" if first["benchmark"] == "allreduce" else first["benchmark"]) if v)
         if "other" in table.columns and table["other"].nunique() > 1:
-            label = f"{Path(str(key[0])).name}: {label}"
+            label = f"{Path(str(first['other'])).name}: {label}"
         errors = None
         if curve["ci_low"].notna().any():
             errors = np.vstack([(curve["ratio"] - curve["ci_low"]).clip(lower=0),
                                 (curve["ci_high"] - curve["ratio"]).clip(lower=0)]).astype(float)
             errors = np.nan_to_num(errors)
         ax.errorbar(curve["size_bytes"], curve["ratio"], yerr=errors, marker=MARKERS[i % 6],
-                    capsize=3, label=label.replace(" N=", " N=") or "all")
+                    capsize=3, label=label)
         hits = curve[curve["significant"] == True]  # noqa: E712
         ax.scatter(hits["size_bytes"], hits["ratio"], s=90, facecolors="none", edgecolors="red")
     ax.axhline(1.0, color="grey", linewidth=1)
