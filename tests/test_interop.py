@@ -316,3 +316,21 @@ def test_report_says_why_it_skips_another_collective(tmp_path):
     result = CliRunner().invoke(main, ["report", str(out)])
     assert result.exit_code == 2
     assert "reduce_scatter rows" in result.output and "not AllReduce" in result.output
+
+
+def test_imported_json_with_per_iteration_times_compares_with_significance(tmp_path):
+    fast, slow = tmp_path / "fast.json", tmp_path / "slow.json"
+    fast.write_text(_json(2, False, per_iter=True))
+    slow.write_text(_json(2, False, per_iter=True).replace('"times_us": [2', '"times_us": [4'))
+    out = tmp_path / "o"
+    result = CliRunner().invoke(main, ["import", str(fast), str(slow), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "with per-iteration samples" in result.output
+    assert len(load_samples(out / "fast")) == 20
+    result = CliRunner().invoke(main, ["compare", str(out / "fast"), str(out / "slow"),
+                                       "--out-dir", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "c" / "compare.csv")
+    out_of_place = table[table["benchmark"] == "allreduce"]
+    assert out_of_place["base_samples"].tolist() == [10, 10] and out_of_place["significant"].all()
+    assert table[table["benchmark"] == "allreduce-in-place"]["significant"].isna().all()  # no samples
