@@ -95,6 +95,16 @@ def _benchmark(run: ImportedRun, in_place: bool) -> str:
     return f"{name}-in-place" if both and in_place else name
 
 
+def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:
+    if run.source_tool != "nccl-tests":
+        return {"timing": run.source_tool}
+    kept = 0 if run.samples is None else int(((run.samples["size_bytes"] == row["size_bytes"])
+                                              & (run.samples["in_place"] == row["in_place"])).sum())
+    if kept:
+        return {"timing": "nccl-tests -J per-iteration", "samples": kept, "loops": 1}
+    return {"timing": "nccl-tests average", "samples": 1, "loops": settings.get("iters")}
+
+
 def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFrame:
     """The run as rows of the project's schema plus the imported columns."""
     hosts = run.meta.get("hostnames") or []
@@ -109,6 +119,9 @@ def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFr
                "nodes": nodes,
                "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
                "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
+               # in the measuring core's terms: one printed time = one sample of `iters` calls
+               # back to back (nccl-tests); -J per-iteration times are samples of one call each
+               **_timing(run, r, settings),
                "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
                **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}}
         rows.append(row)

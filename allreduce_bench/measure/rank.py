@@ -69,12 +69,13 @@ class Benchmark:
 class Session:
     """One rank's measuring context: the same for every benchmark."""
 
-    def __init__(self, config, env: RankEnv, device, progress: Progress, peaks: dict | None = None):
+    def __init__(self, config, env: RankEnv, device, progress: Progress):
         self.config, self.env, self.device, self.progress = config, env, device, progress
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
         self.rows_done = 0
-        self.peaks = peaks or {}  # {"intra_GBps": ..., "inter_GBps": ...} (measure/peaks.py)
+        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/peaks.py)
+        self.peaks = read_meta(config.out_dir).get("peaks", {}).get(str(env.world_size), {}) if self.lead else {}
         self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
         self._rows = ResultsWriter(config.out_dir, COLUMNS + PEAK_COLUMNS) if self.lead else None
         self._samples = SamplesWriter(config.out_dir) if self.lead else None
@@ -92,7 +93,6 @@ class Session:
         self.rows_done += 1
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
-
 
     def with_peak(self, row: dict) -> dict:
         """`link_peak_GBps` (the link class bounding this row's world: its `link`, else intra
@@ -124,8 +124,8 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     device = join_world(config, env)
     progress = Progress(env.rank, env.world_size)
     try:
-        peaks = _gather_meta(config, benchmark, env, device)
-        wrong = benchmark.measure(Session(config, env, device, progress, peaks))
+        _gather_meta(config, benchmark, env, device)
+        wrong = benchmark.measure(Session(config, env, device, progress))
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
@@ -148,10 +148,10 @@ def _write_parquet(out_dir) -> None:
               file=sys.stderr)
 
 
-def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> dict:
+def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> None:
     """Where every rank runs and the link peaks it can know, into meta.json (rank 0 writes; a
     new run starts its meta here when no driver did, as under a launcher). On CPU, ranks 0 and 1
-    first time a short point-to-point probe. Returns the world's peaks (on rank 0)."""
+    first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`."""
     probe_GBps = None
     if device.kind == "cpu" and env.world_size > 1:
         probe_GBps = link_peaks.probe(env.rank)
@@ -159,7 +159,7 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> dict:
     dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
                                    "peaks": link_peaks.local_peaks(device)})
     if env.rank != 0:
-        return {}
+        return
     per_rank = [{"rank": i, **info.pop("peaks")} for i, info in enumerate(infos)]
     world_peaks = link_peaks.world_peaks(per_rank, probe_GBps)
     if read_meta(config.out_dir).get("run_id") != config.run_id:
@@ -173,4 +173,3 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> dict:
     write_meta(config.out_dir, meta)
     if resume.repair_tail(config.out_dir):
         print("allreduce-bench: dropped a half-written last row of results.csv", file=sys.stderr)
-    return world_peaks
