@@ -35,11 +35,12 @@ def read_text(text: str, source: str) -> list[ImportedRun]:
         if module.looks_like(text):
             runs = module.parse(text, source)
             if not runs:
-                raise ParseError(source, 1, f"looks like {module.TOOL} output but holds no result rows")
+                raise ParseError(source, 1, f"looks like {module.TOOL} output but holds no result rows",
+                                 "a table needs its header line and at least one row")
             return runs
     first = next((i for i, line in enumerate(text.splitlines(), 1) if line.strip()), 1)
     raise ParseError(source, first, "no nccl-tests (text or -J JSON), PARAM comms COMMS-RES or "
-                     "all_reduce_bench.py table found")
+                     "all_reduce_bench.py table found", "give one of those tools' output as it printed it")
 
 
 def read_file(path: Path | str) -> list[ImportedRun]:
@@ -65,7 +66,7 @@ def settle(run: ImportedRun, source: str, collective: str | None = None,
         run.collective, run.why = collective, "given with --collective"
     if run.collective is None:
         raise ParseError(source, run.first_line, f"cannot tell which collective this table measured "
-                         f"({run.why}); give it with --collective, e.g. --collective all_reduce")
+                         f"({run.why}); give it with --collective, e.g. --collective all_reduce", None)
     if world_size:
         run.world_size = world_size
     if run.world_size is None:
@@ -77,7 +78,7 @@ def settle(run: ImportedRun, source: str, collective: str | None = None,
             run.world_size = world_size_from_factor(run.collective, factor_of(run.rows))
     if run.world_size is None:
         raise ParseError(source, run.first_line, "the world size is neither printed nor readable from "
-                         "busbw/algbw; give it with --world-size N")
+                         "busbw/algbw; give it with --world-size N", None)
     return run
 
 

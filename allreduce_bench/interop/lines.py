@@ -27,7 +27,6 @@ def clean_lines(text: str) -> list[tuple[int, str]]:
 class ParseError(UsageError):
     """A line the importer cannot read: the message names the file and the line."""
 
-    def __init__(self, source: str, line: int, what: str):
-        super().__init__(f"{source}:{line}: {what}; fix or cut that line, or import the file's "
-                         "tables one by one")
+    def __init__(self, source: str, line: int, what: str, hint: str | None = "fix or cut that line"):
+        super().__init__(f"{source}:{line}: {what}" + (f"; {hint}" if hint else ""))
         self.source, self.line = source, line
