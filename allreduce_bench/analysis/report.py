@@ -167,6 +167,8 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
                 "intra/inter": links["intra_inter_ratio"].map(_ratio)}),
                 {"world_size": "world size"})))
+    from allreduce_bench.analysis.peaks import normal_table  # is this normal? (published figures)
+    tables += normal_table(frame)
     return tables
 
 
