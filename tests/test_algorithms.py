@@ -4,7 +4,7 @@ from distributed import run_world
 from rank_functions import check_every_algorithm, measure_counts_wrong, repeated_calls_stay_exact, sub_worlds
 
 # world size -> node layouts (ranks per node) to check the hierarchical scheme (and all) under
-LAYOUTS = {1: [1], 2: [2, 1], 3: [3, 1], 4: [2, 4, 1], 6: [2]}
+LAYOUTS = {1: [1], 2: [2, 1], 3: [3, 1], 4: [2, 4, 1], 5: [5], 6: [2, 3], 7: [7, 1], 8: [2, 4]}
 
 
 @pytest.mark.timeout(180)
