@@ -82,3 +82,18 @@ def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
             seen.append((world.size, world.nodes, world.ranks_per_node))
         dist.barrier()
     return seen
+
+
+def check_counts(names: list[str], counts: list[int]) -> list[str]:
+    """Exact float32 sums of every named algorithm at each count, on the whole world as 1 node."""
+    world, failures = make_world(dist.get_world_size(), dist.get_world_size(), Device()), []
+    for name in names:
+        for count in counts:
+            tensor = torch.empty(count)
+            patterns.fill(tensor, world.rank, world.size)
+            algorithms.allreduce(name, tensor, world)
+            wrong = patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, tensor.dtype))
+            if wrong:
+                failures.append(f"{name} count={count}: {wrong} wrong on rank {world.rank}")
+    world.close()
+    return failures

@@ -12,6 +12,7 @@ partners swap their windows, received straight into place.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
@@ -68,8 +69,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
                                         [(kept, buffer[:kept.numel()], peer)]))
         for m, keep, send in reversed(steps):  # my window is `keep`, the partner's is `send`
             peer = group.ranks[real_rank(v ^ m, n)]
-            calls.append(lambda ops=p2p.step(group, [(view(keep), peer)], [(view(send), peer)]):
-                         p2p.run(ops))
+            calls.append(partial(p2p.run, p2p.step(group, [(view(keep), peer)], [(view(send), peer)])))
     calls += fold_out
 
     def allreduce() -> None:

@@ -61,8 +61,9 @@ class ReduceStep:
     """One step that receives views into buffers and adds them into place, while sending.
 
     `receives` are (view to add into, buffer of the same length, peer); `sends` are (view, peer);
-    `plain` are receives (view, peer) that land in place with nothing to add. Each receive is cut into segments (sender and receiver cut the same range, so they match one
-    to one), and with one request per receive each segment is added as soon as it has arrived.
+    `plain` are receives (view, peer) that land in place with nothing to add. Each receive is
+    cut into segments (sender and receiver cut the same range, so they match one to one), and
+    with one request per receive each segment is added as soon as it has arrived.
     """
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],

@@ -12,6 +12,7 @@ it wins at small sizes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
@@ -39,8 +40,8 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
         return [], []
     partner = group.ranks[me + 1 if me % 2 == 0 else me - 1]
     if me % 2 == 0:  # folded out: hand the vector over, get the sum back
-        return ([lambda ops=p2p.step(group, [(flat, partner)], []): p2p.run(ops)],
-                [lambda ops=p2p.step(group, [], [(flat, partner)]): p2p.run(ops)])
+        return ([partial(p2p.run, p2p.step(group, [(flat, partner)], []))],
+                [partial(p2p.run, p2p.step(group, [], [(flat, partner)]))])
     into = p2p.ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
     back = p2p.step(group, [(flat, partner)], [])
     return [into], [lambda: p2p.run(back)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
@@ -83,7 +84,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
         if receives:  # the chunks sent up in this tick are not the ones being added (earlier ticks)
             calls.append(p2p.ReduceStep(group, sends, receives, plain))
         else:
-            calls.append(lambda ops=p2p.step(group, sends, plain): p2p.run(ops))
+            calls.append(partial(p2p.run, p2p.step(group, sends, plain)))
 
     def allreduce() -> None:
         for call in calls:

@@ -160,6 +160,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += winner_parts(frame, out_dir)
     parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
     figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
     if figures:
@@ -168,6 +169,40 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
             relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
             parts += [f"![{name}]({relative.as_posix()})", ""]
     return "\n".join(parts)
+
+
+def winner_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
+    where `model fit` left a model.json in the run directory (the parent of plots/)."""
+    from allreduce_bench.analysis.model import MODEL_FILE, CostModel, best_table, compare, crossovers
+
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+                 if (p / MODEL_FILE).exists()), None)
+    if path is None:
+        return []
+    model = CostModel.load(path)
+    comparison = compare(frame, model)
+    if comparison.empty:
+        return []
+    best = best_table(comparison)
+    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
+                          "measured best": best["measured"], "predicted best": best["predicted"],
+                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
+                              "{:.1f}%".format)})
+    cross = crossovers(model, comparison)
+    lines = ["## Which algorithm wins where", "",
+             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
+             "algorithm measured and the one the model predicts, among those measured at each "
+             "point; the last column is how much slower the predicted one measured.", "",
+             markdown_table(table), ""]
+    if len(cross):
+        lines += ["Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()), ""]
+    figure = Path(out_dir) / "model_best.png"
+    if figure.exists():
+        lines += ["![fastest algorithm](model_best.png)", ""]
+    return lines
 
 
 def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
