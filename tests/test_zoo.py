@@ -188,3 +188,21 @@ def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_pa
     assert report.returncode == 0, report.stderr
     text = (out / "plots" / "report.md").read_text()
     assert "sum-by-plugin" in text and "Which algorithm wins where" in text
+
+
+def test_fit_of_every_builtin_recovers_its_links_and_names_the_winners():
+    from test_model import TRUE, synthetic
+
+    from allreduce_bench.analysis.model import best_table, compare, crossovers, fit, median_abs_error
+
+    names = [n for n in algorithms.names_for("gloo") if n != "native"]
+    truth = Links(TRUE.intra, TRUE.inter, reduce_Bps=4e9)
+    data = synthetic(truth, layouts=((2, 2), (4, 4), (4, 2), (8, 2)), noise=0.02, algorithms=names)
+    model = fit(data)
+    assert set(model.algorithms) == set(names)
+    comparison = compare(data, model)
+    assert (median_abs_error(comparison)["all"] < 5).all()
+    best = best_table(comparison)
+    assert (best["predicted_best_slower_pct"] <= 10).mean() >= 0.9
+    cross = crossovers(model, comparison)
+    assert len(cross) and set(cross.columns) == {"world_size", "size_bytes", "below", "above"}
