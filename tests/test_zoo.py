@@ -206,3 +206,45 @@ def test_fit_of_every_builtin_recovers_its_links_and_names_the_winners():
     assert (best["predicted_best_slower_pct"] <= 10).mean() >= 0.9
     cross = crossovers(model, comparison)
     assert len(cross) and set(cross.columns) == {"world_size", "size_bytes", "below", "above"}
+
+
+BLOCK_TORCH = """
+import sys
+class Block:
+    def find_spec(self, name, *args):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is blocked in this test: " + name)
+sys.meta_path.insert(0, Block())
+from allreduce_bench.cli import main
+sys.argv = ["allreduce-bench"] + sys.argv[1:]
+main()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_model_fit_and_predict_all_run_without_torch(tmp_path):
+    from test_model import TRUE, synthetic
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    names = algorithms.names_for("gloo")
+    synthetic(TRUE, algorithms=names).to_csv(run_dir / "results.csv", index=False)
+    script = tmp_path / "no_torch.py"
+    script.write_text(BLOCK_TORCH)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+
+    def blocked(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                              env=env, timeout=100)
+
+    fitted = blocked("model", "fit", str(run_dir), "--no-plot")
+    assert fitted.returncode == 0, fitted.stderr
+    best = pd.read_csv(run_dir / "model_best.csv")
+    assert list(best.columns[:4]) == ["world_size", "size_bytes", "measured", "predicted"]
+    ranked = blocked("model", "predict", "--algo", "all", "--world-size", "512", "--ranks-per-node", "8",
+                     "--size", "64K,1G", "--intra-bw", "900GB/s", "--inter-bw", "25GB/s",
+                     "--intra-latency", "5us", "--inter-latency", "10us")
+    assert ranked.returncode == 0, ranked.stderr
+    assert "# ranking at 64K" in ranked.stdout and all(n in ranked.stdout for n in names)
+    assert blocked("model", "predict", "--algo", "all", "--world-size", "8",
+                   "--model", str(run_dir)).returncode == 0
