@@ -140,7 +140,7 @@ def parse(text: str, backend: str) -> tuple[str, ...]:
 
 
 def help_text() -> str:
-    """--algos help: the built-in names (descriptions in the README and `allreduce-bench algos`)."""
+    """--algos help: the built-in names (their descriptions are in the README)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
     return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: native:ring, "
             "native:tree, native:nvls (each also :LL, :LL128, :Simple); and installed plug-ins.")
