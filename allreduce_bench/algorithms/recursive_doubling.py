@@ -44,7 +44,7 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
                 [partial(p2p.run, p2p.step(group, [], [(flat, partner)]))])
     into = p2p.ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
     back = p2p.step(group, [(flat, partner)], [])
-    return [into], [lambda: p2p.run(back)]
+    return [into], [partial(p2p.run, back)]
 
 
 def exchange(ops: p2p.Step, flat: torch.Tensor, buffer: torch.Tensor) -> Callable[[], None]:

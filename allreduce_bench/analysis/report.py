@@ -30,8 +30,9 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     peaks = peak_busbw(frame)["peak_busbw_GBps"]
     if peaks.index.get_level_values("series").nunique() == 1:
         peaks = peaks.droplevel("series")
-    lines = ["Peak busbw (GB/s) per algorithm and world size:",
-             peaks.unstack("world_size").round(3).to_string()]
+    table = peaks.unstack("world_size").sort_index(  # algorithms in the registry's order
+        key=lambda level: level.map(algorithm_rank) if level.name == "algorithm" else level)
+    lines = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
     for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
         ratios = ratio_at_largest(frame, numerator, denominator)
         if not ratios.empty:
