@@ -248,3 +248,26 @@ def test_model_fit_and_predict_all_run_without_torch(tmp_path):
     assert "# ranking at 64K" in ranked.stdout and all(n in ranked.stdout for n in names)
     assert blocked("model", "predict", "--algo", "all", "--world-size", "8",
                    "--model", str(run_dir)).returncode == 0
+
+
+def test_a_broken_or_clashing_plugin_is_left_out_with_a_reason(monkeypatch):
+    class Point:
+        def __init__(self, name, value, target):
+            self.name, self.value, self._target = name, value, target
+
+        def load(self):
+            if isinstance(self._target, Exception):
+                raise self._target
+            return self._target
+
+    good = algorithms.Algorithm("fine", "a plug-in given as an Algorithm", lambda t, w: (lambda: None))
+    points = [Point("ring", "x:y", good), Point("broken", "needs.torch", ImportError("no torch")),
+              Point("nobuild", "x:z", object()), Point("fine", "x:w", good)]
+    monkeypatch.setattr(algorithms, "_entry_points", lambda: points)
+    monkeypatch.setattr(algorithms, "_plugins", None)
+    monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])
+    assert list(algorithms.plugins()) == ["fine"]
+    assert algorithms.order()[-1] == "fine" and algorithms.lookup("fine").cost is None
+    problems = "\n".join(algorithms.PLUGIN_PROBLEMS)
+    assert "ring = x:y: the name is taken" in problems and "ImportError: no torch" in problems
+    assert "has no build" in problems
