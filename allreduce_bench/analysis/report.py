@@ -32,8 +32,9 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     peaks = peak_busbw(frame)["peak_busbw_GBps"]
     if peaks.index.get_level_values("series").nunique() == 1:
         peaks = peaks.droplevel("series")
-    lines = ["Peak busbw (GB/s) per algorithm and world size:",
-             peaks.unstack("world_size").round(3).to_string()]
+    table = peaks.unstack("world_size").sort_index(  # algorithms in the registry's order
+        key=lambda level: level.map(algorithm_rank) if level.name == "algorithm" else level)
+    lines = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
     for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
         ratios = ratio_at_largest(frame, numerator, denominator)
         if not ratios.empty:
@@ -89,7 +90,9 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 lambda size: format_size(size) if pd.notna(size) else "-")}),
             {"algorithm": "algorithm", "world_size": "world size"})))
 
-    pairs = [("ring", "native"), ("hierarchical", "ring")]
+    present = set(allreduce_rows(frame)["algorithm"].astype(str))
+    pairs = [("ring", "native")] + [(a, "ring") for a in sorted(present, key=algorithm_rank)
+                                    if a not in ("ring", "native", "naive")]
     compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
     sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
     if any(len(c) for c in compared):
@@ -98,7 +101,8 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
         tables.append((
             "Algorithm comparison at the largest size",
             "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
-            "> 1 means the first algorithm is faster.",
+            "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
+            "against the backend's own.",
             _readable(table, {"world_size": "world size"})))
 
     penalty = naive_penalty(frame)
@@ -200,6 +204,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += winner_parts(frame, out_dir)
     parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
     figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
     if figures:
@@ -208,6 +213,40 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
             relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
             parts += [f"![{name}]({relative.as_posix()})", ""]
     return "\n".join(parts)
+
+
+def winner_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
+    where `model fit` left a model.json in the run directory (the parent of plots/)."""
+    from allreduce_bench.analysis.model import MODEL_FILE, CostModel, best_table, compare, crossovers
+
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+                 if (p / MODEL_FILE).exists()), None)
+    if path is None:
+        return []
+    model = CostModel.load(path)
+    comparison = compare(frame, model)
+    if comparison.empty:
+        return []
+    best = best_table(comparison)
+    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
+                          "measured best": best["measured"], "predicted best": best["predicted"],
+                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
+                              "{:.1f}%".format)})
+    cross = crossovers(model, comparison)
+    lines = ["## Which algorithm wins where", "",
+             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
+             "algorithm measured and the one the model predicts, among those measured at each "
+             "point; the last column is how much slower the predicted one measured.", "",
+             markdown_table(table), ""]
+    if len(cross):
+        lines += ["Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()), ""]
+    figure = Path(out_dir) / "model_best.png"
+    if figure.exists():
+        lines += ["![fastest algorithm](model_best.png)", ""]
+    return lines
 
 
 def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:

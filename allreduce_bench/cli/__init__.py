@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.algorithms import help_text as algorithms_help
 from allreduce_bench.cli.types import BACKEND, DEVICE, DTYPE
 from allreduce_bench.errors import UsageError
 
@@ -47,7 +48,7 @@ def main():
 
 @main.command()
 @click.option("--algos", default="native,ring,naive,hierarchical", show_default=True,
-              help="Comma-separated algorithms to measure.")
+              help=algorithms_help())
 @click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU; 2,4,... up "
               "to the GPU count with NCCL; under a launcher, its whole world (sub-worlds are its "
               "first k ranks).")

@@ -81,15 +81,10 @@ class RunConfig:
         return replace(self, world_sizes=sizes)
 
 
-def parse_algorithms(text: str) -> tuple[str, ...]:
-    from allreduce_bench import algorithms  # the registry (torch): only where a run is configured
+def parse_algorithms(text: str, backend: str = "gloo") -> tuple[str, ...]:
+    from allreduce_bench import algorithms  # the registry: names, `all`, unknown names
 
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise UsageError("--algos is empty; choose from " + ", ".join(algorithms.ALGORITHMS))
-    for name in names:
-        algorithms.get(name)
-    return names
+    return algorithms.parse(text, backend)
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench import algorithms
 from allreduce_bench.config import (
     CPU_DEFAULTS,
     DTYPES,
@@ -113,10 +114,12 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise UsageError(f"--out {out_dir} is a file; give a directory for the results")
     config = RunConfig(
-        algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
+        algorithms=parse_algorithms(algos, backend), world_sizes=chosen, sizes=swept, dtype=dtype,
         sampling=sampling, backend=backend, device=device,
         ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
         timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
+        env.local_world_size if env else None), backend)  # before any process starts
     if resume_dir is not None and writer:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
