@@ -98,6 +98,7 @@ def upgrade(frame: pd.DataFrame) -> pd.DataFrame:
         old = frame["timing"].isna()
         if old.any():
             frame = frame.copy()
+            frame["timing"] = frame["timing"].astype("object")  # an all-empty column reads as float
             frame.loc[old, "timing"] = "per-iteration"
             if "iters" in frame.columns:
                 frame.loc[old, "samples"] = frame.loc[old, "iters"]
