@@ -7,10 +7,13 @@ rank, world size, local rank, local world size, node rank and the master address
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from allreduce_bench.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 PEER_LOST_EXIT = 3  # a rank whose collective failed or timed out exits with this code
+LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -248,6 +252,60 @@ def quiet_elastic_logs() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def process_state(pid: int) -> str | None:
+    """'gone' or 'frozen' for a process of this host that cannot answer; None if it can."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, IndexError):
+        return None
+    return {"T": "frozen", "t": "frozen", "Z": "gone", "X": "gone"}.get(state)
+
+
+def _rank_children(parent: int) -> set[int]:
+    """Pids of `parent`'s children that are ranks (not multiprocessing's resource tracker)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if ppid == parent:
+                with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                    if b"resource_tracker" not in cmdline.read():
+                        found.add(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _wake_stopped_ranks(nprocs: int, done: threading.Event) -> None:
+    """When one rank of a local world has ended, wake its stopped (SIGSTOP) siblings.
+
+    torch's launcher then sends SIGTERM to the survivors and waits 30 s before SIGKILL; a stopped
+    process never sees the SIGTERM, so a frozen rank held the run for half a minute after its
+    peers had given up. SIGCONT lets the SIGTERM take effect (Slurm does the same on a cancel).
+    Reads only the ranks' /proc entries, twice a second, once all ranks are known.
+    """
+    if not os.path.isdir("/proc"):
+        return
+    pids: set[int] = set()
+    while not done.wait(0.5):
+        if len(pids) < nprocs:
+            pids |= _rank_children(os.getpid())
+        states = {pid: process_state(pid) for pid in pids}
+        if "gone" in states.values():
+            for pid, state in states.items():
+                if state == "frozen":
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+
+
 def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
 
@@ -265,17 +323,26 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     # multiprocessing's tracker, which would warn about them at exit: nothing is lost.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
     quiet_elastic_logs()
+    options = {}
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        # The agent's SIGTERM never reaches a stopped (SIGSTOP) rank; its SIGKILL comes only after
+        # this grace (30 s by default). Our ranks hold nothing worth a longer wait: rows are
+        # flushed as they finish.
+        options["shutdown_timeout"] = LOCAL_SHUTDOWN_S
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-        monitor_interval=0.1, start_method="spawn")
-    return elastic_launch(config, entrypoint)(*args)
+        monitor_interval=0.1, start_method="spawn", **options)
+    done = threading.Event()
+    threading.Thread(target=_wake_stopped_ranks, args=(nprocs, done), daemon=True).start()
+    try:
+        return elastic_launch(config, entrypoint)(*args)
+    finally:
+        done.set()
 
 
 def describe_failure(error: BaseException) -> str:
     """One line for a failed local world: which rank died first and how."""
-    import signal
-
     failures = getattr(error, "failures", {}) or {}
     if not failures:
         return f"a rank failed: {error}"
