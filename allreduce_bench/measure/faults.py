@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -49,6 +50,11 @@ def store_reachable(timeout_s: float = 1.0) -> bool:
         return False
 
 
+def _settled(seconds: float = 0.2) -> bool:
+    time.sleep(seconds)
+    return True
+
+
 class Progress:
     def __init__(self, rank: int, world_size: int):
         self.rank, self.members = rank, tuple(range(world_size))
@@ -79,8 +85,36 @@ class Progress:
         host_is_rank0 = store_host() == "rank 0" and self.rank != 0 and 0 in self.members
         if self.store is None:
             return "missing rank unknown"
-        if host_is_rank0 and not store_reachable():
-            return "missing rank 0 (the store's host) is gone"
+        gone = "missing rank 0 (the store's host) is gone"
+        # A killed process's sockets close one by one: the listening one may outlive, by a few
+        # milliseconds, the connection whose loss brought us here. Probe twice.
+        if host_is_rank0 and not (store_reachable() and _settled() and store_reachable()):
+            return gone
+        # A store whose host is stopped accepts the connection but never answers, and not every
+        # store call honours the store's timeout: ask from a thread and stop waiting for it.
+        answer: list[dict[int, str] | None] = []
+        asking = threading.Thread(target=lambda: answer.append(self._not_here()), daemon=True)
+        asking.start()
+        asking.join(STORE_WAIT_S)
+        if not answer or answer[0] is None:
+            if host_is_rank0:  # reachable but silent: stopped, or it died meanwhile
+                return gone if not store_reachable() else \
+                    "missing rank 0 (the store's host) does not answer"
+            return "missing rank unknown"
+        found = answer[0]
+        if not found:
+            return "missing rank unknown"
+        ranks = sorted(found)
+        text = f"missing rank {ranks[0]}" if len(ranks) == 1 else \
+            f"missing ranks {','.join(map(str, ranks))}"
+        if len(ranks) == 1 and found[ranks[0]]:
+            return f"{text} ({found[ranks[0]]})"
+        states = [f"{r} {found[r]}" for r in ranks if found[r]]
+        return f"{text} ({', '.join(states)})" if states else text
+
+    def _not_here(self) -> dict[int, str] | None:
+        """Ranks of my world behind my step, or on this host and stopped or dead, with that
+        state ('' when only behind); None when the store cannot tell."""
         try:
             self.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
             found: dict[int, str] = {}
@@ -95,19 +129,9 @@ class Progress:
                 state = process_state(int(pid)) if host == self.host else None
                 if state or (int(phase), int(step)) < (self.phase, self.step):
                     found[rank] = state or ""
+            return found
         except Exception:
-            if host_is_rank0:  # reachable but silent: stopped, or dying right now
-                return "missing rank 0 (the store's host) does not answer"
-            return "missing rank unknown"
-        if not found:
-            return "missing rank unknown"
-        ranks = sorted(found)
-        states = [f"{r} {found[r]}" for r in ranks if found[r]]
-        text = f"missing rank {ranks[0]}" if len(ranks) == 1 else \
-            f"missing ranks {','.join(map(str, ranks))}"
-        if len(ranks) == 1 and states:
-            return f"{text} ({found[ranks[0]]})"
-        return f"{text} ({', '.join(states)})" if states else text
+            return None
 
 
 def explain(error: BaseException, timeout_s: float) -> str:
