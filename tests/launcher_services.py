@@ -161,7 +161,7 @@ class LocalSlurm:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 continue
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 try:
                     os.kill(pid, 0)

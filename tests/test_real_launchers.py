@@ -169,8 +169,14 @@ def test_a_killed_rank_is_named_and_rows_are_kept(launcher, victim, request, tmp
     assert (tmp_path / "results.csv").read_bytes().endswith(b"\n")
 
 
-@pytest.mark.parametrize("launcher", ["openmpi_launch", "srun_launch"])
-@pytest.mark.parametrize("victim", [0, 1])
+@pytest.fixture
+def local_launch():
+    """No launcher: the suite's own local world (torch's elastic agent holds the store)."""
+    return lambda n, fault=None: ([], rank_environment(fault=fault))
+
+
+@pytest.mark.parametrize("launcher,victim", [("local_launch", 1), ("openmpi_launch", 1),
+                                             ("srun_launch", 1), ("srun_launch", 0)])
 def test_a_frozen_rank_ends_the_run_within_the_timeout_and_is_named(launcher, victim, request,
                                                                      tmp_path):
     factory = request.getfixturevalue(launcher)
@@ -193,14 +199,29 @@ SBATCH_SCRIPT = ROOT / "scripts" / "slurm_allreduce.sbatch"
 
 def sbatch(slurm: LocalSlurm, tmp_path: Path, *run_options: str, fault: str | None = None
            ) -> tuple[int, str]:
-    """Submit the repository's batch script unchanged to the CPU partition and wait for it."""
+    """Submit the repository's batch script unchanged to the CPU partition and wait for it
+    (polling: `sbatch --wait` backs off to checks many seconds apart)."""
     env = rank_environment(slurm.env, fault)
     env.update(OUT_ROOT=str(tmp_path / "job"), PYTHON=sys.executable)
     log = tmp_path / "job.out"
-    done = subprocess.run(["sbatch", "--wait", "--nodes=1", "--ntasks=4", f"--output={log}",
+    done = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks=4", f"--output={log}",
                            f"--chdir={ROOT}", str(SBATCH_SCRIPT), *run_options],
-                          env=env, capture_output=True, text=True, timeout=200)
-    return done.returncode, done.stdout + done.stderr + (log.read_text() if log.exists() else "")
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 200
+    state = ""
+    while time.monotonic() < deadline:
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job], env=env,
+                               capture_output=True, text=True, timeout=20).stdout
+        state = re.search(r"JobState=(\w+)", shown).group(1) if "JobState=" in shown else ""
+        if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            break
+        time.sleep(0.5)
+    else:
+        subprocess.run(["scancel", job], env=env, timeout=20)
+        raise AssertionError(f"batch job {job} did not end within 200 s: a hang")
+    return (0 if state == "COMPLETED" else 1), state + "\n" + (log.read_text() if log.exists() else "")
 
 
 def test_sbatch_of_the_repository_script_on_a_cpu_partition(slurm, tmp_path):
