@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
 
 from allreduce_bench.measure.faults import FAULT_ENV
-
-from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]

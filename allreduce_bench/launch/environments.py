@@ -18,6 +18,8 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+import hostlist
+
 from allreduce_bench.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
@@ -68,53 +70,18 @@ SLURM_NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
 
 # ---- Slurm's compact notations ------------------------------------------------------------
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets: 'a[1-2,4],b3' -> ['a[1-2,4]', 'b3']."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _expand_range(spec: str) -> list[str]:
-    """'01-04' -> 01 02 03 04 (zero padding kept), '7' -> 7."""
-    if "-" not in spec:
-        return [spec]
-    lo, hi = spec.split("-", 1)
-    if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
-        raise ValueError(spec)
-    width = len(lo)  # as Slurm: '008-011' keeps three digits, '9-11' none
-    return [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
-
-
 def expand_nodelist(nodelist: str) -> list[str]:
     """Every host of a Slurm nodelist, in order: 'gpu[01-03,07],cpu5' -> gpu01 gpu02 gpu03 gpu07 cpu5.
 
-    Several bracket groups in one name expand as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2.
+    python-hostlist reads Slurm's notation (zero padding kept, several bracket groups in one
+    name as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2), as `scontrol show hostnames`
+    does, without needing Slurm's tools where the rank runs.
     """
-    hosts = []
     try:
-        for part in _split_top_level(nodelist):
-            if not re.fullmatch(r"[^\[\]]*(\[[^\[\]]+\][^\[\]]*)*", part):
-                raise ValueError(part)  # unbalanced or nested brackets
-            names = [""]
-            for match in re.finditer(r"([^\[\]]*)(?:\[([^\]]*)\])?", part):
-                prefix, inside = match.group(1), match.group(2)
-                names = [n + prefix for n in names]
-                if inside is not None:
-                    values = [v for spec in inside.split(",") for v in _expand_range(spec.strip())]
-                    names = [n + v for n in names for v in values]
-            hosts.extend(names)
-    except ValueError:
+        hosts = hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist:
         hosts = []
-    if not hosts or any(not h or "[" in h or "]" in h for h in hosts):
+    if not hosts:
         raise UsageError(f"cannot read the Slurm nodelist {nodelist!r}; set MASTER_ADDR to the "
                          "first node's address")
     return hosts
