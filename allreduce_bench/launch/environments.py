@@ -18,8 +18,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import hostlist
-
 from allreduce_bench.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
@@ -75,16 +73,33 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
     python-hostlist reads Slurm's notation (zero padding kept, several bracket groups in one
     name as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2), as `scontrol show hostnames`
-    does, without needing Slurm's tools where the rank runs.
+    does, without needing Slurm's tools where the rank runs; where it is not installed,
+    scontrol is asked.
     """
+    hosts: list[str] = []
     try:
-        hosts = hostlist.expand_hostlist(nodelist)
-    except hostlist.BadHostlist:
-        hosts = []
+        import hostlist
+    except ImportError:
+        hosts = _scontrol_hostnames(nodelist)
+    else:
+        try:
+            hosts = hostlist.expand_hostlist(nodelist)
+        except hostlist.BadHostlist:
+            pass
     if not hosts:
         raise UsageError(f"cannot read the Slurm nodelist {nodelist!r}; set MASTER_ADDR to the "
                          "first node's address")
     return hosts
+
+
+def _scontrol_hostnames(nodelist: str) -> list[str]:
+    import subprocess
+    try:
+        done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 and nodelist.strip() else []
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
