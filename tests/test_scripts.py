@@ -151,3 +151,40 @@ def test_mpirun_cpu_recipe_and_explicit_launchers():
         "python -m allreduce_bench plot r/cpu --out-dir r/plots"]
     done = dry_run("mpirun_allreduce.sh", HOSTS="n1", OUT_ROOT="r")
     assert done.returncode != 0 and "RANKS_PER_NODE" in done.stderr
+
+
+def gpu_check(*args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_gpu_check_refuses_without_a_gpu_in_one_line():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: scripts/gpu_check.sh would run")
+    done = gpu_check("--no-install")
+    assert done.returncode == 2 and not done.stdout
+    assert len(done.stderr.splitlines()) == 1 and "no GPU on this machine" in done.stderr
+
+
+@pytest.mark.parametrize("model,count,out", [
+    ("NVIDIA H100 80GB HBM3", "8", "results/example-h100-80gb-hbm3-8gpu"),
+    ("NVIDIA GeForce RTX 4090", "1", "results/example-rtx-4090-1gpu"),
+    ("Tesla T4", "2", "results/example-tesla-t4-2gpu"),
+])
+def test_gpu_check_names_its_output_by_model_and_count(model, count, out):
+    done = gpu_check("--name", model, count)
+    assert done.returncode == 0 and done.stdout == out + "\n", done.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--bogus"], "unknown argument '--bogus'"),
+    (["--out", "/tmp/elsewhere"], "must be under results/"),
+    (["--out", "results/../x"], "must be under results/"),
+    (["--name", "T4", "0"], "positive integer"),
+    (["--out"], "--out needs a directory"),
+])
+def test_gpu_check_bad_arguments_are_one_line_and_exit_2(args, says):
+    done = gpu_check(*args)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1
