@@ -151,25 +151,30 @@ class LocalSlurm:
                          for p in sorted(self.root.glob("*.log")))
 
     def stop(self) -> None:
-        """Stop the daemons this cluster started (by their pid files), slurmd first."""
-        for pid_file in reversed(self.pid_files):
+        """Stop the daemons this cluster started (by their pid files): SIGTERM to all, then
+        SIGKILL to any still there after a few seconds."""
+        pids = []
+        for pid_file in self.pid_files:
             try:
                 pid = int(pid_file.read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
             except (OSError, ValueError, IndexError):
                 continue
+        deadline = time.monotonic() + 5
+        while pids and time.monotonic() < deadline:
+            pids = [pid for pid in pids if _alive(pid)]
+            time.sleep(0.1)
+        for pid in pids:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + 3
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -224,12 +224,13 @@ def sbatch(slurm: LocalSlurm, tmp_path: Path, *run_options: str, fault: str | No
 
 
 def test_sbatch_of_the_repository_script_on_a_cpu_partition(slurm, tmp_path):
-    rc, output = sbatch(slurm, tmp_path, "--quick", "--world-sizes", "2,4")
+    rc, output = sbatch(slurm, tmp_path, "--quick", "--world-sizes", "2,4", "--no-plot")
     assert rc == 0, output
     assert "1 node(s) x 4 rank(s) on CPUs via srun" in output, output
     rows = checked_rows(tmp_path / "job" / "cpu", {2, 4})
     assert set(rows["tag"]) == {"cpu"}
-    assert (tmp_path / "job" / "plots" / "bandwidth.png").exists()
+    assert set(rows["nodes"]) == {1}  # one real node: the launcher's layout, not a simulated one
+    assert json.loads((tmp_path / "job" / "cpu" / "meta.json").read_text())["launcher"] == "slurm"
 
 
 def test_sbatch_names_a_killed_rank_and_keeps_rows(slurm, tmp_path):
