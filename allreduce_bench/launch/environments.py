@@ -247,7 +247,8 @@ def process_state(pid: int) -> str | None:
 
 
 def _rank_children(parent: int) -> set[int]:
-    """Pids of `parent`'s children that are ranks (not multiprocessing's resource tracker)."""
+    """Pids of `parent`'s children that are ranks: started by multiprocessing's spawn (not its
+    resource tracker, nor any other helper a library may start)."""
     found = set()
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -257,7 +258,7 @@ def _rank_children(parent: int) -> set[int]:
                 ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
             if ppid == parent:
                 with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                    if b"resource_tracker" not in cmdline.read():
+                    if b"spawn_main" in cmdline.read():
                         found.add(int(name))
         except (OSError, ValueError, IndexError):
             continue

@@ -117,6 +117,9 @@ class Progress:
         state ('' when only behind); None when the store cannot tell."""
         try:
             self.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
+            # Say that I gave up too: a peer that finds me gone later must not blame me.
+            self.store.set(str(self.rank), f"{self.phase} {self.step} {self.pid} {self.host} "
+                                           "gave-up")
             found: dict[int, str] = {}
             for rank in self.members:
                 if rank == self.rank:
@@ -124,7 +127,9 @@ class Progress:
                 if not self.store.check([str(rank)]):
                     found[rank] = ""  # never got as far as start-up
                     continue
-                phase, step, pid, host = self.store.get(str(rank)).decode().split(" ", 3)
+                phase, step, pid, host, *gave_up = self.store.get(str(rank)).decode().split(" ")
+                if gave_up:
+                    continue  # failed like me, waiting on the same missing rank(s)
                 # A peer at my step whose process is stopped or dead froze inside it.
                 state = process_state(int(pid)) if host == self.host else None
                 if state or (int(phase), int(step)) < (self.phase, self.step):
