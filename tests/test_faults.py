@@ -174,7 +174,7 @@ def test_fault_hook_and_failure_description():
     assert Fault.from_env({}) is None
     assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
         Fault(1, 2, "stall", 9.0)
-    with pytest.raises(ValueError, match="kill, stall or delay"):
+    with pytest.raises(ValueError, match="kill, stall, stop or delay"):
         Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=explode"})
     error = SimpleNamespace(failures={
         0: SimpleNamespace(exitcode=3, pid=10, timestamp=5),
