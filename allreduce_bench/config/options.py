@@ -5,18 +5,20 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench import algorithms
 from allreduce_bench.config import (
     CPU_DEFAULTS,
     DTYPES,
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
-    check_counts,
     check_sizes_fit_dtype,
+    check_timeout,
     default_out_dir,
     parse_algorithms,
     parse_dtype,
     parse_world_sizes,
+    resolve_sampling,
     resolve_sizes,
 )
 from allreduce_bench.config.checks import (
@@ -87,8 +89,9 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
-               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
+               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
+               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None) -> RunConfig:
     env = launcher_env()
     chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
@@ -102,12 +105,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     check_sizes_fit_dtype(swept, dtype)
     itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
     swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
-    iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
-    warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
-    check_counts(iters, warmup, timeout_s)
+    if iters is not None:  # the old option: each timed call a sample of its own
+        if loops is not None or samples is not None:
+            raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
+                             "--samples/--loops")
+        if iters < 1:
+            raise UsageError(f"--iters must be at least 1, got {iters}")
+        loops, samples = 1, iters
+    sampling = resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
+                                warmup, host_launch)
+    check_timeout(timeout_s)
     tag = check_tag(tag)
-    algorithms = parse_algorithms(algos)
-    check_allreduce_memory(algorithms, chosen, swept, device, env)
+    names = parse_algorithms(algos, backend)
+    check_allreduce_memory(names, chosen, swept, device, env)
     resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
     if resume_dir is not None:
         if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
@@ -121,11 +131,13 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         if resume_dir is None:
             resume.note_earlier_runs(out_dir)
     config = RunConfig(
-        algorithms=algorithms, world_sizes=chosen, sizes=swept, dtype=dtype,
-        iters=iters, warmup=warmup, backend=backend, device=device,
+        algorithms=names, world_sizes=chosen, sizes=swept, dtype=dtype,
+        sampling=sampling, backend=backend, device=device,
         ranks_per_node=ranks_per_node, tag=tag,
         out_dir=out_dir or default_out_dir(tag, claim=writer),
         timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
+        env.local_world_size if env else None), backend)  # before any process starts
     if resume_dir is not None and writer:
         resume.check_same_measurement(stored, config, resume_dir)
     return config

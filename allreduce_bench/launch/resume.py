@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import sys
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from allreduce_bench.errors import UsageError
@@ -17,7 +18,7 @@ from allreduce_bench.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.results.store import drop_partial_last_row, read_meta, whole_lines
 
 # What makes two rows comparable: change one and the old rows measure something else.
-MEASUREMENT_FIELDS = {"dtype": "--dtype", "iters": "--iters", "warmup": "--warmup",
+MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
                       "ranks_per_node": "--ranks-per-node", "tag": "--tag"}
 
@@ -73,12 +74,22 @@ def note_earlier_runs(out_dir: Path) -> None:
               f"(to continue that run instead, use --resume {out_dir})", file=sys.stderr)
 
 
+def _plain(value):
+    """A config field as meta.json stores it (dataclasses as dicts)."""
+    return asdict(value) if is_dataclass(value) else value
+
+
 def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
     """Refuse to mix rows measured differently into one run."""
     old = stored.get("config", {})
-    differ = [(flag, old.get(field), getattr(config, field))
+    if "sampling" not in old:
+        raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (one call "
+                         "per timed iteration); its rows and new ones would mix timing methods. "
+                         "Start a new --out (plot and report still read the old run)")
+    now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
+    differ = [(flag, old.get(field), now_fields[field])
               for field, flag in MEASUREMENT_FIELDS.items()
-              if field in old and old.get(field) != getattr(config, field)]
+              if field in old and old.get(field) != now_fields[field]]
     if differ:
         was = " ".join(f"{flag} {value!r}" for flag, value, _ in differ)
         now = " ".join(f"{flag} {value!r}" for flag, _, value in differ)

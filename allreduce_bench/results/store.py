@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.results.schema import COLUMNS, META_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
+from allreduce_bench.results.schema import COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
 
 
 def drop_partial_last_row(path: Path) -> bool:
@@ -173,3 +173,35 @@ class SamplesWriter:
         tmp.replace(path)
         self._next += 1
         return path
+
+
+def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """One Arrow type per column: text columns that mix strings and numbers (a CSV column empty
+    in some rows) become strings, True/False columns nullable booleans."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype != object:
+            continue
+        values = frame[column].dropna()
+        if values.empty:
+            frame[column] = frame[column].astype("float64")  # an empty column: no values, no type
+        elif values.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+            frame[column] = pd.to_numeric(frame[column])
+        elif values.map(lambda v: isinstance(v, bool)).all():
+            frame[column] = frame[column].astype("boolean")
+        else:
+            frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
+    return frame
+
+
+def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
+    """results.parquet beside results.csv (the crash-safe append log stays the CSV): `frame`, or
+    the CSV as it is now. Written to a temporary name and renamed, so a reader never sees half."""
+    out_dir = Path(out_dir)
+    if frame is None:
+        frame = pd.read_csv(out_dir / RESULTS_FILE)
+    path = out_dir / PARQUET_FILE
+    tmp = out_dir / f".{PARQUET_FILE}.tmp"
+    parquet_safe(frame).to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path
