@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 from unittest import mock
 
@@ -25,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allreduce_bench.cli import main  # noqa: E402
+from allreduce_bench.config import Sampling  # noqa: E402
 
 BAD_NUMBERS = ["nan", "inf", "-inf", "1e400", "0", "-1", "", " ", "abc", "1.5", "0x10", "1e-400"]
 BAD_SIZES = ["0", "-4K", "", "1T", "1P", "12XB", "4.5", "1e3", "nan", "9" * 40, "1,,2", ","]
@@ -39,6 +41,8 @@ def cases(tmp: Path) -> list[list[str]]:
     for v in BAD_NUMBERS:
         c += [["run", "--timeout", v, "--out", out], ["run", "--factor", v, "--out", out],
               ["run", "--iters", v, "--out", out], ["run", "--warmup", v, "--out", out],
+              ["run", "--loops", v, "--out", out], ["run", "--samples", v, "--out", out],
+              ["run", "--budget", v, "--out", out],
               ["run", "--ranks-per-node", v, "--out", out], ["run", "--world-sizes", v, "--out", out],
               ["ddp", "--params", v, "--out", out], ["ddp", "--bucket-mb", v, "--out", out],
               ["ddp", "--batch-size", v, "--out", out], ["ddp", "--timeout", v, "--out", out],
@@ -106,7 +110,8 @@ for _algo in ("native", "ring"):
                              f"{_world},{_size},{_size // 4},5,1,{_t},{_t},{_t},{_t},{_t},"
                              f"{_size / _t / 1e3},{_size / _t / 1e3},0")
 GOOD_CSV = "\n".join(GOOD_ROWS) + "\n"
-GOOD_META = json.dumps({"run_id": "r1", "config": {"dtype": "float32", "iters": 5, "warmup": 1,
+GOOD_META = json.dumps({"run_id": "r1", "schema_version": 2,
+                        "config": {"dtype": "float32", "sampling": asdict(Sampling()),
                                                    "backend": "gloo", "device": "cpu",
                                                    "ranks_per_node": None, "tag": ""}})
 

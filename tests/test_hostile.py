@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allreduce_bench.cli import main
-from allreduce_bench.config import DTYPES, default_out_dir
+from allreduce_bench.config import DTYPES, Sampling, default_out_dir
 from allreduce_bench.errors import UsageError
 from allreduce_bench.launch import driver, reasons, resume  # noqa: F401  (sys.modules entries)
 from allreduce_bench.results.load import load_results
@@ -53,7 +54,8 @@ def good_rows(run_id: str = "r1", dtype: str = "float32") -> list[str]:
 
 
 GOOD_CSV = "\n".join([HEADER, *good_rows()]) + "\n"
-GOOD_META = {"run_id": "r1", "config": {"dtype": "float32", "iters": 5, "warmup": 1,
+GOOD_META = {"run_id": "r1", "schema_version": 2,
+             "config": {"dtype": "float32", "sampling": asdict(Sampling()),
                                         "backend": "gloo", "device": "cpu",
                                         "ranks_per_node": None, "tag": ""}}
 
@@ -133,8 +135,8 @@ VALUES = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=8),
 
 OPTIONS = {
     ("run",): ["--algos", "--world-sizes", "--sizes", "--min-bytes", "--max-bytes", "--factor",
-               "--dtype", "--iters", "--warmup", "--backend", "--device", "--ranks-per-node",
-               "--tag", "--timeout", "--out"],
+               "--dtype", "--loops", "--samples", "--budget", "--iters", "--warmup", "--backend",
+               "--device", "--ranks-per-node", "--tag", "--timeout", "--out"],
     ("links",): ["--world-sizes", "--sizes", "--ranks-per-node", "--timeout", "--tag", "--out",
                  "--max-bytes"],
     ("ddp",): ["--params", "--layers", "--batch-size", "--bucket-mb", "--accum", "--world-sizes",
@@ -176,7 +178,9 @@ def check_valid_config(config) -> None:
     else:
         assert config.sizes and min(config.sizes) >= DTYPES[config.dtype]
         assert len(config.sizes) <= 200
-        assert config.iters >= 1 and config.warmup >= 0
+        sampling = config.sampling
+        assert sampling.warmup >= 0 and 0 < sampling.budget_s < 3600
+        assert (sampling.loops or 1) >= 1 and (sampling.samples or 1) >= 1
     assert config.world_sizes and min(config.world_sizes) >= 1
     assert math.isfinite(config.timeout_s) and config.timeout_s > 0
     assert config.ranks_per_node is None or config.ranks_per_node >= 1
