@@ -30,7 +30,10 @@ def _split(text, what: str, example: str) -> tuple[float, str]:
     if not match:
         raise UsageError(f"{what} {text!r} is not a number with a unit; write it like {example}")
     mantissa, exponent, unit = match.groups()
-    return float(mantissa) * 10.0 ** int(exponent or 0), unit
+    value = float(f"{mantissa}e{exponent or 0}")  # 1e400 is inf here (then refused), not an OverflowError
+    if not math.isfinite(value):
+        raise UsageError(f"{what} {text!r} is too large to be a number; write it like {example}")
+    return value, unit
 
 
 def _byte_scale(unit: str) -> float | None:
@@ -85,6 +88,11 @@ def parse_seconds(text, what: str = "time") -> float:
     if unit not in _PER_SECOND:
         raise UsageError(f"{what} {text!r} needs a time unit: s, ms, us or ns, e.g. 0.5s or 10us")
     return value / _PER_SECOND[unit]
+
+
+def parse_positive_seconds(text, what: str = "time") -> float:
+    """As parse_seconds, but zero is refused: a time that is divided by (compute per step)."""
+    return _positive(parse_seconds(text, what), text, what)
 
 
 def _positive(value: float, text, what: str) -> float:
@@ -150,6 +158,8 @@ def parse_size(text: str | int, what: str = "size") -> int:
             raise UsageError(f"{what} {text!r} is not a size; write bytes with an optional K, M or G "
                              "suffix, e.g. 4K, 64M, 1G")
         value = float(match.group(1)) * _SIZE_UNITS[unit]
+        if not math.isfinite(value) or value >= 1 << 62:
+            raise UsageError(f"{what} {text!r} is too large; give at most a few T(iB)")
         if value != int(value):
             raise UsageError(f"{what} {text!r} is not a whole number of bytes")
         value = int(value)
@@ -166,13 +176,22 @@ def format_size(size_bytes: float) -> str:
     return f"{size_bytes:g}"
 
 
+# More sizes than this is a typo (--factor 1.00001), not a sweep anyone waits for.
+MAX_SWEEP_SIZES = 200
+
+
 def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     """Geometric sweep from min to max inclusive, like nccl-tests' -b/-e/-f."""
     if min_bytes > max_bytes:
         raise UsageError(f"--min-bytes {format_size(min_bytes)} is larger than --max-bytes "
                          f"{format_size(max_bytes)}; swap them")
-    if factor <= 1:
-        raise UsageError(f"--factor must be greater than 1, got {factor:g}")
+    if not math.isfinite(factor) or factor <= 1:
+        raise UsageError(f"--factor must be a number greater than 1, got {factor:g}")
+    steps = math.log(max_bytes / min_bytes) / math.log(factor) + 1 if max_bytes > min_bytes else 1
+    if steps > MAX_SWEEP_SIZES:
+        raise UsageError(f"--factor {factor:g} from {format_size(min_bytes)} to "
+                         f"{format_size(max_bytes)} makes {int(steps):,} sizes, more than "
+                         f"{MAX_SWEEP_SIZES}; raise --factor (2 doubles the size each step)")
     sizes, size = [], float(min_bytes)
     while size <= max_bytes * (1 + 1e-9):
         if not sizes or int(size) != sizes[-1]:
@@ -181,12 +200,15 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
     return sizes
 
 
-def parse_size_list(text: str) -> list[int]:
+def parse_size_list(text: str, option: str = "--sizes") -> list[int]:
     """'1M,8M' -> [1048576, 8388608], sorted and without repeats."""
     parts = [p for p in text.split(",") if p.strip()]
     if not parts:
-        raise UsageError("--sizes is empty; give a comma-separated list such as 1M,8M")
-    return sorted({parse_size(p, "--sizes entry") for p in parts})
+        raise UsageError(f"{option} is empty; give a comma-separated list such as 1M,8M")
+    sizes = sorted({parse_size(p, f"{option} entry") for p in parts})
+    if len(sizes) > MAX_SWEEP_SIZES:
+        raise UsageError(f"{option} lists {len(sizes)} sizes; give at most {MAX_SWEEP_SIZES}")
+    return sizes
 
 
 # --- link rates in tc's units (the emulator's --inter-bandwidth) -----------------------------
@@ -198,7 +220,7 @@ def parse_tc_rate(text: str) -> float:
     """'500mbit' -> 5e8 bits/s, with tc's units (mbit = megabit/s, mbps = megabyte/s)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*", text)
     unit = match and TC_RATE_UNITS.get(match.group(2).lower())
-    if not unit or float(match.group(1)) <= 0:
+    if not unit or not 0 < float(match.group(1)) * unit < 1e15:
         raise UsageError(f"--inter-bandwidth {text!r} is not a rate; write e.g. 500mbit, 2gbit or "
                          f"50mbps (tc units: {', '.join(TC_RATE_UNITS)}), or auto")
     return float(match.group(1)) * unit

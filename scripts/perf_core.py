@@ -1,16 +1,19 @@
 #!/usr/bin/env python
-"""Performance figures of the benchmark core, printed side by side (not a test).
+"""Every target of the measuring core, measured in one session and printed (not a test).
 
-1. ring busbw / native busbw at 16M and 64M, world sizes 2 and 4 (target >= 0.9);
-2. the harness's native busbw / a minimal loop's (barrier, n back-to-back all_reduce, one clock
-   around them) at sizes >= 1M (target: within 5%);
-3. the wall time of the default `allreduce-bench run` (target < 60 s).
+1. The harness's own bias: a call that busy-waits exactly 50 us (no communication) must be
+   reported as 50 +- 1 us per call, an empty call as <= 2 us, at every loops setting.
+2. Against a minimal back-to-back loop (barrier, k all_reduce calls, one clock, max over ranks;
+   nccl-tests' method), R alternating rounds in the same processes: the ratio of medians over
+   rounds within 0.95-1.05 at 4M-64M (N=2 and N=4); at 64K-1M the harness's median inside the
+   minimal loop's own range over its rounds.
+3. Run-to-run spread over those rounds, (max - min) / median: the harness's <= the loop's.
+4. Every row carries its coefficient of variation and an unstable flag (checked on the default
+   run's rows), and the report lists the flagged ones.
+5. The default `allreduce-bench run`: < 30 s wall, every figure drawn.
+6. ring busbw / native busbw at 16M-64M >= 1.0 (from that default run).
 
-For 1 and 2 each world runs the harness's own `bench.measure` and the comparison alternately,
---rounds times, in the same processes, and the median over rounds is printed: on a small shared
-machine, runs minutes apart differ by more than the effects being compared.
-
-Usage: python scripts/perf_core.py [--rounds R] [--iters N] [--skip-default-run]
+Usage: python scripts/perf_core.py [--rounds 5] [--skip-default-run]
 """
 from __future__ import annotations
 
@@ -21,90 +24,135 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms
+from allreduce_bench import algorithms, metrics
 from allreduce_bench.benchmarks.allreduce import measure
+from allreduce_bench.config import CPU_DEFAULTS, Sampling
 from allreduce_bench.launch.environments import launch_local
+from allreduce_bench.measure import timing
 from allreduce_bench.measure.device import Device
 from allreduce_bench.measure.world import make_world
-from allreduce_bench.metrics import busbw_GBps
 
-RING_SIZES = [16 << 20, 64 << 20]
-LOOP_SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20]
-
-
-def harness_median_us(name: str, world, size: int, iters: int) -> float:
-    times, wrong = measure(algorithms.get(name), world, size // 4, torch.float32, iters, warmup=2)
-    assert wrong == 0
-    return statistics.median(times)
+LOOP_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+BIAS_LOOPS = [1, 4, 16, 64]
 
 
-def minimal_loop_us(world, size: int, iters: int) -> float:
-    """us per all_reduce: barrier, `iters` back-to-back calls, one clock, slowest rank."""
-    tensor = torch.zeros(size // 4)  # zeros stay zeros: nothing to refill between calls
-    for _ in range(2):
-        dist.all_reduce(tensor)
+def bias() -> dict:
+    """(call, loops) -> median reported us per call, for a 50 us busy wait and an empty call."""
+    dist.init_process_group("gloo")
+    device = Device()
+    found = {}
+    for name, call in (("busy 50 us", timing.busy_wait_call(50e-6)), ("empty", lambda: None)):
+        for loops in BIAS_LOOPS:
+            measured = timing.sample(call, device, None, Sampling(loops=loops, samples=30, warmup=2))
+            found[(name, loops)] = metrics.sample_stats(measured.per_rank_us)["time_us_median"]
+    dist.destroy_process_group()
+    return found
+
+
+def minimal_loop_us(size: int, calls: int) -> float:
+    """us per all_reduce: barrier, `calls` back-to-back calls, one clock, slowest rank."""
+    tensor = torch.zeros(size // 4)
+    dist.all_reduce(tensor)
     dist.barrier()
     start = time.perf_counter()
-    for _ in range(iters):
+    for _ in range(calls):
         dist.all_reduce(tensor)
     slowest = torch.tensor([time.perf_counter() - start])
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return slowest.item() / iters * 1e6
+    return slowest.item() / calls * 1e6
 
 
-def compare(rounds: int, iters: int) -> dict:
-    """On every rank of a local world: medians over rounds of each timing."""
+def rounds(count: int) -> dict:
+    """On every rank: per size, the harness's median and the minimal loop's time, per round."""
     dist.init_process_group("gloo")
     world = make_world(dist.get_world_size(), dist.get_world_size(), Device())
-    samples: dict[tuple, list[float]] = {}
-    for _ in range(rounds):
-        for size in RING_SIZES:
-            for name in ("native", "ring"):
-                samples.setdefault((name, size), []).append(harness_median_us(name, world, size, iters))
+    sampling = CPU_DEFAULTS["sampling"]
+    found: dict[tuple, list[float]] = {}
+    for _ in range(count):
         for size in LOOP_SIZES:
-            samples.setdefault(("harness", size), []).append(harness_median_us("native", world, size, iters))
-            samples.setdefault(("loop", size), []).append(minimal_loop_us(world, size, iters))
+            measured, wrong = measure(algorithms.get("native"), world, size // 4, torch.float32,
+                                      sampling)
+            assert wrong == 0
+            found.setdefault(("harness", size), []).append(
+                metrics.sample_stats(measured.per_rank_us)["time_us_median"])
+            # as many calls as the harness timed, at least nccl-tests' default 20 below 4M
+            calls = max(measured.samples * measured.loops, 20 if size < 4 << 20 else 5)
+            found.setdefault(("loop", size), []).append(minimal_loop_us(size, min(calls, 400)))
     dist.destroy_process_group()
-    return {key: statistics.median(values) for key, values in samples.items()}
+    return found
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-default-run", action="store_true")
     args = parser.parse_args()
+    ok = True
 
-    results = {n: launch_local(n, compare, args.rounds, args.iters)[0] for n in (2, 4)}
-    print(f"1. ring busbw / native busbw (target >= 0.9; median of {args.rounds} rounds of "
-          f"{args.iters} iterations)")
-    print(f"{'N':>3} {'size':>6} {'native GB/s':>12} {'ring GB/s':>10} {'ratio':>6}")
-    for n, times in results.items():
-        for size in RING_SIZES:
-            native, ring = times[("native", size)], times[("ring", size)]
-            print(f"{n:>3} {size >> 20:>5}M {busbw_GBps(size, native, n):>12.3f} "
-                  f"{busbw_GBps(size, ring, n):>10.3f} {native / ring:>6.2f}")
+    found = launch_local(2, bias)[0]
+    print("1. harness bias: reported us per call (target: busy 50 us -> 49-51; empty -> <= 2)")
+    print(f"{'call':>12} " + " ".join(f"{f'loops={k}':>10}" for k in BIAS_LOOPS))
+    for name in ("busy 50 us", "empty"):
+        values = [found[(name, k)] for k in BIAS_LOOPS]
+        good = all(49 <= v <= 51 for v in values) if name != "empty" else all(v <= 2 for v in values)
+        ok &= good
+        print(f"{name:>12} " + " ".join(f"{v:>10.2f}" for v in values) + ("  OK" if good else "  MISS"))
 
-    print("\n2. harness native busbw / minimal loop busbw (target within 5%)")
-    print(f"{'N':>3} {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'ratio':>6}")
-    for n, times in results.items():
+    print(f"\n2./3. harness (calibrated samples) against a minimal back-to-back loop, {args.rounds} "
+          "alternating rounds")
+    print(f"{'N':>3} {'size':>6} {'harness us':>11} {'loop us':>9} {'ratio':>6} {'loop range us':>17} "
+          f"{'spread h':>9} {'spread l':>9}  verdict")
+    for n in (2, 4):
+        results = launch_local(n, rounds, args.rounds)[0]
         for size in LOOP_SIZES:
-            harness, loop = times[("harness", size)], times[("loop", size)]
-            print(f"{n:>3} {size >> 20:>5}M {busbw_GBps(size, harness, n):>13.3f} "
-                  f"{busbw_GBps(size, loop, n):>10.3f} {loop / harness:>6.2f}")
+            h, loop = results[("harness", size)], results[("loop", size)]
+            ratio = statistics.median(h) / statistics.median(loop)
+            if size >= 4 << 20:
+                good = 0.95 <= ratio <= 1.05
+            else:
+                good = min(loop) <= statistics.median(h) <= max(loop)
+            spread_ok = spread(h) <= spread(loop)
+            ok &= good and spread_ok
+            label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
+            print(f"{n:>3} {label:>6} {statistics.median(h):>11.1f} {statistics.median(loop):>9.1f} "
+                  f"{ratio:>6.2f} {min(loop):>8.0f}-{max(loop):<8.0f} {spread(h):>9.2f} "
+                  f"{spread(loop):>9.2f}  {'OK' if good else 'MISS'}"
+                  f"{'' if spread_ok else ' (harness spread larger)'}")
 
     if not args.skip_default_run:
-        out = tempfile.mkdtemp(prefix="perf-core-")
+        out = Path(tempfile.mkdtemp(prefix="perf-core-"))
         start = time.perf_counter()
         done = subprocess.run([shutil.which("allreduce-bench") or "allreduce-bench", "run",
-                               "--out", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True)
         wall_s = time.perf_counter() - start
-        status = "" if done.returncode == 0 else f" (exit code {done.returncode})"
-        print(f"\n3. wall time of the default run: {wall_s:.1f} s{status} (target < 60 s)")
+        import pandas as pd
+        rows = pd.read_csv(out / "results.csv")
+        figures = sorted(p.stem for p in (out / "plots").glob("*.png"))
+        print(f"\n4. every row carries time_cv and unstable: {rows['time_cv'].notna().all()} "
+              f"({int(rows['unstable'].sum())} of {len(rows)} rows flagged unstable)")
+        good = done.returncode == 0 and wall_s < 30
+        ok &= good
+        print(f"5. default run: {wall_s:.1f} s wall, exit {done.returncode}, figures "
+              f"{', '.join(figures)} ({'OK' if good else 'MISS'}: target < 30 s)")
+        print("6. ring busbw / native busbw (target >= 1.0)")
+        for n in (2, 4):
+            for size in (16 << 20, 64 << 20):
+                at = rows[(rows["world_size"] == n) & (rows["size_bytes"] == size)].set_index("algorithm")
+                ratio = at.loc["ring", "busbw_GBps"] / at.loc["native", "busbw_GBps"]
+                ok &= ratio >= 1.0
+                print(f"   N={n} {size >> 20}M: {ratio:.2f} {'OK' if ratio >= 1.0 else 'MISS'}")
+        shutil.rmtree(out, ignore_errors=True)
+    print("\nall targets met" if ok else "\nsome targets missed (see MISS above)")
     return 0
 
 

@@ -6,9 +6,10 @@ import torch.distributed as dist
 
 from allreduce_bench import algorithms
 from allreduce_bench.benchmarks.allreduce import measure
+from allreduce_bench.config import Sampling
 from allreduce_bench.measure import patterns
 from allreduce_bench.measure.device import Device
-from allreduce_bench.measure.world import make_world
+from allreduce_bench.measure.world import end_phase, make_world
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 
@@ -18,12 +19,28 @@ def counts_for(world_size: int) -> list[int]:
     return sorted({1, max(1, world_size - 1), world_size + 1, 97, 3001})
 
 
-def check_every_algorithm(layouts: list[int]) -> list[str]:
-    """Exact sums for each algorithm, dtype, awkward count and node layout; returns failures."""
-    world_size, failures = dist.get_world_size(), []
-    for ranks_per_node in layouts:
+def check_every_world_size(layouts: dict[int, list[int]]) -> list[str]:
+    """check_every_algorithm on the sub-world of the first k ranks, for each k in `layouts`
+    (one spawned world serves every world size); returns the failures of this rank."""
+    failures = []
+    for world_size, per_node in sorted(layouts.items()):
+        failures += check_every_algorithm(per_node, world_size=world_size)
+    return failures
+
+
+def check_every_algorithm(layouts: list[int], names: list[str] | None = None,
+                          world_size: int | None = None) -> list[str]:
+    """Exact sums for each algorithm, dtype and awkward count; the hierarchical scheme (the only
+    one that uses the node groups) under every layout, the others under the first. Returns
+    failures."""
+    world_size, failures = world_size or dist.get_world_size(), []
+    names = names or algorithms.names_for("gloo")
+    for i, ranks_per_node in enumerate(layouts):
         world = make_world(world_size, ranks_per_node, Device())
-        for name in algorithms.ALGORITHMS:
+        if world is None:  # not in this sub-world: wait for it to finish
+            end_phase(None, f"check-{world_size}-{ranks_per_node}", Device())
+            continue
+        for name in names if i == 0 else ["hierarchical"]:
             for dtype in DTYPES:
                 for count in counts_for(world_size):
                     tensor = torch.empty(count, dtype=dtype)
@@ -32,21 +49,26 @@ def check_every_algorithm(layouts: list[int]) -> list[str]:
                     expected = patterns.expected_sum(count, world.size, dtype)
                     wrong = patterns.count_wrong(tensor, expected)
                     if wrong:
-                        failures.append(f"{name} rpn={ranks_per_node} {dtype} count={count}: "
-                                        f"{wrong} wrong on rank {world.rank}")
+                        failures.append(f"{name} N={world_size} rpn={ranks_per_node} {dtype} "
+                                        f"count={count}: {wrong} wrong on rank {world.rank}")
+        end_phase(world, f"check-{world_size}-{ranks_per_node}", Device())
     return failures
 
 
-def repeated_calls_stay_exact(name: str, count: int) -> int:
-    """The same built call run three times on refilled input (as the timing loop does)."""
+def repeated_calls_stay_exact(names: list[str], count: int) -> dict[str, int]:
+    """The same built call run three times on refilled input (as the timing loop does): #wrong
+    per algorithm."""
     world = make_world(dist.get_world_size(), 2, Device())
     tensor = torch.empty(count)
-    call = algorithms.get(name)(tensor, world)
-    wrong = 0
-    for _ in range(3):
-        patterns.fill(tensor, world.rank, world.size)
-        call()
-        wrong += patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, tensor.dtype))
+    wrong = {}
+    for name in names:
+        call = algorithms.get(name)(tensor, world)
+        wrong[name] = 0
+        for _ in range(3):
+            patterns.fill(tensor, world.rank, world.size)
+            call()
+            wrong[name] += patterns.count_wrong(
+                tensor, patterns.expected_sum(count, world.size, tensor.dtype))
     return wrong
 
 
@@ -58,9 +80,10 @@ def _forgets_to_add(tensor, world):
 def measure_counts_wrong(count: int) -> tuple[int, int, int]:
     """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
     world = make_world(dist.get_world_size(), 1, Device())
-    times, good = measure(algorithms.get("ring"), world, count, torch.float32, iters=3, warmup=1)
-    _, bad = measure(_forgets_to_add, world, count, torch.float32, iters=2, warmup=0)
-    return good, bad, len(times)
+    measured, good = measure(algorithms.get("ring"), world, count, torch.float32,
+                             Sampling(loops=1, samples=3, warmup=1))
+    _, bad = measure(_forgets_to_add, world, count, torch.float32, Sampling(loops=1, samples=2, warmup=0))
+    return good, bad, measured.samples
 
 
 def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
@@ -78,3 +101,18 @@ def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
             seen.append((world.size, world.nodes, world.ranks_per_node))
         dist.barrier()
     return seen
+
+
+def check_counts(names: list[str], counts: list[int]) -> list[str]:
+    """Exact float32 sums of every named algorithm at each count, on the whole world as 1 node."""
+    world, failures = make_world(dist.get_world_size(), dist.get_world_size(), Device()), []
+    for name in names:
+        for count in counts:
+            tensor = torch.empty(count)
+            patterns.fill(tensor, world.rank, world.size)
+            algorithms.allreduce(name, tensor, world)
+            wrong = patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, tensor.dtype))
+            if wrong:
+                failures.append(f"{name} count={count}: {wrong} wrong on rank {world.rank}")
+    world.close()
+    return failures

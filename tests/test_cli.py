@@ -21,11 +21,11 @@ from allreduce_bench.results.schema import COLUMNS
     (["--min-bytes", "1M", "--max-bytes", "4K"], "larger than --max-bytes"),
     (["--factor", "1"], "greater than 1"),
     (["--algos", "ring,bogus"], "unknown algorithm 'bogus'"),
-    (["--dtype", "complex32"], "unknown --dtype"),
+    (["--dtype", "complex32"], "'complex32' is not one of"),
     (["--world-sizes", "6", "--ranks-per-node", "4"], "not a whole number of nodes"),
     (["--world-sizes", "two"], "comma-separated list of integers"),
     (["--backend", "nccl"], "needs a CUDA device"),
-    (["--backend", "mpi"], "not known"),
+    (["--backend", "mpi"], "'mpi' is not one of"),
     (["--sizes", "1M", "--min-bytes", "4K"], "either --sizes or"),
     (["--iters", "0"], "--iters must be at least 1"),
     (["--dtype", "float64", "--sizes", "4"], "smaller than one float64 element"),
@@ -136,7 +136,7 @@ def test_sizes_are_whole_elements(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     config = run_config(algos="ring", world_sizes="2", sizes="4,6,8", min_bytes=None, max_bytes=None,
-                        factor=None, dtype="float32", iters=None, warmup=None, backend="gloo",
+                        factor=None, dtype="float32", warmup=None, backend="gloo",
                         device=None, ranks_per_node=None, tag="", out_dir=None, timeout_s=60.0,
                         quick=False, no_plot=True)
     assert config.sizes == (4, 8)

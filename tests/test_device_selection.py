@@ -101,7 +101,7 @@ def test_gloo_on_gpu_tensors_is_refused(fake_gpus):
 
 
 CLI_DEFAULTS = dict(algos="ring", world_sizes=None, sizes="4K", min_bytes=None, max_bytes=None,
-                    factor=None, dtype="float32", iters=None, warmup=None, backend="auto",
+                    factor=None, dtype="float32", warmup=None, backend="auto",
                     device=None, ranks_per_node=None, tag="", out_dir=None, timeout_s=60.0,
                     quick=False, no_plot=True)
 OMPI_2 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",

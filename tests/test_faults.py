@@ -126,12 +126,20 @@ def test_stalled_rank_trips_the_timeout(tmp_path):
 
 
 def test_resume_refuses_another_measurement(tmp_path):
+    sampling = {"loops": None, "samples": 20, "budget_s": 0.2, "min_sample_s": 0.002,
+                "min_samples": 5, "max_samples": 100, "max_loops": 10000, "warmup": 1,
+                "host_launch": False}
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"run_id": "abc", "config": {"dtype": "float32", "sampling": sampling, "tag": "nvlink"}}))
+    result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--samples", "10",
+                                       "--tag", "ib"])
+    assert result.exit_code == 2
+    assert "'samples': 20" in result.output and "'samples': 10" in result.output
+    assert "--tag 'nvlink' but this run has" in result.output and "--tag 'ib'" in result.output
     (tmp_path / "meta.json").write_text('{"run_id": "abc", "config": {"dtype": "float32", '
                                         '"iters": 20, "warmup": 5, "tag": "nvlink"}}')
-    result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--iters", "10",
-                                       "--warmup", "5", "--tag", "ib"])
-    assert result.exit_code == 2
-    assert "--iters 20 --tag 'nvlink' but this run has --iters 10 --tag 'ib'" in result.output
+    result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--tag", "nvlink"])
+    assert result.exit_code == 2 and "older allreduce-bench" in result.output
     result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "no meta.json" in result.output
     result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--out", "elsewhere"])
@@ -166,7 +174,7 @@ def test_fault_hook_and_failure_description():
     assert Fault.from_env({}) is None
     assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
         Fault(1, 2, "stall", 9.0)
-    with pytest.raises(ValueError, match="kill or stall"):
+    with pytest.raises(ValueError, match="kill, stall, stop or delay"):
         Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=explode"})
     error = SimpleNamespace(failures={
         0: SimpleNamespace(exitcode=3, pid=10, timestamp=5),

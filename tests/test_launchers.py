@@ -208,3 +208,27 @@ def test_links_and_ddp_join_an_mpirun_world(tmp_path, command, kind):
     assert [p.returncode for p in procs] == [0, 0], outputs
     rows = pd.read_csv(tmp_path / "results.csv")
     assert set(rows["benchmark"]) == {kind} and (rows["wrong"] == 0).all()
+
+
+@pytest.mark.timeout(150)
+def test_a_world_of_one_rank_runs_end_to_end(tmp_path):
+    """`run --world-sizes 1 --backend gloo`: init, timing and the check of every algorithm on a
+    single rank (what gpu_check.sh runs with NCCL on a one-GPU machine)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "allreduce_bench", "run", "--world-sizes", "1", "--backend", "gloo",
+         "--quick", "--no-plot", "--out", str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = pd.read_csv(tmp_path / "results.csv")
+    assert set(rows["algorithm"]) == {"native", "ring", "naive", "hierarchical"}
+    assert set(rows["world_size"]) == {1} and set(rows["backend"]) == {"gloo"}
+    assert (rows["wrong"] == 0).all() and (rows["time_us_median"] > 0).all()
+    assert (rows["busbw_GBps"] == 0).all()  # 2(N-1)/N = 0: one rank moves nothing

@@ -132,7 +132,7 @@ def test_native_is_a_ring_unless_told_otherwise_and_edge_cases():
     with pytest.raises(UsageError, match="inter-node"):
         allreduce_time("ring", 1, 4, 2, Links(FAST.intra, None))
     with pytest.raises(UsageError, match="unknown algorithm"):
-        allreduce_time("tree", 1, 4, 2, FAST)
+        allreduce_time("no-such-algorithm", 1, 4, 2, FAST)
 
 
 # ---- fitting ---------------------------------------------------------------------------------

@@ -225,11 +225,12 @@ def quick_run(tmp_path_factory):
 @pytest.mark.timeout(300)
 def test_run_leaves_figures_and_report(quick_run):
     plots_dir = quick_run / "plots"
-    for name in ("bandwidth", "latency", "scaling", "speedup"):
+    for name in ("bandwidth", "latency", "scaling", "speedup", "ranks"):
         assert (plots_dir / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
         assert f"![{name}]({name}.png)" in (plots_dir / "report.md").read_text()
     text = (plots_dir / "report.md").read_text()
     assert "## Peak bus bandwidth" in text and "## Naive baseline: rank-0 penalty" in text
+    assert "## Ranks: who starts last" in text
 
     frame = load_results(quick_run)
     fig = plots.bandwidth_figure(frame, report.footnote(frame))
@@ -250,7 +251,7 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
                                        "--size", "4K"])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
-        "bandwidth.svg", "latency.svg", "scaling.svg", "speedup.svg"]
+        "bandwidth.svg", "latency.svg", "ranks.svg", "scaling.svg", "speedup.svg"]  # ranks: samples kept
 
     result = CliRunner().invoke(main, ["report", str(quick_run), str(other)])
     assert result.exit_code == 0, result.output

@@ -46,7 +46,7 @@ def test_slurm_srun_recipe():
 
 def test_slurm_torchrun_recipe_meets_on_the_first_node():
     done = dry_run("slurm_allreduce.sbatch", LAUNCH="torchrun", SLURM_NTASKS_PER_NODE="8",
-                   **SLURM_JOB)
+                   SLURM_GPUS_ON_NODE="8", **SLURM_JOB)
     assert done.returncode == 0, done.stderr
     runs = [line for line in done.stdout.splitlines() if line.startswith("srun")]
     assert len(runs) == 2
@@ -54,6 +54,31 @@ def test_slurm_torchrun_recipe_meets_on_the_first_node():
         assert "--ntasks-per-node=1" in run and "--nnodes=2 --nproc-per-node=8" in run
         assert f"--rdzv-endpoint=gpu07:29400 --rdzv-id=allreduce-bench-77-{tag}" in run
         assert run.endswith(f"-m allreduce_bench run --tag {tag} --out results/slurm-77/{tag}")
+
+
+@pytest.mark.parametrize("gpus,ranks", [({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 4),
+                                        ({"SLURM_GPUS_ON_NODE": "2"}, 2)])
+def test_slurm_gpu_count_comes_from_the_job(gpus, ranks):
+    done = dry_run("slurm_allreduce.sbatch", **gpus, **SLURM_JOB)
+    assert done.returncode == 0, done.stderr
+    assert f"--nodes=2 --ntasks-per-node={ranks} " in done.stdout.splitlines()[1]
+    assert "--tag ib" in done.stdout
+
+
+def test_slurm_cpu_partition_recipe_uses_the_jobs_tasks():
+    """No GPU directive, no GPUs in the job: one gloo run over the job's tasks, tagged cpu."""
+    done = dry_run("slurm_allreduce.sbatch", "--quick", SLURM_JOB_ID="9", SLURM_JOB_NUM_NODES="1",
+                   SLURM_JOB_NODELIST="vm", SLURM_NTASKS="4", SLURM_TASKS_PER_NODE="4")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "allreduce-bench: 1 node(s) x 4 rank(s) on CPUs via srun -> results/slurm-9",
+        "srun --ntasks=4 --kill-on-bad-exit=1 python -m allreduce_bench run --tag cpu "
+        "--out results/slurm-9/cpu --quick",
+        "python -m allreduce_bench plot results/slurm-9/cpu --out-dir results/slurm-9/plots",
+    ]
+    directives = [line for line in (ROOT / "scripts" / "slurm_allreduce.sbatch").read_text()
+                  .splitlines() if line.startswith("#SBATCH")]
+    assert not [d for d in directives if "gpu" in d or "exclusive" in d], directives
 
 
 @pytest.mark.parametrize("missing", ["SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_JOB_NODELIST"])
@@ -75,13 +100,22 @@ def test_torchrun_script_from_slurm_variables_and_by_hand():
                         "--quick")
     assert lines[1] == f"export {IB_ONLY}" and "--tag ib" in lines[2]
 
-    done = dry_run("torchrun_multinode.sh", NNODES="4", NPROC_PER_NODE="2", RDZV_HOST="head",
-                   RDZV_ID="b1", RDZV_PORT="5000", OUT_ROOT="r")
+    done = dry_run("torchrun_multinode.sh", NNODES="4", CUDA_VISIBLE_DEVICES="0,1",
+                   RDZV_HOST="head", RDZV_ID="b1", RDZV_PORT="5000", OUT_ROOT="r")
     lines = done.stdout.splitlines()
     assert "--nnodes=4 --nproc-per-node=2" in lines[0] and "--rdzv-endpoint=head:5000" in lines[0]
     assert lines[-1] == "python -m allreduce_bench plot r/nvlink r/ib --out-dir r/plots"
 
-    done = dry_run("torchrun_multinode.sh", NNODES="2")
+    # no GPUs: one gloo run of the ranks asked for
+    done = dry_run("torchrun_multinode.sh", "--quick", NNODES="2", NPROC_PER_NODE="4",
+                   CUDA_VISIBLE_DEVICES="", RDZV_HOST="head", RDZV_ID="b1", OUT_ROOT="r")
+    assert done.stdout.splitlines() == [
+        "python -m torch.distributed.run --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d "
+        "--rdzv-endpoint=head:29400 --rdzv-id=b1-cpu -m allreduce_bench run --tag cpu "
+        "--out r/cpu --quick",
+        "python -m allreduce_bench plot r/cpu --out-dir r/plots"]
+
+    done = dry_run("torchrun_multinode.sh", NNODES="2", CUDA_VISIBLE_DEVICES="")
     assert done.returncode == 2 and "NPROC_PER_NODE RDZV_HOST RDZV_ID" in done.stderr
 
 
@@ -95,9 +129,62 @@ def test_torchrun_script_from_slurm_variables_and_by_hand():
               "python -m allreduce_bench run --tag ib --out r/ib"),
 ])
 def test_mpirun_recipe(mpi, expected):
-    done = dry_run("mpirun_allreduce.sh", MPI=mpi, HOSTS="n1,n2", GPUS_PER_NODE="4", OUT_ROOT="r")
+    done = dry_run("mpirun_allreduce.sh", MPI=mpi, HOSTS="n1,n2", GPUS_PER_NODE="4", OUT_ROOT="r",
+                   MPIRUN="mpirun", MPIEXEC="mpiexec")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "--tag nvlink" in lines[0] and "NCCL_P2P_DISABLE" not in lines[0]
     assert lines[1] == expected
     assert lines[2] == "python -m allreduce_bench plot r/nvlink r/ib --out-dir r/plots"
+
+
+def test_mpirun_cpu_recipe_and_explicit_launchers():
+    """RANKS_PER_NODE without GPUs: one run tagged cpu. With MPICH beside Open MPI the script
+    calls each by its own name, not whichever `mpirun` the alternatives system chose."""
+    done = dry_run("mpirun_allreduce.sh", "--quick", HOSTS="n1", RANKS_PER_NODE="4", OUT_ROOT="r",
+                   MPIRUN="mpirun.openmpi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "mpirun.openmpi -np 4 --host n1:4 --map-by ppr:4:node --bind-to none -x MASTER_ADDR "
+        "-x MASTER_PORT -x PATH -x LD_LIBRARY_PATH python -m allreduce_bench run --tag cpu "
+        "--out r/cpu --quick",
+        "python -m allreduce_bench plot r/cpu --out-dir r/plots"]
+    done = dry_run("mpirun_allreduce.sh", HOSTS="n1", OUT_ROOT="r")
+    assert done.returncode != 0 and "RANKS_PER_NODE" in done.stderr
+
+
+def gpu_check(*args: str) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_gpu_check_refuses_without_a_gpu_in_one_line():
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: scripts/gpu_check.sh would run")
+    done = gpu_check("--no-install")
+    assert done.returncode == 2 and not done.stdout
+    assert len(done.stderr.splitlines()) == 1 and "no GPU on this machine" in done.stderr
+
+
+@pytest.mark.parametrize("model,count,out", [
+    ("NVIDIA H100 80GB HBM3", "8", "results/example-h100-80gb-hbm3-8gpu"),
+    ("NVIDIA GeForce RTX 4090", "1", "results/example-rtx-4090-1gpu"),
+    ("Tesla T4", "2", "results/example-tesla-t4-2gpu"),
+])
+def test_gpu_check_names_its_output_by_model_and_count(model, count, out):
+    done = gpu_check("--name", model, count)
+    assert done.returncode == 0 and done.stdout == out + "\n", done.stderr
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--bogus"], "unknown argument '--bogus'"),
+    (["--out", "/tmp/elsewhere"], "must be under results/"),
+    (["--out", "results/../x"], "must be under results/"),
+    (["--name", "T4", "0"], "positive integer"),
+    (["--out"], "--out needs a directory"),
+])
+def test_gpu_check_bad_arguments_are_one_line_and_exit_2(args, says):
+    done = gpu_check(*args)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1

@@ -10,15 +10,20 @@ empty and (b) is the whole AllReduce.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
-
+from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step
 from allreduce_bench.algorithms.ring import RingPlan
-from allreduce_bench.measure.world import World
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.measure.world import World
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    import torch.distributed as dist
+
     node = RingPlan(tensor, world.intra)
     shard, inter = node.owned, world.inter
     across_nodes = inter.size > 1 and shard.numel() > 0  # same shard size on every inter peer
@@ -30,3 +35,23 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
         node.all_gather()
 
     return allreduce
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Intra ring ReduceScatter + AllGather: 2(L-1) steps of S/L; inter: a ring AllReduce of each
+    S/L shard over the M nodes, the L shards sharing the node's uplink, so S/M through it per
+    step, 2(M-1) steps."""
+    s, per_node = float(size_bytes), ranks_per_node
+    nodes = world_size // per_node
+    out = []
+    if per_node > 1:
+        out += [Step(per_node - 1, {INTRA: (1.0, s / per_node)}, s / per_node),
+                Step(per_node - 1, {INTRA: (1.0, s / per_node)})]
+    if nodes > 1:
+        out += [Step(nodes - 1, {INTER: (1.0, s / nodes)}, s / (per_node * nodes)),
+                Step(nodes - 1, {INTER: (1.0, s / nodes)})]
+    return out
+
+
+ALGORITHM = Algorithm("hierarchical", "ReduceScatter inside each node, AllReduce of each shard "
+                      "across nodes, AllGather inside: 1/L of the tensor crosses nodes", build, cost)

@@ -7,11 +7,15 @@ removes. Rank 0 keeps one receive buffer per peer so every receive can be in fli
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
-from allreduce_bench.measure.world import World
+from allreduce_bench.algorithms.base import Algorithm, Step, traffic
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.measure.world import World
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
@@ -21,7 +25,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
         return lambda: None
     if group.rank == 0:
         peers = group.ranks[1:]
-        buffers = [torch.empty_like(flat) for _ in peers]
+        buffers = [flat.new_empty(flat.numel()) for _ in peers]
         gather = p2p.step(group, sends=[], recvs=list(zip(buffers, peers)))
         scatter = p2p.step(group, sends=[(flat, peer) for peer in peers], recvs=[])
 
@@ -40,3 +44,18 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
             p2p.run(receive)
 
     return allreduce
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Rank 0 receives N-1 whole tensors (L-1 from its node, N-L through its node's uplink) and
+    adds them, then sends as many back."""
+    if world_size < 2:
+        return []
+    s = float(size_bytes)
+    peers = range(1, world_size)
+    return [traffic([(q, 0, s) for q in peers], ranks_per_node, reduced=(world_size - 1) * s),
+            traffic([(0, q, s) for q in peers], ranks_per_node)]
+
+
+ALGORITHM = Algorithm("naive", "everyone sends to rank 0, which adds and sends the sum back: "
+                      "the baseline, rank 0 moves (N-1) x S each way", build, cost)

@@ -3,15 +3,22 @@
 Every step goes through `batch_isend_irecv`, which NCCL runs as one group (separate isend/irecv
 can deadlock NCCL at 4 and 8 ranks) and gloo as plain isend/irecv. Receives are listed first so
 a receive is already posted when the matching send arrives.
+
+torch is imported inside the functions, not at the top, so that the algorithm modules (which
+import this one) can be read for their name and cost without torch, as the analysis does.
 """
 from __future__ import annotations
 
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
-from allreduce_bench.measure.world import CommGroup
+from allreduce_bench.algorithms.base import chunk_bounds
 
-Step = list[dist.P2POp]
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.measure.world import CommGroup
+
+Step = list  # of torch.distributed.P2POp
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
@@ -20,17 +27,68 @@ def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
 
     Built once per size, outside the timed region; `run` only posts and waits.
     """
+    import torch.distributed as dist
+
     ops = [dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel()]
     ops += [dist.P2POp(dist.isend, t, peer, group=group.pg) for t, peer in sends if t.numel()]
     return ops
 
 
-def run(ops: Step) -> None:
-    if ops:
-        for request in dist.batch_isend_irecv(ops):
-            request.wait()
-
-
 def start(ops: Step) -> list:
     """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
+    import torch.distributed as dist  # already loaded: a dictionary lookup
+
     return dist.batch_isend_irecv(ops) if ops else []
+
+
+def run(ops: Step) -> None:
+    for request in start(ops):
+        request.wait()
+
+
+# Reducing steps are cut into segments of about this size, so that where the backend gives
+# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
+SEGMENT_BYTES = 1 << 20
+MAX_SEGMENTS = 8
+
+
+def segments(view: torch.Tensor) -> list[torch.Tensor]:
+    parts = max(1, min(MAX_SEGMENTS, view.numel() * view.element_size() // SEGMENT_BYTES))
+    return [view[a:b] for a, b in chunk_bounds(view.numel(), parts)]
+
+
+class ReduceStep:
+    """One step that receives views into buffers and adds them into place, while sending.
+
+    `receives` are (view to add into, buffer of the same length, peer); `sends` are (view, peer);
+    `plain` are receives (view, peer) that land in place with nothing to add. Each receive is
+    cut into segments (sender and receiver cut the same range, so they match one to one), and
+    with one request per receive each segment is added as soon as it has arrived.
+    """
+
+    def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
+                 receives: list[tuple[torch.Tensor, torch.Tensor, int]],
+                 plain: list[tuple[torch.Tensor, int]] = ()):
+        recvs, self.pairs = list(plain), []
+        self.plain = sum(1 for view, _ in plain if view.numel())
+        for into, buffer, peer in receives:
+            for i, b in zip(segments(into), segments(buffer)):
+                recvs.append((b, peer))
+                if b.numel():
+                    self.pairs.append((i, b))
+        self.ops = step(group, [(s, peer) for view, peer in sends for s in segments(view)], recvs)
+
+    def __call__(self) -> None:
+        requests = start(self.ops)
+        if len(requests) == len(self.ops):  # receives come first, one request each
+            adding = requests[self.plain:self.plain + len(self.pairs)]
+            for request, (into, buffer) in zip(adding, self.pairs):
+                request.wait()
+                into.add_(buffer)
+            for request in requests[:self.plain] + requests[self.plain + len(self.pairs):]:
+                request.wait()
+        else:  # one request for the whole batch (NCCL): the adds queue behind it
+            for request in requests:
+                request.wait()
+            for into, buffer in self.pairs:
+                into.add_(buffer)

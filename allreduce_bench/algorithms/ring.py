@@ -11,33 +11,17 @@ of chunk (r+1) mod N. In AllGather step s it sends chunk (r+1-s) mod N and recei
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import torch
+from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
-from allreduce_bench.measure.world import CommGroup, World
+from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step, chunk_bounds
 
+if TYPE_CHECKING:
+    import torch
 
-def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
-    """[start, stop) of `parts` chunks covering `numel` elements, the first numel % parts longer."""
-    base, extra = divmod(numel, parts)
-    bounds, start = [], 0
-    for i in range(parts):
-        stop = start + base + (1 if i < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
+    from allreduce_bench.measure.world import CommGroup, World
 
-
-# ReduceScatter steps are cut into segments of about this size, so that where the backend gives
-# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
-SEGMENT_BYTES = 1 << 20
-MAX_SEGMENTS = 8
-
-
-def segments(view: torch.Tensor) -> list[torch.Tensor]:
-    parts = max(1, min(MAX_SEGMENTS, view.numel() * view.element_size() // SEGMENT_BYTES))
-    return [view[a:b] for a, b in chunk_bounds(view.numel(), parts)]
+__all__ = ["ALGORITHM", "RingPlan", "build", "chunk_bounds", "cost"]
 
 
 class RingPlan:
@@ -51,36 +35,21 @@ class RingPlan:
         flat = tensor.view(-1)
         chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), n)]
         self.owned = chunks[(r + 1) % n]  # fully reduced here after reduce_scatter()
-        longest = max(c.numel() for c in chunks)
-        self._recv = torch.empty(longest, dtype=tensor.dtype, device=tensor.device)
+        buffer = flat.new_empty(max(c.numel() for c in chunks))
         nxt, prv = group.peer(1), group.peer(-1)
         self._reduce_steps = []
         for s in range(n - 1):
-            # Sender and receiver cut the same chunk, so their segments match one to one.
-            into = segments(chunks[(r - s - 1) % n])
-            buffers = segments(self._recv[:chunks[(r - s - 1) % n].numel()])
-            sends = segments(chunks[(r - s) % n])
-            ops = p2p.step(group, sends=[(t, nxt) for t in sends], recvs=[(b, prv) for b in buffers])
-            pairs = [(i, b) for i, b in zip(into, buffers) if b.numel()]
-            self._reduce_steps.append((ops, pairs))
+            into = chunks[(r - s - 1) % n]
+            self._reduce_steps.append(p2p.ReduceStep(
+                group, sends=[(chunks[(r - s) % n], nxt)],
+                receives=[(into, buffer[:into.numel()], prv)]))
         self._gather_steps = [
             p2p.step(group, sends=[(chunks[(r + 1 - s) % n], nxt)], recvs=[(chunks[(r - s) % n], prv)])
             for s in range(n - 1)]
 
     def reduce_scatter(self) -> None:
-        for ops, pairs in self._reduce_steps:
-            requests = p2p.start(ops)
-            if len(requests) == len(ops):  # receives come first, one request each
-                for request, (into, buffer) in zip(requests, pairs):
-                    request.wait()
-                    into.add_(buffer)
-                for request in requests[len(pairs):]:
-                    request.wait()
-            else:  # one request for the whole batch (NCCL): the adds queue behind it
-                for request in requests:
-                    request.wait()
-                for into, buffer in pairs:
-                    into.add_(buffer)
+        for reduce in self._reduce_steps:
+            reduce()
 
     def all_gather(self) -> None:
         for ops in self._gather_steps:
@@ -95,3 +64,19 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
         plan.all_gather()
 
     return allreduce
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """2(N-1) steps of S/N over each class the ring's edges use: intra if L > 1, inter if there
+    are several nodes (nodes hold consecutive ranks: one edge out of each node and one in);
+    S/N reduced in each of the N-1 ReduceScatter steps."""
+    n, s = world_size, float(size_bytes)
+    if n < 2:
+        return []
+    edge = (1.0, s / n)
+    paths = {c: edge for c, used in ((INTRA, ranks_per_node > 1), (INTER, n > ranks_per_node)) if used}
+    return [Step(n - 1, paths, s / n), Step(n - 1, paths)]
+
+
+ALGORITHM = Algorithm("ring", "ReduceScatter then AllGather around a ring: 2(N-1) steps of S/N, "
+                      "bandwidth-optimal", build, cost)

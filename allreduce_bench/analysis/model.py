@@ -18,6 +18,12 @@ slowest link:
                the L shards share the node's uplink, so each step moves L * S/(L M) = S/M bytes
     native   the backend's own AllReduce is treated as a ring unless told otherwise (native_as).
 
+Those are the built-ins' own declarations (`cost` in each module of allreduce_bench.algorithms,
+read through the registry): every algorithm with a cost, plug-ins included, is modelled the same
+way. Each step also names the bytes reduced (added) on the critical path: the gamma term,
+gamma = 1 / the reduction bandwidth, so T = sum over steps of
+repeat x (max_c [m_c alpha_c + b_c / B_c] + reduced / B_reduce).
+
 `fit` estimates (alpha, B) per link class and algorithm from measured rows: every row gives
 T = m_intra alpha_intra + b_intra / B_intra + m_inter alpha_inter + b_inter / B_inter along
 its critical path, which is linear in the four unknowns. Where a step uses both classes the fit
@@ -36,13 +42,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from allreduce_bench import algorithms as registry
+from allreduce_bench.algorithms.base import INTER, INTRA, Step
 from allreduce_bench.errors import UsageError
 from allreduce_bench.layout import node_layout
 from allreduce_bench.results.schema import allreduce_rows
 
-INTRA, INTER = "intra", "inter"
-ALGORITHMS = ("native", "ring", "naive", "hierarchical")
 MODEL_FILE = "model.json"
+BEST_FILE = "model_best.csv"
 FORMAT = "allreduce-bench alpha-beta cost model"
 
 
@@ -68,21 +75,15 @@ class Link:
 
 @dataclass(frozen=True)
 class Links:
-    """The two link classes; None where unknown (e.g. a fit that saw one node only)."""
+    """The two link classes; None where unknown (e.g. a fit that saw one node only); and the
+    bytes per second a rank reduces (the gamma term; infinite: reductions cost nothing apart)."""
 
     intra: Link | None
     inter: Link | None
+    reduce_Bps: float = math.inf
 
     def get(self, link_class: str) -> Link | None:
         return self.intra if link_class == INTRA else self.inter
-
-
-@dataclass(frozen=True)
-class Step:
-    """`repeat` identical steps; in each, every link class in `paths` carries (messages, bytes)."""
-
-    repeat: int
-    paths: dict[str, tuple[float, float]]
 
 
 def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
@@ -96,30 +97,27 @@ def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
     return world_size // per_node, per_node
 
 
+def modelled() -> list[str]:
+    """The algorithms the model knows: every registered one that declares a cost."""
+    return [name for name, a in registry.registry().items() if a.cost is not None]
+
+
 def steps(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
           native_as: str = "ring") -> list[Step]:
-    """The algorithm's steps on this layout (the formulas of the module docstring)."""
-    nodes, per_node = layout(world_size, ranks_per_node)
-    n, s = world_size, float(size_bytes)
-    if algorithm == "native":
-        if native_as == "native" or native_as not in ALGORITHMS:
-            raise UsageError(f"native can be modelled as ring, naive or hierarchical, not {native_as!r}")
+    """The algorithm's steps on this layout, as its module declares them."""
+    _, per_node = layout(world_size, ranks_per_node)
+    if algorithm == "native" and native_as != "ring":
+        if native_as == "native" or native_as not in modelled():
+            raise UsageError(f"native can be modelled as another algorithm with a cost "
+                             f"({', '.join(a for a in modelled() if a != 'native')}), not {native_as!r}")
         algorithm = native_as
-    if algorithm == "ring":
-        edge = (1.0, s / n)
-        paths = {c: edge for c, used in ((INTRA, per_node > 1), (INTER, nodes > 1)) if used}
-        return [Step(2 * (n - 1), paths)] if n > 1 else []
-    if algorithm == "naive":
-        paths = {c: (float(k), k * s) for c, k in ((INTRA, per_node - 1), (INTER, n - per_node)) if k}
-        return [Step(2, paths)] if n > 1 else []
-    if algorithm == "hierarchical":
-        out = []
-        if per_node > 1:
-            out.append(Step(2 * (per_node - 1), {INTRA: (1.0, s / per_node)}))
-        if nodes > 1:
-            out.append(Step(2 * (nodes - 1), {INTER: (1.0, s / nodes)}))
-        return out
-    raise UsageError(f"unknown algorithm {algorithm!r}; choose from {', '.join(ALGORITHMS)}")
+    known = registry.registry()
+    if algorithm not in known:
+        raise UsageError(f"unknown algorithm {algorithm!r}; choose from {', '.join(modelled())}")
+    cost = known[algorithm].cost
+    if cost is None:
+        raise UsageError(f"{algorithm} declares no cost, so the model cannot predict it")
+    return cost(float(size_bytes), world_size, per_node) if world_size > 1 else []
 
 
 def allreduce_time(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
@@ -136,7 +134,7 @@ def allreduce_time(algorithm: str, size_bytes: float, world_size: int, ranks_per
                                  f"--{link_class}-bw or fit results that span "
                                  f"{'more than one node' if link_class == INTER else 'one node'}")
             costs.append(link.cost(messages, size))
-        total += step.repeat * max(costs)
+        total += step.repeat * (max(costs, default=0.0) + step.reduced / links.reduce_Bps)
     return total
 
 
@@ -155,10 +153,14 @@ def bottleneck(algorithm: str, size_bytes: float, world_size: int, ranks_per_nod
 
 def critical_path(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
                   native_as: str = "ring") -> np.ndarray:
-    """[m_intra, b_intra, m_inter, b_inter] on the critical path, the inter link taken as the
-    bottleneck of any step that uses both: T = this . [alpha_intra, 1/B_intra, alpha_inter, 1/B_inter]."""
-    out = np.zeros(4)
+    """[m_intra, b_intra, m_inter, b_inter, reduced] on the critical path, the inter link taken
+    as the bottleneck of any step that uses both:
+    T = this . [alpha_intra, 1/B_intra, alpha_inter, 1/B_inter, 1/B_reduce]."""
+    out = np.zeros(5)
     for step in steps(algorithm, size_bytes, world_size, ranks_per_node, native_as):
+        out[4] += step.repeat * step.reduced
+        if not step.paths:
+            continue
         link_class = INTER if INTER in step.paths else INTRA
         messages, size = step.paths[link_class]
         at = 0 if link_class == INTRA else 2
@@ -210,6 +212,8 @@ class AlgorithmFit:
     links: Links
     shared: bool  # one link fitted for both classes: the rows could not tell them apart
     rows: int
+    reduce_fitted: bool = False  # False: bytes reduced grow with bytes sent in every row, so
+    # the gamma term cannot be told apart from the bandwidth and is folded into it
 
 
 def _link(alpha_s: float, inverse_bandwidth: float) -> Link:
@@ -224,8 +228,9 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
                   loss: str = "absolute") -> AlgorithmFit:
     """Fit (alpha, B) per link class to one algorithm's rows (time_us_median against size)."""
     rows = rows[rows["time_us_median"] > 0]
-    design = np.array([critical_path(algorithm, r.size_bytes, r.world_size, r.ranks_per_node,
-                                     native_as) for r in rows.itertuples()]).reshape(-1, 4)
+    full = np.array([critical_path(algorithm, r.size_bytes, r.world_size, r.ranks_per_node,
+                                   native_as) for r in rows.itertuples()]).reshape(-1, 5)
+    design, reduced = full[:, :4], full[:, 4]
     times = rows["time_us_median"].to_numpy(dtype=float) * 1e-6
     has_intra, has_inter = bool(design[:, :2].any()), bool(design[:, 2:].any())
     shared = has_intra and has_inter and _rank(design) < 4
@@ -238,20 +243,25 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
                          "world size greater than 1; measure a sweep of sizes")
     mixed = any(len(step.paths) > 1 for r in rows.itertuples()
                 for step in steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as))
-    if design.shape[1] == 4 and mixed:
+    excess = design.shape[1] == 4 and mixed
+    if excess:
         # Steps over both classes cost the inter link's time in the fit, so keep the inter link
         # no faster than the intra one (then the max of the prediction agrees): solve for the
         # intra unknowns and the non-negative excess of the inter ones over them.
-        x = solve_relative(np.column_stack([design[:, :2] + design[:, 2:], design[:, 2:]]), times, loss)
-        x[2:] += x[:2]
-    else:
-        x = solve_relative(design, times, loss)
+        design = np.column_stack([design[:, :2] + design[:, 2:], design[:, 2:]])
+    # gamma only where the rows can tell it from the bandwidths (reduced bytes not a fixed
+    # multiple of the bytes sent); otherwise it stays folded into them
+    with_reduce = bool(reduced.any()) and _rank(np.column_stack([design, reduced])) > design.shape[1]
+    x = solve_relative(np.column_stack([design, reduced]) if with_reduce else design, times, loss)
+    reduce_Bps = 1.0 / x[-1] if with_reduce and x[-1] > 0 else math.inf
+    if excess:
+        x[2:4] += x[:2]
     if design.shape[1] == 4:
-        links = Links(_link(x[0], x[1]), _link(x[2], x[3]))
+        links = Links(_link(x[0], x[1]), _link(x[2], x[3]), reduce_Bps)
     else:
         link = _link(x[0], x[1])
-        links = Links(link if has_intra else None, link if has_inter else None)
-    return AlgorithmFit(links, shared, len(rows))
+        links = Links(link if has_intra else None, link if has_inter else None, reduce_Bps)
+    return AlgorithmFit(links, shared, len(rows), with_reduce)
 
 
 @dataclass
@@ -260,6 +270,7 @@ class CostModel:
 
     algorithms: dict[str, AlgorithmFit]
     native_as: str = "ring"
+    skipped: dict[str, str] = field(default_factory=dict)  # algorithm -> why it was not fitted
     loss: str = "absolute"
     sources: list[str] = field(default_factory=list)
     setup: dict = field(default_factory=dict)  # backend, device, dtype of the rows
@@ -277,10 +288,12 @@ class CostModel:
 
     def to_json(self) -> dict:
         return {
-            "format": FORMAT, "version": 1, "native_as": self.native_as, "loss": self.loss,
-            "sources": self.sources, "setup": self.setup,
+            "format": FORMAT, "version": 2, "native_as": self.native_as, "loss": self.loss,
+            "sources": self.sources, "setup": self.setup, "skipped": self.skipped,
             "algorithms": {name: {"intra": f.links.intra and f.links.intra.to_json(),
                                   "inter": f.links.inter and f.links.inter.to_json(),
+                                  "reduce_GBps": (f.links.reduce_Bps / 1e9
+                                                  if math.isfinite(f.links.reduce_Bps) else None),
                                   "shared": f.shared, "rows": f.rows}
                            for name, f in self.algorithms.items()},
         }
@@ -304,11 +317,14 @@ class CostModel:
             raise UsageError(f"{path} is not JSON; give a model.json written by `model fit`") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise UsageError(f"{path} is not a model written by `allreduce-bench model fit`")
-        fits = {name: AlgorithmFit(Links(Link.from_json(f["intra"]), Link.from_json(f["inter"])),
-                                   bool(f["shared"]), int(f["rows"]))
+        fits = {name: AlgorithmFit(Links(Link.from_json(f["intra"]), Link.from_json(f["inter"]),
+                                         float(f["reduce_GBps"]) * 1e9 if f.get("reduce_GBps")
+                                         else math.inf),
+                                   bool(f["shared"]), int(f["rows"]), bool(f.get("reduce_GBps")))
                 for name, f in data["algorithms"].items()}
-        return cls(fits, data.get("native_as", "ring"), data.get("loss", "absolute"),
-                   list(data.get("sources", [])), dict(data.get("setup", {})))
+        return cls(fits, data.get("native_as", "ring"), dict(data.get("skipped", {})),
+                   data.get("loss", "absolute"), list(data.get("sources", [])),
+                   dict(data.get("setup", {})))
 
 
 def model_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -332,9 +348,18 @@ def fit(frame: pd.DataFrame, native_as: str = "ring", loss: str = "absolute",
     rows = model_rows(frame)
     if rows.empty:
         raise UsageError("no AllReduce rows with more than one rank to fit; measure world sizes >= 2")
-    fits = {name: fit_algorithm(group, name, native_as, loss)
-            for name, group in rows.groupby("algorithm", sort=False)}
-    return CostModel(fits, native_as, loss, list(sources or []), _setup(rows))
+    known, fits, skipped = registry.registry(), {}, {}
+    for name, group in rows.groupby("algorithm", sort=False):
+        if name not in known:
+            skipped[name] = "not a registered algorithm here (a plug-in that is not installed?)"
+        elif known[name].cost is None and not (name == "native" and native_as != "ring"):
+            skipped[name] = "declares no cost (measured and reported, not modelled)"
+        else:
+            fits[name] = fit_algorithm(group, name, native_as, loss)
+    if not fits:
+        raise UsageError("none of the algorithms in the results declares a cost; nothing to fit ("
+                         + "; ".join(f"{n}: {why}" for n, why in skipped.items()) + ")")
+    return CostModel(fits, native_as, skipped, loss, list(sources or []), _setup(rows))
 
 
 # ---- checking against the measurements -----------------------------------------------------
@@ -349,7 +374,7 @@ def compare(frame: pd.DataFrame, model: CostModel) -> pd.DataFrame:
     table["predicted_us"] = [model.time(r.algorithm, r.size_bytes, r.world_size, r.ranks_per_node) * 1e6
                              for r in table.itertuples()]
     table["error_pct"] = 100.0 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]
-    order = {name: i for i, name in enumerate(ALGORITHMS)}
+    order = {name: i for i, name in enumerate(registry.order())}
     return table.sort_values(["algorithm", "world_size", "size_bytes"],
                              key=lambda c: c.map(order).fillna(99) if c.name == "algorithm" else c,
                              ignore_index=True)
@@ -366,6 +391,64 @@ def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) ->
     per_world.columns = [f"N={n}" for n in per_world.columns]
     per_world["all"] = big.groupby("algorithm")["abs_error_pct"].median()
     per_world["points"] = big.groupby("algorithm").size()
-    order = [a for a in ALGORITHMS if a in per_world.index] + \
-        [a for a in per_world.index if a not in ALGORITHMS]
+    known = registry.order()
+    order = [a for a in known if a in per_world.index] + \
+        [a for a in per_world.index if a not in known]
     return per_world.loc[order]
+
+
+# ---- which algorithm wins where ------------------------------------------------------------
+
+def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """Per (world_size, size_bytes): the measured fastest algorithm and the one the model
+    predicts fastest (among those measured there), with the measured time of each and
+    `predicted_best_slower_pct` = how much slower the predicted best measured than the best."""
+    rows = []
+    keys = ["world_size", "ranks_per_node", "size_bytes"]
+    for (world_size, per_node, size), group in comparison.groupby(keys, sort=True):
+        measured = group.loc[group["measured_us"].idxmin()]
+        predicted = group.loc[group["predicted_us"].idxmin()]
+        rows.append({"world_size": world_size, "ranks_per_node": per_node, "size_bytes": size,
+                     "measured": measured["algorithm"], "predicted": predicted["algorithm"],
+                     "measured_best_us": measured["measured_us"],
+                     "predicted_best_measured_us": predicted["measured_us"],
+                     "predicted_best_slower_pct": 100.0 * (predicted["measured_us"] /
+                                                           measured["measured_us"] - 1)})
+    return pd.DataFrame(rows)
+
+
+def predicted_best(model: CostModel, algorithms: list[str], sizes, world_size: int,
+                   ranks_per_node: int) -> list[str]:
+    """The predicted fastest of `algorithms` at each size."""
+    return [min(algorithms, key=lambda a: model.time(a, size, world_size, ranks_per_node))
+            for size in sizes]
+
+
+def crossovers(model: CostModel, comparison: pd.DataFrame, points_per_octave: int = 4) -> pd.DataFrame:
+    """Per measured layout, the sizes (on a fine grid over the measured range) where the
+    predicted fastest algorithm changes: world_size, size_bytes, below, above."""
+    rows = []
+    layouts = comparison[["world_size", "ranks_per_node"]].drop_duplicates().itertuples(index=False)
+    for world_size, per_node in sorted(layouts):
+        here = comparison[comparison["world_size"] == world_size]
+        names = list(dict.fromkeys(here["algorithm"]))
+        lo, hi = here["size_bytes"].min(), here["size_bytes"].max()
+        grid = np.unique(np.round(np.geomspace(lo, hi, int(np.log2(hi / lo) * points_per_octave) + 2)))
+        best = predicted_best(model, names, grid, world_size, per_node)
+        for size, before, after in zip(grid[1:], best, best[1:]):
+            if before != after:
+                rows.append({"world_size": world_size, "size_bytes": int(size), "below": before,
+                             "above": after})
+    return pd.DataFrame(rows, columns=["world_size", "size_bytes", "below", "above"])
+
+
+def rank_algorithms(links_for, algorithms: list[str], size_bytes: float, world_size: int,
+                    ranks_per_node: int, native_as: str = "ring") -> pd.DataFrame:
+    """Predicted time of each algorithm at one size and layout, fastest first; `links_for(name)`
+    gives an algorithm's links."""
+    rows = [{"algorithm": name, "time_s": allreduce_time(name, size_bytes, world_size, ranks_per_node,
+                                                          links_for(name), native_as)}
+            for name in algorithms]
+    table = pd.DataFrame(rows).sort_values("time_s", ignore_index=True)
+    table["vs_best"] = table["time_s"] / table["time_s"].iloc[0]
+    return table

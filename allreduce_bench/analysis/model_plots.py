@@ -54,3 +54,29 @@ def scaling_figure(table: pd.DataFrame, path: Path, title: str, footnote: str = 
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return _save(fig, path)
+
+
+def winners_figure(best: pd.DataFrame, path: Path, footnote: str = "") -> Path:
+    """Which algorithm is fastest at each size: measured (top row) and predicted (bottom row),
+    one panel per world size."""
+    world_sizes = sorted(best["world_size"].unique())
+    names = list(dict.fromkeys(list(best["measured"]) + list(best["predicted"])))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    color = {name: colors[i % len(colors)] for i, name in enumerate(names)}
+    fig, axes = plt.subplots(len(world_sizes), 1, figsize=(7, 1.6 + 1.2 * len(world_sizes)),
+                             squeeze=False)
+    for ax, world_size in zip(axes[:, 0], world_sizes):
+        rows = best[best["world_size"] == world_size]
+        for y, column in ((1, "measured"), (0, "predicted")):
+            ax.scatter(rows["size_bytes"], [y] * len(rows), s=120, marker="s",
+                       c=[color[a] for a in rows[column]])
+        size_axis(ax)
+        ax.set_yticks([0, 1], ["predicted", "measured"])
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_title(f"fastest algorithm, world size {world_size}", fontsize=9)
+    handles = [plt.Line2D([], [], marker="s", linestyle="", color=color[n], label=n) for n in names]
+    fig.legend(handles=handles, loc="upper right", fontsize=7)
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
+    fig.tight_layout(rect=(0, 0.04, 0.82, 1))
+    return _save(fig, path)

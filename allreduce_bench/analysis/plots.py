@@ -244,6 +244,35 @@ def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None
     return {name: fig for name, fig in made.items() if fig is not None}
 
 
+def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = ""):
+    """Every rank's time per call at the largest size of each world size (median, p5-p95 bar),
+    one line per algorithm; the rank each row names as most often late is ringed."""
+    from allreduce_bench.analysis.ranks import per_rank_times
+
+    times = per_rank_times(samples) if len(samples) else pd.DataFrame()
+    if times.empty:
+        return None
+    styles = Styles(frame)
+    world_sizes = sorted(times.index.get_level_values("world_size").unique())
+    fig, axes = _panels(len(world_sizes), "Per-rank time per call at the largest size")
+    for ax, world_size in zip(axes, world_sizes):
+        at = times.xs(world_size, level="world_size")
+        size = at.index.get_level_values("size_bytes")[0]
+        for algorithm in sorted(at.index.get_level_values("algorithm").unique(), key=algorithm_rank):
+            curve = at.xs((size, algorithm), level=("size_bytes", "algorithm"))
+            colour = styles.colours.get(algorithm, "black")
+            ax.errorbar(curve.index, curve["median_us"],
+                        yerr=[curve["median_us"] - curve["p5_us"], curve["p95_us"] - curve["median_us"]],
+                        color=colour, marker="o", markersize=4, capsize=3, label=algorithm)
+        ax.set_xticks(sorted(at.index.get_level_values("rank").unique()))
+        ax.set_xlabel("rank (the shortest time started last: the others waited for it)", fontsize=8)
+        ax.set_ylabel("time per call (us), median and p5-p95")
+        ax.set_title(f"N = {world_size} at {format_size(size)}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _finish(fig, footnote)
+
+
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None) -> dict[str, Path]:
     """Save every figure that applies as out_dir/<name>.<fmt>; name -> path."""
@@ -251,6 +280,14 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
     size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
+    if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)
+        from allreduce_bench.results.load import load_samples
+        samples = load_samples(sorted(set(frame["source"].dropna())))
+        if "run_id" in frame.columns and len(samples):
+            samples = samples[samples["run_id"].isin(set(frame["run_id"]))]
+        fig = ranks_figure(samples, frame, footnote(frame))
+        if fig is not None:
+            drawn["ranks"] = save(fig, out_dir / f"ranks.{fmt}")
     if has_ddp_rows(frame):  # DDP runs: step split, measured timeline, accumulation comparison
         rows, note = ddp_rows(frame), footnote(frame)
         for name, draw in (("ddp_overlap", overlap_figure), ("ddp_timeline", timeline_figure),

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.analysis.ranks import rank_table, unstable_rows
 from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
     chosen_size,
@@ -21,6 +22,7 @@ from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for ca
     run_metas,
     scaling_efficiency,
 )
+from allreduce_bench.metrics import UNSTABLE_CV
 from allreduce_bench.results.schema import allreduce_rows
 from allreduce_bench.units import format_size
 
@@ -30,8 +32,9 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     peaks = peak_busbw(frame)["peak_busbw_GBps"]
     if peaks.index.get_level_values("series").nunique() == 1:
         peaks = peaks.droplevel("series")
-    lines = ["Peak busbw (GB/s) per algorithm and world size:",
-             peaks.unstack("world_size").round(3).to_string()]
+    table = peaks.unstack("world_size").sort_index(  # algorithms in the registry's order
+        key=lambda level: level.map(algorithm_rank) if level.name == "algorithm" else level)
+    lines = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
     for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
         ratios = ratio_at_largest(frame, numerator, denominator)
         if not ratios.empty:
@@ -41,6 +44,11 @@ def terminal_summary(frame: pd.DataFrame) -> str:
                               for (series, world_size), row in ratios.iterrows())
             lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
                          f"measured, > 1: {numerator} faster): {parts}")
+    flagged = unstable_rows(frame)
+    if len(flagged):
+        lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
+                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes); see "
+                     "report.md, or rerun on a quiet machine")
     wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
     lines.append(f"#wrong in total: {wrong}")
     return "\n".join(lines)
@@ -82,7 +90,9 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 lambda size: format_size(size) if pd.notna(size) else "-")}),
             {"algorithm": "algorithm", "world_size": "world size"})))
 
-    pairs = [("ring", "native"), ("hierarchical", "ring")]
+    present = set(allreduce_rows(frame)["algorithm"].astype(str))
+    pairs = [("ring", "native")] + [(a, "ring") for a in sorted(present, key=algorithm_rank)
+                                    if a not in ("ring", "native", "naive")]
     compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
     sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
     if any(len(c) for c in compared):
@@ -91,7 +101,8 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
         tables.append((
             "Algorithm comparison at the largest size",
             "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
-            "> 1 means the first algorithm is faster.",
+            "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
+            "against the backend's own.",
             _readable(table, {"world_size": "world size"})))
 
     penalty = naive_penalty(frame)
@@ -119,6 +130,36 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 "time ratio": scaling["time_ratio"].map(_ratio)}),
                 {"world_size": "world size"})))
 
+    stragglers = rank_table(frame)
+    if len(stragglers):
+        tables.append((
+            "Ranks: who starts last",
+            "Per world size, the rank most often last to start a sample (a late rank measures the "
+            "shortest interval: the others wait for it inside the collective), in how many rows it "
+            "was named, its median share of samples and how late it started (per sample). "
+            "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
+            _readable(pd.DataFrame({
+                "rank": stragglers["rank"], "host": stragglers["host"],
+                "rows": [f"{a}/{b}" for a, b in zip(stragglers["rows_named"], stragglers["rows"])],
+                "share of samples": stragglers["share_of_samples"].map(_ratio),
+                "late by (us)": stragglers["lag_us"].map(lambda x: f"{x:.0f}"),
+                "stands out": stragglers["stands_out"].map({True: "yes", False: "no"})}),
+                {"world_size": "world size"})))
+
+    flagged = unstable_rows(frame)
+    if len(flagged):
+        tables.append((
+            "Unstable measurements",
+            f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
+            "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
+            "machine, or with a larger --budget.",
+            _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
+                size=lambda f: f["size_bytes"].map(format_size),
+                cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
+                median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
+                ["size", "median_us", "cv"]], {"world_size": "world size",
+                                               "median_us": "median (us)"})))
+
     links = link_ratio(frame)
     if len(links):
         tables.append((
@@ -130,6 +171,8 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
                 "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
                 "intra/inter": links["intra_inter_ratio"].map(_ratio)}),
                 {"world_size": "world size"})))
+    from allreduce_bench.analysis.peaks import normal_table  # is this normal? (published figures)
+    tables += normal_table(frame)
     return tables
 
 
@@ -156,10 +199,12 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
                     out_dir: Path) -> str:
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
-             "the median over iterations of the slowest rank.", "", "## Runs", "",
+             "the median over samples of the slowest rank's time per call (a sample times `loops` "
+             "back-to-back calls; see the README's 'How timing is done').", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += winner_parts(frame, out_dir)
     parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
     figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
     if figures:
@@ -168,6 +213,40 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
             relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
             parts += [f"![{name}]({relative.as_posix()})", ""]
     return "\n".join(parts)
+
+
+def winner_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
+    where `model fit` left a model.json in the run directory (the parent of plots/)."""
+    from allreduce_bench.analysis.model import MODEL_FILE, CostModel, best_table, compare, crossovers
+
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+                 if (p / MODEL_FILE).exists()), None)
+    if path is None:
+        return []
+    model = CostModel.load(path)
+    comparison = compare(frame, model)
+    if comparison.empty:
+        return []
+    best = best_table(comparison)
+    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
+                          "measured best": best["measured"], "predicted best": best["predicted"],
+                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
+                              "{:.1f}%".format)})
+    cross = crossovers(model, comparison)
+    lines = ["## Which algorithm wins where", "",
+             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
+             "algorithm measured and the one the model predicts, among those measured at each "
+             "point; the last column is how much slower the predicted one measured.", "",
+             markdown_table(table), ""]
+    if len(cross):
+        lines += ["Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()), ""]
+    figure = Path(out_dir) / "model_best.png"
+    if figure.exists():
+        lines += ["![fastest algorithm](model_best.png)", ""]
+    return lines
 
 
 def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:

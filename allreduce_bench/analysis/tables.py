@@ -17,7 +17,6 @@ from allreduce_bench.results.store import read_meta
 from allreduce_bench.units import format_size, parse_size
 
 LINKS = ("intra", "inter")
-ALGORITHM_ORDER = ("native", "ring", "naive", "hierarchical")  # then any other, by name
 CURVE = ["series", "algorithm", "world_size"]
 
 
@@ -30,9 +29,11 @@ def _text(frame: pd.DataFrame, column: str) -> pd.Series:
 
 
 def algorithm_rank(name: str) -> str:
-    """Sort key putting the four known algorithms first, in their usual order."""
-    order = ALGORITHM_ORDER.index(name) if name in ALGORITHM_ORDER else len(ALGORITHM_ORDER)
-    return f"{order:02d}{name}"
+    """Sort key: the registry's order (built-ins, then plug-ins), then any other name."""
+    from allreduce_bench.algorithms import order
+
+    known = order()
+    return f"{known.index(name) if name in known else len(known):03d}{name}"
 
 
 def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -47,6 +48,10 @@ def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
     with_id = pd.Series([f"{t} ({r})" if t else r for t, r in zip(tag, run_id)],
                         index=frame.index, dtype="object")
     frame["run"] = tag.where(~repeated, with_id)
+    for column in ("dtype", "backend", "device"):  # runs that differ in these say so
+        values = _text(frame, column)
+        if values[values != ""].nunique() > 1:
+            frame["run"] = (frame["run"] + " " + values).str.strip()
     frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
     return frame
 

@@ -1,12 +1,11 @@
-"""The sweep on one (sub-)world: for each algorithm and size, fill, warm up, time, check.
+"""The sweep on one (sub-)world: for each algorithm and size, build, time, check.
 
-Timing (the same for every algorithm): each iteration first restores the input from a pristine
-copy (so values never grow or overflow), then all ranks meet at a barrier, then the clock runs
-around the algorithm's call alone. Per iteration the slowest rank's time is kept (an AllReduce
-is finished only when the last rank has its result), and median, mean, p95, min and max are
-taken over those. The input is a pattern of known exact sum; afterwards it is restored and
-reduced once more, untimed, and every element is compared: mismatches summed over ranks are
-`wrong`.
+Timing is the one loop of measure/timing.py: calibrated samples of `loops` back-to-back calls,
+each rank's time per call kept per sample. The timed buffer holds zeros: their sum stays zero
+over any number of back-to-back calls, so values never grow or overflow and nothing has to be
+restored inside or between samples. Afterwards the buffer is filled with a pattern of known
+exact sum and reduced once more by the very call that was timed; every element is compared and
+mismatches summed over ranks are `wrong`.
 """
 from __future__ import annotations
 
@@ -21,55 +20,45 @@ from allreduce_bench import algorithms, metrics
 from allreduce_bench.config import RunConfig
 from allreduce_bench.launch import resume
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import patterns
+from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import Console
 from allreduce_bench.measure.faults import DONE
 from allreduce_bench.measure.rank import Benchmark, Session, rank_main
 from allreduce_bench.measure.world import World, end_phase, make_world
+from allreduce_bench.results.schema import samples_frame
 
 
 def slowest_per_iteration(times_us: list[float], group, device) -> list[float]:
     """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
-    times = torch.tensor(times_us, dtype=torch.float64, device=device.torch_device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX, group=group)
-    return times.cpu().tolist()
+    return timing.slowest(times_us, group, device)
 
 
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
-            iters: int, warmup: int) -> tuple[list[float], int]:
-    """(per-iteration time of the slowest rank in us, #wrong summed over ranks)."""
+            sampling: timing.Sampling, before_clock=None, agree=False) -> tuple[timing.Measured, int]:
+    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size."""
     device = world.device
-    pristine = torch.empty(count, dtype=dtype, device=device.torch_device)
-    patterns.fill(pristine, world.rank, world.size)
-    tensor = torch.empty_like(pristine)
+    tensor = torch.zeros(count, dtype=dtype, device=device.torch_device)
     call = build(tensor, world)
-    for _ in range(warmup):
-        tensor.copy_(pristine)
-        call()
-    timer = device.timer(iters)
-    for i in range(iters):
-        tensor.copy_(pristine)
-        device.barrier(world.group.pg)
-        timer.start(i)
-        call()
-        timer.stop(i)
-    times = slowest_per_iteration(timer.times_us(), world.group.pg, device)
+    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree)
 
     # The check runs the very call that was timed (no second plan: naive's root would hold
-    # twice (N-1) x S of buffers) on the pattern again, so reusing a plan is checked too.
-    tensor.copy_(pristine)
+    # twice (N-1) x S of buffers), so reusing a plan is checked too.
+    patterns.fill(tensor, world.rank, world.size)
     call()
     expected = patterns.expected_sum(count, world.size, dtype, device.torch_device)
     wrong = torch.tensor([patterns.count_wrong(tensor, expected)], dtype=torch.int64,
                          device=device.torch_device)
     dist.all_reduce(wrong, group=world.group.pg)
-    return times, int(wrong.item())
+    return measured, int(wrong.item())
 
 
 def make_row(config: RunConfig, world: World, algorithm: str, count: int,
-             times_us: list[float], wrong: int) -> dict:
+             measured: timing.Measured, wrong: int, ranks=None) -> dict:
+    """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
+    (default: the world's members in group-rank order)."""
     size_bytes = count * config.itemsize
-    stats = metrics.time_stats(times_us)
+    stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
+    stats["slowest_rank"] = list(ranks or world.group.ranks)[stats["slowest_rank"]]
     median = stats["time_us_median"]
     return {
         "run_id": config.run_id,
@@ -77,7 +66,8 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
         "tag": config.tag, "benchmark": "allreduce", "algorithm": algorithm,
         "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
         "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": count, "iters": config.iters, "warmup": config.warmup,
+        "size_bytes": size_bytes, "count": count, "timing": config.timing,
+        "samples": measured.samples, "loops": measured.loops, "warmup": config.sampling.warmup,
         **stats,
         "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
         "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
@@ -87,10 +77,12 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
     }
 
 
-def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
+def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           on_algorithm: Callable[[str, World], None] = lambda a, w: None,
-          before: Callable[[str, int], bool] = lambda algorithm, size_bytes: True) -> int:
-    """Measure every algorithm at every size; `on_row` gets each row (only rank 0's matter).
+          before: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
+          hosts: list[str] | None = None, before_clock=None) -> int:
+    """Measure every algorithm at every size; `on_row(row, samples)` gets each row and its raw
+    samples (only rank 0's matter).
 
     `before(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
@@ -104,10 +96,11 @@ def sweep(config: RunConfig, world: World, on_row: Callable[[dict], None],
             count = size // itemsize  # sizes are whole elements (options.run_config)
             if not before(name, count * itemsize):
                 continue
-            times, wrong = measure(build, world, count, config.torch_dtype, config.iters,
-                                   config.warmup)
+            measured, wrong = measure(build, world, count, config.torch_dtype, config.sampling,
+                                      before_clock)
             wrong_total += wrong
-            on_row(make_row(config, world, name, count, times, wrong))
+            row = make_row(config, world, name, count, measured, wrong)
+            on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
     return wrong_total
 
 
@@ -143,7 +136,8 @@ def measure_phases(session: Session) -> int:
 
             if world is not None:
                 wrong += sweep(config, world, on_row=session.record, on_algorithm=console.algorithm,
-                               before=before)
+                               before=before, hosts=session.hosts,
+                               before_clock=session.before_clock())
             progress.at(phase, DONE, f"the end of world size {world_size}",
                         tuple(range(env.world_size)))
             end_phase(world, f"run-{world_size}", device)

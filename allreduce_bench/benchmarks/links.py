@@ -20,24 +20,28 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.algorithms import native
-from allreduce_bench.benchmarks.allreduce import make_row, measure, slowest_per_iteration
-from allreduce_bench.config import RunConfig
+from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.config import RunConfig, Sampling
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import patterns
+from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import HEADER, format_row
 from allreduce_bench.measure.device import Device
 from allreduce_bench.measure.rank import Benchmark, Session, rank_main
 from allreduce_bench.measure.world import CommGroup, World, end_phase, make_world
+from allreduce_bench.results.schema import samples_frame
 
 
-def p2p_times(tensor: torch.Tensor, src: int, dst: int, pair: dist.ProcessGroup | None,
-              device: Device, iters: int, warmup: int) -> list[float]:
-    """Per-iteration time (us, the slower side) of sending `tensor` from global rank src to dst.
+def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
+                pair: dist.ProcessGroup | None, device: Device,
+                sampling: Sampling) -> tuple[timing.Measured, int]:
+    """(samples of both sides, #wrong) of sending `count` elements from global rank src to dst.
 
-    Only src and dst call it. Each iteration starts at a barrier of the pair, so the receive is
-    posted when the clock starts; the time ends when the receiver has the whole tensor.
-    """
+    Only src and dst call it. Each sample starts at an alignment of the pair, so the receive is
+    posted when the clock starts; a sample ends when the receiver has the last tensor. The
+    receiver starts with other values and must end with the sender's."""
     me = dist.get_rank()
+    tensor = torch.empty(count, dtype=dtype, device=device.torch_device)
+    patterns.fill(tensor, 0 if me == src else 1, 2)
 
     def transfer() -> None:
         if me == src:
@@ -45,31 +49,13 @@ def p2p_times(tensor: torch.Tensor, src: int, dst: int, pair: dist.ProcessGroup 
         else:
             dist.recv(tensor, src, group=pair)
 
-    for _ in range(warmup):
-        transfer()
-    timer = device.timer(iters)
-    for i in range(iters):
-        device.barrier(pair)
-        timer.start(i)
-        transfer()
-        timer.stop(i)
-    return slowest_per_iteration(timer.times_us(), pair, device)
-
-
-def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
-                pair: dist.ProcessGroup | None, device: Device, iters: int,
-                warmup: int) -> tuple[list[float], int]:
-    """(times, #wrong): the receiver starts with other values and must end with the sender's."""
-    me = dist.get_rank()
-    tensor = torch.empty(count, dtype=dtype, device=device.torch_device)
-    patterns.fill(tensor, 0 if me == src else 1, 2)
-    times = p2p_times(tensor, src, dst, pair, device, iters, warmup)
+    measured = timing.sample(transfer, device, pair, sampling)
     expected = torch.empty_like(tensor)
     patterns.fill(expected, 0, 2)
     wrong = torch.tensor([patterns.count_wrong(tensor, expected) if me == dst else 0],
                          dtype=torch.int64, device=device.torch_device)
     dist.all_reduce(wrong, group=pair)
-    return times, int(wrong.item())
+    return measured, int(wrong.item())
 
 
 def _view(group: CommGroup, device: Device) -> World:
@@ -77,16 +63,14 @@ def _view(group: CommGroup, device: Device) -> World:
     return World(group, group, group, group.size, device)
 
 
-def _slowest_group(times: list[float], wrong: int, lead: bool, device: Device) -> tuple[list, int]:
-    """Across all concurrently measured groups: MAX time per iteration, #wrong summed once per group."""
-    t = torch.tensor(times, dtype=torch.float64, device=device.torch_device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+def _wrong_once_per_group(wrong: int, lead: bool, device: Device) -> int:
+    """#wrong of all concurrently measured groups, each group's counted once (by its lead)."""
     w = torch.tensor([wrong if lead else 0], dtype=torch.int64, device=device.torch_device)
     dist.all_reduce(w)
-    return t.cpu().tolist(), int(w.item())
+    return int(w.item())
 
 
-def links_sweep(config: RunConfig, world: World, on_row) -> int:
+def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None = None) -> int:
     """Every size: intra and inter AllReduce (all groups at once), then p2p intra and inter."""
     device, L = world.device, world.ranks_per_node
     me = dist.get_rank()
@@ -101,27 +85,34 @@ def links_sweep(config: RunConfig, world: World, on_row) -> int:
                 continue
             view = _view(group, device)
             device.barrier(None)  # all groups start together
-            times, wrong = measure(native.build, view, count, config.torch_dtype, config.iters,
-                                   config.warmup)
-            times, wrong = _slowest_group(times, wrong, group.rank == 0, device)
+            # every group samples at once, with loops and samples agreed over the whole world,
+            # so the row is the slowest group's (times gathered over every rank)
+            measured, wrong = measure(native.build, view, count, config.torch_dtype,
+                                      config.sampling, agree=None)
+            wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
             wrong_total += wrong
-            on_row(_row(config, view, world, count, times, wrong, "native", link, "allreduce"))
+            row = _row(config, view, world, count, measured, wrong, "native", link, "allreduce",
+                       ranks=range(dist.get_world_size()))
+            on_row(row, samples_frame(row, measured.per_rank_us, range(dist.get_world_size()),
+                                      hosts))
         for link, (src, dst) in pairs.items():
             device.barrier(None)
             if me in (src, dst):
                 pair = CommGroup(pair_groups[link], (src, dst), (src, dst).index(me))
-                times, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
-                                           config.iters, config.warmup)
+                measured, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
+                                              config.sampling)
                 if me == 0:
                     wrong_total += wrong
-                    on_row(_row(config, _view(pair, device), world, count, times, wrong, "send",
-                                link, "p2p"))
+                    row = _row(config, _view(pair, device), world, count, measured, wrong, "send",
+                               link, "p2p")
+                    on_row(row, samples_frame(row, measured.per_rank_us, (src, dst), hosts))
         device.barrier(None)
     return wrong_total
 
 
-def _row(config, view, world, count, times, wrong, algorithm, link, operation) -> dict:
-    row = make_row(config, view, algorithm, count, times, wrong)
+def _row(config, view, world, count, measured, wrong, algorithm, link, operation,
+         ranks=None) -> dict:
+    row = make_row(config, view, algorithm, count, measured, wrong, ranks)
     row.update(benchmark="links", nodes=world.nodes, ranks_per_node=world.ranks_per_node,
                link=link, operation=operation)
     return row
@@ -138,7 +129,7 @@ def measure_links(session: Session) -> int:
     session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
                                      flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
-    wrong = links_sweep(config, world, session.record)
+    wrong = links_sweep(config, world, session.record, session.hosts)
     end_phase(world, "links", device)
     return wrong
 

@@ -5,10 +5,11 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.config.checks import OUTPUT_PATH
 from allreduce_bench.results.load import load_results
 
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-OUT_DIR = click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
+OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
                        help="Where figures go. [plots/ of the first run]")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
                       show_default=True, help="Figure file format.")
@@ -21,10 +22,14 @@ def default_out_dir(paths: tuple[Path, ...]) -> Path:
     return (first if first.is_dir() else first.parent) / "plots"
 
 
-def _load(paths: tuple[Path, ...]):
+def _load(paths: tuple[Path, ...], out_dir: Path | None):
+    """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
+    to write figures."""
     from allreduce_bench.analysis.report import chosen_size
+    from allreduce_bench.config.checks import check_writable_dir
     frame = load_results(paths)
     chosen_size(frame)  # no AllReduce rows at all: say so before drawing anything
+    check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
     return frame
 
 
@@ -42,7 +47,7 @@ def plot(paths, out_dir, fmt, size):
     from allreduce_bench.analysis.plots import draw_all
     from allreduce_bench.analysis.report import chosen_size
 
-    frame = _load(paths)
+    frame = _load(paths, out_dir)
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
                        size_bytes=chosen_size(frame, size))
     for path in figures.values():
@@ -61,7 +66,7 @@ def report(paths, out_dir, fmt, size):
     """
     from allreduce_bench.analysis.report import chosen_size, print_tables, write_report
 
-    frame = _load(paths)
+    frame = _load(paths, out_dir)
     size_bytes = chosen_size(frame, size)
     print_tables(frame, size_bytes, echo=click.echo)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt)

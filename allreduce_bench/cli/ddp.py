@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench import units
+from allreduce_bench.config.checks import OUTPUT_PATH
 from allreduce_bench.config.ddp import DdpSettings
 from allreduce_bench.errors import UsageError
 
@@ -47,28 +49,57 @@ def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, ite
                command="") -> DdpConfig:
     from allreduce_bench.analysis.ddp import parse_bucket_mbs, parse_count
     from allreduce_bench.config import default_out_dir
+    from allreduce_bench.config.checks import check_finite, check_tag, check_writable_dir
     from allreduce_bench.config.options import resolve_world
+    from allreduce_bench.launch.environments import launcher_env
 
     chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
                                                             ranks_per_node)
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    if units.parse_count(params, "--params") % 1:
+        raise UsageError(f"--params {params!r} is not a whole number of parameters; e.g. 10M")
     params = parse_count(params, "--params")
     layers = _at_least("--layers", layers, 1)
     if params < layers * 2:
         raise UsageError(f"--params {params} is too small for {layers} layers; give at least "
                          f"{layers * 2} or fewer --layers")
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")
+    check_finite(timeout_s, "--timeout")
+    bucket_mbs = parse_bucket_mbs(bucket_mb)
+    for cap in bucket_mbs:
+        check_finite(cap, "--bucket-mb")
+    check_ddp_memory(params, chosen, device, launcher_env())
+    env = launcher_env()
+    writer = env is None or env.rank == 0
+    tag = check_tag(tag)
+    if out_dir is not None and writer:
+        check_writable_dir(out_dir, "--out")
     return DdpConfig(
         settings=DdpSettings(
             params=params, layers=layers,
-            batch_size=_at_least("--batch-size", batch_size or defaults["batch_size"], 1),
-            bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
+            batch_size=_at_least("--batch-size", defaults["batch_size"] if batch_size is None
+                                 else batch_size, 1),
+            bucket_mbs=bucket_mbs, accum=_at_least("--accum", accum, 1),
             iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
             warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0)),
         world_sizes=chosen, backend=backend, device=device, ranks_per_node=ranks_per_node,
-        tag=tag, out_dir=out_dir or default_out_dir("-".join(p for p in ("ddp", tag) if p)),
+        tag=tag, out_dir=out_dir or default_out_dir("-".join(p for p in ("ddp", tag) if p),
+                                                     claim=writer),
         timeout_s=timeout_s, plot=not no_plot, command=command)
+
+
+# float32 copies of the parameters one rank holds at once: the weights, their gradients, DDP's
+# bucket copy of the gradients, and the bucket buffers the AllReduce-alone measurement reduces.
+DDP_COPIES = 4
+
+
+def check_ddp_memory(params: int, world_sizes, device: str, env) -> None:
+    from allreduce_bench.config.checks import check_memory
+
+    per_rank = DDP_COPIES * 4 * params
+    ranks_here = env.local_world_size if env is not None else max(world_sizes)
+    check_memory(per_rank * ranks_here, per_rank, ranks_here,
+                 f"--params {units.format_count(params)}", device,
+                 "choose a smaller --params or fewer ranks")
 
 
 def finish(config: DdpConfig) -> int:
@@ -104,9 +135,11 @@ def run_ddp(config: DdpConfig) -> int:
     from allreduce_bench.launch.environments import launcher_env
     from allreduce_bench.results.store import start_meta
 
-    if launcher_env() is None:
-        start_meta(config.out_dir, ddp_meta(config))
-    return drive(config, ddp_rank_main, finish)
+    def before(config: DdpConfig) -> None:
+        if launcher_env() is None:
+            start_meta(config.out_dir, ddp_meta(config))
+
+    return drive(config, ddp_rank_main, finish, before=before)
 
 
 @click.command()
@@ -129,7 +162,7 @@ def run_ddp(config: DdpConfig) -> int:
 @click.option("--ranks-per-node", type=int,
               help="Ranks per node: the groups DDP's worlds are built with and the rows' node layout.")
 @click.option("--tag", default="", help="A label carried in every row.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-ddp[-<tag>]]")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds any collective may take before the run is aborted.")

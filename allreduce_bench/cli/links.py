@@ -42,10 +42,12 @@ def run_links(config) -> int:
     from allreduce_bench.measure import meta as run_meta
     from allreduce_bench.results.store import start_meta
 
-    if launcher_env() is None:
-        start_meta(config.out_dir, run_meta.host_meta(config))
+    def before(config) -> None:
+        if launcher_env() is None:
+            start_meta(config.out_dir, run_meta.host_meta(config))
+
     return drive(config, links_rank_main, lambda c: finish(c, links_summary, draw=False),
-                 [max(config.world_sizes)])
+                 [max(config.world_sizes)], before=before)
 
 
 def links_command(run_command: click.Command) -> click.Command:

@@ -1,11 +1,13 @@
 """`allreduce-bench model fit | predict | ddp`: the cost model as commands (no process groups)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
 
 from allreduce_bench import units
+from allreduce_bench.config.checks import OUTPUT_PATH, check_positive_int
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import format_size, parse_size_list
 
@@ -24,6 +26,7 @@ class Quantity(click.ParamType):
 
 BANDWIDTH = Quantity("bandwidth", units.parse_bandwidth)
 SECONDS = Quantity("time", units.parse_seconds)
+POSITIVE_SECONDS = Quantity("time", units.parse_positive_seconds)
 BYTES = Quantity("bytes", units.parse_bytes)
 COUNT = Quantity("count", units.parse_count)
 
@@ -39,11 +42,24 @@ def link_options(command):
                      help="Intra-node cost per message, e.g. 5us. [0 without --model]"),
         click.option("--inter-latency", type=SECONDS,
                      help="Inter-node cost per message, e.g. 10us. [0 without --model]"),
-        click.option("--native-as", type=click.Choice(["ring", "naive", "hierarchical"]),
-                     help="How to model the backend's own AllReduce. [the model's, else ring]"),
+        click.option("--reduce-bw", type=BANDWIDTH,
+                     help="Bytes a rank reduces (adds) per second, the gamma term, e.g. 500GB/s. "
+                     "[the model's, else free]"),
+        click.option("--native-as", help="How to model the backend's own AllReduce: another "
+                     "algorithm with a cost, e.g. tree. [the model's, else ring]"),
     ]):
         command = option(command)
     return command
+
+
+def _whole_count(text, what):
+    count = units.parse_count(text, what)
+    if count % 1:
+        raise UsageError(f"{what} {text!r} is not a whole number; e.g. 7B or 350M")
+    return count
+
+
+WHOLE_COUNT = Quantity("count", _whole_count)
 
 
 def _load(model_path):
@@ -51,7 +67,8 @@ def _load(model_path):
     return CostModel.load(model_path) if model_path else None
 
 
-def resolve_links(algorithm, cost_model, intra_bw, inter_bw, intra_latency, inter_latency):
+def resolve_links(algorithm, cost_model, intra_bw, inter_bw, intra_latency, inter_latency,
+                  reduce_bw=None):
     """The model's links for `algorithm`, with any explicitly given parameter replacing its own."""
     from allreduce_bench.analysis.model import Link, Links
 
@@ -68,7 +85,8 @@ def resolve_links(algorithm, cost_model, intra_bw, inter_bw, intra_latency, inte
                     link.bandwidth_Bps if bandwidth is None else bandwidth)
 
     links = Links(merged(base.intra, intra_bw, intra_latency, "intra"),
-                  merged(base.inter, inter_bw, inter_latency, "inter"))
+                  merged(base.inter, inter_bw, inter_latency, "inter"),
+                  base.reduce_Bps if reduce_bw is None else reduce_bw)
     if links.intra is None and links.inter is None:
         raise UsageError("give --model MODEL.json, or --intra-bw (and --inter-bw across nodes), "
                          "e.g. --intra-bw 900GB/s --inter-bw 25GB/s")
@@ -81,6 +99,8 @@ def describe(links) -> str:
         if link is not None:
             parts.append(f"{name} {units.format_bandwidth(link.bandwidth_Bps)} + "
                          f"{units.format_seconds(link.alpha_s)}/message")
+    if math.isfinite(links.reduce_Bps):
+        parts.append(f"reduction {units.format_bandwidth(links.reduce_Bps)}")
     return ", ".join(parts)
 
 
@@ -97,11 +117,10 @@ def model():
 
 @model.command("fit")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Where model.json and plots/model.png go. [the first PATH (its directory)]")
 @click.option("--native-as", default="ring", show_default=True,
-              type=click.Choice(["ring", "naive", "hierarchical"]),
-              help="How to model the backend's own AllReduce.")
+              help="How to model the backend's own AllReduce: another algorithm with a cost.")
 @click.option("--loss", default="absolute", show_default=True, type=click.Choice(["absolute", "squares"]),
               help="Minimise the sum of |relative error| (robust to noisy sizes) or of its squares.")
 @click.option("--min-size", default="1M", show_default=True,
@@ -109,8 +128,10 @@ def model():
 @click.option("--fit-min-size", help="Fit only sizes >= this (binary K/M/G), e.g. where a shaped "
               "link's burst lets small transfers through unshaped. [every size]")
 @click.option("--tag", help="Fit only the rows with this tag (fit one setup at a time).")
+@click.option("--pool", is_flag=True, help="Fit rows of different backends, dtypes or timing "
+              "methods together (refused by default: they measure different things).")
 @click.option("--no-plot", is_flag=True, help="No figure.")
-def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no_plot):
+def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, pool, no_plot):
     """Fit the model to results (run directories or results.csv files) and check it.
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
@@ -119,26 +140,50 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
     """
     import pandas as pd
 
-    from allreduce_bench.analysis.model import MODEL_FILE, compare, fit, median_abs_error
+    from allreduce_bench.analysis.model import (
+        BEST_FILE,
+        MODEL_FILE,
+        best_table,
+        compare,
+        crossovers,
+        fit,
+        median_abs_error,
+    )
+    from allreduce_bench.config.checks import check_writable_dir
     from allreduce_bench.results.load import load_results
     from allreduce_bench.units import parse_size
 
     threshold = parse_size(min_size, "--min-size")
     frame = load_results(paths)
+    check_writable_dir(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent), "--out")
     if tag is not None:
         tags = sorted(frame["tag"].unique()) if "tag" in frame.columns else []
         frame = frame[frame["tag"] == tag] if tag in tags else frame.iloc[:0]
         if frame.empty:
             raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
                              f"{', '.join(repr(t) for t in tags) or 'none'}")
+    from allreduce_bench.analysis.model import model_rows
+    from allreduce_bench.analysis.pooling import check_poolable
+    check_poolable(model_rows(frame), pool)
     sources = sorted(frame["source"].unique())
     fitted = frame
     if fit_min_size is not None:
         fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
         if fitted.empty:
             raise UsageError(f"no rows of --fit-min-size {fit_min_size} or more; choose a smaller size")
+    if not (frame["size_bytes"] >= threshold).any():
+        raise UsageError(f"no sizes of --min-size {format_size(threshold)} or more to summarise "
+                         f"(the largest is {format_size(frame['size_bytes'].max())}); give a "
+                         "smaller --min-size (and --fit-min-size to fit only large sizes)")
     cost_model = fit(fitted, native_as=native_as, loss=loss, sources=sources)
-    comparison = compare(frame, cost_model)
+    try:
+        comparison = compare(frame, cost_model)
+    except UsageError as error:  # the model's message names predict's --intra-bw/--inter-bw
+        if "-bw" not in str(error):
+            raise
+        raise UsageError(f"the fitted rows cannot predict every measured row ({error}".split("; give")[0]
+                         + "); fit rows of every node layout you compare: check --fit-min-size "
+                         "and --tag") from None
     out_dir = out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
 
     click.echo(f"Fitted links per algorithm ({loss} relative error; alpha = cost per message, "
@@ -150,6 +195,8 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
             link = result.links.get(cls)
             row[f"{cls} alpha"] = units.format_seconds(link.alpha_s) if link else "-"
             row[f"{cls} bandwidth"] = units.format_bandwidth(link.bandwidth_Bps) if link else "-"
+        row["reduction"] = (units.format_bandwidth(result.links.reduce_Bps)
+                            if math.isfinite(result.links.reduce_Bps) else "in bandwidth")
         row["rows"] = result.rows
         row["note"] = ("one link for both: rows cannot separate them" if result.shared else
                        "one node only: no inter link" if result.links.inter is None else
@@ -158,6 +205,10 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
                        result.links.intra == result.links.inter else "")
         params.append(row)
     click.echo(pd.DataFrame(params).to_string(index=False))
+    click.echo("(reduction 'in bandwidth': bytes reduced grow with bytes sent in every row, so the "
+               "gamma term is folded into the bandwidth)")
+    for name, why in cost_model.skipped.items():
+        click.echo(f"note: {name} not fitted: {why}")
 
     click.echo("\nMeasured (median over runs of time_us_median) against predicted time:")
     shown = comparison.assign(
@@ -173,18 +224,40 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
     click.echo(f"\nMedian |error| (%) over sizes >= {format_size(threshold)}:")
     click.echo(errors.round(1).to_string())
 
+    best = best_table(comparison)
+    hits = (best["predicted_best_slower_pct"] <= 10).mean() * 100
+    click.echo("\nFastest algorithm per world size and size, measured and predicted (among those "
+               "measured there):")
+    click.echo(best.assign(size=best["size_bytes"].map(format_size),
+                           slower=best["predicted_best_slower_pct"].map("{:.1f}%".format))[
+        ["world_size", "size", "measured", "predicted", "slower"]].to_string(index=False))
+    click.echo(f"the predicted best measured within 10% of the measured best at {hits:.0f}% of "
+               f"{len(best)} points ('slower': how much slower the predicted best measured)")
+    cross = crossovers(cost_model, comparison)
+    if len(cross):
+        click.echo("Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()))
+
     path = cost_model.save(Path(out_dir) / MODEL_FILE)
-    click.echo(f"model: {path}")
+    best[["world_size", "size_bytes", "measured", "predicted", "measured_best_us",
+          "predicted_best_measured_us", "predicted_best_slower_pct"]].to_csv(
+        Path(out_dir) / BEST_FILE, index=False)
+    click.echo(f"model: {path}; winners: {Path(out_dir) / BEST_FILE}")
     if not no_plot:
         from allreduce_bench.analysis.model_plots import model_figure
         figure = model_figure(comparison, cost_model, Path(out_dir) / "plots" / "model.png",
                               footnote=f"fitted to {', '.join(sources)}; {loss} relative error")
         click.echo(f"figure: {figure}")
+        from allreduce_bench.analysis.model_plots import winners_figure
+        figure = winners_figure(best, Path(out_dir) / "plots" / "model_best.png",
+                                footnote=f"fitted to {', '.join(sources)}")
+        click.echo(f"figure: {figure}")
 
 
 @model.command("predict")
 @click.option("--algo", "algos", default="native,ring,naive,hierarchical", show_default=True,
-              help="Comma-separated algorithms.")
+              help="Comma-separated algorithms, or all (every one with a cost, ranked by time).")
 @click.option("--world-size", type=int, required=True, help="Number of ranks (GPUs).")
 @click.option("--ranks-per-node", type=int, default=8, show_default=True,
               help="Ranks per node; a world this size or smaller is one node.")
@@ -192,27 +265,37 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, no
               help="Comma-separated per-rank tensor sizes, binary K/M/G as in `run --sizes`.")
 @link_options
 def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_bw, inter_bw,
-                    intra_latency, inter_latency, native_as):
+                    intra_latency, inter_latency, reduce_bw, native_as):
     """Predict AllReduce time, algbw and busbw for a layout, from a model or link parameters.
 
     \b
     e.g. allreduce-bench model predict --algo ring --world-size 64 --ranks-per-node 8 --size 1G \\
            --intra-bw 900GB/s --inter-bw 25GB/s --intra-latency 5us --inter-latency 10us
     """
-    from allreduce_bench.analysis.model import ALGORITHMS, allreduce_time, bottleneck, layout
+    from allreduce_bench.analysis.model import allreduce_time, bottleneck, layout, rank_algorithms
     from allreduce_bench.metrics import algbw_GBps, busbw_GBps
 
-    names = [a.strip() for a in algos.split(",") if a.strip()]
-    for name in names:
-        if name not in ALGORITHMS:
-            raise UsageError(f"unknown algorithm {name!r} in --algo; choose from {', '.join(ALGORITHMS)}")
-    size_list = parse_size_list(sizes)
+    size_list = parse_size_list(sizes, "--size")
+    check_positive_int(world_size, "--world-size")
+    check_positive_int(ranks_per_node, "--ranks-per-node")
     nodes, per_node = layout(world_size, ranks_per_node)
     cost_model = _load(model_path)
+    names = _algorithm_names(algos, cost_model)
     native_as = native_as or (cost_model.native_as if cost_model else "ring")
+
+    def links_for(name):
+        return resolve_links(name, cost_model, intra_bw, inter_bw, intra_latency, inter_latency,
+                             reduce_bw)
+
     blocks = []  # everything is computed before anything is printed: an error stays one line
+    if len(names) > 1:
+        for size in size_list:
+            ranked = rank_algorithms(links_for, names, size, world_size, per_node, native_as)
+            blocks.append(f"\n# ranking at {format_size(size)} (fastest first)\n" + "\n".join(
+                f"{i + 1:>3}. {r.algorithm:<20} {units.format_seconds(r.time_s):>10}  x{r.vs_best:.2f}"
+                for i, r in enumerate(ranked.itertuples())))
     for name in names:
-        links = resolve_links(name, cost_model, intra_bw, inter_bw, intra_latency, inter_latency)
+        links = links_for(name)
         label = f"{name} (as {native_as})" if name == "native" else name
         lines = [f"\n# {label}: {describe(links)}",
                  f"{'size':>8} {'time':>10} {'algbw':>12} {'busbw':>12}  bottleneck"]
@@ -229,9 +312,9 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
 
 
 @model.command("ddp")
-@click.option("--params", type=COUNT, required=True, help="Parameter count, e.g. 7B or 350M.")
+@click.option("--params", type=WHOLE_COUNT, required=True, help="Parameter count, e.g. 7B or 350M.")
 @click.option("--dtype", default="bfloat16", show_default=True, help="Gradient dtype: bfloat16, float16, float32, ...")
-@click.option("--compute", type=SECONDS, required=True,
+@click.option("--compute", type=POSITIVE_SECONDS, required=True,
               help="Forward + backward time per step per GPU, e.g. 0.5s.")
 @click.option("--bandwidth", "bandwidths", type=BANDWIDTH, multiple=True,
               help="A link bandwidth, e.g. 900GB/s; repeat to compare links (comm = 2 x gradient "
@@ -247,12 +330,13 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
 @click.option("--overlappable", type=SECONDS,
               help="Seconds of communication that overlap compute. [all but the last bucket, "
                    "bounded by the backward pass]")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=Path("plots/ddp-scaling.png"),
+@click.option("--plot", "plot_path", type=OUTPUT_PATH,
+              default=Path("plots/ddp-scaling.png"),
               show_default=True, help="Figure of efficiency against GPU count, with --gpus.")
 @link_options
 def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, bucket,
                 backward_share, overlappable, plot_path, model_path, intra_bw, inter_bw,
-                intra_latency, inter_latency, native_as):
+                intra_latency, inter_latency, reduce_bw, native_as):
     """Step time and scaling efficiency of data-parallel training (the seed's model).
 
     \b
@@ -263,14 +347,21 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
            --ranks-per-node 8 --bandwidth 900GB/s --bandwidth 25GB/s
     """
     from allreduce_bench.analysis import ddp_model as ddp
+    from allreduce_bench.config.checks import check_finite, check_writable_file
 
+    check_positive_int(ranks_per_node, "--ranks-per-node")
+    check_finite(backward_share, "--backward-share", low=None)
+    if not 0 <= backward_share <= 1:
+        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+    if gpus:
+        check_writable_file(plot_path, "--plot")
     grad = ddp.gradient_bytes(params, dtype)
     overlap = {"backward_share": backward_share, "overlappable_s": overlappable}
     full, last = ddp.buckets(grad, bucket)
     if gpus:
         table, header = _scaling(ddp, grad, compute, gpus, ranks_per_node, algo, bucket, overlap,
                                  bandwidths, model_path, intra_bw, inter_bw, intra_latency,
-                                 inter_latency, native_as)
+                                 inter_latency, native_as, reduce_bw)
     elif bandwidths:
         steps = [(bandwidth, ddp.seed_step(grad, compute, bandwidth, bucket, **overlap))
                  for bandwidth in bandwidths]
@@ -316,13 +407,32 @@ def _verdict(step) -> str:
                    if step.comm_s > step.compute_s else "")
 
 
-def _scaling(ddp, grad, compute, gpus, ranks_per_node, algo, bucket, overlap, bandwidths,
-             model_path, intra_bw, inter_bw, intra_latency, inter_latency, native_as):
-    """The weak-scaling table and a line saying what it assumed."""
-    from allreduce_bench.analysis.model import ALGORITHMS
+def _algorithm_names(text, cost_model) -> list[str]:
+    """--algo: names (each with a cost), or all: every algorithm with a cost (those the model
+    fitted, with a model)."""
+    from allreduce_bench.analysis.model import modelled
 
-    if algo not in ALGORITHMS:
-        raise UsageError(f"unknown --algo {algo!r}; choose from {', '.join(ALGORITHMS)}")
+    known = modelled()
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if "all" in names:
+        fitted = cost_model.algorithms if cost_model else known
+        names = [a for a in known if a in fitted and not a.startswith("native:")]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"unknown algorithm {name!r} in --algo (or one without a cost); "
+                             f"choose from {', '.join(known)}, or all")
+    if not names:
+        raise UsageError("--algo is empty; name algorithms, or all")
+    return names
+
+
+def _scaling(ddp, grad, compute, gpus, ranks_per_node, algo, bucket, overlap, bandwidths,
+             model_path, intra_bw, inter_bw, intra_latency, inter_latency, native_as, reduce_bw=None):
+    """The weak-scaling table and a line saying what it assumed."""
+    from allreduce_bench.analysis.model import modelled
+
+    if algo not in modelled():
+        raise UsageError(f"unknown --algo {algo!r}; choose from {', '.join(modelled())}")
     if len(bandwidths) > 2:
         raise UsageError("with --gpus give at most two --bandwidth values: intra-node, then inter-node")
     if bandwidths:
@@ -331,7 +441,8 @@ def _scaling(ddp, grad, compute, gpus, ranks_per_node, algo, bucket, overlap, ba
     counts = ddp.parse_gpu_counts(gpus)
     cost_model = _load(model_path)
     native_as = native_as or (cost_model.native_as if cost_model else "ring")
-    links = resolve_links(algo, cost_model, intra_bw, inter_bw, intra_latency, inter_latency)
+    links = resolve_links(algo, cost_model, intra_bw, inter_bw, intra_latency, inter_latency,
+                          reduce_bw)
     table = ddp.weak_scaling(counts, ranks_per_node, grad, compute, links, algo, bucket, native_as,
                              **overlap)
     label = f"{algo} (as {native_as})" if algo == "native" else algo

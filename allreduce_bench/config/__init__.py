@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from allreduce_bench.config.checks import check_finite, check_writable_dir
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import parse_size, parse_size_list, size_sweep
 
@@ -14,12 +15,36 @@ from allreduce_bench.units import parse_size, parse_size_list, size_sweep
 # so parsing options (and every analysis command) needs no torch.
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int32": 4}
 
-# Defaults of the main job: a CPU laptop sweep, and the GPU sweep nccl-tests users expect.
-# CPU: fewer iterations, so the default job stays under a minute on a 2-core laptop.
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each measurement is sampled (measure/timing.py): `samples` samples of `loops`
+    back-to-back calls each; None means calibrated (loops: a sample lasts >= min_sample_s;
+    samples: as many as fit budget_s, within [min_samples, max_samples])."""
+
+    loops: int | None = None
+    samples: int | None = None
+    budget_s: float = 0.2
+    min_sample_s: float = 0.002
+    min_samples: int = 5
+    max_samples: int = 100
+    max_loops: int = 10_000
+    warmup: int = 1  # untimed calls first (calibration samples warm up too)
+    host_launch: bool = False  # GPU: keep host launch time inside the interval (no spin)
+
+
+# Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
+# nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us.
 CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="64M", factor=4,
-                    iters=10, warmup=2)
-GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2, iters=20, warmup=5)
-QUICK = dict(sizes=(4 << 10, 256 << 10), iters=5, warmup=1)
+                    sampling=Sampling(budget_s=0.2, min_sample_s=0.002, min_samples=5,
+                                      max_samples=100, warmup=1))
+GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
+                    sampling=Sampling(budget_s=0.5, min_sample_s=0.001, min_samples=10,
+                                      max_samples=200, warmup=5))
+QUICK = dict(sizes=(4 << 10, 256 << 10),
+             sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,
+                               warmup=1))
 
 
 @dataclass(frozen=True)
@@ -28,8 +53,7 @@ class RunConfig:
     world_sizes: tuple[int, ...]
     sizes: tuple[int, ...]
     dtype: str
-    iters: int
-    warmup: int
+    sampling: Sampling
     backend: str  # gloo | nccl, resolved
     device: str  # cpu | cuda, resolved
     ranks_per_node: int | None  # None: from the launcher
@@ -49,19 +73,19 @@ class RunConfig:
     def itemsize(self) -> int:
         return DTYPES[self.dtype]
 
+    @property
+    def timing(self) -> str:
+        """The timing method, written in every row: model fits refuse to pool methods."""
+        return "samples"
+
     def with_world_sizes(self, sizes: tuple[int, ...]) -> RunConfig:
         return replace(self, world_sizes=sizes)
 
 
-def parse_algorithms(text: str) -> tuple[str, ...]:
-    from allreduce_bench import algorithms  # the registry (torch): only where a run is configured
+def parse_algorithms(text: str, backend: str = "gloo") -> tuple[str, ...]:
+    from allreduce_bench import algorithms  # the registry: names, `all`, unknown names
 
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise UsageError("--algos is empty; choose from " + ", ".join(algorithms.ALGORITHMS))
-    for name in names:
-        algorithms.get(name)
-    return names
+    return algorithms.parse(text, backend)
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
@@ -81,20 +105,35 @@ def parse_dtype(name: str) -> str:
     return name
 
 
-def default_out_dir(tag: str, now: _dt.datetime | None = None) -> Path:
+def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
+    """results/<UTC timestamp>[-<tag>]. With `claim`, the directory is created here, atomically,
+    with -2, -3, ... appended when another run took the name first (two runs in one second)."""
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-")
-    return Path("results") / (f"{stamp}-{safe}" if safe else stamp)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-.")[:64]  # a file name, never too long
+    base = Path("results") / (f"{stamp}-{safe}" if safe else stamp)
+    if not claim:
+        return base
+    check_writable_dir(base.parent, "the default output directory")
+    for n in range(1, 10_000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UsageError(f"cannot create {path} ({error.strerror}); give --out") from None
+    raise UsageError(f"too many runs named {base}*; give --out")
 
 
 def resolve_sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None,
                   factor: float | None, defaults: dict) -> tuple[int, ...]:
-    if sizes:
-        if min_bytes or max_bytes or factor:
+    if sizes is not None:  # --sizes '' is an error, never the default sweep
+        if min_bytes is not None or max_bytes is not None or factor is not None:
             raise UsageError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
         return tuple(parse_size_list(sizes))
-    lo = parse_size(min_bytes or defaults["min_bytes"], "--min-bytes")
-    hi = parse_size(max_bytes or defaults["max_bytes"], "--max-bytes")
+    lo = parse_size(defaults["min_bytes"] if min_bytes is None else min_bytes, "--min-bytes")
+    hi = parse_size(defaults["max_bytes"] if max_bytes is None else max_bytes, "--max-bytes")
     return tuple(size_sweep(lo, hi, factor if factor is not None else defaults["factor"]))
 
 
@@ -105,10 +144,23 @@ def check_sizes_fit_dtype(sizes: tuple[int, ...], dtype: str) -> None:
                          f"raise --min-bytes to at least {itemsize}")
 
 
-def check_counts(iters: int, warmup: int, timeout_s: float) -> None:
-    if iters < 1:
-        raise UsageError(f"--iters must be at least 1, got {iters}")
-    if warmup < 0:
+def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
+                     budget_s: float | None, warmup: int | None, host_launch: bool) -> Sampling:
+    """The run's Sampling: the device's (or --quick's) defaults, with what was given by hand."""
+    for name, value in (("--loops", loops), ("--samples", samples)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    if warmup is not None and warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
-    if timeout_s <= 0:
+    if budget_s is not None and not (0 < budget_s < 3600):  # also refuses nan and inf
+        raise UsageError(f"--budget must be a number of seconds above 0 (and below an hour), got "
+                         f"{budget_s}")
+    given = {"loops": loops, "samples": samples, "budget_s": budget_s, "warmup": warmup}
+    return replace(default, host_launch=host_launch,
+                   **{k: v for k, v in given.items() if v is not None})
+
+
+def check_timeout(timeout_s: float) -> None:
+    check_finite(timeout_s, "--timeout")
+    if not timeout_s > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")

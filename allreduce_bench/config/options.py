@@ -5,25 +5,36 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench import algorithms
 from allreduce_bench.config import (
     CPU_DEFAULTS,
     DTYPES,
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
-    check_counts,
     check_sizes_fit_dtype,
+    check_timeout,
     default_out_dir,
     parse_algorithms,
     parse_dtype,
     parse_world_sizes,
+    resolve_sampling,
     resolve_sizes,
+)
+from allreduce_bench.config.checks import (
+    allreduce_world_bytes,
+    check_local_world,
+    check_memory,
+    check_positive_int,
+    check_tag,
+    check_writable_dir,
 )
 from allreduce_bench.errors import UsageError
 from allreduce_bench.launch import resume
 from allreduce_bench.launch.environments import launcher_env
 from allreduce_bench.layout import node_layout
 from allreduce_bench.measure.device import resolve_backend
+from allreduce_bench.units import format_size
 
 
 def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
@@ -44,9 +55,10 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     local CPU run where every world size splits that way.
     """
     env = launcher_env()
+    check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
-    if world_sizes:
+    if world_sizes is not None:
         chosen = parse_world_sizes(world_sizes)
     elif env is not None:
         chosen = (env.world_size,)
@@ -69,14 +81,17 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
         # Two ranks per node simulates two levels; a world it cannot split is one node.
         if all(k <= default or k % default == 0 for k in chosen):
             ranks_per_node = default
+    if env is None:
+        check_local_world(chosen)
     layout = ranks_per_node or (env.local_world_size if env else None)
     for k in chosen:
         node_layout(k, layout or k)
     return chosen, backend, device, ranks_per_node
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, iters, warmup,
-               backend, device, ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
+               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
+               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None) -> RunConfig:
     env = launcher_env()
     chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
@@ -90,9 +105,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     check_sizes_fit_dtype(swept, dtype)
     itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
     swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
-    iters = iters if iters is not None else (QUICK if quick else defaults)["iters"]
-    warmup = warmup if warmup is not None else (QUICK if quick else defaults)["warmup"]
-    check_counts(iters, warmup, timeout_s)
+    if iters is not None:  # the old option: each timed call a sample of its own
+        if loops is not None or samples is not None:
+            raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
+                             "--samples/--loops")
+        if iters < 1:
+            raise UsageError(f"--iters must be at least 1, got {iters}")
+        loops, samples = 1, iters
+    sampling = resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
+                                warmup, host_launch)
+    check_timeout(timeout_s)
+    tag = check_tag(tag)
+    names = parse_algorithms(algos, backend)
+    check_allreduce_memory(names, chosen, swept, device, env)
     resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
     if resume_dir is not None:
         if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
@@ -101,13 +126,30 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         if writer:
             stored = resume.stored_run(resume_dir)
             resumed = {"run_id": stored["run_id"]}
-    if out_dir is not None and Path(out_dir).exists() and not Path(out_dir).is_dir():
-        raise UsageError(f"--out {out_dir} is a file; give a directory for the results")
+    if out_dir is not None and writer:
+        check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
+        if resume_dir is None:
+            resume.note_earlier_runs(out_dir)
     config = RunConfig(
-        algorithms=parse_algorithms(algos), world_sizes=chosen, sizes=swept, dtype=dtype,
-        iters=iters, warmup=warmup, backend=backend, device=device,
-        ranks_per_node=ranks_per_node, tag=tag, out_dir=out_dir or default_out_dir(tag),
+        algorithms=names, world_sizes=chosen, sizes=swept, dtype=dtype,
+        sampling=sampling, backend=backend, device=device,
+        ranks_per_node=ranks_per_node, tag=tag,
+        out_dir=out_dir or default_out_dir(tag, claim=writer),
         timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
+        env.local_world_size if env else None), backend)  # before any process starts
     if resume_dir is not None and writer:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
+
+
+def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
+    """Refuse a sweep whose largest size cannot fit, before any rank allocates it."""
+    largest_world, largest = max(world_sizes), max(sizes)
+    ranks_here = env.local_world_size if env is not None else largest_world
+    busiest, world = allreduce_world_bytes(algorithms, largest, largest_world)
+    here = world if env is None else busiest + (ranks_here - 1) * 5 * largest
+    check_memory(here, busiest, ranks_here, f"--max-bytes {format_size(largest)} at world size "
+                 f"{largest_world} ({', '.join(algorithms)})", device,
+                 "choose a smaller --max-bytes (or --sizes), fewer ranks, or drop naive "
+                 "(its root holds (N-1) x size)")

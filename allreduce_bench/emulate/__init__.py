@@ -40,6 +40,7 @@ import click
 
 from allreduce_bench import units
 from allreduce_bench.config import default_out_dir
+from allreduce_bench.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.store import update_meta
 
@@ -262,8 +263,26 @@ class EmulatedCluster:
                 if all(c == 0 for c in codes):
                     return 0
                 time.sleep(0.2)
+        except (KeyboardInterrupt, SystemExit):
+            self.kill_quietly(procs)
+            raise
         finally:
             _stop(procs)
+
+    def kill_quietly(self, procs: list[subprocess.Popen]) -> None:
+        """On Ctrl-C/SIGTERM stop every launch at once with SIGKILL (torchrun stopped by SIGTERM
+        prints tracebacks). Rows are appended whole, so a killed writer leaves at most a torn
+        last line that resume and every reader drop."""
+        for p in procs:
+            _signal_group(p, signal.SIGKILL)
+        for name in self.hosts:  # the ranks run in sessions of their own, inside our namespaces
+            for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for p in procs:
+            p.wait()
 
     def _probe(self, args: list[str], key: str, what: str) -> float:
         """Run `python -m allreduce_bench.emulate.probe ARGS` in host 0 (before any shaping)."""
@@ -430,7 +449,7 @@ def per_benchmark_args(root: click.Group, benchmarks: list[str], args: list[str]
 def _as_rank0(world_size: int, ranks_per_node: int):
     """The environment rank 0 of the emulated world will see, to validate options up front."""
     with mock.patch.dict(os.environ, RANK="0", WORLD_SIZE=str(world_size), LOCAL_RANK="0",
-                         LOCAL_WORLD_SIZE=str(ranks_per_node)):
+                         LOCAL_WORLD_SIZE=str(ranks_per_node), **{EMULATION_ENV: "validating"}):
         yield
 
 
@@ -460,7 +479,7 @@ def check_benchmark_args(root: click.Group, forwarded: dict[str, list[str]], nod
 
 
 def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_bandwidth: str,
-                  inter_ratio: float, inter_latency: str, benchmarks: list[str], out_dir: Path,
+                  inter_ratio: float, inter_latency: str, benchmarks: list[str], out_dir: Path | None,
                   args: list[str]) -> int:
     if nodes < 2:
         raise UsageError(f"--nodes must be at least 2 to emulate inter-node links, got {nodes}")
@@ -468,12 +487,26 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
         raise UsageError(f"--ranks-per-node must be between 1 and 64, got {ranks_per_node}")
     if nodes > 200:
         raise UsageError(f"--nodes {nodes} is more than this emulation's subnet holds; use <= 200")
-    if inter_ratio <= 0:
-        raise UsageError(f"--inter-ratio must be positive, got {inter_ratio:g}")
+    check_finite(inter_ratio, "--inter-ratio")
     rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
     latency = units.parse_seconds(inter_latency, "--inter-latency")
+    if not 0 <= latency < 60:
+        raise UsageError(f"--inter-latency must be between 0 and 60 s, got {inter_latency!r}")
+    resumed = resumed_dir(args)
+    if resumed is not None:
+        out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
+        rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
+    claimed = out_dir is None
+    out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
     forwarded = per_benchmark_args(root, benchmarks, args)
-    configs = check_benchmark_args(root, forwarded, nodes, ranks_per_node)
+    try:
+        configs = check_benchmark_args(
+            root, {b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, nodes,
+            ranks_per_node)
+    except UsageError:
+        if claimed:
+            shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
+        raise
     check_can_emulate()
     stale = stale_namespaces()
     if stale:
@@ -506,11 +539,58 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
                 code = cluster.run_on_hosts([BENCHMARKS[benchmark], *forwarded[benchmark],
                                              "--out", str(out_dir)],
                                             emulation) or code
+            except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
+                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
+                    else 130
+                how = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
+                click.echo(f"emulate: interrupted ({how}); "
+                           f"{_kept(out_dir)}", err=True)
+                return code
             finally:
                 if (out_dir / "meta.json").exists():
                     update_meta(out_dir, emulation={**emulation.as_meta(),
                                                     "command": shlex.join(sys.argv)})
         return code
+
+
+def _kept(out_dir: Path) -> str:
+    from allreduce_bench.launch.resume import count_rows
+
+    if not (out_dir / "results.csv").exists():
+        return f"no rows were written to {out_dir}"
+    return (f"{count_rows(out_dir)} row(s) kept in {out_dir / 'results.csv'}; continue with "
+            f"`allreduce-bench emulate --resume {out_dir}` and the same options")
+
+
+def resumed_dir(args: list[str]) -> Path | None:
+    """The --resume DIR among the options passed on to `run`, if any."""
+    for i, arg in enumerate(args):
+        if arg == "--resume" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--resume="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
+                   latency: float) -> float:
+    """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
+    the stored rate (a new measurement would differ a little and mix rows of two rates)."""
+    from allreduce_bench.results.store import read_meta
+
+    stored = read_meta(resume_dir).get("emulation")
+    if not isinstance(stored, dict):
+        raise UsageError(f"--resume {resume_dir} is not an emulated run (its meta.json has no "
+                         "emulation); continue it with `allreduce-bench run --resume` instead")
+    was = (stored.get("nodes"), stored.get("ranks_per_node"), stored.get("inter_rate_bps"),
+           stored.get("inter_latency_s", 0.0))
+    now = (nodes, ranks_per_node, was[2] if rate is None else rate, latency)
+    if was != now:
+        raise UsageError(f"--resume {resume_dir} was emulated as {stored.get('label', was)}; give "
+                         f"the same --nodes {was[0]} --ranks-per-node {was[1]} --inter-bandwidth "
+                         f"{units.format_tc_rate(was[2] or 0).lower()} --inter-latency "
+                         f"{(was[3] or 0) * 1e3:g}ms, or write to a new --out")
+    return was[2]
 
 
 @click.command("emulate", context_settings={"ignore_unknown_options": True,
@@ -531,7 +611,7 @@ def run_emulation(root: click.Group, nodes: int, ranks_per_node: int, inter_band
               help="What to run on the emulated cluster: allreduce (= `run`), links, ddp, or "
                    "several (allreduce,links,ddp), one after the other on the same shaping. Each "
                    "gets the forwarded options its command has.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
 @click.option("--cleanup", is_flag=True,
               help="Only remove namespaces left by emulate runs that no longer exist, and exit.")
@@ -571,6 +651,5 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
         ranks_per_node = DDP_RANKS_PER_NODE if ddp_alone else 2
     root = click.get_current_context().find_root().command
     sys.exit(run_emulation(root, nodes, ranks_per_node, inter_bandwidth, inter_ratio,
-                           inter_latency, chosen,
-                           out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}"),
+                           inter_latency, chosen, out_dir,
                            list(benchmark_args)))

@@ -18,13 +18,16 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
     import torch
     import torch.distributed as dist
 
+    from allreduce_bench import metrics
     from allreduce_bench.benchmarks.links import p2p_measure
+    from allreduce_bench.config import Sampling
     from allreduce_bench.measure.device import Device
     dist.init_process_group("gloo", timeout=_dt.timedelta(seconds=120))
     try:
-        times, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(), iters, 1)
+        measured, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(),
+                                      Sampling(loops=1, samples=iters, warmup=1))
         assert wrong == 0, f"{wrong} element(s) wrong in the probe"
-        return sorted(times)[len(times) // 2]
+        return metrics.sample_stats(measured.per_rank_us)["time_us_median"]
     finally:
         dist.destroy_process_group()
 

@@ -7,10 +7,13 @@ rank, world size, local rank, local world size, node rank and the master address
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
+import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from allreduce_bench.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 PEER_LOST_EXIT = 3  # a rank whose collective failed or timed out exits with this code
+LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
 
 
 @dataclass(frozen=True)
@@ -64,56 +68,38 @@ SLURM_NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
 
 # ---- Slurm's compact notations ------------------------------------------------------------
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas that are not inside brackets: 'a[1-2,4],b3' -> ['a[1-2,4]', 'b3']."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return [p.strip() for p in parts if p.strip()]
-
-
-def _expand_range(spec: str) -> list[str]:
-    """'01-04' -> 01 02 03 04 (zero padding kept), '7' -> 7."""
-    if "-" not in spec:
-        return [spec]
-    lo, hi = spec.split("-", 1)
-    if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
-        raise ValueError(spec)
-    width = len(lo)  # as Slurm: '008-011' keeps three digits, '9-11' none
-    return [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
-
-
 def expand_nodelist(nodelist: str) -> list[str]:
     """Every host of a Slurm nodelist, in order: 'gpu[01-03,07],cpu5' -> gpu01 gpu02 gpu03 gpu07 cpu5.
 
-    Several bracket groups in one name expand as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2.
+    python-hostlist reads Slurm's notation (zero padding kept, several bracket groups in one
+    name as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2), as `scontrol show hostnames`
+    does, without needing Slurm's tools where the rank runs; where it is not installed,
+    scontrol is asked.
     """
-    hosts = []
+    hosts: list[str] = []
     try:
-        for part in _split_top_level(nodelist):
-            if not re.fullmatch(r"[^\[\]]*(\[[^\[\]]+\][^\[\]]*)*", part):
-                raise ValueError(part)  # unbalanced or nested brackets
-            names = [""]
-            for match in re.finditer(r"([^\[\]]*)(?:\[([^\]]*)\])?", part):
-                prefix, inside = match.group(1), match.group(2)
-                names = [n + prefix for n in names]
-                if inside is not None:
-                    values = [v for spec in inside.split(",") for v in _expand_range(spec.strip())]
-                    names = [n + v for n in names for v in values]
-            hosts.extend(names)
-    except ValueError:
-        hosts = []
-    if not hosts or any(not h or "[" in h or "]" in h for h in hosts):
+        import hostlist
+    except ImportError:
+        hosts = _scontrol_hostnames(nodelist)
+    else:
+        try:
+            hosts = hostlist.expand_hostlist(nodelist)
+        except hostlist.BadHostlist:
+            pass
+    if not hosts:
         raise UsageError(f"cannot read the Slurm nodelist {nodelist!r}; set MASTER_ADDR to the "
                          "first node's address")
     return hosts
+
+
+def _scontrol_hostnames(nodelist: str) -> list[str]:
+    import subprocess
+    try:
+        done = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return done.stdout.split() if done.returncode == 0 and nodelist.strip() else []
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
@@ -248,6 +234,61 @@ def quiet_elastic_logs() -> None:
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def process_state(pid: int) -> str | None:
+    """'gone' or 'frozen' for a process of this host that cannot answer; None if it can."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+    except (OSError, IndexError):
+        return None
+    return {"T": "frozen", "t": "frozen", "Z": "gone", "X": "gone"}.get(state)
+
+
+def _rank_children(parent: int) -> set[int]:
+    """Pids of `parent`'s children that are ranks: started by multiprocessing's spawn (not its
+    resource tracker, nor any other helper a library may start)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if ppid == parent:
+                with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                    if b"spawn_main" in cmdline.read():
+                        found.add(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _wake_stopped_ranks(nprocs: int, done: threading.Event) -> None:
+    """When one rank of a local world has ended, wake its stopped (SIGSTOP) siblings.
+
+    torch's launcher then sends SIGTERM to the survivors and waits 30 s before SIGKILL; a stopped
+    process never sees the SIGTERM, so a frozen rank held the run for half a minute after its
+    peers had given up. SIGCONT lets the SIGTERM take effect (Slurm does the same on a cancel).
+    Reads only the ranks' /proc entries, twice a second, once all ranks are known.
+    """
+    if not os.path.isdir("/proc"):
+        return
+    pids: set[int] = set()
+    while not done.wait(0.5):
+        if len(pids) < nprocs:
+            pids |= _rank_children(os.getpid())
+        states = {pid: process_state(pid) for pid in pids}
+        if "gone" in states.values():
+            for pid, state in states.items():
+                if state == "frozen":
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+
+
 def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
 
@@ -265,17 +306,26 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     # multiprocessing's tracker, which would warn about them at exit: nothing is lost.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
     quiet_elastic_logs()
+    options = {}
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        # The agent's SIGTERM never reaches a stopped (SIGSTOP) rank; its SIGKILL comes only after
+        # this grace (30 s by default). Our ranks hold nothing worth a longer wait: rows are
+        # flushed as they finish.
+        options["shutdown_timeout"] = LOCAL_SHUTDOWN_S
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-        monitor_interval=0.1, start_method="spawn")
-    return elastic_launch(config, entrypoint)(*args)
+        monitor_interval=0.1, start_method="spawn", **options)
+    done = threading.Event()
+    threading.Thread(target=_wake_stopped_ranks, args=(nprocs, done), daemon=True).start()
+    try:
+        return elastic_launch(config, entrypoint)(*args)
+    finally:
+        done.set()
 
 
 def describe_failure(error: BaseException) -> str:
     """One line for a failed local world: which rank died first and how."""
-    import signal
-
     failures = getattr(error, "failures", {}) or {}
     if not failures:
         return f"a rank failed: {error}"

@@ -70,6 +70,18 @@ class Device:
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         dist.barrier(group=group)
 
+    def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
+        """Line the ranks up before a sample, outside the clock."""
+        self.barrier(group)
+
+    def launch_spin_s(self, loops: int) -> float:
+        """Device-side spin to queue before a sample's start event (none on CPU: gloo calls
+        return when done, so the host clock is the only clock)."""
+        return 0.0
+
+    def note_launch(self, host_s: float, loops: int) -> None:
+        """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
+
     def timer(self, iters: int):
         return self.timer_class(iters)
 
@@ -119,6 +131,8 @@ class CudaDevice(Device):
         self.torch_device = torch.device("cuda", index)
         self.timeout_s = timeout_s
         self._flag = None  # allocated on first use, after the process group exists
+        self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
+        self._cycles_per_ms: float | None = None
 
     @property
     def name(self) -> str:
@@ -136,6 +150,34 @@ class CudaDevice(Device):
             self._flag = torch.zeros(1, device=self.torch_device)
         dist.all_reduce(self._flag, group=group)
         self.synchronize()
+
+    def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
+        """Barrier (host-synchronised), then a device-side spin on this rank's stream: the host
+        queues the sample's calls while the GPU spins, so the start event (recorded after the
+        spin) fires with the work already queued, and the interval holds no launch overhead."""
+        self.barrier(group)
+        if spin_s > 0:
+            torch.cuda._sleep(int(spin_s * 1e3 * self.cycles_per_ms()))
+
+    def launch_spin_s(self, loops: int) -> float:
+        # twice the host's queueing time, plus a margin; bounded so a slow first launch
+        # (lazy initialisation) cannot stall a sample for long
+        return min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)
+
+    def note_launch(self, host_s: float, loops: int) -> None:
+        self._launch_s_per_call = host_s / max(loops, 1)
+
+    def cycles_per_ms(self) -> float:
+        """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's
+        own tests do): the spin is given in cycles."""
+        if self._cycles_per_ms is None:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            stop.record()
+            wait_for(stop, self.timeout_s, "the spin calibration")
+            self._cycles_per_ms = 1_000_000 / max(start.elapsed_time(stop), 1e-6)
+        return self._cycles_per_ms
 
     def timer(self, iters: int) -> CudaTimer:
         return CudaTimer(iters, self.timeout_s)

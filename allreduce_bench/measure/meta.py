@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import asdict, is_dataclass
 
 import torch
 
@@ -71,7 +72,8 @@ def host_meta(config) -> dict:
         "tag": config.tag,
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": config.command,
-        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(config).items()},
+        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)
+                   for k, v in vars(config).items()},
         "backend": config.backend,
         "device": config.device,
         "versions": versions(),

@@ -16,12 +16,17 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from allreduce_bench.errors import UsageError
 from allreduce_bench.launch import resume
 from allreduce_bench.launch.environments import RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.launch.reasons import is_out_of_memory
 from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
-from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta
+from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS
+from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta, write_parquet
+from allreduce_bench.units import parse_tc_rate
 
 LINGER_S = 3.0  # see faults.exit_now
 
@@ -65,13 +70,16 @@ class Benchmark:
 class Session:
     """One rank's measuring context: the same for every benchmark."""
 
-    def __init__(self, config, env: RankEnv, device, progress: Progress):
+    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str]):
         self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.hosts = hosts  # hostname of every global rank, for the raw samples
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
         self.rows_done = 0
+        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/peaks.py)
+        self.peaks = read_meta(config.out_dir).get("peaks", {}).get(str(env.world_size), {}) if self.lead else {}
         self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
-        self._rows = ResultsWriter(config.out_dir) if self.lead else None
+        self._rows = ResultsWriter(config.out_dir, COLUMNS + PEAK_COLUMNS) if self.lead else None
         self._samples = SamplesWriter(config.out_dir) if self.lead else None
 
     def record(self, row: dict, samples=None) -> None:
@@ -81,11 +89,35 @@ class Session:
         if self.lead:
             if samples is not None and len(samples):
                 self._samples.append(samples)  # first: a row never points at missing samples
+            row = self.with_peak(row)
             self._rows.append(row)
             self.show(row)
         self.rows_done += 1
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
+
+    def before_clock(self):
+        """What this rank runs before each sample's clock starts (the test hook's delay)."""
+        return self.fault.before_clock(self.env.rank) if self.fault else None
+
+    def with_peak(self, row: dict) -> dict:
+        """`link_peak_GBps` (the link class bounding this row's world: its `link`, else intra
+        inside one node and inter across nodes; an emulated cluster's shaped rate) and busbw as
+        a percentage of it."""
+        busbw = row.get("busbw_GBps")
+        if busbw is None:
+            return row
+        link = row.get("link") or ("inter" if (row.get("nodes") or 1) > 1 else "intra")
+        peak = self.peaks.get(f"{link}_GBps")
+        emulation = str(row.get("emulation") or "")
+        if link == "inter" and "@" in emulation:
+            try:
+                peak = parse_tc_rate(emulation.split("@", 1)[1]) / 8e9
+            except UsageError:
+                pass
+        if not peak:
+            return row
+        return {**row, "link_peak_GBps": round(peak, 3), "busbw_pct_of_peak": round(100.0 * busbw / peak, 1)}
 
 
 def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
@@ -98,9 +130,11 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     device = join_world(config, env)
     progress = Progress(env.rank, env.world_size)
     try:
-        _gather_meta(config, benchmark, env, device)
-        wrong = benchmark.measure(Session(config, env, device, progress))
+        hosts = _gather_meta(config, benchmark, env, device)
+        wrong = benchmark.measure(Session(config, env, device, progress, hosts))
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
+        if is_out_of_memory(error):
+            raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         exit_now(failure_line(env.rank, progress, error, config.timeout_s),
@@ -108,21 +142,45 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
         exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
     dist.destroy_process_group()
+    if env.rank == 0:
+        _write_parquet(config.out_dir)
     return wrong
 
 
-def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> None:
-    """Where every rank runs, into meta.json (rank 0 writes; a new run starts its meta here
-    when no driver did, as under a launcher)."""
+def _write_parquet(out_dir) -> None:
+    """results.parquet beside the CSV once this world is done; the CSV stays the record."""
+    try:
+        write_parquet(out_dir)
+    except (OSError, ValueError, ImportError) as error:
+        print(f"allreduce-bench: results.parquet not written ({error}); results.csv is complete",
+              file=sys.stderr)
+
+
+def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> list[str]:
+    """Where every rank runs and the link peaks it can know, into meta.json (rank 0 writes; a
+    new run starts its meta here when no driver did, as under a launcher). On CPU, ranks 0 and 1
+    first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`.
+    Returns every rank's hostname (for the raw samples)."""
+    probe_GBps = None
+    if device.kind == "cpu" and env.world_size > 1:
+        probe_GBps = link_peaks.probe(env.rank)
     infos = [None] * env.world_size
-    dist.all_gather_object(infos, run_meta.rank_info(device, env))
+    dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
+                                   "peaks": link_peaks.local_peaks(device)})
+    hosts = [info["hostname"] for info in infos]
     if env.rank != 0:
-        return
+        return hosts
+    per_rank = [{"rank": i, **info.pop("peaks")} for i, info in enumerate(infos)]
+    world_peaks = link_peaks.world_peaks(per_rank, probe_GBps)
     if read_meta(config.out_dir).get("run_id") != config.run_id:
         start_meta(config.out_dir, benchmark.meta(config))
     meta = read_meta(config.out_dir)
     if len(infos) >= len(meta.get("hostnames", [])):  # a local sub-world does not shrink it
         meta.update(run_meta.world_meta(infos))
+    meta.setdefault("peaks", {})[str(env.world_size)] = {
+        **world_peaks, "probe": {"GBps": probe_GBps, "bytes": link_peaks.PROBE_BYTES} if probe_GBps else None,
+        "per_rank": per_rank}
     write_meta(config.out_dir, meta)
     if resume.repair_tail(config.out_dir):
         print("allreduce-bench: dropped a half-written last row of results.csv", file=sys.stderr)
+    return hosts

@@ -36,6 +36,12 @@ class CommGroup:
 
 @dataclass(frozen=True)
 class World:
+    """What an algorithm's `build(tensor, world)` gets; the public surface for plug-ins is
+    `rank`, `size`, `process_group` (the whole (sub-)world's torch ProcessGroup; None means the
+    default group, which torch's calls accept as is), `group`, `intra` and `inter` (CommGroups:
+    `pg`, `ranks` = global ranks in group order, `rank`, `size`, `peer(offset)`),
+    `ranks_per_node`, `nodes` and `device` (`device.torch_device`)."""
+
     group: CommGroup  # the whole (sub-)world
     intra: CommGroup  # my node
     inter: CommGroup  # same local rank, every node
@@ -49,6 +55,10 @@ class World:
     @property
     def size(self) -> int:
         return self.group.size
+
+    @property
+    def process_group(self) -> dist.ProcessGroup | None:
+        return self.group.pg
 
     @property
     def nodes(self) -> int:

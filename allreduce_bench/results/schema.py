@@ -10,8 +10,15 @@ SCHEMA_VERSION = 2
 
 COLUMNS = [
     "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
-    "world_size", "nodes", "ranks_per_node", "size_bytes", "count", "iters", "warmup",
-    "time_us_median", "time_us_mean", "time_us_p95", "time_us_min", "time_us_max",
+    "world_size", "nodes", "ranks_per_node", "size_bytes", "count",
+    # how it was timed: `timing` = samples (schema 2) or per-iteration (older runs); each of
+    # `samples` samples times `loops` back-to-back calls; `warmup` untimed calls came first
+    "timing", "samples", "loops", "warmup",
+    # over samples of the slowest rank's time per call (metrics.sample_stats)
+    "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_min", "time_us_max",
+    "time_cv", "unstable",
+    # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag
+    "time_us_rank_mean", "slowest_rank", "slowest_rank_share", "rank_lag_us",
     "algbw_GBps", "busbw_GBps", "wrong",
     # benchmark = ddp rows (ddp_bench.py): what was timed, DDP's bucket cap, micro-batches per
     # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
@@ -34,3 +41,33 @@ def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if "benchmark" in frame.columns:
         frame = frame[frame["benchmark"].fillna("allreduce") == "allreduce"]
     return frame
+
+
+def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
+    """The raw samples of one measurement in the samples.parquet schema: one row per (sample,
+    rank) with that rank's time per call. `ranks` are the global ranks of the measuring group
+    in group-rank order; `hosts` the hostname of every global rank (when known)."""
+    records = []
+    for index, times in enumerate(per_rank_us):
+        rank = int(ranks[index])
+        host = hosts[rank] if hosts and rank < len(hosts) else ""
+        for number, time_us in enumerate(times):
+            records.append((number, rank, host, float(time_us)))
+    frame = pd.DataFrame.from_records(records, columns=["sample", "rank", "host", "time_us"])
+    for column in ("run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
+                   "operation", "measure", "bucket_mb", "loops"):
+        value = row.get(column)
+        frame[column] = "" if value is None and column in ("link", "operation", "measure") else value
+    frame["bucket_mb"] = frame["bucket_mb"].astype("float64")
+    return frame[SAMPLE_COLUMNS]
+
+
+# Rows imported from other tools (allreduce-bench import): which tool and collective, out-of-place
+# or in-place, the cells exactly as printed, per-iteration statistics nccl-tests -I prints, and
+# where in the source file each row was read.
+IMPORTED_COLUMNS = ["source_tool", "collective", "in_place", "time_printed", "algbw_printed",
+                    "busbw_printed", "wrong_printed", "max_error", "time_us_p99", "time_cv_pct",
+                    "source_file", "source_line"]
+# How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)
+PEAK_COLUMNS = ["link_peak_GBps", "busbw_pct_of_peak"]
+PARQUET_FILE = "results.parquet"

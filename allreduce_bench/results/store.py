@@ -6,13 +6,15 @@ finishes, so a crash or Ctrl-C loses at most the size in flight and the file sta
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.results.schema import COLUMNS, META_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
+from allreduce_bench.results.schema import COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
 
 
 def drop_partial_last_row(path: Path) -> bool:
@@ -27,6 +29,19 @@ def drop_partial_last_row(path: Path) -> bool:
         f.flush()
         os.fsync(f.fileno())
     return True
+
+
+def whole_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The lines that end in a newline: a last line cut short (disk full, a killed writer) is
+    never read as a row."""
+    for line in lines:
+        if line.endswith("\n"):
+            yield line
+
+
+class DiskFullError(OSError):
+    """Writing a row failed (disk full, quota, I/O error); the file was cut back to its last
+    whole row, and the message says so."""
 
 
 class ResultsWriter:
@@ -61,22 +76,41 @@ class ResultsWriter:
         return merged
 
     def append(self, row: dict) -> None:
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        with open(self.path, "a", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
-            f.flush()
-            os.fsync(f.fileno())
+        """Append one row (the header first into an empty file) all or nothing: when the write
+        fails part way (ENOSPC), the file is cut back to where it was and the error names it."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            writer.writeheader()
+        writer.writerow(row)
+        data = text.getvalue().encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            before = os.fstat(fd).st_size
+            written = 0
+            while written < len(data):  # unbuffered: nothing is left to fail at close
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError as error:
+            try:
+                os.ftruncate(fd, before)  # no torn row: the file ends with its last whole row
+            except OSError:
+                pass
+            raise DiskFullError(error.errno, error.strerror, str(self.path)) from None
+        finally:
+            os.close(fd)
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:
     path = Path(out_dir) / META_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
-    tmp.replace(path)  # atomic: a reader never sees half a file
+    try:
+        tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half a file
+    except OSError as error:  # disk full: the old meta.json stays whole; say which file
+        tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 def start_meta(out_dir: Path, meta: dict) -> None:
@@ -90,8 +124,24 @@ def start_meta(out_dir: Path, meta: dict) -> None:
 
 
 def read_meta(run_dir: Path) -> dict:
+    """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
+    from allreduce_bench.errors import UsageError
+
     path = Path(run_dir) / META_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({error})"
+        raise UsageError(f"{path} {what}: it is damaged or was not written by allreduce-bench; "
+                         "restore it, or move it away to start afresh") from None
+    except OSError as error:
+        raise UsageError(f"{path} cannot be read ({error.strerror})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path} is not a JSON object: it was not written by allreduce-bench; "
+                         "move it away to start afresh")
+    return meta
 
 
 def update_meta(out_dir: Path, **fields) -> None:
@@ -123,3 +173,35 @@ class SamplesWriter:
         tmp.replace(path)
         self._next += 1
         return path
+
+
+def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """One Arrow type per column: text columns that mix strings and numbers (a CSV column empty
+    in some rows) become strings, True/False columns nullable booleans."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype != object:
+            continue
+        values = frame[column].dropna()
+        if values.empty:
+            frame[column] = frame[column].astype("float64")  # an empty column: no values, no type
+        elif values.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+            frame[column] = pd.to_numeric(frame[column])
+        elif values.map(lambda v: isinstance(v, bool)).all():
+            frame[column] = frame[column].astype("boolean")
+        else:
+            frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
+    return frame
+
+
+def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
+    """results.parquet beside results.csv (the crash-safe append log stays the CSV): `frame`, or
+    the CSV as it is now. Written to a temporary name and renamed, so a reader never sees half."""
+    out_dir = Path(out_dir)
+    if frame is None:
+        frame = pd.read_csv(out_dir / RESULTS_FILE)
+    path = out_dir / PARQUET_FILE
+    tmp = out_dir / f".{PARQUET_FILE}.tmp"
+    parquet_safe(frame).to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,167 @@
+"""Other tools' results as the project's runs: nccl-tests (text of every generation, and -J
+JSON), PARAM comms' COMMS-RES lines, ml-engineering's all_reduce_bench.py tables.
+
+Each format is one module of pure functions of text (`looks_like`, `parse(text, source) ->
+[ImportedRun]`); this module detects the format, settles the collective and the world size, and
+turns a run into rows of results/schema.py COLUMNS + IMPORTED_COLUMNS and a meta.json.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import uuid
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.errors import UsageError
+from allreduce_bench.interop import nccl_tests_json, nccl_tests_text, param_comms, pybench
+from allreduce_bench.interop.collectives import FACTORS, TYPES, count_ratio, factor_of, world_size_from_factor
+from allreduce_bench.interop.lines import ParseError
+from allreduce_bench.interop.run import ImportedRun
+from allreduce_bench.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
+
+FORMATS = (nccl_tests_json, nccl_tests_text, param_comms, pybench)  # detection order
+IMPORT_COLUMNS = COLUMNS + IMPORTED_COLUMNS
+_BACKEND = {"nccl-tests": ("nccl", "cuda"), "all_reduce_bench.py": ("nccl", "cuda"),
+            "param-comms": ("", "")}
+
+__all__ = ["ImportedRun", "ParseError", "read_text", "read_file", "run_frame", "run_meta", "samples_frame"]
+
+
+def read_text(text: str, source: str) -> list[ImportedRun]:
+    """Every run in `text` (the contents of `source`), format detected."""
+    for module in FORMATS:
+        if module.looks_like(text):
+            runs = module.parse(text, source)
+            if not runs:
+                raise ParseError(source, 1, f"looks like {module.TOOL} output but holds no result rows",
+                                 "a table needs its header line and at least one row")
+            return runs
+    first = next((i for i, line in enumerate(text.splitlines(), 1) if line.strip()), 1)
+    raise ParseError(source, first, "no nccl-tests (text or -J JSON), PARAM comms COMMS-RES or "
+                     "all_reduce_bench.py table found", "give one of those tools' output as it printed it")
+
+
+def read_file(path: Path | str) -> list[ImportedRun]:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ParseError(str(path), data[:error.start].count(b"\n") + 1,
+                         "not text (bytes that are not UTF-8)") from None
+    return read_text(text, str(path))
+
+
+def settle(run: ImportedRun, source: str, collective: str | None = None,
+           world_size: int | None = None) -> ImportedRun:
+    """Fill the collective and world size the output did not print (or the user overrides)."""
+    if collective:
+        if collective not in FACTORS:
+            raise UsageError(f"unknown collective {collective!r}; use one of {', '.join(FACTORS)}")
+        run.collective, run.why = collective, "given with --collective"
+    if run.collective is None:
+        raise ParseError(source, run.first_line, f"cannot tell which collective this table measured "
+                         f"({run.why}); give it with --collective, e.g. --collective all_reduce", None)
+    if world_size:
+        run.world_size = world_size
+    if run.world_size is None:
+        element = {TYPES[r["type"]][1] for r in run.rows if r.get("type") in TYPES}
+        ratio = count_ratio(run.rows, element.pop()) if len(element) == 1 else None
+        if ratio and ratio > 1:
+            run.world_size = ratio
+        else:
+            run.world_size = world_size_from_factor(run.collective, factor_of(run.rows))
+    if run.world_size is None:
+        raise ParseError(source, run.first_line, "the world size is neither printed nor readable from "
+                         "busbw/algbw; give it with --world-size N", None)
+    return run
+
+
+def run_id_of(source: str, run: ImportedRun, text_digest: str) -> str:
+    """Stable: importing the same table again gives the same run id."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"{text_digest}:{run.first_line}:{run.last_line}").hex
+
+
+def _benchmark(run: ImportedRun, in_place: bool) -> str:
+    """`allreduce` for AllReduce rows (what every analysis reads), else the collective's name;
+    `-in-place` marks the in-place half of a table that has both, so analyses read the
+    out-of-place rows (the column nccl-tests users quote) and both stay in the file."""
+    name = "allreduce" if run.collective == "all_reduce" else run.collective
+    both = {bool(r["in_place"]) for r in run.rows} == {False, True}
+    return f"{name}-in-place" if both and in_place else name
+
+
+def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:
+    if run.source_tool != "nccl-tests":
+        return {"timing": run.source_tool}
+    kept = 0 if run.samples is None else int(((run.samples["size_bytes"] == row["size_bytes"])
+                                              & (run.samples["in_place"] == row["in_place"])).sum())
+    if kept:
+        return {"timing": "nccl-tests -J per-iteration", "samples": kept, "loops": 1}
+    return {"timing": "nccl-tests average", "samples": 1, "loops": settings.get("iters")}
+
+
+def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFrame:
+    """The run as rows of the project's schema plus the imported columns."""
+    hosts = run.meta.get("hostnames") or []
+    nodes = len(dict.fromkeys(hosts)) or None
+    backend, device = _BACKEND.get(run.source_tool, ("", ""))
+    settings = run.meta.get("settings", {})
+    rows = []
+    for r in run.rows:
+        row = {"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
+               "benchmark": _benchmark(run, r["in_place"]), "algorithm": "native",
+               "backend": backend, "device": device, "world_size": run.world_size,
+               "nodes": nodes,
+               "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
+               "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
+               # in the measuring core's terms: one printed time = one sample of `iters` calls
+               # back to back (nccl-tests); -J per-iteration times are samples of one call each
+               **_timing(run, r, settings),
+               "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
+               **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}}
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    for column in IMPORT_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = None
+    return frame[IMPORT_COLUMNS]
+
+
+def run_meta(run: ImportedRun, run_id: str, tag: str, source: str) -> dict:
+    backend, device = _BACKEND.get(run.source_tool, ("", ""))
+    meta = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "tag": tag,
+            "benchmark": "allreduce" if run.collective == "all_reduce" else run.collective,
+            "collective": run.collective, "backend": backend, "device": device,
+            "world_size": run.world_size,
+            "imported": {"tool": run.source_tool, "file": str(Path(source).resolve()),
+                         "lines": [run.first_line, run.last_line], "how": run.why,
+                         "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
+            "dtype": sorted({r["dtype"] for r in run.rows if r.get("dtype")}),
+            **run.meta}
+    if meta.get("hostnames"):
+        meta["nodes_seen"] = len(dict.fromkeys(meta["hostnames"]))
+    return meta
+
+
+def samples_frame(run: ImportedRun, run_id: str) -> pd.DataFrame | None:
+    """Per-iteration times (nccl-tests -J version 2+) as raw samples of the samples schema."""
+    if run.samples is None or run.samples.empty:
+        return None
+    frame = run.samples.copy()
+    frame["run_id"], frame["algorithm"], frame["world_size"] = run_id, "native", run.world_size
+    frame["benchmark"] = [_benchmark(run, bool(p)) for p in frame["in_place"]]
+    for column in SAMPLE_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = "" if column in ("link", "operation", "measure", "host") else None
+    frame["bucket_mb"] = frame["bucket_mb"].astype("float64")
+    return frame[SAMPLE_COLUMNS]
+
+
+def digest(path: Path | str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]

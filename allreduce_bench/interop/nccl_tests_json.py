@@ -1,0 +1,124 @@
+"""nccl-tests' JSON output (`-J FILE`, nccl-tests 2.17.3+; the writer is src/util.cu).
+
+One document per run: `version` (1-3), `start_time`, `args` (the command line), `env`,
+`nccl_version` (NCCL_VERSION_CODE), `config` (iterations, sizes, `devices`: one object per rank),
+`results` (one object per size: size, count, type, redop, `root` as a padded string such as
+"    -1", `out_of_place` / `in_place` objects {time or cpu_time, alg_bw, bus_bw, nwrong}, null
+when not run), `out_of_bounds`, and `average_bus_bandwidth`, spelt `average_bus_bandwidith` up
+to 2.17.8. Booleans are written as the strings "true"/"false" and NaN as "nan". From version 2
+each half may carry `<half>_per_iter` with min/max/avg/p50/p95/p99/stdev, cv_pct and
+`times_us` (every iteration, the max over processes): those become raw samples.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from allreduce_bench.interop.collectives import TYPES, collective_of_program, guess_collective
+from allreduce_bench.interop.lines import ParseError
+from allreduce_bench.interop.run import ImportedRun, nccl_version_of_code
+
+TOOL = "nccl-tests"
+
+
+def looks_like(text: str) -> bool:
+    head = text.lstrip()[:4000]
+    return head.startswith("{") and '"results"' in text and ('"nccl_version"' in head or '"config"' in head)
+
+
+def _float(value) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)  # "nan" (a string) reads as NaN
+    except (TypeError, ValueError):
+        return None
+
+
+def _bool(value):
+    return {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+
+
+def _program(args: list) -> str | None:
+    return next((collective_of_program(a) and a for a in args[:1]), None) if args else None
+
+
+def parse(text: str, source: str) -> list[ImportedRun]:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ParseError(source, error.lineno, f"not valid JSON ({error.msg})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("results"), list):
+        raise ParseError(source, 1, "a JSON document without a `results` list is not nccl-tests' -J output")
+    version = document.get("version")
+    if version not in (1, 2, 3):
+        raise ParseError(source, 1, f"nccl-tests JSON version {version!r}; this importer reads versions 1-3")
+    config = {k: _bool(v) for k, v in (document.get("config") or {}).items() if k != "devices"}
+    devices = (document.get("config") or {}).get("devices") or []
+    args = [str(a) for a in document.get("args") or []]
+    rows, samples = [], []
+    for index, result in enumerate(document["results"]):
+        if not isinstance(result, dict) or "size" not in result:
+            raise ParseError(source, 1, f"results[{index}] has no `size`")
+        type_name = str(result.get("type", ""))
+        root = str(result.get("root", "")).strip()
+        base = {"size_bytes": int(result["size"]), "count": int(result.get("count") or 0) or None,
+                "type": type_name, "dtype": TYPES.get(type_name, (type_name, None))[0],
+                "redop": str(result.get("redop", "")).strip(),
+                "root": int(root) if root.lstrip("-").isdigit() else None,
+                "source_line": index}  # JSON has no lines: the index in `results`
+        for in_place, half in ((False, "out_of_place"), (True, "in_place")):
+            body = result.get(half)
+            if not isinstance(body, dict):
+                continue  # null: that half was not run
+            time_us = _float(body.get("time", body.get("cpu_time")))
+            row = {**base, "in_place": in_place, "time_us_median": time_us, "time_us_mean": time_us,
+                   "algbw_GBps": _float(body.get("alg_bw")), "busbw_GBps": _float(body.get("bus_bw")),
+                   "time_printed": str(body.get("time", body.get("cpu_time"))),
+                   "algbw_printed": str(body.get("alg_bw")), "busbw_printed": str(body.get("bus_bw")),
+                   "wrong_printed": str(body.get("nwrong"))}
+            wrong = _float(body.get("nwrong"))
+            row["wrong"] = int(wrong) if wrong is not None and wrong == wrong else None
+            per_iter = result.get(f"{half}_per_iter")
+            if isinstance(per_iter, dict):
+                times = [t for t in map(_float, per_iter.get("times_us") or []) if t is not None]
+                if times:
+                    row["time_us_median"] = pd.Series(times).median()
+                row.update({name: _float(per_iter.get(key)) for name, key in (
+                    ("time_us_min", "min_us"), ("time_us_max", "max_us"), ("time_us_p95", "p95_us"),
+                    ("time_us_p99", "p99_us"), ("time_cv_pct", "cv_pct"))})
+                samples += [{"size_bytes": base["size_bytes"], "in_place": in_place, "sample": i,
+                             "rank": 0, "loops": 1, "time_us": t} for i, t in enumerate(times)]
+            rows.append(row)
+    if not rows:
+        raise ParseError(source, 1, "the JSON document has no results")
+    program = _program(args)
+    collective = collective_of_program(program) if program else None
+    world_size = len(devices) or None
+    why = f"named by '{program}'" if collective else ""
+    if collective is None:
+        element = TYPES.get(rows[0]["type"], ("", 1))[1]
+        collective, why = guess_collective([r for r in rows if not r["in_place"]] or rows, element,
+                                           world_size, has_redop=bool(rows[0]["redop"]) and rows[0]["redop"] != "none",
+                                           rooted=any(r["root"] not in (None, -1) for r in rows))
+    meta = {"json_version": version, "start_time": document.get("start_time"),
+            "end_time": document.get("end_time"), "command": " ".join(args) or None,
+            "settings": config, "environment": document.get("env") or []}
+    if isinstance(document.get("nccl_version"), int):
+        meta["versions"] = {"nccl": nccl_version_of_code(document["nccl_version"])}
+    if devices:
+        meta["devices"] = [{"rank": d.get("rank"), "group": d.get("group"), "pid": d.get("pid"),
+                            "host": d.get("hostname"), "device": d.get("device"),
+                            "bus": d.get("device_hex"), "device_name": d.get("device_info")}
+                           for d in devices]
+        meta["hostnames"] = [d["host"] for d in meta["devices"]]
+        meta["device_names"] = [d["device_name"] for d in meta["devices"]]
+    average = document.get("average_bus_bandwidth", document.get("average_bus_bandwidith"))
+    if isinstance(average, dict):
+        meta["avg_busbw_GBps"] = _float(average.get("bandwidth"))
+    if isinstance(document.get("out_of_bounds"), dict):
+        meta["out_of_bounds"] = {k: _bool(v) for k, v in document["out_of_bounds"].items()}
+    run = ImportedRun(TOOL, collective, rows, meta, 1, text.count("\n") + 1, world_size, why)
+    run.samples = pd.DataFrame(samples) if samples else None
+    return [run]

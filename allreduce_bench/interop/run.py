@@ -1,0 +1,32 @@
+"""One run read from another tool's output, before it becomes rows of the project's schema."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+
+@dataclass
+class ImportedRun:
+    """What one table (or JSON document) of another tool holds.
+
+    `rows` carry the measurement fields (size_bytes, count, dtype, time_us_median, algbw_GBps,
+    busbw_GBps, wrong, in_place, the printed cells, ...); `meta` what the tool printed about
+    the run (ranks, hosts, devices, versions, command line, iterations)."""
+
+    source_tool: str
+    collective: str | None
+    rows: list[dict]
+    meta: dict
+    first_line: int
+    last_line: int
+    world_size: int | None = None
+    why: str = ""  # how the collective and world size were told (when no line names them)
+    samples: pd.DataFrame | None = field(default=None, repr=False)  # per-iteration times
+
+
+def nccl_version_of_code(code: int) -> str:
+    """NCCL_VERSION_CODE -> 'major.minor.patch' (x10000 + x100 from 2.9 on, x1000 + x100 before)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"

@@ -1,0 +1,173 @@
+"""The peak bandwidth of the links a run crosses, as far as this machine can tell.
+
+On GPUs: the model, NVLink generation and active link count (NVML through pynvml when it is
+installed, else `nvidia-smi nvlink -s`), so intra-node peak = links x per-link rate in one
+direction (NVLink 1: 20 GB/s, 2-4: 25, 5: 50; an H100 SXM: 18 x 25 = 450 GB/s). Across nodes:
+the active NIC ports' rates (`/sys/class/infiniband/*/ports/*/rate`, e.g. "400 Gb/sec (4X
+NDR)" = 50 GB/s; Ethernet ports' /sys/class/net/*/speed when there is no InfiniBand), summed
+per node, as NCCL spreads its rings over every NIC. On CPU nothing names a peak, so rank 0 and
+rank 1 time a short point-to-point ping-pong at the start of the run (`probe`).
+
+The peaks are for busbw: a bandwidth-optimal AllReduce moves busbw through each rank's link,
+so busbw / peak is how close a measurement came to what the link can do.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
+PROBE_BYTES = 8 << 20
+PROBE_ROUNDS = 5
+
+
+# ---- pure parsers (unit-tested on the tools' text) ---------------------------------------------
+
+def parse_rate_file(text: str) -> float | None:
+    """'400 Gb/sec (4X NDR)' -> 50.0 GB/s."""
+    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text)
+    return float(match.group(1)) / 8 if match else None
+
+
+def parse_nvlink_status(text: str) -> dict[int, list[float]]:
+    """`nvidia-smi nvlink -s` -> {gpu index: [GB/s of each active link]}."""
+    found: dict[int, list[float]] = {}
+    gpu = None
+    for line in text.splitlines():
+        if match := re.match(r"\s*GPU (\d+):", line):
+            gpu = int(match.group(1))
+            found[gpu] = []
+        elif gpu is not None and (match := re.match(r"\s*Link \d+:\s*([\d.]+)\s*GB/s", line)):
+            found[gpu].append(float(match.group(1)))
+    return found
+
+
+# ---- what this host can tell -------------------------------------------------------------------
+
+def _nvml(index: int) -> dict | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        name = pynvml.nvmlDeviceGetName(handle)
+        links, version = 0, None
+        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+            try:
+                if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                    links += 1
+                    version = version or pynvml.nvmlDeviceGetNvLinkVersion(handle, link)
+            except pynvml.NVMLError:
+                break
+        return {"index": index, "name": name.decode() if isinstance(name, bytes) else name,
+                "nvlink_version": version, "nvlink_links": links,
+                "nvlink_GBps": links * NVLINK_GBPS_PER_LINK.get(version, 25.0) if links else None,
+                "how": "nvml"}
+    except Exception as error:  # NVML missing or refusing: say so, measure anyway
+        return {"index": index, "how": f"nvml failed: {error}"}
+
+
+def _nvidia_smi(index: int, timeout_s: float = 20.0) -> dict | None:
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return None
+    try:
+        done = subprocess.run([command, "nvlink", "-s", "-i", str(index)], capture_output=True,
+                              text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as error:
+        return {"index": index, "how": f"nvidia-smi failed: {error}"}
+    links = parse_nvlink_status(done.stdout).get(index, [])
+    return {"index": index, "nvlink_links": len(links),
+            "nvlink_GBps": round(sum(links), 3) if links else None, "how": "nvidia-smi nvlink -s"}
+
+
+def gpu_peak(index: int) -> dict:
+    return _nvml(index) or _nvidia_smi(index) or {"index": index, "how": "neither pynvml nor nvidia-smi"}
+
+
+def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
+    """Active InfiniBand/RoCE ports with their rates; physical Ethernet ports when there are none."""
+    found = []
+    for port in sorted((root / "infiniband").glob("*/ports/*")):
+        try:
+            state = (port / "state").read_text()
+            rate = parse_rate_file((port / "rate").read_text())
+        except OSError:
+            continue
+        layer = (port / "link_layer").read_text().strip() if (port / "link_layer").exists() else ""
+        if rate and "ACTIVE" in state:
+            found.append({"name": port.parent.parent.name, "port": port.name, "rate_GBps": rate,
+                          "layer": layer or "InfiniBand"})
+    if found:
+        return found
+    for interface in sorted((root / "net").glob("*")):
+        try:
+            if not (interface / "device").exists() or (interface / "operstate").read_text().strip() != "up":
+                continue
+            speed = int((interface / "speed").read_text())
+        except (OSError, ValueError):
+            continue
+        if speed > 0:
+            found.append({"name": interface.name, "rate_GBps": speed / 8000.0, "layer": "Ethernet"})
+    return found
+
+
+def local_peaks(device) -> dict:
+    """This rank's view: its GPU's NVLink and its node's NICs (gathered to rank 0)."""
+    found = {"host": socket.gethostname(), "nics": nic_peaks()}
+    if getattr(device, "kind", "cpu") == "cuda":
+        found["gpu"] = gpu_peak(device.torch_device.index)
+    return found
+
+
+def probe(rank: int, group=None, size_bytes: int = PROBE_BYTES, rounds: int = PROBE_ROUNDS) -> float | None:
+    """Point-to-point bandwidth between ranks 0 and 1 in GB/s (one direction: half a ping-pong),
+    the best of `rounds` after two warm-ups; None on the other ranks. Called by every rank."""
+    import torch
+    import torch.distributed as dist
+
+    if rank > 1:
+        return None
+    buffer = torch.zeros(size_bytes // 4, dtype=torch.float32)
+    peer = 1 - rank
+    best = None
+    for i in range(rounds + 2):  # two warm-ups: the first send also connects the pair
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(buffer, peer, group=group)
+            dist.recv(buffer, peer, group=group)
+        else:
+            dist.recv(buffer, peer, group=group)
+            dist.send(buffer, peer, group=group)
+        elapsed = (time.perf_counter() - start) / 2
+        if i > 1:
+            best = elapsed if best is None else min(best, elapsed)
+    return size_bytes / best / 1e9 if best else None
+
+
+def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:
+    """The peak of each link class for the whole world: intra = the slowest rank's NVLink (or,
+    on CPU, the probe); inter = the node whose NICs add up to the least (on one host: the probe)."""
+    gpus = [r.get("gpu") for r in per_rank]
+    intra = how_intra = None
+    if gpus and all(g and g.get("nvlink_GBps") for g in gpus):
+        intra = min(g["nvlink_GBps"] for g in gpus)
+        how_intra = f"NVLink: {min(g['nvlink_links'] for g in gpus)} links ({gpus[0]['how']})"
+    elif not any(gpus) and probe_GBps:
+        intra, how_intra = probe_GBps, "point-to-point probe, rank 0 <-> 1"
+    per_host = {}
+    for r in per_rank:
+        per_host.setdefault(r["host"], sum(n["rate_GBps"] for n in r.get("nics", [])))
+    inter = how_inter = None
+    if len(per_host) > 1 and all(per_host.values()):
+        inter = min(per_host.values())
+        how_inter = "sum of each node's active NIC ports (the slowest node)"
+    elif len(per_host) == 1 and probe_GBps and not any(gpus):
+        inter, how_inter = probe_GBps, "one host: simulated nodes share the probe's loopback"
+    return {"intra_GBps": intra, "intra_how": how_intra, "inter_GBps": inter, "inter_how": how_inter}

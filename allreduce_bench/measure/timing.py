@@ -1,0 +1,135 @@
+"""The one timing loop of every benchmark: calibrated samples of back-to-back calls.
+
+A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
+every rank; its time per call is the interval / loops. Before each sample the ranks align
+(a barrier, outside the clock; on GPU also a short device-side spin, so the host has queued
+the whole sample before its start event fires and the interval holds no launch overhead).
+
+`loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
+`min_sample_s`: one call of a small size lasts about as long as the barrier's exit skew and the
+clock's own cost, many do not. The number of samples then fits a time budget: small sizes get
+many, large ones at least `min_samples`. Both can be fixed by hand.
+
+Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
+ranks, so every rank makes the same number of calls.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.config import Sampling  # noqa: F401  (the settings this loop reads)
+from allreduce_bench.measure.device import Device
+
+# --- pure arithmetic (tested on a fake clock) ----------------------------------------------------
+
+def calibrate_loops(sample_s: Callable[[int], float], min_sample_s: float,
+                    max_loops: int) -> tuple[int, float]:
+    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample
+    lasts >= min_sample_s.
+
+    `sample_s(loops)` times one sample (the slowest rank's seconds, the same on every rank).
+    From a first sample of one call, jump to the estimate (with 20% headroom), then confirm;
+    at most a few samples are spent, and they double as warm-up."""
+    loops = 1
+    for _ in range(8):
+        took = sample_s(loops)
+        if took >= min_sample_s or loops >= max_loops:
+            return loops, took
+        estimate = math.ceil(loops * 1.2 * min_sample_s / max(took, 1e-9))
+        loops = min(max_loops, max(loops * 2, estimate))
+    return loops, took
+
+
+def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples: int) -> int:
+    """As many samples as fit the budget, within [min_samples, max_samples]."""
+    fit = int(budget_s / sample_s) if sample_s > 0 else max_samples
+    return max(min_samples, min(max_samples, fit))
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+def slowest(values: list[float], group, device: Device) -> list[float]:
+    """Element-wise MAX over the group's ranks."""
+    t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.cpu().tolist()
+
+
+def gather(values: list[float], group, device: Device) -> list[list[float]]:
+    """Every rank's list (same length), in group-rank order, on every rank."""
+    t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t, group=group)
+    return [p.cpu().tolist() for p in parts]
+
+
+def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
+                 host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
+    """This rank's time per call (us) in each of `count` samples of `loops` calls.
+
+    `before_clock` runs on this rank after the alignment and before its clock starts (the
+    test hook that makes a rank late on purpose)."""
+    timer = device.timer(count)
+    spin = 0.0 if host_launch else device.launch_spin_s(loops)
+    for i in range(count):
+        device.align(group, spin)
+        if before_clock is not None:
+            before_clock()
+        timer.start(i)
+        queued = time.perf_counter()
+        for _ in range(loops):
+            call()
+        timer.stop(i)
+        device.note_launch(time.perf_counter() - queued, loops)  # sizes the next GPU spin
+    return [t / loops for t in timer.times_us()]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement: every rank's per-call times per sample, and how they were taken."""
+
+    per_rank_us: list[list[float]]  # [rank][sample], group-rank order
+    loops: int
+    samples: int
+
+
+def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
+           before_clock: Callable[[], None] | None = None, agree=False) -> Measured:
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
+
+    `agree`: another group (e.g. None, the whole world) whose ranks all sample at once, in
+    several groups side by side: loops and samples are then decided, and times gathered, over
+    it, so every group makes the same number of calls and the result is the slowest group's."""
+    agree = group if agree is False else agree
+    for _ in range(sampling.warmup):
+        call()
+    device.synchronize()
+
+    def one_sample_s(loops: int) -> float:
+        mine = take_samples(call, device, group, loops, 1, sampling.host_launch)
+        return slowest(mine, agree, device)[0] * loops / 1e6
+
+    if sampling.loops is None:
+        loops, took = calibrate_loops(one_sample_s, sampling.min_sample_s, sampling.max_loops)
+    else:  # one sample anyway: the plan needs its length, and it warms the exact call sequence
+        loops, took = sampling.loops, one_sample_s(sampling.loops)
+    count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
+                                             sampling.max_samples)
+    mine = take_samples(call, device, group, loops, count, sampling.host_launch, before_clock)
+    return Measured(gather(mine, agree, device), loops, count)
+
+
+def busy_wait_call(seconds: float) -> Callable[[], None]:
+    """A call that spins for exactly `seconds` and communicates nothing: the harness's own bias
+    is what it reports beyond `seconds` (scripts/perf_core.py)."""
+    def call() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    return call

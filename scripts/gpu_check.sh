@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Self-check of allreduce-bench on a machine with one or more GPUs, in under 8 minutes:
+#   1. environment facts: GPUs, driver, CUDA, NCCL, torch, `nvidia-smi topo -m` (environment.txt);
+#   2. `run` with NCCL: every algorithm at the largest world size the GPUs allow (world size 1 on
+#      one GPU: init, device binding, CUDA-event timing, device-side alignment, the check), and
+#      with >= 2 GPUs the default sweep (2, 4, ... up to the GPU count);
+#   3. `ddp` at that world size;
+# into results/example-<gpu model>-<n>gpu/ (results.csv, meta.json, plots/ with report.md;
+# ddp/ likewise; environment.txt, summary.txt), ready to commit, and a short summary.
+#
+#   scripts/gpu_check.sh [--out DIR] [--force] [--no-install]
+#   scripts/gpu_check.sh --name "NVIDIA H100 80GB HBM3" 8   # prints the output directory only
+#
+# Installs nothing from the network: only `pip install -e .` of this checkout, without
+# dependencies (torch with CUDA must already be there). Writes only under results/.
+# Exit codes: 0 all good; 1 a step failed or a result was wrong; 2 no GPU here, or bad usage.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python}
+BUDGET_S=${BUDGET_S:-450}  # 7.5 minutes for the steps; the rest is start-up and the summary
+
+usage() { echo "gpu_check.sh: error: $1; usage: scripts/gpu_check.sh [--out DIR] [--force] [--no-install] | --name MODEL COUNT" >&2; exit 2; }
+
+# results/example-<model>-<n>gpu: the model in lower case, without the vendor, one dash between
+# words: "NVIDIA H100 80GB HBM3", 8 -> results/example-h100-80gb-hbm3-8gpu
+out_dir_for() {
+  local model
+  model=$(tr '[:upper:]' '[:lower:]' <<< "$1" | sed -e 's/nvidia//g' -e 's/geforce//g' \
+          -e 's/[^a-z0-9]\{1,\}/-/g' -e 's/^-//' -e 's/-$//')
+  echo "results/example-${model:-gpu}-${2}gpu"
+}
+
+OUT="" FORCE=0 INSTALL=1
+while (( $# )); do
+  case $1 in
+    --name)
+      (( $# == 3 )) || usage "--name needs a GPU model and a GPU count"
+      [[ $3 =~ ^[1-9][0-9]*$ ]] || usage "the GPU count must be a positive integer, not '$3'"
+      out_dir_for "$2" "$3"; exit 0 ;;
+    --out) (( $# >= 2 )) || usage "--out needs a directory"; OUT=$2; shift 2 ;;
+    --force) FORCE=1; shift ;;
+    --no-install) INSTALL=0; shift ;;
+    *) usage "unknown argument '$1'" ;;
+  esac
+done
+if [[ -n $OUT && ( $OUT != results/* || $OUT == *..* ) ]]; then
+  usage "--out must be under results/ (this script writes only there), not '$OUT'"
+fi
+
+# ---- a GPU, or one line and exit 2 --------------------------------------------------------
+BACKEND=nccl QUICK=()
+if [[ -n ${GPU_CHECK_CPU_RANKS:-} ]]; then
+  # development only: walk through every step with gloo on N CPU ranks and tiny sweeps
+  GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=(--quick) MODEL="cpu test"
+else
+  GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
+fi
+if [[ ! $GPUS =~ ^[0-9]+$ || $GPUS == 0 ]]; then
+  why="torch sees no CUDA device"
+  [[ $GPUS =~ ^[0-9]+$ ]] || why="torch cannot be imported"
+  command -v nvidia-smi >/dev/null || why+=", and nvidia-smi is not installed"
+  echo "gpu_check.sh: no GPU on this machine ($why); run it on a machine with one or more GPUs" >&2
+  exit 2
+fi
+
+START=$(date +%s)
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+if (( INSTALL )); then
+  # this checkout, editable; nothing else: no dependencies, no build isolation (no downloads)
+  if ! "$PYTHON" -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1; then
+    echo "gpu_check.sh: pip install -e . failed; rerun with --no-install and PYTHONPATH=$PWD" >&2
+    exit 1
+  fi
+fi
+MISSING=$("$PYTHON" - <<'EOF'
+import importlib.util
+print(" ".join(m for m in ("torch", "pandas", "matplotlib", "click", "tqdm")
+               if importlib.util.find_spec(m) is None))
+EOF
+)
+[[ -z $MISSING ]] || { echo "gpu_check.sh: missing Python packages: $MISSING" >&2; exit 1; }
+
+MODEL=${MODEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}
+[[ -n $MODEL ]] || MODEL=$("$PYTHON" -c 'import torch; print(torch.cuda.get_device_name(0))')
+OUT=${OUT:-$(out_dir_for "$MODEL" "$GPUS")}
+if [[ -e $OUT ]]; then
+  (( FORCE )) || usage "$OUT exists; remove it or give --force to replace it"
+  rm -rf -- "$OUT"
+fi
+# `run` starts its own directory: the log and the facts wait beside it until the end
+SIDE=$(dirname "$OUT")/.gpu_check-$$
+mkdir -p "$SIDE"
+trap 'mkdir -p "$OUT" && mv -f "$SIDE"/* "$OUT"/ 2>/dev/null; rmdir "$SIDE" 2>/dev/null' EXIT
+LOG=$SIDE/gpu_check.log  # everything the steps print; the terminal gets the summary
+echo "gpu_check.sh: $GPUS x $MODEL -> $OUT (log: $OUT/gpu_check.log)"
+
+# ---- 1. environment -------------------------------------------------------------------------
+{
+  echo "## date"; date -u +%Y-%m-%dT%H:%M:%SZ
+  echo "## host"; hostname
+  echo "## GPUs (nvidia-smi)"
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv 2>&1
+  echo "## torch, CUDA, NCCL"
+  "$PYTHON" - <<'EOF'
+import torch
+print("torch", torch.__version__, "| CUDA", torch.version.cuda, "| cuDNN",
+      torch.backends.cudnn.version(), "| NCCL",
+      ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() else "none")
+for i in range(torch.cuda.device_count()):
+    p = torch.cuda.get_device_properties(i)
+    print(f"cuda:{i} {p.name} {p.total_memory / 2**30:.1f} GiB, compute capability {p.major}.{p.minor}, {p.multi_processor_count} SMs")
+EOF
+  echo "## nvidia-smi topo -m"; nvidia-smi topo -m 2>&1
+  echo "## NCCL_* environment"; env | grep '^NCCL_' || echo "(none)"
+} > "$SIDE/environment.txt" 2>&1
+grep -A1 '^## torch' "$SIDE/environment.txt" | sed -n 2p
+
+# ---- 2. run, 3. ddp -------------------------------------------------------------------------
+FAILED=()
+step() {  # step NAME SECONDS command...: run it under a time limit, log it, note a failure
+  local name=$1 limit=$2; shift 2
+  (( limit > 20 )) || { FAILED+=("$name (no time left)"); return; }
+  local t0=$SECONDS rc
+  timeout --signal=INT --kill-after=15 "$limit" "$@" >> "$LOG" 2>&1; rc=$?
+  echo "  $name: exit $rc in $(( SECONDS - t0 )) s"
+  (( rc == 0 )) || FAILED+=("$name (exit $rc)")
+}
+if (( GPUS == 1 )); then
+  RUN_SIZES=(--world-sizes 1)  # the one world one GPU allows
+else
+  RUN_SIZES=()                 # the default sweep: 2, 4, ... and the GPU count
+fi
+step "run ($BACKEND, world sizes ${RUN_SIZES[1]:-2..$GPUS})" $(( $(left) * 2 / 3 )) \
+  "$PYTHON" -m allreduce_bench run --backend "$BACKEND" "${RUN_SIZES[@]}" "${QUICK[@]}" \
+  --timeout 60 --tag "gpu-check" --out "$OUT"
+step "ddp (world size $GPUS)" $(( $(left) - 10 )) \
+  "$PYTHON" -m allreduce_bench ddp --world-sizes "$GPUS" --backend "$BACKEND" --timeout 60 \
+  ${QUICK[@]:+--params 1M --iters 2 --warmup 1} --out "$OUT/ddp"
+
+# ---- summary --------------------------------------------------------------------------------
+"$PYTHON" - "$OUT" <<'EOF' | tee "$SIDE/summary.txt"
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+out = Path(sys.argv[1])
+for name, path in (("run", out / "results.csv"), ("ddp", out / "ddp" / "results.csv")):
+    if not path.exists():
+        print(f"{name}: no results")
+        continue
+    rows = pd.read_csv(path)
+    print(f"{name}: {len(rows)} rows, world sizes {sorted(rows['world_size'].unique().tolist())}, "
+          f"backend {','.join(rows['backend'].unique())}, #wrong {int(rows['wrong'].sum())}")
+    if name == "run":
+        peak = rows.pivot_table(index="algorithm", columns="world_size", values="busbw_GBps",
+                                aggfunc="max")
+        largest = rows["world_size"].max()
+        if largest == 1:  # busbw is 0 at N=1: show algbw
+            peak = rows.pivot_table(index="algorithm", columns="world_size", values="algbw_GBps",
+                                    aggfunc="max")
+            print("peak algbw (GB/s; busbw is 0 with one rank):")
+        else:
+            print("peak busbw (GB/s) per algorithm and world size:")
+        print(peak.round(1).to_string())
+EOF
+ELAPSED=$(( $(date +%s) - START ))
+echo "gpu_check.sh: $ELAPSED s; figures and report in $OUT/plots and $OUT/ddp/plots"
+if grep -q '#wrong [1-9]' "$SIDE/summary.txt" || (( ${#FAILED[@]} )); then
+  echo "gpu_check.sh: FAILED: ${FAILED[*]:-wrong results}; see $OUT/gpu_check.log" >&2
+  exit 1
+fi
+echo "gpu_check.sh: all good; commit $OUT"

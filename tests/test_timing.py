@@ -1,0 +1,323 @@
+"""The measuring core: calibration on a fake clock, sample statistics and the late-rank method,
+the timing loop's order of events, the GPU spin path with mocks, samples on disk, the
+slowest-rank analysis, analysis without torch, and no import circles."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from allreduce_bench import metrics
+from allreduce_bench.analysis import ranks
+from allreduce_bench.cli import main
+from allreduce_bench.measure import timing
+from allreduce_bench.results.load import load_results, load_samples, upgrade
+from allreduce_bench.results.schema import SAMPLE_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "results" / "example-cpu-gloo"
+
+
+# --- calibration on a fake clock -------------------------------------------------------------
+
+class FakeClock:
+    """A sample of `loops` calls lasts overhead + loops x per_call seconds."""
+
+    def __init__(self, per_call: float, overhead: float = 20e-6):
+        self.per_call, self.overhead, self.asked = per_call, overhead, []
+
+    def __call__(self, loops: int) -> float:
+        self.asked.append(loops)
+        return self.overhead + loops * self.per_call
+
+
+@pytest.mark.parametrize("per_call", [1e-6, 30e-6, 150e-6, 1.9e-3, 5e-3, 0.3])
+def test_calibration_reaches_the_minimum_sample_time_in_few_samples(per_call):
+    clock = FakeClock(per_call)
+    loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000)
+    assert len(clock.asked) <= 3  # one call, a jump to the estimate, then a confirmation
+    assert took == clock(loops) and took >= 2e-3
+    assert loops == 1 or clock(loops // 2) < 2e-3 * 1.3  # not far beyond what was needed
+
+
+def test_calibration_stops_at_max_loops_for_an_empty_call():
+    clock = FakeClock(0.0, overhead=0.0)
+    loops, _ = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=64)
+    assert loops == 64
+
+
+@pytest.mark.parametrize("sample_s, expected", [(1e-3, 100), (0.05, 5), (0.01, 20), (2.0, 5), (0, 100)])
+def test_samples_fit_the_budget_within_bounds(sample_s, expected):
+    assert timing.plan_samples(sample_s, budget_s=0.2, min_samples=5, max_samples=100) == expected
+
+
+# --- statistics and the late rank -----------------------------------------------------------
+
+def test_a_late_rank_measures_the_shortest_interval_and_is_named():
+    # rank 2 starts every sample 3 ms late; the others wait for it inside the collective
+    rng = np.random.default_rng(0)
+    base = 400 + rng.normal(0, 5, size=(4, 30))
+    per_rank = base + 3000
+    per_rank[2] = base[2]  # the late rank's clock starts when the others have waited 3 ms
+    stats = metrics.sample_stats(per_rank, loops=1)
+    assert stats["slowest_rank"] == 2 and stats["slowest_rank_share"] == 1.0
+    assert stats["rank_lag_us"] == pytest.approx(3000, rel=0.05)
+    assert stats["time_us_median"] == pytest.approx(3400, rel=0.02)  # the slowest rank's time
+    assert (per_rank.argmax(axis=0) != 2).all()  # the longest interval names a rank that waited
+
+
+def test_sample_stats_numbers():
+    per_rank = [[10.0, 20.0, 30.0, 40.0, 50.0], [12.0, 18.0, 33.0, 41.0, 49.0]]
+    stats = metrics.sample_stats(per_rank, loops=4)
+    slowest = [12.0, 20.0, 33.0, 41.0, 50.0]
+    assert stats["time_us_median"] == 33.0 and stats["time_us_max"] == 50.0
+    assert stats["time_us_mean"] == pytest.approx(np.mean(slowest))
+    assert stats["time_us_p5"] == pytest.approx(np.percentile(slowest, 5))
+    assert stats["time_cv"] == pytest.approx(np.std(slowest) / np.mean(slowest))
+    assert stats["time_us_rank_mean"] == pytest.approx(np.mean(per_rank))  # nccl-tests' -a 1
+    assert stats["unstable"]  # cv ~ 0.4
+
+
+def test_unstable_flags_spread_and_two_modes_but_not_a_tight_set():
+    tight = [[100.0 + i % 3 for i in range(20)]]
+    assert not metrics.sample_stats(tight)["unstable"]
+    two = [[100.0] * 10 + [140.0] * 10]  # cv 0.17 and two modes
+    assert metrics.two_modes(two[0])
+    modest = [[100.0] * 12 + [128.0] * 8]  # cv ~0.13 but also bimodal
+    assert metrics.sample_stats(modest)["unstable"]
+    assert not metrics.two_modes([100.0] * 19 + [300.0])  # one outlier is not a mode
+
+
+# --- the loop's order of events, and the GPU path with mocks ----------------------------------
+
+class RecordingDevice:
+    """A device that records what the loop asks of it (no process group needed)."""
+
+    torch_device = "cpu"
+
+    def __init__(self, events):
+        self.events, self.spin = events, None
+
+    def timer(self, count):
+        events = self.events
+
+        class Timer:
+            def start(self, i):
+                events.append(("start", i))
+
+            def stop(self, i):
+                events.append(("stop", i))
+
+            def times_us(self):
+                return [100.0] * count
+        return Timer()
+
+    def launch_spin_s(self, loops):
+        return 0.001 * loops
+
+    def align(self, group, spin_s):
+        self.events.append(("align", spin_s))
+
+    def note_launch(self, host_s, loops):
+        self.events.append(("launched", loops))
+
+
+def test_each_sample_is_aligned_then_timed_around_loops_calls_only():
+    events = []
+    device = RecordingDevice(events)
+    times = timing.take_samples(lambda: events.append("call"), device, None, loops=3, count=2,
+                                before_clock=lambda: events.append("late"))
+    assert times == [100.0 / 3] * 2
+    one = [("align", 0.003), "late", ("start", 0), "call", "call", "call", ("stop", 0), ("launched", 3)]
+    assert events[:8] == one and events[8] == ("align", 0.003) and len(events) == 16
+    events.clear()
+    timing.take_samples(lambda: None, device, None, loops=2, count=1, host_launch=True)
+    assert events[0] == ("align", 0.0)  # --host-launch: no spin
+
+
+def test_cuda_align_spins_for_the_queued_calls(monkeypatch):
+    import torch
+
+    from allreduce_bench.measure import device as device_module
+    slept, barriers = [], []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
+    cuda = object.__new__(device_module.CudaDevice)  # no GPU: skip __init__'s device checks
+    cuda._launch_s_per_call, cuda._cycles_per_ms, cuda.timeout_s = 20e-6, 1.5e6, 5.0
+    monkeypatch.setattr(device_module.CudaDevice, "barrier", lambda self, group: barriers.append(group))
+    cuda.note_launch(host_s=0.001, loops=100)  # 10 us per call measured
+    spin = cuda.launch_spin_s(100)
+    assert spin == pytest.approx(2 * 10e-6 * 100 + 50e-6)
+    cuda.align("group", spin)
+    assert barriers == ["group"] and slept == [int(spin * 1e3 * 1.5e6)]
+    cuda.align("group", 0.0)
+    assert len(slept) == 1  # no spin asked, none queued
+    assert cuda.launch_spin_s(10**7) == 0.05  # bounded
+
+
+def test_cuda_timer_reads_events_after_the_last_one(monkeypatch):
+    import torch
+
+    from allreduce_bench.measure import device as device_module
+
+    class Event:
+        clock = 0.0
+
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self):
+            Event.clock += 1.0
+            self.at = Event.clock
+
+        def query(self):
+            return True
+
+        def elapsed_time(self, other):
+            return other.at - self.at  # ms
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    timer = device_module.CudaTimer(2, timeout_s=1.0)
+    for i in range(2):
+        timer.start(i)
+        timer.stop(i)
+    assert timer.times_us() == [1000.0, 1000.0]
+
+
+# --- samples on disk, and the late rank in a real run ----------------------------------------
+
+def _run(tmp_path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--no-plot",
+                           "--out", str(tmp_path), *args], capture_output=True, text=True,
+                          timeout=240, env={**os.environ, **(env or {})})
+
+
+def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
+    delay = "rank=2,action=delay,seconds=0.02"
+    done = _run(tmp_path, "--world-sizes", "4", "--ranks-per-node", "2", "--sizes", "4K,64K",
+                "--algos", "native,ring", "--samples", "6", "--loops", "2",
+                env={"ALLREDUCE_BENCH_FAULT": delay})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = load_results(tmp_path)
+    samples = load_samples(tmp_path)
+    assert list(samples.columns[:len(SAMPLE_COLUMNS)]) == SAMPLE_COLUMNS
+    assert len(samples) == int((rows["samples"] * rows["world_size"]).sum()) == 4 * 6 * 4
+    assert (samples["loops"] == 2).all() and set(samples["rank"]) == {0, 1, 2, 3}
+    assert (rows["samples"] == 6).all() and (rows["loops"] == 2).all()
+    assert (rows["timing"] == "samples").all() and rows["time_cv"].notna().all()
+    assert (rows["slowest_rank"] == 2).all(), rows[["slowest_rank", "slowest_rank_share"]]
+    table = ranks.rank_table(rows)
+    assert table.loc[("", 4), "rank"] == 2 and bool(table.loc[("", 4), "stands_out"])
+    assert json.loads((tmp_path / "meta.json").read_text())["schema_version"] == 2
+    # the rows' medians come from the samples: max over ranks per sample, median over samples
+    one = samples[(samples["algorithm"] == "ring") & (samples["size_bytes"] == 4096)]
+    slowest = one.groupby("sample")["time_us"].max().median()
+    row = rows[(rows["algorithm"] == "ring") & (rows["size_bytes"] == 4096)].iloc[0]
+    assert row["time_us_median"] == pytest.approx(slowest)
+
+
+def test_rank_table_on_a_synthetic_frame():
+    frame = pd.DataFrame({
+        "run_id": "r1", "tag": "", "benchmark": "allreduce", "algorithm": ["ring", "native", "ring"],
+        "world_size": 4, "size_bytes": [1, 1, 2], "slowest_rank": [3, 3, 1],
+        "slowest_rank_share": [0.9, 0.8, 0.3], "rank_lag_us": [50.0, 70.0, 5.0],
+        "time_us_median": 1.0, "busbw_GBps": 1.0, "source": "nowhere"})
+    table = ranks.rank_table(frame)
+    row = table.loc[("", 4)]
+    assert row["rank"] == 3 and row["rows_named"] == 2 and row["rows"] == 3
+    assert row["share_of_samples"] == pytest.approx(0.85) and row["lag_us"] == pytest.approx(60)
+    assert bool(row["stands_out"])
+    assert not ranks.stands_out(1, 3, 0.9, 4) and not ranks.stands_out(3, 3, 0.3, 4)
+
+
+def test_older_rows_are_read_as_what_they_were():
+    old = pd.DataFrame({"algorithm": ["ring"], "iters": [10], "time_us_median": [5.0]})
+    new = upgrade(old)
+    assert new.loc[0, "timing"] == "per-iteration" and new.loc[0, "samples"] == 10
+    assert new.loc[0, "loops"] == 1 and "time_cv" not in new.columns  # nothing guessed
+
+
+def test_model_fit_refuses_to_pool_timing_methods(tmp_path):
+    frame = load_results(EXAMPLE)
+    other = frame.copy()
+    other["timing"], other["run_id"] = "samples", "other"
+    both = pd.concat([frame, other]).drop(columns=["source"])
+    both.to_csv(tmp_path / "results.csv", index=False)
+    result = CliRunner().invoke(main, ["model", "fit", str(tmp_path), "--no-plot", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "timing methods per-iteration, samples" in result.output
+    result = CliRunner().invoke(main, ["model", "fit", str(tmp_path), "--no-plot", "--pool",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+
+
+# --- the layout: analysis without torch, no import circles -----------------------------------
+
+BLOCK_TORCH = """
+import importlib.abc, sys
+class _NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is hidden in this test")
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def test_plot_report_and_model_run_where_torch_cannot_be_imported(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "out"
+    for args in (["plot", str(EXAMPLE), "--out-dir", str(out)],
+                 ["report", str(EXAMPLE), "--out-dir", str(out)],
+                 ["model", "fit", str(EXAMPLE), "--out", str(out), "--no-plot"],
+                 ["model", "predict", "--algo", "ring", "--world-size", "8", "--ranks-per-node", "4",
+                  "--size", "1M", "--intra-bw", "100GB/s", "--inter-bw", "10GB/s"]):
+        done = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True)
+        assert done.returncode != 0  # the block works
+        done = subprocess.run([sys.executable, "-m", "allreduce_bench", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (args, done.stderr[-1500:])
+    assert (out / "bandwidth.png").exists() and (out / "report.md").exists()
+
+
+def _module_imports(path: Path, package: Path) -> set[str]:
+    """allreduce_bench modules imported at module level (not inside functions)."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("allreduce_bench"):
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                as_module = package.parent / (candidate.replace(".", "/") + ".py")
+                found.add(candidate if as_module.exists() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("allreduce_bench")}
+    return found
+
+
+def test_no_import_circles():
+    package = ROOT / "allreduce_bench"
+    graph = {}
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
+        graph[name.removesuffix(".__init__")] = _module_imports(path, package)
+    state = {}
+
+    def visit(node, trail):
+        if state.get(node) == "done":
+            return
+        assert state.get(node) != "open", "import circle: " + " -> ".join(trail + [node])
+        state[node] = "open"
+        for child in graph.get(node, ()):
+            visit(child, trail + [node])
+        state[node] = "done"
+
+    for node in graph:
+        visit(node, [])
