@@ -338,7 +338,7 @@ def timed(world: World, iters: int, warmup: int,
     cpu_ns = {name: [0] * iters for name in bodies}
     for i in range(iters):
         for name, body in bodies.items():
-            device.barrier(world.group.pg)
+            device.align(world.group.pg)  # as every sample of measure/timing.py starts
             cpu_start = time.process_time_ns()
             timers[name].start(i)
             body(i)
@@ -516,15 +516,20 @@ def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: b
 def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, size_bytes: int,
             bucket_mb: float | None = None, accum: int = 1, bucket_bytes: list[int] | None = None,
             calls: int | None = None, sent: int | None = None, wrong: int = 0) -> dict:
-    """One results row with benchmark = ddp; `measure` says which time it holds."""
-    stats = metrics.time_stats(times_us)
+    """One results row with benchmark = ddp; `measure` says which time it holds. A step is
+    timed alone (one sample of one call, the slowest rank's), so the row's statistics are over
+    steps, with the same spread and unstable flag as `run`'s rows."""
+    stats = metrics.sample_stats([times_us])
+    for per_rank in ("time_us_rank_mean", "slowest_rank", "slowest_rank_share", "rank_lag_us"):
+        stats.pop(per_rank)  # the times are already the slowest rank's per step
     comm = measure == "comm"
     return {
         **base,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "benchmark": "ddp", "algorithm": "ddp", "device": world.device.kind, "dtype": "float32",
         "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": size_bytes // 4, **stats,
+        "size_bytes": size_bytes, "count": size_bytes // 4,
+        "timing": "per-step", "samples": len(times_us), "loops": 1, **stats,
         "algbw_GBps": metrics.algbw_GBps(size_bytes, stats["time_us_median"]) if comm else math.nan,
         "busbw_GBps": (metrics.busbw_GBps(size_bytes, stats["time_us_median"], world.size)
                        if comm else math.nan),
@@ -609,7 +614,7 @@ def measure_ddp(session: Session) -> int:
     """Every DDP measurement of the run on this rank, one phase per world size."""
     config, env, device = session.config, session.env, session.device
     base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
-            "iters": config.settings.iters, "warmup": config.settings.warmup}
+            "warmup": config.settings.warmup}
 
     def show(row: dict) -> None:
         bucket = "" if row["bucket_mb"] != row["bucket_mb"] else f" bucket {row['bucket_mb']:g} MiB"

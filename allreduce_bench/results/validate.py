@@ -15,7 +15,8 @@ ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
 NUMERIC = ALWAYS_NUMERIC + [
     "nodes", "ranks_per_node", "count", "iters", "warmup", "time_us_mean", "time_us_p95",
     "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "wrong", "bucket_mb", "accum",
-    "allreduce_calls", "allreduce_bytes"]
+    "allreduce_calls", "allreduce_bytes", "samples", "loops", "time_us_p5", "time_cv",
+    "time_us_rank_mean", "slowest_rank", "slowest_rank_share", "rank_lag_us"]
 
 
 def ends_torn(csv_path: Path) -> bool:
@@ -33,7 +34,7 @@ def ends_torn(csv_path: Path) -> bool:
 
 def check_results(frame: pd.DataFrame, csv_path: Path) -> pd.DataFrame:
     """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file."""
-    if ends_torn(csv_path) and len(frame):
+    if csv_path.suffix == ".csv" and ends_torn(csv_path) and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
         frame = frame.iloc[:-1]
