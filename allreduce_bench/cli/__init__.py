@@ -92,10 +92,10 @@ def main():
 @click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type.")
 @click.option("--loops", type=int, help="Back-to-back calls per sample. [calibrated per size so a sample "
               "lasts >= 2 ms on CPU, 1 ms on GPU]")
-@click.option("--samples", type=int, help="Samples per size. [as many as fit --budget: 5-100 on CPU, "
+@click.option("--samples", type=int, help="Samples per size. [as many as fit --budget: 5-50 on CPU, "
               "10-200 on GPU]")
 @click.option("--budget", type=float, help="Seconds of samples per algorithm and size (a guide: at "
-              "least the minimum samples are taken). [0.2 on CPU, 0.5 on GPU, 0.05 with --quick]")
+              "least the minimum samples are taken). [0.1 on CPU, 0.5 on GPU, 0.05 with --quick]")
 @click.option("--warmup", type=int, help="Untimed calls before calibrating. [5 on GPU, 1 on CPU]")
 @click.option("--iters", type=int, hidden=True, help="Schema-1 name: N timed calls one at a time, "
               "i.e. --samples N --loops 1.")

@@ -25,10 +25,10 @@ class Sampling:
 
     loops: int | None = None
     samples: int | None = None
-    budget_s: float = 0.2
+    budget_s: float = 0.1
     min_sample_s: float = 0.002
     min_samples: int = 5
-    max_samples: int = 100
+    max_samples: int = 50
     max_loops: int = 10_000
     warmup: int = 1  # untimed calls first (calibration samples warm up too)
     host_launch: bool = False  # GPU: keep host launch time inside the interval (no spin)
@@ -37,8 +37,8 @@ class Sampling:
 # Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
 # nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us.
 CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="64M", factor=4,
-                    sampling=Sampling(budget_s=0.2, min_sample_s=0.002, min_samples=5,
-                                      max_samples=100, warmup=1))
+                    sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
+                                      max_samples=50, warmup=1))
 GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
                     sampling=Sampling(budget_s=0.5, min_sample_s=0.001, min_samples=10,
                                       max_samples=200, warmup=5))
