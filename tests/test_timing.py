@@ -247,7 +247,8 @@ def test_older_rows_are_read_as_what_they_were():
 def test_model_fit_refuses_to_pool_timing_methods(tmp_path):
     frame = load_results(EXAMPLE)
     other = frame.copy()
-    other["timing"], other["run_id"] = "samples", "other"
+    frame["timing"] = "samples"
+    other["timing"], other["run_id"] = "per-iteration", "other"
     both = pd.concat([frame, other]).drop(columns=["source"])
     both.to_csv(tmp_path / "results.csv", index=False)
     result = CliRunner().invoke(main, ["model", "fit", str(tmp_path), "--no-plot", "--out", str(tmp_path)])

@@ -58,10 +58,11 @@ def check_results(frame: pd.DataFrame, csv_path: Path) -> pd.DataFrame:
     if "benchmark" in frame.columns and (frame["benchmark"] == "ddp").any() \
             and "measure" not in frame.columns:
         raise UsageError(f"{csv_path} has benchmark=ddp rows but no measure column; {hint}")
-    for column in ("world_size", "size_bytes"):
-        low = frame[column] < 1
+    # nccl-tests prints zero-byte rows (imported as they are); no run has a world of 0 ranks
+    for column, least in (("world_size", 1), ("size_bytes", 0)):
+        low = frame[column] < least
         if low.any():
             at = low[low].index[0]
             raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {frame[column][at]!r}, "
-                             f"below 1; {hint}")
+                             f"below {least}; {hint}")
     return frame
