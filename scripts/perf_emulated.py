@@ -14,7 +14,7 @@ and 2 hosts x 3 ranks, then prints, at 16M and 64M:
    intra side moves with CPU load), also shown against the 1/36 set from the probe; and the
    AllReduce ratio for information (its inter groups share each host's one uplink, L at once).
 
-Usage: sudo python scripts/perf_emulated.py [--out DIR] [--iters N] [--layouts 2x2,2x3]
+Usage: sudo python scripts/perf_emulated.py [--out DIR] [--samples N] [--layouts 2x2,2x3]
        python scripts/perf_emulated.py --from DIR    (print from earlier results only)
 The machine may be shared: CPU contention slows the intra-node side (and gloo's adds) and so
 lowers the speed-ups; the inter-node side is set by the shaping.
@@ -36,13 +36,13 @@ SIZES = [16 << 20, 64 << 20]
 TARGET_SPEEDUP, RATIO_TOLERANCE = 1.35, 0.30
 
 
-def measure(out: Path, layout: str, iters: int) -> Path:
+def measure(out: Path, layout: str, samples: int) -> Path:
     nodes, per_node = layout.split("x")
     run_dir = out / layout
     command = [sys.executable, "-m", "allreduce_bench", "emulate", "--nodes", nodes,
                "--ranks-per-node", per_node, "--benchmarks", "allreduce,links",
-               "--sizes", ",".join(f"{s >> 20}M" for s in SIZES), "--iters", str(iters),
-               "--warmup", "1", "--tag", f"emulated-{layout}", "--out", str(run_dir)]
+               "--sizes", ",".join(f"{s >> 20}M" for s in SIZES), "--samples", str(samples),
+               "--loops", "1", "--warmup", "1", "--tag", f"emulated-{layout}", "--out", str(run_dir)]
     print("$", " ".join(command[1:]), flush=True)
     done = subprocess.run(command, stdout=subprocess.DEVNULL)
     if done.returncode:
@@ -112,7 +112,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="where runs go [results/<stamp>-emulated-figures]")
     parser.add_argument("--from", dest="source", type=Path,
                         help="print figures of an earlier run of this script (its --out)")
-    parser.add_argument("--iters", type=int, default=4, help="timed iterations per size")
+    parser.add_argument("--samples", type=int, default=4, help="samples per size (one call each)")
     parser.add_argument("--layouts", default="2x2,2x3", help="hosts x ranks per host, comma-separated")
     args = parser.parse_args()
     layouts = args.layouts.split(",")
@@ -121,7 +121,7 @@ def main() -> int:
     else:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         out = args.out or Path("results") / f"{stamp}-emulated-figures"
-        run_dirs = [measure(out, layout, args.iters) for layout in layouts]
+        run_dirs = [measure(out, layout, args.samples) for layout in layouts]
     oks = [ok for run_dir in run_dirs for ok in figures(run_dir)]
     print(f"\n{sum(oks)}/{len(oks)} figures on target")
     return 0 if all(oks) else 1
