@@ -6,3 +6,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _results_stay_out_of_the_repository(tmp_path, monkeypatch):
+    """A command run in-process without --out claims results/<stamp>/ under the working
+    directory: every test runs from its own temporary directory, so none lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
