@@ -72,11 +72,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
             calls.append(partial(p2p.run, p2p.step(group, [(view(keep), peer)], [(view(send), peer)])))
     calls += fold_out
 
-    def allreduce() -> None:
-        for call in calls:
-            call()
-
-    return allreduce
+    return p2p.in_order(calls)
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:

@@ -9,6 +9,7 @@ import this one) can be read for their name and cost without torch, as the analy
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms.base import chunk_bounds
@@ -40,6 +41,14 @@ def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
 def start(ops: Step) -> list:
     """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
     return _dist.batch_isend_irecv(ops) if ops else []
+
+
+def in_order(calls: list) -> Callable[[], None]:
+    """One call that runs the built steps one after another: what an algorithm times."""
+    def allreduce() -> None:
+        for call in calls:
+            call()
+    return allreduce
 
 
 def run(ops: Step) -> None:

@@ -68,11 +68,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
             steps.append(exchange(p2p.step(group, [(flat, peer)], [(buffer, peer)]), flat, buffer))
     calls = fold_in + steps + fold_out
 
-    def allreduce() -> None:
-        for call in calls:
-            call()
-
-    return allreduce
+    return p2p.in_order(calls)
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:

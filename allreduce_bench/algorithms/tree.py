@@ -86,11 +86,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
         else:
             calls.append(partial(p2p.run, p2p.step(group, sends, plain)))
 
-    def allreduce() -> None:
-        for call in calls:
-            call()
-
-    return allreduce
+    return p2p.in_order(calls)
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
