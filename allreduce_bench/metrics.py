@@ -29,20 +29,6 @@ def busbw_GBps(size_bytes: float, time_us: float, world_size: int) -> float:
     return algbw_GBps(size_bytes, time_us) * busbw_factor(world_size)
 
 
-def time_stats(times_us: Sequence[float]) -> dict[str, float]:
-    """Median, mean, p95, min and max of per-iteration times (already the slowest rank's)."""
-    series = pd.Series(list(times_us), dtype="float64")
-    if series.empty:
-        raise ValueError("no timed iterations")
-    return {
-        "time_us_median": float(series.median()),
-        "time_us_mean": float(series.mean()),
-        "time_us_p95": float(series.quantile(0.95)),
-        "time_us_min": float(series.min()),
-        "time_us_max": float(series.max()),
-    }
-
-
 # A row is flagged unstable when its samples vary this much (coefficient of variation), or fall
 # into two groups apart by more than GAP of the median (two modes: e.g. a noisy neighbour, or a
 # transport that switches protocols), so a user sees "unstable" rather than a confident number.

@@ -56,7 +56,7 @@ def test_busbw_factor_and_bandwidths():
 
 
 def test_time_stats():
-    stats = metrics.time_stats([5.0, 1.0, 3.0, 2.0, 4.0])
+    stats = metrics.sample_stats([[5.0, 1.0, 3.0, 2.0, 4.0]])  # one series: DDP's per-step times
     assert stats["time_us_median"] == 3.0
     assert stats["time_us_mean"] == 3.0
     assert stats["time_us_min"] == 1.0 and stats["time_us_max"] == 5.0

@@ -28,11 +28,6 @@ from allreduce_bench.measure.world import World, end_phase, make_world
 from allreduce_bench.results.schema import samples_frame
 
 
-def slowest_per_iteration(times_us: list[float], group, device) -> list[float]:
-    """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
-    return timing.slowest(times_us, group, device)
-
-
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
             sampling: timing.Sampling, before_clock=None, agree=False) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size."""

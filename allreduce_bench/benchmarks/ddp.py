@@ -42,9 +42,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from allreduce_bench import metrics
-from allreduce_bench.benchmarks.allreduce import slowest_per_iteration
 from allreduce_bench.config.ddp import DdpSettings
 from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import timing
 from allreduce_bench.measure.rank import Benchmark, Session, rank_main
 from allreduce_bench.measure.stamps import stamps_for
 from allreduce_bench.measure.world import World, end_phase, make_world
@@ -262,9 +262,6 @@ class HookState:
         self.bucket_bytes = []
 
 
-HookCounter = HookState  # the name tests and older code use
-
-
 def recording_allreduce_hook(state, bucket):
     """DDP's own allreduce hook, after noting the size of the bucket (a dist.GradBucket) it is
     given and stamping the launch; its future's callback stamps the completion. No
@@ -285,8 +282,6 @@ def recording_allreduce_hook(state, bucket):
 
     return future.then(completed)
 
-
-counting_allreduce_hook = recording_allreduce_hook
 
 
 def local_hook(state, bucket):
@@ -316,7 +311,7 @@ def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None,
 
 def slowest(times_us: list[float], world: World) -> list[float]:
     """Per iteration, the slowest rank's time: the step is done when every rank is."""
-    return slowest_per_iteration(times_us, world.group.pg, world.device)
+    return timing.slowest(times_us, world.group.pg, world.device)
 
 
 def timed(world: World, iters: int, warmup: int,
