@@ -122,9 +122,10 @@ def summary_line(block: dict) -> str:
 def _difference_lines(block: dict) -> list[str]:
     found = differences(block)
     if not found:
-        many = len(block.get("hosts") or {}) > 1
+        hosts = len(block.get("hosts") or {})
         return ["No host differs from the others in NCCL version, network, NICs, transports, ranks "
-                "or NCCL_* settings." if many else "One host: nothing to compare it with."]
+                "or NCCL_* settings." if hosts > 1 else "One host: nothing to compare it with."
+                if hosts else "The log names no host (NCCL's version banner only)."]
     return [f"- {d['text']}" for d in found]
 
 
@@ -142,3 +143,51 @@ def report_section(block: dict | None) -> str:
         parts += ["", f"NCCL WARN lines ({len(warnings)}):", ""]
         parts += [f"- {w['host']} ({w['at']}): {w['text']}" for w in warnings[:20]]
     return "\n".join(parts) + "\n"
+
+
+def _tuning_lines(block: dict) -> list[str]:
+    """Algorithm/protocol per collective and size (NCCL_DEBUG_SUBSYS=TUNING), one line each."""
+    from allreduce_bench.units import format_size
+
+    tuning = block.get("tuning") or []
+    return [f"  {t['collective'] or 'collective'} {format_size(t['size_bytes'])}: {t['algorithm']}/"
+            f"{t['protocol']}" + (f" on channels {t['channels']}" if t.get("channels") else "")
+            for t in tuning[:40]] + ([f"  ... {len(tuning) - 40} more in nccl.json"] if len(tuning) > 40 else [])
+
+
+def terminal_text(block: dict) -> str:
+    """What `nccl-log` prints: the summary, the per-host table, the differences, WARNs, tuning."""
+    table = host_table(block).drop(columns=["lines"])
+    table = table[[c for c in table.columns if c == "host" or (table[c].astype(str) != "").any()]]
+    parts = [summary_line(block), "", table.to_string(index=False) if len(table) else "(no host named)",
+             "", "Hosts that differ from the majority:", *(f"  {line.lstrip('- ')}" for line in
+                                                           _difference_lines(block))]
+    warnings = block.get("warnings") or []
+    if warnings:
+        parts += ["", f"NCCL WARN lines ({len(warnings)}):"]
+        parts += [f"  {w['host']} {w['at']}: {w['text']}" for w in warnings[:20]]
+    incomplete = block.get("incomplete_inits") or []
+    if incomplete:
+        parts += ["", f"{len(incomplete)} communicator init(s) started and never completed in the log "
+                      "(a hang, or a log cut short): " + ", ".join(
+                          f"rank {r['rank']} on {r['host']}" for r in incomplete[:10])]
+    if block.get("tuning"):
+        parts += ["", "Algorithm and protocol chosen per size (TUNING):", *_tuning_lines(block)]
+    unread = block.get("unrecognized") or []
+    if unread:
+        parts += ["", f"{block['lines']['unrecognized']} NCCL line(s) of a kind not read, e.g.:"]
+        parts += [f"  {u['at']}: {u['text'][:100]}" for u in unread[:5]]
+    return "\n".join(parts)
+
+
+def write(block: dict, out_dir) -> tuple:
+    """nccl.json (the block with its `differs`) and nccl_hosts.csv (the per-host table)."""
+    import json
+    from pathlib import Path
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out_dir / "nccl.json", out_dir / "nccl_hosts.csv"
+    json_path.write_text(json.dumps({**block, "differs": differences(block)}, indent=1) + "\n")
+    host_table(block).to_csv(csv_path, index=False)
+    return json_path, csv_path

@@ -16,7 +16,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from allreduce_bench.errors import UsageError
 from allreduce_bench.interop.nccl_lines import LogLines, NcclLine, read_lines
 
 BLOCK_FORMAT = 1
@@ -265,7 +267,8 @@ _KNOWN = [
                    r"|Failed to open libibverbs|dlvsym failed)"),
     ("net_ib", r"^(?:NET/IB ?: (?:\[\d+\]|Made virtual device)|Call to mlx5dv_)"),
     ("topology", r"^(?:=== System|={4,}|(?:CPU|GPU|NIC|NET|NVS|PCI)/|\+ |\s*\d+ : (?:GPU|NET|NIC|CPU)/|"
-                 r"Could not open XML topology|TOPO/NET|\w+ CPU \(|/sys/devices/\S+ -> |Loading (?:unnamed )?topology|ncclTopo|"
+                 r"Could not open XML topology|TOPO/NET|\w+ CPU \(|/sys/devices/\S+ -> |"
+                 r"Loading (?:unnamed )?topology|ncclTopo|"
                  r"\[node_id|Check P2P Type|P2P Chunksize|MNNVL)"),
     ("tuning", r"^(?:threadThresholds|Enabled NCCL Func/Proto/Algo Matrix|\s*(?:Algorithm|Protocol|"
                r"Max NThreads|Broadcast|Reduce|AllGather|ReduceScatter|AllReduce|SendRecv|AllToAll)\s*\|)"),
@@ -413,3 +416,25 @@ def read_texts(parts: Iterable[tuple[str, str]]) -> dict:
 
 def said_anything(block: dict) -> bool:
     return bool(block["lines"]["messages"] or block["lines"]["banners"])
+
+
+def debug_files(path: Path) -> list[Path]:
+    """A file, or a directory's NCCL_DEBUG_FILE outputs (*.log, *.txt; its nccl-debug/ too)."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for folder in (path, path / "nccl-debug") if folder.is_dir()
+                  for p in folder.iterdir() if p.is_file() and p.suffix in (".log", ".txt"))
+
+
+def read_files(paths: Iterable[Path | str]) -> dict:
+    """The block of every file (or directory, see debug_files); one line for unreadable input."""
+    parts = []
+    for path in (f for p in paths for f in debug_files(Path(p))):
+        try:
+            parts.append((str(path), path.read_bytes().decode("utf-8", errors="replace")))
+        except OSError as error:
+            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    if not parts:
+        raise UsageError("no files to read: give NCCL debug output files, or a directory holding "
+                         "*.log files (one per rank with NCCL_DEBUG_FILE)")
+    return read_texts(parts)
