@@ -275,6 +275,15 @@ def test_units_parse_and_print():
 
 # ---- one layout, a quick run, every published log ------------------------------------------------
 
+def _fit_run(data: pd.DataFrame, run_dir: Path):
+    """`model fit` on `data` written as a run; it must succeed."""
+    run_dir.mkdir()
+    data.to_csv(run_dir / "results.csv", index=False)
+    out = cli("model", "fit", str(run_dir), "--no-plot")
+    assert out.exit_code == 0, out.output
+    return out
+
+
 def test_one_layout_gets_an_effective_link_that_predicts_it(tmp_path):
     """An imported 2 x 8 nccl-tests log: every ring step crosses nodes, intra steps ride along."""
     data = synthetic(TRUE, layouts=((16, 8),), algorithms=["native"], noise=0)
@@ -283,23 +292,15 @@ def test_one_layout_gets_an_effective_link_that_predicts_it(tmp_path):
     assert result.shared and result.links.intra == result.links.inter
     assert result.links.inter.bandwidth_Bps == pytest.approx(TRUE.inter.bandwidth_Bps, rel=1e-3)
     assert (compare(data, model)["error_pct"].abs() < 1).all()
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    data.to_csv(run_dir / "results.csv", index=False)
-    out = cli("model", "fit", str(run_dir), "--no-plot")
-    assert out.exit_code == 0, out.output
+    out = _fit_run(data, tmp_path / "run")
     assert "one effective link for intra and inter (2x8)" in out.output
     assert "Measure one node alone too (a world of 8 ranks on one node" in out.output
     assert "Median |error| (%) over sizes >= 1M" in out.output
 
 
 def test_a_quick_run_fits_with_the_defaults_and_names_the_missing_sizes(tmp_path):
-    data = synthetic(TRUE, noise=0.02).query("size_bytes in (4096, 262144)")
     run_dir = tmp_path / "quick"
-    run_dir.mkdir()
-    data.to_csv(run_dir / "results.csv", index=False)
-    out = cli("model", "fit", str(run_dir), "--no-plot")
-    assert out.exit_code == 0, out.output
+    out = _fit_run(synthetic(TRUE, noise=0.02).query("size_bytes in (4096, 262144)"), run_dir)
     assert "no size of 1M or more was measured (sizes: 4K, 256K)" in out.output
     assert "Median |error| (%) over sizes >= 4K" in out.output and (run_dir / "model.json").exists()
 
