@@ -275,3 +275,24 @@ def test_nccl_log_without_nccl_lines_or_file_is_one_line_exit_2(tmp_path):
         result = CliRunner().invoke(main, ["nccl-log", str(path)])
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
     assert "NCCL_DEBUG=INFO" in CliRunner().invoke(main, ["nccl-log", str(empty)]).output
+
+
+def test_any_text_reads_without_an_exception():
+    """Cut, glued and shuffled real lines: the reader counts what it sees and never raises."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    lines = (excerpts.PXN_TIMESTAMPS + excerpts.RCCL_BANNER + excerpts.SHARP + excerpts.WARN_ORIGIN).splitlines()
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(lines), st.integers(0, 200), st.sampled_from(["\n", "", " "])),
+                    max_size=30))
+    def check(pieces):
+        text = "".join(line[:cut] + end for line, cut, end in pieces)
+        block = _block(text)
+        assert block["lines"]["info"] + block["lines"]["warn"] <= text.count(" NCCL ")
+        assert sum(block["kinds"].values()) == block["lines"]["messages"]
+        nccl_setup.differences(block)
+        nccl_setup.terminal_text(block)
+
+    check()
