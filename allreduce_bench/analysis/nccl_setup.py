@@ -191,3 +191,16 @@ def write(block: dict, out_dir) -> tuple:
     json_path.write_text(json.dumps({**block, "differs": differences(block)}, indent=1) + "\n")
     host_table(block).to_csv(csv_path, index=False)
     return json_path, csv_path
+
+
+def report_parts(metas: dict[str, dict]) -> list[str]:
+    """report.md's "What NCCL set up" for every run whose meta.json has an `nccl` block (from
+    `--nccl-debug` or an imported log), titled by run when there are several."""
+    blocks = {run: meta["nccl"] for run, meta in metas.items() if meta.get("nccl")}
+    parts = []
+    for run, block in blocks.items():
+        section = report_section(block)
+        if section and len(blocks) > 1:
+            section = section.replace("## What NCCL set up", f"## What NCCL set up: {run}", 1)
+        parts += [section] if section else []
+    return parts
