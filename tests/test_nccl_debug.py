@@ -34,13 +34,18 @@ def test_every_rank_gets_the_variables_nccl_reads(monkeypatch, tmp_path):
     assert os.environ["NCCL_DEBUG"] == "INFO" and os.environ["NCCL_DEBUG_SUBSYS"] == "INIT,GRAPH,ENV,TUNING"
     assert os.environ["NCCL_DEBUG_FILE"] == str(tmp_path.resolve() / "nccl-debug" / "%h.%p.log")
     assert (tmp_path / "nccl-debug").is_dir()
+    # a rank whose OUT is not here (another host's default results/<stamp>): a scratch folder
+    nccl_debug.enable(SimpleNamespace(out_dir=tmp_path / "not-here", nccl_debug=True))
+    assert not (tmp_path / "not-here").exists() and "allreduce-bench-nccl-debug" in os.environ["NCCL_DEBUG_FILE"]
 
 
-def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path):
-    """Rank 1's file is in a folder rank 0 cannot see (no shared file system): it is sent."""
+@pytest.mark.parametrize("made", [True, False])
+def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path, made):
+    """Rank 1's file is in a folder rank 0 cannot see (its own OUT on a host that shares no file
+    system, or a scratch folder): it is sent; a scratch copy is removed once sent."""
     dirs = [str(tmp_path / "host-0"), str(tmp_path / "host-1")]
-    held, _ = run_world(2, write_like_nccl_then_collect, dirs, RANK_LINES)
-    assert held == ["node-0", "node-1"]
+    held, left = run_world(2, write_like_nccl_then_collect, dirs, RANK_LINES, [True, made])
+    assert held == ["node-0", "node-1"] and len(left) == (1 if made else 0)
     block = json.loads((tmp_path / "host-0" / "meta.json").read_text())["nccl"]
     assert sorted(block["hosts"]) == ["node-0", "node-1"] and block["world_size"] == 2
     assert {h["network"] for h in block["hosts"].values()} == {"IB"}

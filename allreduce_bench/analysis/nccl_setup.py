@@ -8,9 +8,13 @@ with both values. Pure functions of the block (a dict), no torch.
 """
 from __future__ import annotations
 
+import json
 from collections import Counter
+from pathlib import Path
 
 import pandas as pd
+
+from allreduce_bench.units import format_size
 
 # what is compared across hosts: (key in the block's host entry, the word used for it)
 COMPARED = (("nccl_version", "NCCL version"), ("network", "network"), ("nics", "NICs"),
@@ -147,8 +151,6 @@ def report_section(block: dict | None) -> str:
 
 def _tuning_lines(block: dict) -> list[str]:
     """Algorithm/protocol per collective and size (NCCL_DEBUG_SUBSYS=TUNING), one line each."""
-    from allreduce_bench.units import format_size
-
     tuning = block.get("tuning") or []
     return [f"  {t['collective'] or 'collective'} {format_size(t['size_bytes'])}: {t['algorithm']}/"
             f"{t['protocol']}" + (f" on channels {t['channels']}" if t.get("channels") else "")
@@ -182,9 +184,6 @@ def terminal_text(block: dict) -> str:
 
 def write(block: dict, out_dir) -> tuple:
     """nccl.json (the block with its `differs`) and nccl_hosts.csv (the per-host table)."""
-    import json
-    from pathlib import Path
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / "nccl.json", out_dir / "nccl_hosts.csv"
