@@ -453,3 +453,8 @@ def test_a_log_whose_only_row_is_cut_off_is_refused_naming_it(tmp_path):
     path = next((_shared() / "data" / "nccl-info").glob("02-*.txt"))
     result = CliRunner().invoke(main, ["import", str(path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2 and f"{path}:334: no row could be imported: a result row cut off" in result.output
+
+
+def test_a_torn_row_before_any_header_is_reported():
+    (run,) = interop.read_text(TORN.splitlines()[1] + "\n" + GEN3, "early.log")
+    assert run.skipped == [(1, "a result row before any table header")] and len(run.rows) == 6

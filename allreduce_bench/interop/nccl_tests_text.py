@@ -188,17 +188,16 @@ class _Reader:
         self.pending: tuple[int, list[str]] | None = None  # a row torn by NCCL's output
         self.nccl_version: str | None = None
 
-    def group(self, preamble: bool) -> _Group:
-        """The open group; a preamble after the last one ended (or printed rows and ended)
-        opens the next."""
-        if not self.groups or (preamble and self.groups[-1].ended):
+    def group(self) -> _Group:
+        """The group a preamble line belongs to: the open one, or the next once it ended."""
+        if not self.groups or self.groups[-1].ended:
             self.groups.append(_Group())
         return self.groups[-1]
 
     def comment(self, number: int, body: str) -> None:
         words = body.split()
         if match := _TESTS_VERSION.match(body):
-            table = self.group(True).slot("version", number)
+            table = self.group().slot("version", number)
             table.has.add("version")
             table.meta["nccl_tests_version"] = match.group(1)
             if match.group(3):
@@ -206,7 +205,7 @@ class _Reader:
         elif match := _PROGRAM.match(body):
             self._program(number, match.group(1), match.group(2))
         elif body.startswith("nThread"):
-            table = self.group(True).slot("settings", number)
+            table = self.group().slot("settings", number)
             table.has.add("settings")
             for name, pattern in _SETTINGS.items():
                 if found := re.search(pattern, body):
@@ -214,7 +213,7 @@ class _Reader:
         elif match := _RANK.match(body):
             self._rank(number, match)
         elif words[:2] == ["size", "count"]:
-            table = self.group(True).slot("header", number)
+            table = self.group().slot("header", number)
             table.has.add("header")
             table.header(words, self.source, number)
         elif body.startswith(_FOOTERS):
@@ -222,7 +221,7 @@ class _Reader:
 
     def _program(self, number: int, event: str, program: str) -> None:
         if event == "starting":
-            table = self.group(True).slot("program", number)
+            table = self.group().slot("program", number)
             table.has.add("program")
             table.program = program
         elif self.groups and (table := self.groups[-1].footer("concluded")) is not None:
@@ -232,7 +231,7 @@ class _Reader:
 
     def _rank(self, number: int, match: re.Match) -> None:
         rank, group, pid, host, device, bus, name = match.groups()
-        table = self.group(True).slot("rank", number, int(rank))
+        table = self.group().slot("rank", number, int(rank))
         table.ranks.append({"rank": int(rank), "group": int(group) if group else None, "pid": int(pid),
                             "host": host, "device": int(device), "bus": bus, "device_name": name.strip()})
 
@@ -257,30 +256,36 @@ class _Reader:
             return
         tokens = (line if torn is None else torn).split()
         if self.pending is not None:
-            self._continue(number, tokens, complete=torn is None)
-        elif tokens and tokens[0].isdigit():
+            if not tokens:
+                return  # an NCCL line between two pieces of a row
+            if self._extend(tokens):
+                return
+            start, held = self.pending
+            self.skip(start, f"a result row torn by other output at line {number} and never "
+                             f"completed ({len(held)} of {self._width()} fields)")
+            self.pending = None
+        if tokens and tokens[0].isdigit():
             if torn is None:
                 self._row(number, tokens)
             else:
-                self.pending = (number, tokens)
-                self._continue(number, [], complete=False)
+                self.pending = (number, [])
+                if not self._extend(tokens):  # longer than a row, or no header yet
+                    self.pending = None
+                    self._row(number, tokens)
 
-    def _continue(self, number: int, tokens: list[str], complete: bool) -> None:
-        """Add a piece to the torn row; a line that cannot be a piece ends it unfinished."""
+    def _extend(self, tokens: list[str]) -> bool:
+        """Add a piece to the torn row (whole: it becomes a row); False when it cannot be one."""
         start, held = self.pending
         width = self._width()
-        if tokens and (not all(_cell(t) for t in tokens) or len(held) + len(tokens) > width):
-            self.skip(start, f"a result row torn by other output at line {number} and never "
-                             f"completed ({len(held)} of {width} fields)")
-            self.pending = None
-            self.text(number, " ".join(tokens)) if complete else None
-            return
+        if held and not all(_cell(t) for t in tokens) or len(held) + len(tokens) > width:
+            return False
         held = held + tokens
         if len(held) >= width:
             self.pending = None
             self._row(start, held)
         else:
             self.pending = (start, held)
+        return True
 
     def _width(self) -> int:
         headed = [t for t in self.groups[-1].tables if t.key] if self.groups else []
