@@ -30,8 +30,11 @@ def nccl_log_command(files, out_dir):
     For the fullest picture run the job with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING.
     """
     from allreduce_bench.analysis import nccl_setup
+    from allreduce_bench.config.checks import check_writable_dir
     from allreduce_bench.interop import nccl_log
 
+    if out_dir is not None:
+        check_writable_dir(out_dir, "--out")  # before reading: a bad --out is one line, exit 2
     block = nccl_log.read_files(files)
     if not nccl_log.said_anything(block):
         raise UsageError(f"no NCCL debug lines in {', '.join(map(str, files))}; run the job with "
