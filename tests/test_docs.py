@@ -99,3 +99,24 @@ def test_the_command_reference_renders_every_command():
     for path in command_paths(main):
         anchor = "-".join(("allreduce-bench", *path))
         assert f'id="{anchor}"' in html, f"doc/cli.md renders no section for {' '.join(path)}"
+
+
+def test_the_emulated_table_is_the_committed_example():
+    """doc/emulation.md's table of median times is read off results/example-emulated-2x2: when
+    the example is measured again, the table must follow."""
+    import pandas as pd
+
+    from allreduce_bench.units import parse_size
+
+    rows = pd.read_csv(ROOT / "results" / "example-emulated-2x2" / "results.csv")
+    rows = rows[(rows.benchmark == "allreduce") & (rows.world_size == 4)]
+    median_ms = rows.set_index(["algorithm", "size_bytes"]).time_us_median / 1000
+    table = re.findall(r"^\| (\d+[KMG]) \| (\d+) ms \| (\d+) ms \| (\d+) ms \| (\d+) ms \| \*\*([\d.]+)x\*\* \|$",
+                       (DOC / "emulation.md").read_text(), re.M)
+    assert table, "doc/emulation.md has no table of median times"
+    for size, *times, ratio in table:
+        size_bytes = parse_size(size)
+        for algorithm, shown in zip(["naive", "native", "ring", "hierarchical"], times):
+            assert round(median_ms[algorithm, size_bytes]) == int(shown), (algorithm, size)
+        ring_over = median_ms["ring", size_bytes] / median_ms["hierarchical", size_bytes]
+        assert f"{ring_over:.2f}" == ratio, size
