@@ -110,16 +110,16 @@ def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
 
 def topo_numa_node(topology: str, gpu_index: int) -> int | None:
     """The 'NUMA Affinity' cell of GPU<index>'s line in `nvidia-smi topo -m` output."""
-    header = next((line for line in topology.splitlines() if "NUMA Affinity" in line), None)
-    if header is None:
+    lines = topology.splitlines()
+    at = next((i for i, line in enumerate(lines) if "NUMA Affinity" in line), None)
+    if at is None:
         return None
-    columns = re.split(r"\t+|\s{2,}", header.strip())
-    for line in topology.splitlines():
+    # the header has no cell for the row names: its column k is a row's cell k + 1
+    column = re.split(r"\t+|\s{2,}", lines[at].strip()).index("NUMA Affinity") + 1
+    for line in lines[at + 1:]:
         cells = re.split(r"\t+|\s{2,}", line.strip())
-        if cells and cells[0] == f"GPU{gpu_index}":
-            # the header has no cell for the row names: column i is cell i + 1
-            at = columns.index("NUMA Affinity") + 1
-            value = cells[at] if at < len(cells) else ""
+        if cells[0] == f"GPU{gpu_index}":
+            value = cells[column] if column < len(cells) else ""
             return int(value) if value.isdigit() else None
     return None
 
@@ -202,14 +202,14 @@ def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, g
         return Plan("none", None, "--bind none")
     if mode == "auto" and launcher:
         return Plan("launcher", None, f"kept the binding of {launcher}")
+    if mode == "auto" and gpu and gpu_node is None:
+        return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
     if mode == "numa" or (mode == "auto" and gpu):
         node, cpus = numa_block(allowed, nodes, local_rank, local_world_size, gpu_node)
         if cpus:
             where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
             return Plan("numa", cpus, f"the CPUs of the {where}")
-        if mode == "auto":
-            return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
-        return Plan("none", None, "--bind numa: no NUMA node with usable CPUs is known")
+        return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
     if mode == "auto" and len(allowed) < local_world_size:
         return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
                     "binding would only stack them")

@@ -1,0 +1,72 @@
+"""Interleaved rounds (`--rounds R`): the sweep as R passes over (algorithm, size).
+
+Each size given its budget in one go sees one state of the machine: a neighbour's burst, a
+migration, a frequency step lands on one size and reads as a property of it. R passes, forward
+then backward, each with budget / R, spread every measurement over the run and put the sizes
+measured first in one pass last in the next. A row pools its rounds' samples; the spread of
+the per-round medians says how much the run disagrees with itself, and `unstable` fires when
+it exceeds ROUNDS_DISAGREE. Pure: plain values in, plain values out.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+import numpy as np
+
+Item = TypeVar("Item")
+# (max - min) / median of the per-round medians above which a row is called unstable: rounds of
+# a quiet machine agree within a few percent; 15% is a second state, not noise.
+ROUNDS_DISAGREE = 0.15
+
+
+def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
+    """(round, item) in the order to measure: pass 0 forward, pass 1 backward, and so on."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    planned = []
+    for index in range(rounds):
+        planned.extend((index, item) for item in (items if index % 2 == 0 else items[::-1]))
+    return planned
+
+
+def round_sampling(sampling, rounds: int, index: int, loops: int | None):
+    """The sampling of round `index`: budget / rounds, the sample counts split over the rounds
+    (so R rounds take about as long as one), and after the first round the loops it
+    calibrated (one calibration per measurement, the same loops in every round) with no
+    warm-up call (the sample that plans the count warms up)."""
+    if rounds == 1:
+        return sampling
+    share = {"budget_s": sampling.budget_s / rounds,
+             "min_samples": max(2, math.ceil(sampling.min_samples / rounds)),
+             "max_samples": max(2, math.ceil(sampling.max_samples / rounds))}
+    if sampling.samples is not None:
+        share["samples"] = max(1, math.ceil(sampling.samples / rounds))
+    if index > 0:
+        share.update(loops=loops if sampling.loops is None else sampling.loops, warmup=0)
+    return replace(sampling, **share)
+
+
+def pooled(per_round: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """Every rank's samples of all rounds, round after round: [rank][sample]."""
+    ranks = len(per_round[0])
+    return [[t for one in per_round for t in one[rank]] for rank in range(ranks)]
+
+
+def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
+    """(max - min) / median of the per-round medians of the slowest rank's time per sample
+    (0 with one round)."""
+    medians = np.array([np.median(np.max(np.asarray(one, dtype=float), axis=0))
+                        for one in per_round])
+    if len(medians) < 2:
+        return 0.0
+    return float((medians.max() - medians.min()) / np.median(medians))
+
+
+def round_columns(per_round: Sequence[Sequence[Sequence[float]]]) -> dict:
+    """What a row says about its rounds: how many, and how much their medians differ."""
+    spread = round_spread(per_round)
+    return {"rounds": len(per_round), "round_spread": spread,
+            "rounds_disagree": bool(spread > ROUNDS_DISAGREE)}
