@@ -16,10 +16,9 @@ from typing import TypeVar
 
 import numpy as np
 
+from allreduce_bench.metrics import ROUNDS_DISAGREE
+
 Item = TypeVar("Item")
-# (max - min) / median of the per-round medians above which a row is called unstable: rounds of
-# a quiet machine agree within a few percent; 15% is a second state, not noise.
-ROUNDS_DISAGREE = 0.15
 
 
 def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
