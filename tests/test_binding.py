@@ -108,6 +108,12 @@ def test_nvidia_smi_topology_numa_column():
     assert topo_numa_node(TOPO, 2) is None and topo_numa_node("no table", 0) is None
 
 
+def test_nvidia_smi_index_under_cuda_visible_devices():
+    assert binding.physical_gpu(1, None) == 1
+    assert binding.physical_gpu(1, "4,6") == 6
+    assert binding.physical_gpu(0, "GPU-5f3a") is None
+
+
 def test_summary_names_unbound_and_shared_ranks():
     def p(how, cpus):
         return {"bind": "auto", "how": how, "cpus": cpus, "numa_nodes": [0], "why": "w"}

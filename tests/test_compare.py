@@ -48,7 +48,7 @@ def _samples(run_id, slow=None, seed=0, n=30, ranks=4, rounds=1, between=0.0, be
                                  "sample": round_index * n + sample, "rank": rank, "host": "h",
                                  "loops": 1, "round": round_index,
                                  "time_us": t * rng.lognormal(0, 0.05) * (1.0 if rank else 1.02)})
-    return pd.DataFrame(rows)[SAMPLE_COLUMNS + ["round"]]
+    return pd.DataFrame(rows)[SAMPLE_COLUMNS]
 
 
 def test_same_distribution_is_not_significant():

@@ -40,3 +40,32 @@ def test_pooling_and_the_spread_of_round_medians():
     assert not agree["rounds_disagree"] and agree["round_spread"] < 0.06
     assert rounds.round_columns([[[1, 2]]]) == {"rounds": 1, "round_spread": 0.0,
                                                 "rounds_disagree": False}
+
+
+def test_a_run_in_rounds_pools_them_and_keeps_each_rounds_samples(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from allreduce_bench.results.load import load_results, load_samples
+
+    done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--out", str(tmp_path),
+                           "--world-sizes", "2", "--sizes", "4K,64K", "--algos", "native,ring",
+                           "--rounds", "3", "--samples", "6", "--loops", "1", "--bind", "core"],
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = load_results(tmp_path)
+    assert len(rows) == 4 and (rows["rounds"] == 3).all() and (rows["samples"] == 6).all()
+    assert rows["round_spread"].ge(0).all() and (rows["wrong"] == 0).all()
+    samples = load_samples(tmp_path)
+    per_row = samples.groupby(["algorithm", "size_bytes"])
+    assert (per_row["round"].nunique() == 3).all() and (per_row["sample"].nunique() == 6).all()
+    assert sorted(samples["sample"].unique()) == list(range(6))  # numbered on across rounds
+    placement = json.loads((tmp_path / "meta.json").read_text())["binding"]["2"]
+    assert [p["how"] for p in placement["ranks"]] == ["core", "core"]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert placement["summary"] == "ranks bound by core"
+        assert placement["ranks"][0]["cpus"] != placement["ranks"][1]["cpus"]
+    report = (tmp_path / "plots" / "report.md").read_text()
+    assert "N=2: ranks bound by core" in report or "sharing CPUs" in report

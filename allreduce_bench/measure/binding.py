@@ -246,8 +246,20 @@ class Placement:
         return asdict(self)
 
 
+def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
+    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None
+    where it names devices by UUID: nvidia-smi's table cannot be matched then)."""
+    if not visible:
+        return gpu_index
+    names = [name.strip() for name in visible.split(",")]
+    if gpu_index < len(names) and names[gpu_index].isdigit():
+        return int(names[gpu_index])
+    return None
+
+
 def gpu_node_of(gpu_index: int | None) -> int | None:
-    """The NUMA node of CUDA device `gpu_index` (torch's index), from sysfs, else nvidia-smi."""
+    """The NUMA node of CUDA device `gpu_index` (torch's index): sysfs by the device's PCI
+    address (recent torch reports it), else the NUMA Affinity column of `nvidia-smi topo -m`."""
     if gpu_index is None:
         return None
     import torch
@@ -259,7 +271,8 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
                                          getattr(props, "pci_device_id", 0)))
         if node is not None:
             return node
-    return topo_numa_node(nvidia_smi_topology(), gpu_index)
+    physical = physical_gpu(gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return None if physical is None else topo_numa_node(nvidia_smi_topology(), physical)
 
 
 def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
