@@ -11,6 +11,8 @@ def test_passes_alternate_direction():
     assert planned[:3] == [(0, i) for i in items]
     assert planned[3:6] == [(1, i) for i in reversed(items)]
     assert planned[6:] == [(2, i) for i in items]
+    # the last pass runs forward: rows come in the order of the items
+    assert rounds.order(items, 2) == [(0, i) for i in reversed(items)] + [(1, i) for i in items]
     assert rounds.order(items, 1) == [(0, i) for i in items]
     with pytest.raises(ValueError):
         rounds.order(items, 0)

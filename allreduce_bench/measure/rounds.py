@@ -1,11 +1,11 @@
 """Interleaved rounds (`--rounds R`): the sweep as R passes over (algorithm, size).
 
 Each size given its budget in one go sees one state of the machine: a neighbour's burst, a
-migration, a frequency step lands on one size and reads as a property of it. R passes, forward
-then backward, each with budget / R, spread every measurement over the run and put the sizes
-measured first in one pass last in the next. A row pools its rounds' samples; the spread of
-the per-round medians says how much the run disagrees with itself, and `unstable` fires when
-it exceeds ROUNDS_DISAGREE. Pure: plain values in, plain values out.
+migration, a frequency step lands on one size and reads as a property of it. R passes in
+alternating directions (the last one forward), each with budget / R, spread every measurement
+over the run and put the sizes measured first in one pass last in the next. A row pools its
+rounds' samples; the spread of the per-round medians says how much the run disagrees with
+itself, and `unstable` fires when it exceeds ROUNDS_DISAGREE. Pure: plain values in, plain values out.
 """
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ Item = TypeVar("Item")
 
 
 def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
-    """(round, item) in the order to measure: pass 0 forward, pass 1 backward, and so on."""
+    """(round, item) in the order to measure: passes alternate direction and the last one runs
+    forward, so rows (written in the last pass) come in the order of `items`."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     planned = []
     for index in range(rounds):
-        planned.extend((index, item) for item in (items if index % 2 == 0 else items[::-1]))
+        forward = (rounds - 1 - index) % 2 == 0
+        planned.extend((index, item) for item in (items if forward else items[::-1]))
     return planned
 
 
