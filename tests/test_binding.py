@@ -151,3 +151,15 @@ def test_bind_rank_applies_to_every_thread_and_records_it():
     finally:
         stop.set()
         binding.set_affinity(before)
+
+
+def test_the_report_says_where_ranks_ran():
+    from allreduce_bench.analysis.placement import placement_lines, placement_warnings
+
+    meta = {"binding": {"4": {"summary": "ranks unbound; sharing CPUs with another rank: rank(s) 0-3"},
+                        "2": {"summary": "ranks bound by core"}}}
+    assert placement_lines(meta) == ["N=2: ranks bound by core",
+                                     "N=4: ranks unbound; sharing CPUs with another rank: rank(s) 0-3"]
+    assert placement_warnings({"": meta}) == [
+        "placement: N=4: ranks unbound; sharing CPUs with another rank: rank(s) 0-3"]
+    assert placement_warnings({"old": {}}) == [] and placement_lines({}) == []

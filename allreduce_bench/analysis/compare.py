@@ -153,6 +153,11 @@ def format_table(table: pd.DataFrame) -> str:
     if not sampled.all():
         out.append(f"  ({(~sampled).sum()} of {len(table)} sizes have no raw samples on both sides "
                    "(imported or older runs): compared by the ratio of stored medians only)")
+    if sampled.any():
+        rounds = table[sampled]
+        out.append(f"  rounds per size: base {int(rounds['base_rounds'].median())}, other "
+                   f"{int(rounds['other_rounds'].median())} (over all runs of a side; the bootstrap "
+                   "draws runs, then rounds, then samples)")
     significant = table["significant"].fillna(False).astype(bool)
     out.append(f"  {int(significant.sum())} of {len(table)} sizes significantly different")
     return "\n".join(out)
