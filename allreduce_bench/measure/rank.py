@@ -18,7 +18,13 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from allreduce_bench.environment import DRIVER_PID_ENV, RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.environment import (
+    DRIVER_PID_ENV,
+    EMULATION_ENV,
+    RankEnv,
+    export_for_env_init,
+    launcher_env,
+)
 from allreduce_bench.errors import UsageError, is_out_of_memory
 from allreduce_bench.measure import binding
 from allreduce_bench.measure import meta as run_meta
@@ -49,8 +55,10 @@ def join_world(config, env: RankEnv | None):
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
-    placement = binding.bind_rank(config.bind, env.local_rank, env.local_world_size,
-                                  started_here=DRIVER_PID_ENV in os.environ,
+    # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
+    here = (env.rank, env.world_size) if os.environ.get(EMULATION_ENV) else (env.local_rank,
+                                                                              env.local_world_size)
+    placement = binding.bind_rank(config.bind, *here, started_here=DRIVER_PID_ENV in os.environ,
                                   gpu_index=device.torch_device.index if device.kind == "cuda" else None)
     try:
         dist.init_process_group(config.backend, **process_group_options(config.backend, device,
