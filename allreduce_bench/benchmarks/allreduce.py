@@ -153,6 +153,7 @@ def measure_phases(session: Session) -> int:
             members = tuple(range(world_size))
             progress.at(phase, 0, f"building the groups of world size {world_size}",
                         tuple(range(env.world_size)))
+            session.bind_phase(world_size)
             world = make_world(world_size, ranks_per_node, device)
             steps = iter(range(1, DONE))
 

@@ -31,6 +31,11 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
                      "CPUs of the GPU's NUMA node; else one core block per rank when there are "
                      "as many CPUs as local ranks. core: one block of the CPUs per local rank; "
                      "numa: one NUMA node's CPUs; none: as started. Recorded in meta.json."),
+        click.option("--nccl-debug", is_flag=True, help="NCCL: run with NCCL_DEBUG=INFO "
+                     "(subsystems INIT,GRAPH,ENV,TUNING), one NCCL_DEBUG_FILE per rank in "
+                     "OUT/nccl-debug/, read at the end into meta.json's `nccl` block: which NICs, "
+                     "transports and NCCL_* settings each host got (see `nccl-log`). For "
+                     "diagnosis: NCCL then logs every call, which slows the smallest sizes."),
     ]
 
     def decorate(command):

@@ -275,23 +275,52 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
     return None if physical is None else topo_numa_node(nvidia_smi_topology(), physical)
 
 
-def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
-              gpu_index: int | None = None) -> Placement:
-    """Bind this process as `mode` asks and say where it ended up. `started_here`: the rank
-    is one of a local run's (its affinity is the driver's, never a launcher's binding)."""
-    current = sorted(os.sched_getaffinity(0))
-    nodes = numa_nodes()
-    launcher = None if started_here else launcher_binding(os.environ, current, cgroup_cpus())
-    chosen = plan(mode, local_rank, local_world_size, current, nodes, gpu=gpu_index is not None,
-                  gpu_node=gpu_node_of(gpu_index) if mode in ("auto", "numa") else None,
-                  launcher=launcher)
-    if chosen.cpus is not None:
+@dataclass(frozen=True)
+class Binder:
+    """What one rank's binding depends on, read once before it joins: the mode, the CPUs it
+    may use, the NUMA map, a launcher's binding and its GPU's node. `bind` places it as one of
+    `local_world_size` ranks on this host; a run whose sub-worlds measure one after the other
+    (world sizes 2 then 4 in one world) places the measuring ranks again for each."""
+
+    mode: str
+    allowed: tuple[int, ...]
+    nodes: dict
+    launcher: str | None
+    gpu: bool
+    gpu_node: int | None
+
+    @classmethod
+    def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None) -> Binder:
+        """`started_here`: the rank is one of a local run's (its affinity is the driver's,
+        never a launcher's binding)."""
+        current = tuple(sorted(os.sched_getaffinity(0)))
+        launcher = None if started_here else launcher_binding(os.environ, current, cgroup_cpus())
+        return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
+                   gpu_node_of(gpu_index) if mode in ("auto", "numa") else None)
+
+    def bind(self, local_rank: int, local_world_size: int) -> Placement:
+        chosen = plan(self.mode, local_rank, local_world_size, self.allowed, self.nodes,
+                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher)
         try:
-            set_affinity(chosen.cpus)
+            set_affinity(chosen.cpus if chosen.cpus is not None else self.allowed)
         except OSError as error:
             chosen = Plan("none", None, f"sched_setaffinity failed ({error.strerror})")
-    now = sorted(os.sched_getaffinity(0))
-    return Placement(mode, chosen.how, format_cpulist(now), node_of(now, nodes), chosen.why)
+        now = sorted(os.sched_getaffinity(0))
+        return Placement(self.mode, chosen.how, format_cpulist(now), node_of(now, self.nodes),
+                         chosen.why)
+
+
+def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
+              gpu_index: int | None = None) -> Placement:
+    """Bind this process as `mode` asks and say where it ended up (Binder)."""
+    return Binder.here(mode, started_here=started_here, gpu_index=gpu_index).bind(
+        local_rank, local_world_size)
+
+
+def local_members(world_size: int, rank: int, hosts: list[str], one_machine: bool) -> list[int]:
+    """The ranks of the sub-world of the first `world_size` ranks that run on this rank's host
+    (all of them where every host is this machine: an emulated cluster)."""
+    return [r for r in range(world_size) if one_machine or hosts[r] == hosts[rank]]
 
 
 def summary(placements: list[dict], hosts: list[str]) -> str:

@@ -26,14 +26,22 @@ from allreduce_bench.environment import (
     launcher_env,
 )
 from allreduce_bench.errors import UsageError, is_out_of_memory
-from allreduce_bench.measure import binding
+from allreduce_bench.measure import binding, nccl_debug
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
 from allreduce_bench.results import resume
 from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS
-from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta, write_parquet
+from allreduce_bench.results.store import (
+    ResultsWriter,
+    SamplesWriter,
+    read_meta,
+    start_meta,
+    update_meta,
+    write_meta,
+    write_parquet,
+)
 from allreduce_bench.units import parse_tc_rate
 
 LINGER_S = 3.0  # see faults.exit_now
@@ -45,12 +53,13 @@ def _quiet_interrupt(signum, frame) -> None:
 
 
 def join_world(config, env: RankEnv | None):
-    """(this rank's device, where it runs) and its place in the default process group, the same
+    """(this rank's device, its Binder, where it runs) and its place in the default process group, the same
     way for every per-rank entry point (run, links, ddp) and every launcher. `config` needs
     backend, device, timeout_s and bind: the binding is applied before the process group's
     threads start. A rank that cannot join exits with one line."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
+    nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
     export_for_env_init(env)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
@@ -58,8 +67,9 @@ def join_world(config, env: RankEnv | None):
     # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
     here = (env.rank, env.world_size) if os.environ.get(EMULATION_ENV) else (env.local_rank,
                                                                               env.local_world_size)
-    placement = binding.bind_rank(config.bind, *here, started_here=DRIVER_PID_ENV in os.environ,
-                                  gpu_index=device.torch_device.index if device.kind == "cuda" else None)
+    binder = binding.Binder.here(config.bind, started_here=DRIVER_PID_ENV in os.environ,
+                                 gpu_index=device.torch_device.index if device.kind == "cuda" else None)
+    placement = binder.bind(*here)
     try:
         dist.init_process_group(config.backend, **process_group_options(config.backend, device,
                                                                          config.timeout_s))
@@ -68,7 +78,7 @@ def join_world(config, env: RankEnv | None):
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
                  f"({env.launcher}, master {where}): {first}")
-    return device, placement
+    return device, binder, placement
 
 
 @dataclass(frozen=True)
@@ -94,8 +104,10 @@ class Benchmark:
 class Session:
     """One rank's measuring context: the same for every benchmark."""
 
-    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str]):
+    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str],
+                 binder: binding.Binder | None = None):
         self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.binder = binder
         self.hosts = hosts  # hostname of every global rank, for the raw samples
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
@@ -119,6 +131,24 @@ class Session:
         self.rows_done += 1
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
+
+    def bind_phase(self, world_size: int) -> None:
+        """Before the sub-world of the first `world_size` ranks measures: its ranks on each
+        host are placed again as that many local ranks (the others wait, where they are), and
+        rank 0 writes the placements to meta.json `binding.<world_size>`. Collective."""
+        if self.binder is None:
+            return
+        members = binding.local_members(world_size, self.env.rank, self.hosts,
+                                        bool(os.environ.get(EMULATION_ENV)))
+        mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
+                if self.env.rank in members else None)
+        placements = [None] * self.env.world_size
+        dist.all_gather_object(placements, mine)
+        if self.lead:
+            placements = placements[:world_size]
+            update_meta(self.config.out_dir, binding={
+                **read_meta(self.config.out_dir).get("binding", {}), str(world_size): {
+                    "summary": binding.summary(placements, self.hosts), "ranks": placements}})
 
     def before_clock(self):
         """What this rank runs before each sample's clock starts (the test hook's delay)."""
@@ -151,11 +181,12 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     line naming the step and the missing rank (see faults.py); rows already written stay.
     """
     env = env or launcher_env()
-    device, placement = join_world(config, env)
+    device, binder, placement = join_world(config, env)
     progress = Progress(env.rank, env.world_size)
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
-        wrong = benchmark.measure(Session(config, env, device, progress, hosts))
+        wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
+        nccl_debug.collect(config, env.rank, env.world_size)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
             raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
@@ -204,6 +235,7 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device,
     meta = read_meta(config.out_dir)
     if len(infos) >= len(meta.get("hostnames", [])):  # a local sub-world does not shrink it
         meta.update(run_meta.world_meta(infos))
+        run_meta.save_topologies(config.out_dir, meta.get("gpu_topology"))
     meta.setdefault("peaks", {})[str(env.world_size)] = {
         **world_peaks, "probe": {"GBps": probe_GBps, "bytes": link_peaks.PROBE_BYTES} if probe_GBps else None,
         "per_rank": per_rank}
