@@ -18,15 +18,17 @@ def test_passes_alternate_direction():
         rounds.order(items, 0)
 
 
-def test_each_round_gets_its_share_and_later_rounds_reuse_the_loops():
+def test_each_round_gets_its_share_and_later_rounds_reuse_the_first():
+    from allreduce_bench.measure.timing import Measured
+
     base = Sampling(budget_s=0.3, min_samples=5, max_samples=50, warmup=2)
     assert rounds.round_sampling(base, 1, 0, None) == base
     first = rounds.round_sampling(base, 3, 0, None)
     assert first.budget_s == pytest.approx(0.1) and first.min_samples == 2 and first.max_samples == 17
-    assert first.loops is None and first.warmup == 2  # the first round calibrates
-    later = rounds.round_sampling(base, 3, 2, 64)
-    assert later.loops == 64 and later.warmup == 0
-    fixed = rounds.round_sampling(Sampling(loops=4, samples=9), 3, 1, 64)
+    assert first.loops is None and first.samples is None and first.warmup == 2  # calibrates, plans
+    later = rounds.round_sampling(base, 3, 2, Measured([[1.0] * 7], loops=64, samples=7))
+    assert later.loops == 64 and later.samples == 7 and later.warmup == 2
+    fixed = rounds.round_sampling(Sampling(loops=4, samples=9), 3, 0, None)
     assert fixed.loops == 4 and fixed.samples == 3
 
 

@@ -105,7 +105,7 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
             current = name
         earlier = taken.setdefault((name, count), [])
         sampling = rounds.round_sampling(config.sampling, config.rounds, index,
-                                         earlier[0].loops if earlier else None)
+                                         earlier[0] if earlier else None)
         measured, wrong = measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
                                   before_clock, check=index == last)
         earlier.append(measured)

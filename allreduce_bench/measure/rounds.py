@@ -33,11 +33,11 @@ def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
     return planned
 
 
-def round_sampling(sampling, rounds: int, index: int, loops: int | None):
-    """The sampling of round `index`: budget / rounds, the sample counts split over the rounds
-    (so R rounds take about as long as one), and after the first round the loops it
-    calibrated (one calibration per measurement, the same loops in every round) with no
-    warm-up call (the sample that plans the count warms up)."""
+def round_sampling(sampling, rounds: int, index: int, first=None):
+    """The sampling of round `index`: budget / rounds and the sample counts split over the
+    rounds (so R rounds take about as many calls as one); after the first round (`first`, its
+    Measured) its loops and sample count, so a measurement is calibrated and planned once and
+    later rounds only warm up (one call) and sample."""
     if rounds == 1:
         return sampling
     share = {"budget_s": sampling.budget_s / rounds,
@@ -45,8 +45,8 @@ def round_sampling(sampling, rounds: int, index: int, loops: int | None):
              "max_samples": max(2, math.ceil(sampling.max_samples / rounds))}
     if sampling.samples is not None:
         share["samples"] = max(1, math.ceil(sampling.samples / rounds))
-    if index > 0:
-        share.update(loops=loops if sampling.loops is None else sampling.loops, warmup=0)
+    if index > 0 and first is not None:
+        share.update(loops=first.loops, samples=first.samples, warmup=max(1, sampling.warmup))
     return replace(sampling, **share)
 
 
