@@ -160,8 +160,8 @@ def bound_against_unbound(out: Path) -> None:
     frames = {}
     for (bind, k), wall in walls.items():
         meta = json.loads((out / f"default-{bind}-{k}" / "meta.json").read_text())
-        print(f"   --bind {bind} run {k}: {wall:.1f} s wall; placement: "
-              f"{(meta.get('binding') or {}).get('summary', 'not recorded')}")
+        placed = "; ".join(f"N={n}: {b['summary']}" for n, b in sorted((meta.get("binding") or {}).items()))
+        print(f"   --bind {bind} run {k}: {wall:.1f} s wall; placement: {placed or 'not recorded'}")
         frames[(bind, k)] = pd.read_csv(out / f"default-{bind}-{k}" / "results.csv")
     print(f"   median time (us) at <= 1M, bound / unbound (two runs each; {load()}):")
     key = ["algorithm", "world_size", "size_bytes"]
