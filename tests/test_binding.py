@@ -163,3 +163,22 @@ def test_the_report_says_where_ranks_ran():
     assert placement_warnings({"": meta}) == [
         "placement: N=4: ranks unbound; sharing CPUs with another rank: rank(s) 0-3"]
     assert placement_warnings({"old": {}}) == [] and placement_lines({}) == []
+
+
+def test_a_phases_members_are_the_sub_worlds_ranks_on_this_host():
+    hosts = ["a", "a", "b", "b"]
+    assert binding.local_members(2, 1, hosts, one_machine=False) == [0, 1]
+    assert binding.local_members(4, 3, hosts, one_machine=False) == [2, 3]
+    assert binding.local_members(4, 3, hosts, one_machine=True) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_binder_places_again_and_restores_what_it_started_with():
+    before = os.sched_getaffinity(0)
+    binder = binding.Binder.here("auto", started_here=True)
+    try:
+        assert binder.bind(0, 2).how == "core" and len(os.sched_getaffinity(0)) < len(before)
+        wide = binder.bind(0, len(before) + 1)  # more ranks than CPUs: auto leaves them all
+        assert wide.how == "none" and os.sched_getaffinity(0) == before
+    finally:
+        binding.set_affinity(before)
