@@ -5,7 +5,7 @@
    64K,1M,16M`, compared pairwise with `compare`: the share of comparisons called significant
    (target <= 5%).
 2. A real difference: bfloat16 against float32 ring at 16M (half the bytes), compared with each
-   float32 run: still called significant.
+   float32 run and with all of them as one side (a folder of runs): still called significant.
 3. Run-to-run spread, N = 2, 64K-64M: RUNS runs of the harness (native) and of a minimal
    back-to-back loop with the same binding (one core per rank), alternating; per size the
    (max - min) / median of busbw over runs (target: harness <= loop) and the ratio of medians
@@ -16,7 +16,7 @@
 
 The load average is printed with every part: on a shared machine the figures are noisy.
 
-Usage: python scripts/perf_agreement.py [--runs 4] [--parts 1,2,3,4,5] [--out DIR]
+Usage: python scripts/perf_agreement.py [--runs 4] [--parts 1,2,3,4,5] [--rounds R] [--out DIR]
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ import pandas as pd
 SIZES = "64K,1M,16M"
 LOOP_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 HERE = Path(__file__).resolve().parent
+ROUNDS: list[str] = []  # --rounds R passed on to the runs of parts 1-3 (default: run's own)
 
 
 def load() -> str:
@@ -64,9 +65,9 @@ def identical(out: Path, runs: int) -> list[Path]:
           f"({load()})")
     made = []
     for k in range(runs):
-        made.append(out / f"same-{k}")
+        made.append(out / "same" / str(k))
         wall = bench("run", "--algos", "ring,native", "--world-sizes", "2,4", "--sizes", SIZES,
-                     "--out", str(made[-1]), "--no-plot")
+                     "--out", str(made[-1]), "--no-plot", *ROUNDS)
         print(f"   run {k}: {wall:.1f} s")
     tables = [compare(a, b, out / f"compare-{i}-{j}")
               for (i, a), (j, b) in itertools.combinations(enumerate(made), 2)]
@@ -88,11 +89,12 @@ def real_difference(out: Path, float32_runs: list[Path]) -> None:
     print(f"\n2. a real difference: bfloat16 vs float32 ring at 16M ({load()})")
     half = out / "bfloat16"
     bench("run", "--algos", "ring", "--world-sizes", "2,4", "--sizes", "16M", "--dtype", "bfloat16",
-          "--out", str(half), "--no-plot")
-    for k, base in enumerate(float32_runs):
-        table = compare(base, half, out / f"compare-bf16-{k}")
-        for row in table.itertuples():
-            print(f"   float32 run {k} -> bfloat16, N={row.world_size}: ratio {row.ratio:.2f} "
+          "--out", str(half), "--no-plot", *ROUNDS)
+    named = [(f"float32 run {k}", base) for k, base in enumerate(float32_runs)]
+    for name, base in named + [(f"all {len(float32_runs)} float32 runs (a folder)", out / "same")]:
+        table = compare(base, half, out / f"compare-bf16-{base.name}")
+        for row in table[table["algorithm"] == "ring"].itertuples():
+            print(f"   {name} -> bfloat16, N={row.world_size}: ratio {row.ratio:.2f} "
                   f"[{row.ci_low:.2f}, {row.ci_high:.2f}] "
                   f"{'significant: MET' if row.significant == True else 'not significant: NOT MET'}")  # noqa: E712
 
@@ -135,7 +137,7 @@ def harness_against_loop(out: Path, runs: int) -> None:
     for k in range(runs):
         run_dir = out / f"harness-{k}"
         bench("run", "--algos", "native", "--world-sizes", "2", "--sizes", sizes, "--out",
-              str(run_dir), "--no-plot")
+              str(run_dir), "--no-plot", *ROUNDS)
         rows = pd.read_csv(run_dir / "results.csv").set_index("size_bytes")
         for size in LOOP_SIZES:
             harness.setdefault(size, []).append(float(rows.loc[size, "busbw_GBps"]))
@@ -182,7 +184,10 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4, help="Runs per configuration.")
     parser.add_argument("--parts", default="1,2,3,4,5", help="Which parts to measure.")
     parser.add_argument("--out", type=Path, help="Keep the runs here. [a temporary folder]")
+    parser.add_argument("--rounds", type=int, help="--rounds of the runs of parts 1-3. [run's default]")
     args = parser.parse_args()
+    if args.rounds:
+        ROUNDS.extend(["--rounds", str(args.rounds)])
     parts = {int(p) for p in args.parts.split(",") if p}
     out = args.out or Path(tempfile.mkdtemp(prefix="perf-agreement-"))
     print(f"perf_agreement: {os.cpu_count()} CPUs, {load()}")
