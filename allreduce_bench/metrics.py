@@ -35,6 +35,9 @@ def busbw_GBps(size_bytes: float, time_us: float, world_size: int) -> float:
 UNSTABLE_CV = 0.10
 TWO_MODES_GAP = 0.25
 TWO_MODES_MIN_SHARE = 0.2
+# ... or when its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round
+# medians above this. Rounds on a quiet machine agree within a few percent; 15% is another state.
+ROUNDS_DISAGREE = 0.15
 
 
 def two_modes(values: Sequence[float]) -> bool:

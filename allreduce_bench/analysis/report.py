@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.analysis import nccl_setup
+from allreduce_bench.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.analysis.ranks import rank_table, unstable_rows
 from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
@@ -23,7 +24,7 @@ from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for ca
     run_metas,
     scaling_efficiency,
 )
-from allreduce_bench.metrics import UNSTABLE_CV
+from allreduce_bench.metrics import ROUNDS_DISAGREE, UNSTABLE_CV
 from allreduce_bench.results.schema import allreduce_rows
 from allreduce_bench.units import format_size
 
@@ -48,8 +49,10 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     flagged = unstable_rows(frame)
     if len(flagged):
         lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
-                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes); see "
+                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes, or rounds "
+                     f"disagreed by > {100 * ROUNDS_DISAGREE:.0f}%); see "
                      "report.md, or rerun on a quiet machine")
+    lines += placement_warnings(run_metas(frame))
     wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
     lines.append(f"#wrong in total: {wrong}")
     return "\n".join(lines)
@@ -211,6 +214,7 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
     for run, meta in run_metas(frame).items():
         rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
                      "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                     "placement": "; ".join(placement_lines(meta)) or "-",
                      "#wrong": int(wrong.get(run, 0))})
     table = pd.DataFrame(rows)
     return table.drop(columns="run") if (table["run"] == "-").all() else table

@@ -49,6 +49,9 @@ def sweep_options(command):
               help=algorithms_help())
 @sweep_options
 @measuring_options()
+@click.option("--rounds", type=int, help="Passes over (algorithm, size), forward then backward, "
+              "each with --budget / R; a row pools its rounds' samples and records how much their "
+              "medians differ (`compare` judges runs by that). [2; 1 with --quick]")
 @click.option("--resume", "resume_dir", type=OUTPUT_PATH,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")

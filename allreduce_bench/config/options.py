@@ -92,7 +92,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
 
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
-                  check_out: bool = True, nccl_debug: bool = False) -> LaunchConfig:
+                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto") -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
     results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
@@ -105,7 +105,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
     return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
-                        timeout_s=timeout_s, plot=not no_plot, command=command,
+                        timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, **({"run_id": run_id} if run_id else {}))
 
 
@@ -136,6 +136,15 @@ def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_
                             warmup, host_launch)
 
 
+def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
+    """--rounds, or the device's (--quick's) default."""
+    if rounds is None:
+        return (QUICK if quick else GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS)["rounds"]
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    return rounds
+
+
 def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | None, dict]:
     """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
     if resume_dir is None:
@@ -149,7 +158,9 @@ def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | N
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None, nccl_debug=False) -> RunConfig:
+               command="", resume_dir=None, nccl_debug=False, bind="auto",
+               rounds: int | None = 1) -> RunConfig:
+    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -166,8 +177,9 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug)
-    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling)
+                           nccl_debug=nccl_debug, bind=bind)
+    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
+                       rounds=run_rounds(rounds, device, quick))
     algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
         env.local_world_size if env else None), backend)  # before any process starts
     if stored:

@@ -22,7 +22,7 @@ from allreduce_bench.results.store import read_meta
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
-                      "ranks_per_node": "--ranks-per-node", "tag": "--tag"}
+                      "ranks_per_node": "--ranks-per-node", "tag": "--tag", "rounds": "--rounds"}
 
 
 def stored_run(resume_dir: Path) -> dict:

@@ -21,6 +21,9 @@ COLUMNS = [
     # over samples of the slowest rank's time per call (metrics.sample_stats)
     "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_min", "time_us_max",
     "time_cv", "unstable",
+    # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
+    # per-round medians (unstable also when rounds disagree; measure/rounds.py)
+    "rounds", "round_spread",
     # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
     "algbw_GBps", "busbw_GBps", "wrong",
@@ -35,7 +38,8 @@ RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parq
 # samples.parquet: one row per (measurement, sample, rank); a directory of parts, one per
 # measurement, so it grows as rows do and a killed run keeps every finished part.
 SAMPLE_COLUMNS = ["run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
-                  "operation", "measure", "bucket_mb", "sample", "rank", "host", "loops", "time_us"]
+                  "operation", "measure", "bucket_mb", "sample", "rank", "host", "loops", "time_us",
+                  "round"]
 
 
 
@@ -47,15 +51,17 @@ def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
+def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 0,
+                  first_sample: int = 0) -> pd.DataFrame:
     """The raw samples of one measurement in the samples.parquet schema: one row per (sample,
     rank) with that rank's time per call. `ranks` are the global ranks of the measuring group
-    in group-rank order; `hosts` the hostname of every global rank (when known)."""
+    in group-rank order; `hosts` the hostname of every global rank (when known). One round of
+    a row measured in several (--rounds) numbers its samples on from `first_sample`."""
     records = []
     for index, times in enumerate(per_rank_us):
         rank = int(ranks[index])
         host = hosts[rank] if hosts and rank < len(hosts) else ""
-        for number, time_us in enumerate(times):
+        for number, time_us in enumerate(times, start=first_sample):
             records.append((number, rank, host, float(time_us)))
     frame = pd.DataFrame.from_records(records, columns=["sample", "rank", "host", "time_us"])
     for column in ("run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
@@ -63,6 +69,7 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
         value = row.get(column)
         frame[column] = "" if value is None and column in ("link", "operation", "measure") else value
     frame["bucket_mb"] = frame["bucket_mb"].astype("float64")
+    frame["round"] = round_index
     return frame[SAMPLE_COLUMNS]
 
 
