@@ -26,7 +26,7 @@ def exact_on(world_size: int, collectives: list[str], counts: list[int], dtypes)
     world, failures = make_world(world_size, world_size, Device()), []
     if world is not None:
         for name_of in collectives:
-            for name, algorithm in algorithms.registry(name_of).items():
+            for algorithm in algorithms.registry(name_of).values():
                 failures += _exact(algorithm, world, counts, dtypes)
     end_phase(world, f"collectives-{world_size}-{len(counts)}", Device())
     return failures

@@ -5,7 +5,9 @@ An `Algorithm` is a name, the collective it implements, a one-line description, 
 cost and the layouts it supports. An AllReduce is built as `build(tensor, world)` and sums
 `tensor` in place; every other collective as `build(send, recv, world)` (see `BUFFERS`; in place
 is `send` and `recv` sharing memory the way nccl-tests lays them out). Sizes in costs are the
-whole buffer, as nccl-tests prints them (metrics.collective_counts). The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
+whole buffer, as nccl-tests prints them (metrics.collective_counts).
+
+The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
 in each step, every link class carries some messages and bytes on its busiest link (a rank's own
 intra-node link; a node's uplink for inter-node traffic), and some bytes are summed on the way.
 A step lasts max over classes of (messages x alpha_c + bytes / B_c), plus gamma x bytes reduced.
