@@ -194,10 +194,13 @@ def parse_collectives(text: str) -> tuple[str, ...]:
 
 
 def help_text() -> str:
-    """--algos help: the built-in names (their descriptions are in the README)."""
+    """--algos help: the built-in names (their descriptions are in the README and
+    doc/collectives.md)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
+    others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
     return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: native:ring, "
-            "native:tree, native:nvls (each also :LL, :LL128, :Simple); and installed plug-ins.")
+            f"native:tree, native:nvls (each also :LL, :LL128, :Simple); other collectives: "
+            f"{others}; and installed plug-ins.")
 
 
 def allreduce(name: str, tensor, world) -> None:
