@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.errors import UsageError
+from allreduce_bench.metrics import COLLECTIVES
 from allreduce_bench.results.schema import (
     PARQUET_FILE,
     REQUIRED,
@@ -124,13 +125,14 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
     if "benchmark" not in frame.columns:
         return None
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
-    known = benchmark.isin(["allreduce", "ddp", "links", "allreduce-in-place"])
+    # other collectives' out-of-place rows have their own report section and figures
+    known = benchmark.isin(["allreduce", "ddp", "links", "allreduce-in-place", *COLLECTIVES])
     parts = []
     for name, count in benchmark[~known].value_counts().items():
         parts.append(f"{count} {name} rows")
     if parts:
-        text = (", ".join(parts) + " are not AllReduce: the AllReduce analyses (busbw with 2(N-1)/N, "
-                "report, figures, cost model) skip them; `compare` reads them")
+        text = (", ".join(parts) + " are none of the collectives measured here: the analyses skip "
+                "them; `compare` reads them")
     else:
         text = ""
     in_place = int((benchmark == "allreduce-in-place").sum())
