@@ -239,3 +239,72 @@ def test_collective_model_recovers_links_and_names_the_best():
     # gloo's ReduceScatter row is modelled as the AllReduce it ran: twice the ring's steps
     native_rs = collective_model.steps("reduce_scatter", "native", "all_reduce", S, 4, 4)
     assert sum(st.repeat for st in native_rs) == 6
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+def cli(*args, timeout=300):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "allreduce_bench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--collectives", "unknown"], "unknown collective unknown"),
+    (["--collectives", "all_gather,alltoall", "--algos", "ring"], "unknown algorithm 'ring' for alltoall"),
+])
+def test_bad_collectives_are_one_line_and_exit_2(args, says):
+    result = cli("run", *args, "--quick", "--no-plot", timeout=60)
+    assert result.returncode == 2 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(600)
+def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "run"
+    args = ["run", "--collectives", "all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce,sendrecv",
+            "--algos", "native", "--world-sizes", "2", "--sizes", "4K,64K", "--samples", "2", "--loops", "1",
+            "--warmup", "0", "--out", str(out)]
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(out / "results.csv")
+    assert list(dict.fromkeys(rows["collective"])) == list(metrics.COLLECTIVES)
+    assert (rows["wrong"] == 0).all() and len(rows) == 2 * 7
+    assert set(rows["benchmark"]) == {"allreduce", *metrics.COLLECTIVES} - {"all_reduce"}
+    rs = rows[rows["collective"] == "reduce_scatter"]
+    assert set(rs["runs_as"]) == {"all_reduce"} and rows[rows["collective"] != "reduce_scatter"]["runs_as"].isna().all()
+    ag = rows[rows["collective"] == "all_gather"].iloc[0]
+    assert ag["count"] == 512 and ag["size_bytes"] == 4096  # one rank's part of the whole buffer
+    assert ag["busbw_GBps"] == pytest.approx(ag["algbw_GBps"] / 2)
+    assert "Peak busbw (GB/s) per collective" in result.stdout and "in disguise" in result.stdout
+    report = (out / "plots" / "report.md").read_text()
+    assert "## Other collectives" in report and "## Cost model per collective" in report
+    assert (out / "plots" / "collectives_peak.png").exists() and (out / "plots" / "bandwidth_alltoall.png").exists()
+    again = cli(*args[:-2], "--resume", str(out))
+    assert again.returncode == 0, again.stderr
+    assert len(pd.read_csv(out / "results.csv")) == len(rows)  # every row was done already
+
+
+@needs_logs
+@pytest.mark.timeout(600)
+def test_import_and_compare_a_published_all_gather_log_against_our_rows(tmp_path):
+    import pandas as pd
+
+    ours = tmp_path / "ours"
+    result = cli("run", "--collectives", "all_gather", "--algos", "native", "--world-sizes", "8",
+                 "--ranks-per-node", "8", "--sizes", "1M,4M", "--samples", "2", "--loops", "1",
+                 "--warmup", "0", "--out", str(ours), "--no-plot", timeout=500)
+    assert result.returncode == 0, result.stderr
+    (log,) = LOGS.glob("11-*")
+    imported = tmp_path / "imported"
+    done = cli("import", str(log), "--out", str(imported), "--collective", "all_gather", timeout=60)
+    assert done.returncode == 0, done.stderr
+    compared = cli("compare", str(imported), str(ours), "--out-dir", str(tmp_path / "cmp"), timeout=60)
+    assert compared.returncode == 0, compared.stderr
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert sorted(table["size_bytes"]) == [1 << 20, 4 << 20]
+    assert set(table["benchmark"]) == {"all_gather"} and set(table["world_size"]) == {8}
