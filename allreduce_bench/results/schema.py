@@ -74,7 +74,7 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
 # Rows imported from other tools (allreduce-bench import): which tool and collective, out-of-place
 # or in-place, the cells exactly as printed, per-iteration statistics nccl-tests -I prints, and
 # where in the source file each row was read.
-IMPORTED_COLUMNS = ["source_tool", "collective", "in_place", "time_printed", "algbw_printed",
+IMPORTED_COLUMNS = ["source_tool", "in_place", "time_printed", "algbw_printed",
                     "busbw_printed", "wrong_printed", "max_error", "time_us_p99", "time_cv_pct",
                     "source_file", "source_line"]
 # How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)
