@@ -187,9 +187,12 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     return config
 
 
-def links_config(**options) -> RunConfig:
-    """`links`: the options of `run` less --algos; it always measures the backend's AllReduce."""
-    return run_config(algos="native", **options)
+def links_config(collective: str = "all_reduce", **options) -> RunConfig:
+    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
+    backend's call of --collective (exactly one)."""
+    if "," in collective or collective == "all":
+        raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
+    return run_config(algos="native", collectives=collective, **options)
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
