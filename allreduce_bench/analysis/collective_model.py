@@ -28,7 +28,8 @@ def with_collective(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows with `collective` and `runs_as` filled (rows from before collectives: AllReduce)."""
     frame = frame.copy()
     frame["collective"] = frame.get("collective", pd.Series("all_reduce", index=frame.index)).fillna("all_reduce")
-    runs_as = frame.get("runs_as", pd.Series("", index=frame.index)).fillna("")
+    runs_as = frame.get("runs_as", pd.Series("", index=frame.index)).astype(object)
+    runs_as = runs_as.where(runs_as.notna(), "")
     frame["runs_as"] = runs_as.where(runs_as != "", frame["collective"])
     if "ranks_per_node" not in frame.columns:
         frame["ranks_per_node"] = frame["world_size"]

@@ -26,8 +26,8 @@ def collective_rows(frame: pd.DataFrame, with_allreduce: bool = False) -> pd.Dat
     names = [c for c in COLLECTIVES if c != "all_reduce"] + (["allreduce"] if with_allreduce else [])
     rows = frame[benchmark.isin(names)].copy()
     rows["collective"] = benchmark[rows.index].replace({"allreduce": "all_reduce"})
-    runs_as = rows["runs_as"].fillna("").astype(str) if "runs_as" in rows.columns else ""
-    rows["runs_as"] = runs_as
+    runs_as = rows["runs_as"].astype(object) if "runs_as" in rows.columns else pd.Series(index=rows.index)
+    rows["runs_as"] = runs_as.where(runs_as.notna(), "").astype(str)
     return rows
 
 

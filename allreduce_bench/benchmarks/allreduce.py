@@ -10,17 +10,16 @@ mismatches summed over ranks are `wrong`.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms, metrics
+from allreduce_bench import algorithms
 from allreduce_bench.benchmarks import collectives
 from allreduce_bench.benchmarks.finish import finish
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig
-from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import Console
@@ -49,34 +48,6 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
                          device=device.torch_device)
     dist.all_reduce(wrong, group=world.group.pg)
     return measured, int(wrong.item())
-
-
-def make_row(config: RunConfig, world: World, algorithm: str, count: int,
-             measured: timing.Measured, wrong: int, ranks=None, collective: str = "all_reduce",
-             size_bytes: int | None = None) -> dict:
-    """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
-    (default: the world's members in group-rank order). `size_bytes`: the whole buffer, as
-    nccl-tests prints it (default: the AllReduce's count elements)."""
-    size_bytes = count * config.itemsize if size_bytes is None else size_bytes
-    stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
-    stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
-    median = stats["time_us_median"]
-    return {
-        "run_id": config.run_id,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tag": config.tag, "benchmark": "allreduce" if collective == "all_reduce" else collective,
-        "collective": collective, "algorithm": algorithm,
-        "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
-        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": count, "timing": config.timing,
-        "samples": measured.samples, "loops": measured.loops, "warmup": config.sampling.warmup,
-        **stats,
-        "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
-        "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size, collective),
-        "wrong": wrong,
-        # set by `emulate` in every rank's environment; empty on real hardware
-        "emulation": os.environ.get(EMULATION_ENV, ""),
-    }
 
 
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from allreduce_bench import algorithms, metrics
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig
 from allreduce_bench.measure import collective as measuring
 from allreduce_bench.measure.world import World
@@ -41,8 +42,6 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
           before_clock=None) -> int:
     """Measure each named algorithm of `collective` at every size; #wrong summed."""
-    from allreduce_bench.benchmarks.allreduce import make_row
-
     wrong_total = 0
     in_place = measuring.MODES[collective][0]
     for name in names:

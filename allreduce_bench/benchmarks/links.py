@@ -21,8 +21,9 @@ import torch.distributed as dist
 
 from allreduce_bench import algorithms, metrics
 from allreduce_bench.algorithms import native
-from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.allreduce import measure
 from allreduce_bench.benchmarks.finish import finish, start_meta_unless_launched
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig, Sampling
 from allreduce_bench.measure import collective as measuring
 from allreduce_bench.measure import meta as run_meta

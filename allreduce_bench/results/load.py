@@ -126,7 +126,7 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
         return None
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
     # other collectives' out-of-place rows have their own report section and figures
-    known = benchmark.isin(["allreduce", "ddp", "links", "allreduce-in-place", *COLLECTIVES])
+    known = benchmark.isin(["allreduce", "ddp", "links", *COLLECTIVES]) | benchmark.str.endswith("-in-place")
     parts = []
     for name, count in benchmark[~known].value_counts().items():
         parts.append(f"{count} {name} rows")
@@ -135,9 +135,10 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
                 "them; `compare` reads them")
     else:
         text = ""
-    in_place = int((benchmark == "allreduce-in-place").sum())
-    if in_place:
-        text += ("; " if text else "") + (f"{in_place} in-place AllReduce rows (nccl-tests' second "
+    in_place = benchmark.str.endswith("-in-place")
+    parts = [f"{count} {name.replace('-in-place', '')}" for name, count in benchmark[in_place].value_counts().items()]
+    if parts:
+        text += ("; " if text else "") + (f"in-place rows ({', '.join(parts)}: nccl-tests' second "
                                           "half) are kept; the analyses read the out-of-place half")
     return text or None
 
