@@ -308,3 +308,20 @@ def test_import_and_compare_a_published_all_gather_log_against_our_rows(tmp_path
     table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     assert sorted(table["size_bytes"]) == [1 << 20, 4 << 20]
     assert set(table["benchmark"]) == {"all_gather"} and set(table["world_size"]) == {8}
+
+
+@pytest.mark.timeout(400)
+def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "links"
+    result = cli("links", "--collective", "all_gather", "--world-sizes", "4", "--ranks-per-node", "2",
+                 "--sizes", "64K", "--samples", "2", "--loops", "1", "--warmup", "0", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(out / "results.csv")
+    groups = rows[rows["operation"] == "all_gather"]
+    assert sorted(groups["link"]) == ["inter", "intra"] and (rows["wrong"] == 0).all()
+    assert set(groups["collective"]) == {"all_gather"} and set(groups["count"]) == {65536 // 4 // 2}
+    assert groups["busbw_GBps"].to_numpy() == pytest.approx(groups["algbw_GBps"].to_numpy() / 2)
+    refused = cli("links", "--collective", "all_gather,alltoall", "--world-sizes", "4", timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1

@@ -47,12 +47,17 @@ def build_binomial(send: torch.Tensor, recv: torch.Tensor, world: World) -> Call
     return p2p.in_order(calls)
 
 
+def chain_views(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """The chunks a chain pipelines (about tree.CHUNK_BYTES each, at most tree.MAX_CHUNKS)."""
+    flat = tensor.view(-1)
+    chunks = chunk_count(flat.numel() * flat.element_size(), max(1, flat.numel()))
+    return [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]
+
+
 def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
     group, n, r = world.group, world.size, world.rank
-    flat = recv.view(-1)
-    chunks = chunk_count(flat.numel() * flat.element_size(), max(1, flat.numel()))
-    views = [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]
-    calls = []
+    views = chain_views(recv)
+    chunks, calls = len(views), []
     for tick in range(chain_ticks(n, chunks)):
         sends = [(views[tick - r], group.ranks[r + 1])] if r < n - 1 and 0 <= tick - r < chunks else []
         got = tick - r + 1

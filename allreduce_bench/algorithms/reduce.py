@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p, ring
 from allreduce_bench.algorithms.base import Algorithm, Step, chunk_bounds, traffic
-from allreduce_bench.algorithms.broadcast import chain_ticks, rounds
+from allreduce_bench.algorithms.broadcast import chain_ticks, chain_views, rounds
 from allreduce_bench.algorithms.tree import chunk_count
 
 if TYPE_CHECKING:
@@ -39,10 +39,8 @@ def build_binomial(send: torch.Tensor, recv: torch.Tensor, world: World) -> Call
 
 def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
     group, n, r = world.group, world.size, world.rank
-    flat = recv.view(-1)
-    chunks = chunk_count(flat.numel() * flat.element_size(), max(1, flat.numel()))
-    views = [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]
-    buffer = flat.new_empty(max(v.numel() for v in views))
+    views = chain_views(recv)
+    chunks, buffer = len(views), recv.new_empty(max(v.numel() for v in views))
     calls, hops = [], n - 1 - r  # rank r is `hops` links from the chain's start, rank N-1
     for tick in range(chain_ticks(n, chunks)):
         out, got = tick - hops, tick - hops + 1
