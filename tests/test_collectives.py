@@ -171,6 +171,7 @@ def test_a_plugin_declares_its_collective(monkeypatch):
         def load(self):
             return Plugin
 
+    monkeypatch.delenv(algorithms.NO_PLUGINS_ENV, raising=False)
     monkeypatch.setattr(algorithms, "_entry_points", lambda: [Point()])
     monkeypatch.setattr(algorithms, "_plugins", None)
     monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])

@@ -10,6 +10,7 @@ the collective (default all_reduce, what every AllReduce-only caller means).
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.algorithms import (
@@ -35,6 +36,7 @@ from allreduce_bench.metrics import COLLECTIVES
 
 ENTRY_POINT_GROUP = "allreduce_bench.algorithms"
 ALL_REDUCE = "all_reduce"
+NO_PLUGINS_ENV = "ALLREDUCE_BENCH_NO_PLUGINS"  # set (to anything): installed plug-ins are ignored
 DEFAULT = ("native", "ring", "naive", "hierarchical")  # what `run` measures without --algos
 
 
@@ -109,7 +111,8 @@ def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
     global _plugins
     if _plugins is None:
         _plugins = {c: {} for c in COLLECTIVES}
-        for point in sorted(_entry_points(), key=lambda p: p.name):
+        points = [] if os.environ.get(NO_PLUGINS_ENV) else _entry_points()
+        for point in sorted(points, key=lambda p: p.name):
             origin = f"plug-in {point.name} = {point.value}"
             try:
                 algorithm = from_object(point.name, point.load(), origin)
