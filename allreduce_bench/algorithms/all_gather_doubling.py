@@ -24,7 +24,7 @@ from allreduce_bench.algorithms.base import (
     virtual_rank,
     window_ranks,
 )
-from allreduce_bench.algorithms.halving_doubling import windows
+from allreduce_bench.algorithms.halving_doubling import every_rank_windows, windows
 from allreduce_bench.algorithms.ring import same_memory
 
 if TYPE_CHECKING:
@@ -43,9 +43,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
     _, extra = fold(n)
     calls = [] if same_memory(send, chunk(me)) else [partial(chunk(me).copy_, send)]
     if me < 2 * extra and me % 2 == 0:  # folded out: hand my part over, get everything back
-        partner = group.ranks[me + 1]
-        return p2p.in_order(calls + [partial(p2p.run, p2p.step(group, [(send, partner)], [])),
-                                     partial(p2p.run, p2p.step(group, [], [(recv, partner)]))])
+        return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     if me < 2 * extra:
         calls.append(partial(p2p.run, p2p.step(group, [], [(chunk(me - 1), group.ranks[me - 1])])))
     v = virtual_rank(me, n)
@@ -70,7 +68,7 @@ def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
     part = s / n
     pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
     steps = [traffic([(a, b, part) for a, b in pairs], ranks_per_node)] if extra else []
-    for v_windows in reversed(list(zip(*(windows(v, p) for v in range(p))))):
+    for v_windows in reversed(every_rank_windows(p)):
         steps.append(traffic([(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part)
                               for v, (m, keep, _) in enumerate(v_windows)], ranks_per_node))
     if extra:

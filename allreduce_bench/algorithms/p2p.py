@@ -10,6 +10,7 @@ import this one) can be read for their name and cost without torch, as the analy
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms.base import chunk_bounds
@@ -51,6 +52,13 @@ def in_order(calls: list) -> Callable[[], None]:
         for call in calls:
             call()
     return allreduce
+
+
+def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
+    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
+    `back` from it."""
+    return in_order([partial(run, step(group, [(out, partner)], [])),
+                     partial(run, step(group, [], [(back, partner)]))])
 
 
 def run(ops: Step) -> None:

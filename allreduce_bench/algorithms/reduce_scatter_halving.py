@@ -26,7 +26,7 @@ from allreduce_bench.algorithms.base import (
     virtual_rank,
     window_ranks,
 )
-from allreduce_bench.algorithms.halving_doubling import windows
+from allreduce_bench.algorithms.halving_doubling import every_rank_windows, windows
 from allreduce_bench.algorithms.ring import same_memory
 
 if TYPE_CHECKING:
@@ -46,9 +46,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
     if n == 1:
         return (lambda: None) if same_memory(send, recv) else partial(recv.copy_, send)
     if me < 2 * extra and me % 2 == 0:  # folded out: hand the input over, get my chunk back
-        partner = group.ranks[me + 1]
-        return p2p.in_order([partial(p2p.run, p2p.step(group, [(send, partner)], [])),
-                             partial(p2p.run, p2p.step(group, [], [(recv, partner)]))])
+        return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     acc, buffer = send.new_empty(send.numel()), send.new_empty(send.numel())
     calls, source = [], send
     if me < 2 * extra:  # the odd one of a pair: add the partner's whole input first
@@ -78,7 +76,7 @@ def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
     part = s / n
     pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
     steps = [traffic([(a, b, s) for a, b in pairs], ranks_per_node, reduced=s)] if extra else []
-    for v_windows in zip(*(windows(v, p) for v in range(p))):
+    for v_windows in every_rank_windows(p):
         transfers = [(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(give, n)) * part)
                      for v, (m, keep, give) in enumerate(v_windows)]
         kept = max(len(window_ranks(keep, n)) for _, keep, _ in v_windows) * part
