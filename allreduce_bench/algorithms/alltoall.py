@@ -29,13 +29,21 @@ def _parts(send: torch.Tensor, recv: torch.Tensor, n: int) -> tuple[list, list]:
 def build_pairwise(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
     group, n, r = world.group, world.size, world.rank
     out, into = _parts(send, recv, n)
-    calls = [partial(into[r].copy_, out[r])]
-    for s in range(1, n):
-        to, source = (r + s) % n, (r - s) % n
-        ops = p2p.step(group, sends=[(out[to], group.ranks[to])],
-                       recvs=[(into[source], group.ranks[source])])
-        calls.append(partial(p2p.run, ops))
-    return p2p.in_order(calls)
+    steps = [p2p.step(group, sends=[(out[(r + s) % n], group.ranks[(r + s) % n])],
+                      recvs=[(into[(r - s) % n], group.ranks[(r - s) % n])]) for s in range(1, n)]
+    own = partial(into[r].copy_, out[r])
+    return p2p.in_order([_overlapped(steps[0], own) if steps else own,
+                         *(partial(p2p.run, ops) for ops in steps[1:])])
+
+
+def _overlapped(ops: p2p.Step, local: Callable[[], None]) -> Callable[[], None]:
+    """Post a step's transfers, do the local copy while they are in flight, then wait."""
+    def call() -> None:
+        requests = p2p.start(ops)
+        local()
+        for request in requests:
+            request.wait()
+    return call
 
 
 def build_direct(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
@@ -44,13 +52,7 @@ def build_direct(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callab
     peers = [q for q in range(n) if q != r]
     ops = p2p.step(group, sends=[(out[q], group.ranks[q]) for q in peers],
                    recvs=[(into[q], group.ranks[q]) for q in peers])
-
-    def alltoall() -> None:
-        requests = p2p.start(ops)
-        into[r].copy_(out[r])  # while the transfers are in flight
-        for request in requests:
-            request.wait()
-    return alltoall
+    return _overlapped(ops, partial(into[r].copy_, out[r]))
 
 
 def cost_pairwise(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
