@@ -162,33 +162,40 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f}"
 
 
+def _markdown(headers: list[str], rows: list[list]) -> str:
+    """A markdown table of right-aligned columns."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
+                   "comm CPU (ms)", "DDP step (ms)", "exposed (ms)", "hidden share",
+                   "wait-then-AllReduce (ms)", "DDP vs wait-then-AllReduce", "predicted (ms)",
+                   "model error", "compute + max(0, comm - overlap) (ms)"]
+
+
+def _overlap_cells(r) -> list:
+    share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+    baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
+    speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
+    return [r.world_size, f"{r.bucket_mb:g}", r.buckets, _ms(r.compute_us), _ms(r.comm_us),
+            _ms(r.comm_cpu_us), _ms(r.step_us), _ms(r.exposed_us), share, baseline, speedup,
+            _ms(r.predicted_us), f"{r.model_error:+.0%}",
+            f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%})"]
+
+
 def overlap_markdown(table: pd.DataFrame) -> str:
-    lines = ["| world size | bucket cap (MiB) | buckets | compute (ms) | comm (ms) | comm CPU (ms) "
-             "| DDP step (ms) | exposed (ms) | hidden share | wait-then-AllReduce (ms) "
-             "| DDP vs wait-then-AllReduce | predicted (ms) | model error "
-             "| compute + max(0, comm - overlap) (ms) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples():
-        share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
-        baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
-        speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
-        lines.append(f"| {r.world_size} | {r.bucket_mb:g} | {r.buckets} | {_ms(r.compute_us)} | "
-                     f"{_ms(r.comm_us)} | {_ms(r.comm_cpu_us)} | {_ms(r.step_us)} | "
-                     f"{_ms(r.exposed_us)} | {share} | "
-                     f"{baseline} | {speedup} | {_ms(r.predicted_us)} | {r.model_error:+.0%} | "
-                     f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%}) |")
-    return "\n".join(lines)
+    return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
 
 
 def accumulation_markdown(table: pd.DataFrame) -> str:
-    lines = ["| world size | K | sync every micro-batch (ms) | no_sync (ms) | AllReduce calls "
-             "(sync / no_sync) | bytes per optimizer step (sync / no_sync) | saving |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples():
-        lines.append(f"| {r.world_size} | {r.accum} | {_ms(r.sync_us)} | {_ms(r.no_sync_us)} | "
-                     f"{r.sync_calls} / {r.no_sync_calls} | {r.sync_bytes:,} / {r.no_sync_bytes:,} | "
-                     f"{r.saving:.0%} |")
-    return "\n".join(lines)
+    headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
+               "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
+               "saving"]
+    return _markdown(headers, [
+        [r.world_size, r.accum, _ms(r.sync_us), _ms(r.no_sync_us),
+         f"{r.sync_calls} / {r.no_sync_calls}", f"{r.sync_bytes:,} / {r.no_sync_bytes:,}",
+         f"{r.saving:.0%}"] for r in table.itertuples()])
 
 
 def set_epoch_markdown(checks: list[dict]) -> str:
