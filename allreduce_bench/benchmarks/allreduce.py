@@ -10,7 +10,6 @@ mismatches summed over ranks are `wrong`.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from collections.abc import Callable
 
 import numpy as np
@@ -18,10 +17,11 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms, metrics
+from allreduce_bench import algorithms
+from allreduce_bench.benchmarks import collectives
 from allreduce_bench.benchmarks.finish import finish
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig
-from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, rounds, timing
 from allreduce_bench.measure.console import Console
@@ -54,31 +54,6 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
                          device=device.torch_device)
     dist.all_reduce(wrong, group=world.group.pg)
     return measured, int(wrong.item())
-
-
-def make_row(config: RunConfig, world: World, algorithm: str, count: int,
-             measured: timing.Measured, wrong: int, ranks=None) -> dict:
-    """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
-    (default: the world's members in group-rank order)."""
-    size_bytes = count * config.itemsize
-    stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
-    stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
-    median = stats["time_us_median"]
-    return {
-        "run_id": config.run_id,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tag": config.tag, "benchmark": "allreduce", "algorithm": algorithm,
-        "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
-        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": count, "timing": config.timing,
-        "samples": measured.samples, "loops": measured.loops, "warmup": config.sampling.warmup,
-        **stats,
-        "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
-        "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
-        "wrong": wrong,
-        # set by `emulate` in every rank's environment; empty on real hardware
-        "emulation": os.environ.get(EMULATION_ENV, ""),
-    }
 
 
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
@@ -114,6 +89,9 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
             row, samples = pooled_row(config, world, name, count, taken.pop((name, count)), wrong,
                                       hosts)
             on_row(row, samples)
+    for collective, names in config.collectives:  # --collectives beyond AllReduce
+        wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
+                                         should_measure, hosts, before_clock)
     return wrong_total
 
 
@@ -144,7 +122,7 @@ def measure_phases(session: Session) -> int:
     done = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
     done = done[0]
-    total = len(config.algorithms) * len(config.sizes) * len(config.world_sizes)
+    total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)
     console = Console(total, enabled=session.lead)
     session.show = console.row
     wrong = 0
@@ -196,10 +174,8 @@ def prepare(config: RunConfig) -> None:
 def world_sizes_to_do(config: RunConfig) -> list[int]:
     """The world sizes with a row still missing (all of them, unless the run is resumed)."""
     done = resume.done_keys(config.out_dir, config.run_id)
-    itemsize = config.itemsize
     return [k for k in config.world_sizes
-            if any((a, k, s // itemsize * itemsize) not in done
-                   for a in config.algorithms for s in config.sizes)]
+            if any(key not in done for key in collectives.measurement_keys(config, k))]
 
 
 def finish_run(config: RunConfig) -> int:

@@ -198,8 +198,9 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     Builds --nodes network namespaces joined by veth links, rate-limits each host's
     inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
     namespace (gloo bound to that host's interface; traffic between ranks of one host stays
-    on its loopback). Other options (--sizes, --algos, --iters, --quick, --tag, --bind,
-    --rounds, --params, --bucket-mb, ...) are passed on to each benchmark's command that has them. Everything is
+    on its loopback). Other options (--sizes, --algos, --collectives, --iters, --quick, --tag,
+    --bind, --rounds, --params, --bucket-mb, ...) are passed on to each benchmark's command that
+    has them. Everything is
     removed at the end, also on errors.
     Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
     all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M

@@ -55,11 +55,18 @@ class RunConfig(Launched):
     """`run` and `links`: where and how they launch, and what each rank sweeps."""
 
     launch: LaunchConfig
-    algorithms: tuple[str, ...]
+    algorithms: tuple[str, ...]  # the AllReduce's; empty when --collectives leaves it out
     sizes: tuple[int, ...]
     dtype: str
     sampling: Sampling
     rounds: int = 1  # --rounds: interleaved passes over (algorithm, size) (measure/rounds.py)
+    # every other collective of --collectives, with its algorithms, in the order measured
+    collectives: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def measurements_per_size(self) -> int:
+        """(collective, algorithm) pairs measured at each size and world size."""
+        return len(self.algorithms) + sum(len(names) for _, names in self.collectives)
 
     @property
     def torch_dtype(self):
@@ -74,12 +81,6 @@ class RunConfig(Launched):
     def timing(self) -> str:
         """The timing method, written in every row: model fits refuse to pool methods."""
         return "samples"
-
-
-def parse_algorithms(text: str, backend: str = "gloo") -> tuple[str, ...]:
-    from allreduce_bench import algorithms  # the registry: names, `all`, unknown names
-
-    return algorithms.parse(text, backend)
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:

@@ -15,7 +15,6 @@ from allreduce_bench.config import (
     check_sizes_fit_dtype,
     check_timeout,
     default_out_dir,
-    parse_algorithms,
     parse_dtype,
     parse_world_sizes,
     resolve_sampling,
@@ -155,11 +154,22 @@ def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | N
     return Path(resume_dir), stored
 
 
+def collective_plan(algos: str | None, collectives: str, backend: str):
+    """(the AllReduce's algorithm names, ((collective, names), ...) of the others) from --algos
+    and --collectives: without --algos each collective's defaults; with it, every named
+    algorithm must implement every collective asked for (one line, exit 2, if not)."""
+    chosen = algorithms.parse_collectives(collectives)
+    plan = {c: algorithms.parse(algos, backend, c) if algos else algorithms.default_names(c)
+            for c in chosen}
+    allreduce = plan.pop("all_reduce", ())
+    return tuple(allreduce), tuple(plan.items())
+
+
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto",
-               rounds: int | None = 1) -> RunConfig:
+               rounds: int | None = 1, collectives="all_reduce") -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
@@ -168,8 +178,9 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
     sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
-    names = parse_algorithms(algos, backend)
-    check_allreduce_memory(names, chosen, swept, device, env)
+    names, others = collective_plan(algos, collectives, backend)
+    if names:
+        check_allreduce_memory(names, chosen, swept, device, env)
     out_dir, stored = resumed_run(resume_dir, out_dir)
     if out_dir is not None and is_writer(env):
         check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
@@ -179,17 +190,21 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind)
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
-                       rounds=run_rounds(rounds, device, quick))
-    algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
-        env.local_world_size if env else None), backend)  # before any process starts
+                       rounds=run_rounds(rounds, device, quick), collectives=others)
+    per_node = ranks_per_node or (env.local_world_size if env else None)
+    for collective, listed in (("all_reduce", names), *others):  # before any process starts
+        algorithms.check_supported(listed, chosen, per_node, backend, collective)
     if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
 
 
-def links_config(**options) -> RunConfig:
-    """`links`: the options of `run` less --algos; it always measures the backend's AllReduce."""
-    return run_config(algos="native", **options)
+def links_config(collective: str = "all_reduce", **options) -> RunConfig:
+    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
+    backend's call of --collective (exactly one)."""
+    if "," in collective or collective == "all":
+        raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
+    return run_config(algos="native", collectives=collective, **options)
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:

@@ -13,7 +13,9 @@ SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_
                   "rank_lag_us": "late_rank_lag_us"}
 
 COLUMNS = [
-    "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
+    # benchmark = allreduce for AllReduce rows, the collective's name for the others (as `import`
+    # writes nccl-tests' all_gather_perf rows); collective = the nccl-tests name of every row's
+    "run_id", "timestamp", "tag", "benchmark", "collective", "algorithm", "backend", "device", "dtype",
     "world_size", "nodes", "ranks_per_node", "size_bytes", "count",
     # how it was timed: `timing` = samples (schema 2) or per-iteration (older runs); each of
     # `samples` samples times `loops` back-to-back calls; `warmup` untimed calls came first
@@ -32,6 +34,9 @@ COLUMNS = [
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
     # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
     "emulation", "link", "operation",
+    # the collective the backend really ran in its place, when not this one (gloo's
+    # reduce_scatter_tensor runs an AllReduce: runs_as = all_reduce); empty otherwise
+    "runs_as",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parquet"
@@ -76,7 +81,7 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 
 # Rows imported from other tools (allreduce-bench import): which tool and collective, out-of-place
 # or in-place, the cells exactly as printed, per-iteration statistics nccl-tests -I prints, and
 # where in the source file each row was read.
-IMPORTED_COLUMNS = ["source_tool", "collective", "in_place", "time_printed", "algbw_printed",
+IMPORTED_COLUMNS = ["source_tool", "in_place", "time_printed", "algbw_printed",
                     "busbw_printed", "wrong_printed", "max_error", "time_us_p99", "time_cv_pct",
                     "source_file", "source_line"]
 # How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)
