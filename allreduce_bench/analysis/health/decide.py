@@ -1,0 +1,123 @@
+"""From measurements to host states: who is good, who is confirmed faulty, who needs a partner.
+
+The rules (the same for `--pairs quick` and `--pairs all`):
+
+- a measurement of a pair is slow when any of its checks (the whole pair's AllReduce, or one
+  rail's) at any size is under its threshold;
+- a host is *good* when one of its pairs was entirely fine (a bad host slows every pair it is
+  in) and its own intra check is fine;
+- a partner is *good for h* when it is good through a pair without h, so no host vouches for
+  itself through the pair under suspicion;
+- a host is *faulty* when its intra check is slow, or when it was slow with CONFIRMATIONS
+  partners good for it, on a check common to all of them (that check names the rail); a pair
+  slow while both members are good elsewhere is a bad link or path, not a bad host.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from allreduce_bench.analysis.health.reference import Reference
+
+CONFIRMATIONS = 2  # known-good partners a host must be slow with to be called faulty
+
+Channel = tuple[str, "int | None"]  # ("pair", None), ("rail", 1), ("intra", None)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One group's result at one size: the busbw the health verdicts compare."""
+
+    round: int
+    check: str  # intra | pair | rail | bisect
+    hosts: tuple[str, ...]
+    rail: int | None
+    size_bytes: int
+    busbw_GBps: float
+    time_us_median: float
+
+
+@dataclass
+class PairResult:
+    """Everything one pair of hosts measured in one round, and which of its checks were slow."""
+
+    round: int
+    hosts: tuple[str, str]
+    measurements: list[Measurement] = field(default_factory=list)
+    slow: set[Channel] = field(default_factory=set)
+
+    def partner(self, host: str) -> str:
+        return self.hosts[1] if self.hosts[0] == host else self.hosts[0]
+
+
+@dataclass
+class HostState:
+    host: str
+    status: str = "pending"  # pending | good | suspect | faulty | unreachable
+    channels: set[Channel] = field(default_factory=set)  # what is faulty
+    slow_with: list[str] = field(default_factory=list)  # partners good for it it was slow with
+    ok_with: list[str] = field(default_factory=list)
+    tried: set[str] = field(default_factory=set)  # every partner it was measured with
+
+
+def channel_of(m: Measurement) -> Channel:
+    return (m.check, m.rail)
+
+
+def pair_results(measurements: Iterable[Measurement], reference: Reference) -> list[PairResult]:
+    """The pair and rail measurements grouped per (round, pair), with their slow checks."""
+    found: dict[tuple[int, tuple[str, ...]], PairResult] = {}
+    for m in measurements:
+        if m.check not in ("pair", "rail"):
+            continue
+        result = found.setdefault((m.round, m.hosts), PairResult(m.round, m.hosts))  # type: ignore[arg-type]
+        result.measurements.append(m)
+        if reference.slow(m.check, m.size_bytes, m.busbw_GBps):
+            result.slow.add(channel_of(m))
+    return list(found.values())
+
+
+def intra_slow(measurements: Iterable[Measurement], reference: Reference) -> dict[str, list[Measurement]]:
+    slow: dict[str, list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.check == "intra" and reference.slow(m.check, m.size_bytes, m.busbw_GBps):
+            slow[m.hosts[0]].append(m)
+    return slow
+
+
+def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], reference: Reference,
+                unreachable: Iterable[str] = ()) -> dict[str, HostState]:
+    """Every host's state after the rounds measured so far (recomputed from all of them)."""
+    states = {h: HostState(h) for h in hosts}
+    results = pair_results(measurements, reference)
+    intra = intra_slow(measurements, reference)
+    ok_partners: dict[str, set[str]] = defaultdict(set)
+    by_host: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        for h in r.hosts:
+            by_host[h].append(r)
+            states[h].tried.add(r.partner(h))
+            if not r.slow:
+                ok_partners[h].add(r.partner(h))
+
+    def good_for(partner: str, host: str) -> bool:
+        return partner not in intra and bool(ok_partners[partner] - {host})
+
+    for h, state in states.items():
+        state.ok_with = sorted(ok_partners[h])
+        mine = by_host[h]
+        confirming = [r for r in mine if r.slow and good_for(r.partner(h), h)]
+        state.slow_with = [r.partner(h) for r in confirming]
+        common = set.intersection(*(r.slow for r in confirming)) if confirming else set()
+        if h in intra:
+            state.status, state.channels = "faulty", {("intra", None)}
+        elif ok_partners[h]:
+            state.status = "good"
+        elif len(confirming) >= CONFIRMATIONS and common:
+            state.status, state.channels = "faulty", common
+        elif mine:
+            state.status = "suspect"
+    for h in unreachable:
+        states[h].status = "unreachable"
+    return states
