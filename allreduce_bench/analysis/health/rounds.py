@@ -172,7 +172,7 @@ class HealthCheck:
                 return planned
             self._fit()  # 2 or 3 hosts: every pair measured, still too few for a median
         lost = len(set(self.unreachable.values()))  # a round that lost a host may cost one more
-        if self.pair_rounds >= QUICK_PAIR_ROUNDS - 1 + self._fit_round + lost:
+        if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost:
             return None
         states = self.states()
         needy = [h for h in self.hosts if states[h].status in ("suspect", "pending")]
