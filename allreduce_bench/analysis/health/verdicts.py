@@ -53,8 +53,10 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
         return {**out, "verdict": "unreachable", "measured_GBps": None, "expected_GBps": None,
                 "why": f"did not answer within the timeout in round {check.unreachable[host]}"}
     if state.status == "faulty":
+        # a slow rail slows the whole pair too: name the rail, the most specific finding
+        named = [c for c in state.channels if c[0] == "rail"] or list(state.channels)
         worst = min((_worst(_host_channel_ms(host, c, results, state.slow_with, intra), ref) | {"channel": c}
-                     for c in sorted(state.channels, key=str)), key=lambda w: w["ratio"])
+                     for c in sorted(named, key=str)), key=lambda w: w["ratio"])
         with_whom = (f" with {len(state.slow_with)} known-good partners ({', '.join(state.slow_with)})"
                      if worst["channel"][0] != "intra" else "")
         return {**out, **_public(worst), "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
