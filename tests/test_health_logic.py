@@ -10,11 +10,9 @@ from health_sim import SIZES, SimCluster, names, random_faults
 from prometheus_client.parser import text_string_to_metric_families
 
 from allreduce_bench.analysis.health import pairing
-from allreduce_bench.analysis.health.outputs import (baseline_thresholds, document, exclude, summary,
-                                                     write_prometheus)
+from allreduce_bench.analysis.health.outputs import baseline_thresholds, document, exclude, summary, write_prometheus
 from allreduce_bench.analysis.health.plan import Costs, describe, plan, rounds_to_fit
-from allreduce_bench.analysis.health.reference import (TOLERANCE_FLOOR, Reference, fleet_threshold,
-                                                       parse_expect)
+from allreduce_bench.analysis.health.reference import TOLERANCE_FLOOR, Reference, fleet_threshold, parse_expect
 from allreduce_bench.analysis.health.verdicts import HEALTHY, UNHEALTHY, exit_code
 from allreduce_bench.config import Sampling
 from allreduce_bench.errors import UsageError
