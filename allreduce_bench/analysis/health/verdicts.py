@@ -24,7 +24,7 @@ def _worst(ms: Sequence[Measurement], reference: Reference) -> dict:
         ratio = measured / expected if expected else 1.0
         if not best or ratio < best["ratio"]:
             best = {"size_bytes": size, "measured_GBps": measured, "expected_GBps": expected,
-                    "ratio": ratio}
+                    "threshold_GBps": threshold.threshold_GBps if threshold else None, "ratio": ratio}
     return best
 
 
@@ -75,7 +75,7 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
 
 
 def _public(worst: dict) -> dict:
-    return {k: worst.get(k) for k in ("size_bytes", "measured_GBps", "expected_GBps")}
+    return {k: worst.get(k) for k in ("size_bytes", "measured_GBps", "expected_GBps", "threshold_GBps")}
 
 
 def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> list[dict]:
@@ -84,7 +84,7 @@ def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
         for rail in range(check.ranks_per_node):
             channel = ("rail", rail)
             faulty = state.status == "faulty" and channel in state.channels
-            partners = state.slow_with if faulty else state.ok_with
+            partners = state.slow_with if faulty else (state.ok_with or sorted(state.tried))
             ms = _host_channel_ms(host, channel, results, partners, ())
             worst = _worst(ms, check.reference) if ms else {}
             verdict = ("unreachable" if state.status == "unreachable" else
@@ -99,7 +99,8 @@ def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
 def pair_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> list[dict]:
     rows = []
     for r in results:
-        base = {"hosts": list(r.hosts), "round": r.round}
+        base = {"hosts": list(r.hosts), "round": r.round,
+                "busbw_GBps": {str(m.size_bytes): m.busbw_GBps for m in r.measurements if m.check == "pair"}}
         if not r.slow:
             whole = [m for m in r.measurements if m.check == "pair"]
             rows.append({**base, "verdict": "ok", **_public(_worst(whole, check.reference)), "why": "fine"})
