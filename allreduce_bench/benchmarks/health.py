@@ -18,14 +18,16 @@ samples like every benchmark's, and health.json after every round.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
 
 from allreduce_bench.algorithms import native
 from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness
+from allreduce_bench.measure.rank import Benchmark, rank_main
+from allreduce_bench.measure.timing import Measured
 from allreduce_bench.measure.world import CommGroup, World
 from allreduce_bench.results.schema import samples_frame
 
@@ -169,7 +171,6 @@ def rows_of(session, k: int, group: Group, result: dict, ranks_per_node: int):
     comm = CommGroup(None, group.ranks, 0)
     view = World(comm, comm, comm, len(group.ranks) // len(group.hosts), session.device)
     for size in result["sizes"]:
-        from allreduce_bench.measure.timing import Measured
         measured = Measured(size["per_rank_us"], size["loops"], size["samples"])
         row = make_row(config, view, "native", size["count"], measured, size["wrong"])
         row.update(benchmark="health", link="intra" if group.check == "intra" else "inter",
@@ -183,10 +184,6 @@ def rows_of(session, k: int, group: Group, result: dict, ranks_per_node: int):
 
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def this_host() -> str:
-    return socket.gethostname()
 
 
 def collect(session, board: Board, k: int, slots: list[list[Group]], ranks_per_node: int) -> list:
@@ -251,3 +248,42 @@ def _note(check) -> str:
     if check.ranks_per_node == 1:
         return "one rank per host: no intra check and no rails (the pair check is the rail)"
     return ""
+
+
+def measure_health(session) -> int:
+    """Every rank: the hosts from the gathered hostnames, then coordinate (rank 0) or follow."""
+    from allreduce_bench.measure.faults import exit_now
+
+    config, env = session.config, session.env
+    L = config.ranks_per_node or env.local_world_size
+    names = local_hostnames(env.world_size, L) or list(session.hosts)
+    ranks_of = host_ranks(names)
+    odd = {h: len(r) for h, r in ranks_of.items() if len(r) != L}
+    if odd:  # the same on every rank; rank 0 says it
+        shown = ", ".join(f"{h} has {n}" for h, n in list(odd.items())[:4])
+        exit_now(f"allreduce-bench health: every host must hold {L} rank(s), but {shown}: two "
+                 "nodes with one hostname cannot be told apart; give each node its own hostname"
+                 if session.lead else "", code=2)
+    session.hosts = names
+    board = Board("health", env.rank)
+    liveness = Liveness(board, config.timeout_s)
+    rank = Rank(session, board, ranks_of, L)
+    try:
+        if session.lead:
+            coordinate(session, rank, board, liveness, config.settings)
+        else:
+            rank.follow(liveness)
+    except CoordinatorLost as lost:
+        exit_now(f"allreduce-bench health: rank {env.rank}: {lost}; rows measured so far are "
+                 f"kept in {config.out_dir}", code=1)
+    finally:
+        board.close()
+    return 0
+
+
+def health_rank_main(config, env=None) -> int:
+    """The per-rank entry point of `health` (any launcher)."""
+    return rank_main(config, BENCHMARK, env)
+
+
+BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health)

@@ -137,12 +137,14 @@ def run(**options):
 
 from allreduce_bench.cli.analysis import plot, report  # noqa: E402
 from allreduce_bench.cli.ddp import ddp  # noqa: E402
+from allreduce_bench.cli.health import health_command  # noqa: E402  (find the bad host, NIC, link)
 from allreduce_bench.cli.interop import compare_command, import_command  # noqa: E402  (other tools' logs, compare)
 from allreduce_bench.cli.links import links_command  # noqa: E402  (intra- vs inter-node links)
 from allreduce_bench.cli.model import model  # noqa: E402  (the cost model: fit, predict, ddp)
 from allreduce_bench.emulate import emulate  # noqa: E402  (emulated multi-node cluster)
 
-for command in (plot, report, ddp, model, emulate, links_command(run), import_command, compare_command):
+for command in (plot, report, ddp, model, emulate, links_command(run), health_command(run), import_command,
+                compare_command):
     main.add_command(command)
 if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
     signal.signal(signal.SIGINT, _default_sigint)  # imported: Ctrl-C is KeyboardInterrupt again

@@ -25,6 +25,8 @@ COLUMNS = [
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
     # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
     "emulation", "link", "operation",
+    # benchmark = health rows: which check (intra|rail|pair|bisect), round, hosts (a+b), rail
+    "health_check", "health_round", "hosts", "rail",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parquet"
