@@ -59,12 +59,12 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
     `time_us_rank_mean` is the figure nccl-tests prints for the same data: each rank's mean time
     per call over all its calls, averaged over ranks (its default `-a 1`).
 
-    `slowest_rank`: the rank that most often arrived last. A rank that starts a sample late is
-    waited for by the others inside the collective, so *it* measures the shortest interval and
+    `late_rank`: the rank that most often started a sample last. A rank that starts a sample late
+    is waited for by the others inside the collective, so *it* measures the shortest interval and
     everyone else a longer one; per sample the late rank is therefore the one with the MINIMUM
-    time (not the maximum, which names a rank that merely waited). `slowest_rank_share` is the
-    share of samples in which it was the late one; `rank_lag_us` is the median over samples of
-    how much later it started than the first rank: (max - min) per call x `loops`.
+    time (not the maximum, which names a rank that merely waited). `late_rank_share` is the
+    share of samples in which it was the late one; `late_rank_lag_us` is the median over samples
+    of how much later it started than the first rank: (max - min) per call x `loops`.
     """
     times = np.asarray(per_rank_us, dtype=float)
     if times.ndim != 2 or times.size == 0:
@@ -86,7 +86,7 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
         "time_cv": cv,
         "unstable": bool(cv > UNSTABLE_CV or two_modes(slowest)),
         "time_us_rank_mean": float(times.mean(axis=1).mean()),
-        "slowest_rank": rank,
-        "slowest_rank_share": float(counts[rank] / times.shape[1]),
-        "rank_lag_us": float(np.median(times.max(axis=0) - times.min(axis=0)) * loops),
+        "late_rank": rank,
+        "late_rank_share": float(counts[rank] / times.shape[1]),
+        "late_rank_lag_us": float(np.median(times.max(axis=0) - times.min(axis=0)) * loops),
     }

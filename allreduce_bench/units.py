@@ -59,6 +59,14 @@ def parse_count(text, what: str = "count") -> float:
     return _positive(value * _COUNT[unit], text, what)
 
 
+def parse_whole_count(text, what: str = "count") -> int:
+    """'50M' -> 50_000_000: a count that must be whole ('1.5' parameters is an error)."""
+    value = parse_count(text, what)
+    if value % 1:
+        raise UsageError(f"{what} {text!r} is not a whole number; e.g. 10M")
+    return int(value)
+
+
 def parse_bytes(text, what: str = "size") -> float:
     """'14GB' -> 14e9, '25MiB' -> 26214400, '4096' -> 4096 bytes."""
     value, unit = _split(text, what, "14GB or 25MiB")

@@ -166,11 +166,8 @@ def sweep(verbose: bool) -> tuple[int, int, list]:
         os.chdir(tmp)  # default output directories land here
         unclean = []
         try:
-            with mock.patch("allreduce_bench.launch.driver.run", stub), \
-                 mock.patch("allreduce_bench.cli.links.run_links", stub), \
-                 mock.patch("allreduce_bench.cli.ddp.run_ddp", stub), \
-                 mock.patch("allreduce_bench.emulate.run_on_emulated", stub, create=True), \
-                 mock.patch("allreduce_bench.emulate.check_can_emulate",
+            with mock.patch("allreduce_bench.launch.driver.drive", stub), \
+                 mock.patch("allreduce_bench.emulate.session.check_can_emulate",
                             side_effect=SystemExit(0)):
                 all_cases = cases(tmp)
                 for args in all_cases:

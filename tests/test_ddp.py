@@ -15,8 +15,6 @@ from allreduce_bench.analysis.ddp import (
     ddp_section,
     overlap_table,
     overlappable_us,
-    parse_bucket_mbs,
-    parse_count,
     pipelined_step_us,
     predicted_step_us,
     timeline_of,
@@ -25,9 +23,11 @@ from allreduce_bench.analysis.ddp import (
 from allreduce_bench.analysis.ddp_plots import timeline_plot
 from allreduce_bench.benchmarks.ddp import layer_width, set_epoch_check
 from allreduce_bench.cli import main
+from allreduce_bench.config.ddp import parse_bucket_mbs
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.load import load_results
 from allreduce_bench.results.timeline import append_timeline
+from allreduce_bench.units import parse_whole_count
 
 K = 4
 
@@ -119,6 +119,7 @@ def test_set_epoch_check_reports_repeat_without_and_change_with():
 
 
 def test_parsers_and_one_line_errors():
+    parse_count = parse_whole_count
     assert parse_count("50M") == 50_000_000
     assert parse_count("7B") == 7_000_000_000
     assert parse_count("1.5k") == 1500

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.config.options import run_config
+from allreduce_bench.environment import RankEnv
 from allreduce_bench.errors import UsageError
-from allreduce_bench.launch.environments import RankEnv
 from allreduce_bench.measure import meta
 from allreduce_bench.measure.device import (
     NCCL_GRACE_S,

@@ -16,9 +16,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import emulate as em
 from allreduce_bench import units
+from allreduce_bench.cli import emulate as emulate_command  # the module
 from allreduce_bench.cli import main
+from allreduce_bench.emulate import cluster as em
+from allreduce_bench.emulate import pacing
 from allreduce_bench.errors import UsageError
 
 
@@ -69,7 +71,7 @@ def test_times_and_labels():
 def test_each_benchmark_gets_the_options_its_command_has():
     from allreduce_bench.cli import main as root
     with root.make_context("allreduce-bench", ["emulate"]) as ctx, ctx.scope():
-        split = em.per_benchmark_args(root, ["allreduce", "links", "ddp"],
+        split = emulate_command.per_benchmark_args(["allreduce", "links", "ddp"],
                                       ["--sizes", "1M", "--algos", "ring", "--params=40K",
                                        "--iters", "3", "--no-plot", "--bucket-mb", "1,25"])
     assert split["allreduce"] == ["--sizes", "1M", "--algos", "ring", "--iters", "3", "--no-plot"]
@@ -85,14 +87,14 @@ def test_ddp_link_is_paced_to_the_backward_pass():
                            accum=4, iters=5, warmup=1)
     gradient_bits = 4 * 24 * (1000 * 1000 + 1000) * 8
     # 2 hosts x 1 rank: the ring sends the gradients once through each uplink
-    assert em.ddp_rate_bps(settings, 2, 1, 0.3) == pytest.approx(gradient_bits / 0.3)
-    assert em.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
+    assert pacing.ddp_rate_bps(settings, 2, 1, 0.3) == pytest.approx(gradient_bits / 0.3)
+    assert pacing.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
 
 
 def test_links_get_no_algos():
     args = ["--algos", "ring", "--sizes", "1M", "--algos=naive", "--quick"]
-    assert em.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
-    assert em.benchmark_args("allreduce", args) == args
+    assert emulate_command.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
+    assert emulate_command.benchmark_args("allreduce", args) == args
 
 
 def test_stale_names_are_only_ours_with_a_dead_driver(monkeypatch):

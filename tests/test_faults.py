@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
-from allreduce_bench.launch.resume import repair_tail
 from allreduce_bench.measure.faults import FAULT_ENV
+from allreduce_bench.results.resume import repair_tail
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS, SIZES = ["ring", "native"], [4096, 8192]

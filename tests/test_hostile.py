@@ -22,10 +22,13 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from allreduce_bench import errors
 from allreduce_bench.cli import main
 from allreduce_bench.config import DTYPES, Sampling, default_out_dir
+from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
 from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import driver, reasons, resume  # noqa: F401  (sys.modules entries)
+from allreduce_bench.launch import driver, reasons  # noqa: F401
+from allreduce_bench.results import resume
 from allreduce_bench.results.load import load_results
 from allreduce_bench.results.lock import DirectoryLock
 from allreduce_bench.results.store import DiskFullError, ResultsWriter
@@ -90,14 +93,12 @@ def cli(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     stub = Stub()
     modules = sys.modules  # cli/__init__ binds `ddp` and `emulate` to commands: go by module
-    monkeypatch.setattr(modules["allreduce_bench.launch.driver"], "run", stub)
-    monkeypatch.setattr(modules["allreduce_bench.cli.links"], "run_links", stub)
-    monkeypatch.setattr(modules["allreduce_bench.cli.ddp"], "run_ddp", stub)
+    monkeypatch.setattr(modules["allreduce_bench.launch.driver"], "drive", stub)
 
     def no_namespaces():  # emulate validated everything: stop before building namespaces
         raise SystemExit(0)
 
-    monkeypatch.setattr(modules["allreduce_bench.emulate"], "check_can_emulate", no_namespaces)
+    monkeypatch.setattr(modules["allreduce_bench.emulate.session"], "check_can_emulate", no_namespaces)
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
 
@@ -403,7 +404,7 @@ def test_out_of_memory_in_a_rank_is_named(tmp_path):
     assert done.returncode == reasons.FAILED_EXIT and "Traceback" not in done.stderr
     rank, line = reasons.first_reason(tmp_path)
     assert rank == 0 and line.startswith("out of memory"), line
-    assert reasons.is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert errors.is_out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
 
 
 # ---- class 6: the rank's real reason, and never a torn row ---------------------------------
@@ -485,14 +486,12 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
 # ---- class 8: promises that exist -----------------------------------------------------------
 
 def test_only_resumable_commands_promise_resume(tmp_path):
-    from types import SimpleNamespace
 
-    from allreduce_bench.launch.driver import _kept
-    config = SimpleNamespace(out_dir=tmp_path)
-    assert _kept(config, resumable=True) == f"no rows were written to {tmp_path}"
+    from allreduce_bench.results.resume import kept
+    assert kept(tmp_path, f"--resume {tmp_path}") == f"no rows were written to {tmp_path}"
     write_run(tmp_path)
-    assert "--resume" in _kept(config, resumable=True)
-    assert "--resume" not in _kept(config, resumable=False)
+    assert "--resume" in kept(tmp_path, f"--resume {tmp_path}")
+    assert "--resume" not in kept(tmp_path, None)
 
 
 def test_messages_name_the_options_the_command_has(cli, tmp_path):
@@ -534,7 +533,7 @@ def test_silent_surprises_are_said_or_refused(cli, tmp_path):
 
 
 def test_emulate_resume_keeps_its_links(tmp_path):
-    from allreduce_bench.emulate import resumed_dir, same_emulation
+    from allreduce_bench.config.resume import resumed_dir, same_emulation
     run = write_run(tmp_path / "e", meta={**GOOD_META, "emulation": {
         "nodes": 2, "ranks_per_node": 2, "inter_rate_bps": 2e7, "inter_latency_s": 0.0,
         "label": "2x2@20Mbit"}})

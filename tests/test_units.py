@@ -127,7 +127,7 @@ def test_appending_to_a_file_with_an_older_header(tmp_path):
 
 
 def test_a_half_written_last_row_is_not_done_and_is_dropped(tmp_path):
-    from allreduce_bench.launch import resume
+    from allreduce_bench.results import resume
     ResultsWriter(tmp_path).append({c: 1 for c in COLUMNS} | {
         "run_id": "r", "benchmark": "allreduce", "algorithm": "ring", "world_size": 2, "size_bytes": 4096})
     with open(tmp_path / "results.csv", "a") as f:

@@ -30,27 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench import units
 from allreduce_bench.analysis.ddp_model import step_time
-from allreduce_bench.errors import UsageError
 from allreduce_bench.results.timeline import TIMELINE_FILE, read_timeline
-
-
-def parse_count(text: str, what: str = "--params") -> int:
-    """'50M' -> 50_000_000, '7B' -> 7_000_000_000: a whole number of parameters (decimal)."""
-    return int(round(units.parse_count(text, what)))
-
-
-def parse_bucket_mbs(text: str) -> tuple[float, ...]:
-    """'1,5,25,100' -> (1.0, 5.0, 25.0, 100.0): DDP bucket caps in MiB, as bucket_cap_mb takes."""
-    try:
-        values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise UsageError(f"--bucket-mb {text!r} must be comma-separated numbers of MiB, "
-                         "e.g. 1,5,25,100") from None
-    if not values or min(values) <= 0:
-        raise UsageError(f"--bucket-mb {text!r} must list bucket caps greater than 0 MiB")
-    return tuple(dict.fromkeys(values))
 
 
 def bucket_sizes(text) -> list[int]:

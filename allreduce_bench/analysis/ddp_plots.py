@@ -15,7 +15,7 @@ from allreduce_bench.analysis.ddp import (  # noqa: E402
     overlap_table,
     timeline_of,
 )
-from allreduce_bench.analysis.style import save  # noqa: E402
+from allreduce_bench.analysis.style import legend, save  # noqa: E402
 
 
 def _save(fig, path: Path, footnote: str) -> Path:
@@ -53,7 +53,7 @@ def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path 
         ax.set_title(f"world size {world_size}")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0][0].set_ylabel("time per step (ms)")
-    axes[0][0].legend(fontsize=7, loc="upper left")
+    legend(axes[0][0], fontsize=7, loc="upper left")
     fig.suptitle("DDP step: compute, hidden and exposed communication")
     return _save(fig, Path(path), footnote)
 
@@ -80,7 +80,7 @@ def accumulation_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> 
     ax.set_ylabel("time per optimizer step (ms)")
     ax.set_title("Gradient accumulation with and without no_sync()")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=7)
+    legend(ax, fontsize=7)
     return _save(fig, Path(path), footnote)
 
 

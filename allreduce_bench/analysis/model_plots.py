@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from allreduce_bench.analysis.model import CostModel
-from allreduce_bench.analysis.style import plt, size_axis
+from allreduce_bench.analysis.style import legend, plt, size_axis
 from allreduce_bench.analysis.style import save as _save  # small, reproducible files like every other figure
 
 
@@ -30,7 +30,7 @@ def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnot
         ax.set_title(f"world size {layout.world_size} ({layout.nodes} node(s) x "
                      f"{layout.ranks_per_node} ranks)")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
+        legend(ax, fontsize=7, ncol=2)
     axes[0][0].set_ylabel("time per AllReduce (ms)")
     fig.suptitle("alpha-beta model (lines) fitted to the measured medians (points)")
     if footnote:

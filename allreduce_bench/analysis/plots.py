@@ -23,6 +23,7 @@ from allreduce_bench.analysis.ddp_plots import (  # noqa: E402
 from allreduce_bench.analysis.style import (  # noqa: E402
     LINE_STYLES,
     MARKERS,
+    legend,
     log_y_axis,
     plt,
     save,
@@ -120,7 +121,7 @@ def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
         if ax.get_lines():
-            ax.legend(fontsize=7)
+            legend(ax, fontsize=7)
     return _finish(fig, note)
 
 
@@ -185,7 +186,7 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
     for ax in (left, right):
         world_size_axis(ax, world_sizes)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
     left.set_ylim(bottom=0)
     return _finish(fig, footnote)
 
@@ -227,7 +228,7 @@ def links_figure(frame: pd.DataFrame, footnote: str = ""):
         ax.set_ylabel("busbw (GB/s)")
         ax.set_title(_world_title(frame, world_size), fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        legend(ax, fontsize=7, loc="lower right")
     return _finish(fig, footnote)
 
 
@@ -269,7 +270,7 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
         ax.set_ylabel("time per call (us), median and p5-p95")
         ax.set_title(f"N = {world_size} at {format_size(size)}", fontsize=10)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
     return _finish(fig, footnote)
 
 

@@ -3,8 +3,8 @@
 The method (metrics.sample_stats): a collective ends at about the same moment on every rank,
 so a rank that *starts* a sample late measures the shortest interval while the others, waiting
 for it inside the collective, measure a longer one. Per sample the late rank is the one with
-the MINIMUM time; each row names the rank most often late (`slowest_rank`), the share of
-samples it was late in, and by how much it lagged (`rank_lag_us`, per sample). Naming the rank
+the MINIMUM time; each row names the rank most often late (`late_rank`), the share of
+samples it was late in, and by how much it lagged (`late_rank_lag_us`, per sample). Naming the rank
 with the maximum time instead would name one of the ranks that waited.
 
 What this cannot see: a rank slow *inside* the collective (a slower link or reduction on its
@@ -21,9 +21,9 @@ from allreduce_bench.results.schema import allreduce_rows
 def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
     """AllReduce rows measured with samples on >= 2 ranks (older rows have no per-rank data)."""
     rows = allreduce_rows(frame)
-    if "slowest_rank" not in rows.columns:
+    if "late_rank" not in rows.columns:
         return rows.iloc[0:0]
-    rows = rows[rows["slowest_rank"].notna() & (rows["world_size"] >= 2)]
+    rows = rows[rows["late_rank"].notna() & (rows["world_size"] >= 2)]
     return label_runs(rows)
 
 
@@ -42,13 +42,13 @@ def rank_table(frame: pd.DataFrame) -> pd.DataFrame:
     metas = run_metas(frame)
     found = []
     for (series, world_size), group in rows.groupby(["series", "world_size"]):
-        counts = group["slowest_rank"].astype(int).value_counts()
+        counts = group["late_rank"].astype(int).value_counts()
         rank = int(counts.index[0])
-        named = group[group["slowest_rank"].astype(int) == rank]
+        named = group[group["late_rank"].astype(int) == rank]
         run = named["run"].iloc[0]
         hosts = metas.get(run, {}).get("hostnames", [])
-        share = float(named["slowest_rank_share"].median())
-        lag = float(named["rank_lag_us"].median()) if "rank_lag_us" in named else float("nan")
+        share = float(named["late_rank_share"].median())
+        lag = float(named["late_rank_lag_us"].median()) if "late_rank_lag_us" in named else float("nan")
         found.append({"series": series, "world_size": int(world_size), "rank": rank,
                       "host": hosts[rank] if rank < len(hosts) else "",
                       "rows_named": int(counts.iloc[0]), "rows": len(group),

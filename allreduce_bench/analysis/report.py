@@ -75,11 +75,13 @@ def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     return table.rename(columns=names)
 
 
-def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, pd.DataFrame]]:
-    """(title, how to read it, table of strings) for the terminal and report.md."""
-    tables = []
+Table = tuple[str, str, pd.DataFrame]  # (title, how to read it, table of strings)
+WORLD = {"world_size": "world size"}
+
+
+def _peak_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     peaks = peak_busbw(frame).join(half_peak_size(frame))
-    tables.append((
+    return [(
         "Peak bus bandwidth",
         "Highest busbw over the sizes measured, the size reaching it, and the half-peak size: the "
         "smallest size whose busbw reaches half the peak (below it, latency dominates).",
@@ -87,93 +89,118 @@ def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[tuple[str, str, 
             "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
             "at size": peaks["peak_size_bytes"].map(format_size),
             "half-peak size": peaks["half_peak_size_bytes"].map(
-                lambda size: format_size(size) if pd.notna(size) else "-")}),
-            {"algorithm": "algorithm", "world_size": "world size"})))
+                lambda size: format_size(size) if pd.notna(size) else "-")}), WORLD))]
 
+
+def _comparison_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     present = set(allreduce_rows(frame)["algorithm"].astype(str))
     pairs = [("ring", "native")] + [(a, "ring") for a in sorted(present, key=algorithm_rank)
                                     if a not in ("ring", "native", "naive")]
     compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
     sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
-    if any(len(c) for c in compared):
-        table = pd.concat([c.map(_ratio) for c in compared], axis=1).fillna("-")
-        table.insert(0, "size", pd.concat(sizes).groupby(level=[0, 1]).max().map(format_size))
-        tables.append((
-            "Algorithm comparison at the largest size",
-            "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
-            "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
-            "against the backend's own.",
-            _readable(table, {"world_size": "world size"})))
+    if not any(len(c) for c in compared):
+        return []
+    table = pd.concat([c.map(_ratio) for c in compared], axis=1).fillna("-")
+    table.insert(0, "size", pd.concat(sizes).groupby(level=[0, 1]).max().map(format_size))
+    return [(
+        "Algorithm comparison at the largest size",
+        "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
+        "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
+        "against the backend's own.", _readable(table, WORLD))]
 
+
+def _naive_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     penalty = naive_penalty(frame)
-    if len(penalty):
-        tables.append((
-            "Naive baseline: rank-0 penalty",
-            "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
-            "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
-            _readable(pd.DataFrame({
-                "N_ref": penalty["reference_world_size"],
-                "size": penalty["size_bytes"].map(format_size),
-                "measured": penalty["time_ratio"].map(_ratio),
-                "theory (N-1)/(N_ref-1)": penalty["predicted_ratio"].map(_ratio)}),
-                {"world_size": "N"})))
+    if not len(penalty):
+        return []
+    return [(
+        "Naive baseline: rank-0 penalty",
+        "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
+        "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
+        _readable(pd.DataFrame({
+            "N_ref": penalty["reference_world_size"],
+            "size": penalty["size_bytes"].map(format_size),
+            "measured": penalty["time_ratio"].map(_ratio),
+            "theory (N-1)/(N_ref-1)": penalty["predicted_ratio"].map(_ratio)}),
+            {"world_size": "N"}))]
 
+
+def _scaling_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     scaling = scaling_efficiency(frame, size_bytes)
-    if len(scaling):
-        tables.append((
-            f"Scaling efficiency at {format_size(size_bytes)}",
-            "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
-            "time ratio = time(N) / time(N_min).",
-            _readable(pd.DataFrame({
-                "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
-                "efficiency": scaling["efficiency"].map(_ratio),
-                "time ratio": scaling["time_ratio"].map(_ratio)}),
-                {"world_size": "world size"})))
+    if not len(scaling):
+        return []
+    return [(
+        f"Scaling efficiency at {format_size(size_bytes)}",
+        "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
+        "time ratio = time(N) / time(N_min).",
+        _readable(pd.DataFrame({
+            "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
+            "efficiency": scaling["efficiency"].map(_ratio),
+            "time ratio": scaling["time_ratio"].map(_ratio)}), WORLD))]
 
-    stragglers = rank_table(frame)
-    if len(stragglers):
-        tables.append((
-            "Ranks: who starts last",
-            "Per world size, the rank most often last to start a sample (a late rank measures the "
-            "shortest interval: the others wait for it inside the collective), in how many rows it "
-            "was named, its median share of samples and how late it started (per sample). "
-            "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
-            _readable(pd.DataFrame({
-                "rank": stragglers["rank"], "host": stragglers["host"],
-                "rows": [f"{a}/{b}" for a, b in zip(stragglers["rows_named"], stragglers["rows"])],
-                "share of samples": stragglers["share_of_samples"].map(_ratio),
-                "late by (us)": stragglers["lag_us"].map(lambda x: f"{x:.0f}"),
-                "stands out": stragglers["stands_out"].map({True: "yes", False: "no"})}),
-                {"world_size": "world size"})))
 
+def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    late = rank_table(frame)
+    if not len(late):
+        return []
+    return [(
+        "Ranks: who starts last",
+        "Per world size, the rank most often last to start a sample (a late rank measures the "
+        "shortest interval: the others wait for it inside the collective), in how many rows it "
+        "was named, its median share of samples and how late it started (per sample). "
+        "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
+        _readable(pd.DataFrame({
+            "rank": late["rank"], "host": late["host"],
+            "rows": [f"{a}/{b}" for a, b in zip(late["rows_named"], late["rows"])],
+            "share of samples": late["share_of_samples"].map(_ratio),
+            "late by (us)": late["lag_us"].map(lambda x: f"{x:.0f}"),
+            "stands out": late["stands_out"].map({True: "yes", False: "no"})}), WORLD))]
+
+
+def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     flagged = unstable_rows(frame)
-    if len(flagged):
-        tables.append((
-            "Unstable measurements",
-            f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
-            "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
-            "machine, or with a larger --budget.",
-            _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
-                size=lambda f: f["size_bytes"].map(format_size),
-                cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
-                median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
-                ["size", "median_us", "cv"]], {"world_size": "world size",
-                                               "median_us": "median (us)"})))
+    if not len(flagged):
+        return []
+    return [(
+        "Unstable measurements",
+        f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
+        "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
+        "machine, or with a larger --budget.",
+        _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
+            size=lambda f: f["size_bytes"].map(format_size),
+            cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
+            median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
+            ["size", "median_us", "cv"]], {**WORLD, "median_us": "median (us)"}))]
 
+
+def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     links = link_ratio(frame)
-    if len(links):
-        tables.append((
-            "Intra- vs inter-node links",
-            "busbw over each link at the largest size both measured, and intra/inter.",
-            _readable(pd.DataFrame({
-                "size": links["size_bytes"].map(format_size),
-                "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
-                "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
-                "intra/inter": links["intra_inter_ratio"].map(_ratio)}),
-                {"world_size": "world size"})))
+    if not len(links):
+        return []
+    return [(
+        "Intra- vs inter-node links",
+        "busbw over each link at the largest size both measured, and intra/inter.",
+        _readable(pd.DataFrame({
+            "size": links["size_bytes"].map(format_size),
+            "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
+            "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
+            "intra/inter": links["intra_inter_ratio"].map(_ratio)}), WORLD))]
+
+
+def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     from allreduce_bench.analysis.peaks import normal_table  # is this normal? (published figures)
-    tables += normal_table(frame)
-    return tables
+
+    return normal_table(frame)
+
+
+# The report's tables in order; each builder returns its table, or none when the rows lack it.
+TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
+          _unstable_table, _links_table, _published_tables)
+
+
+def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    """(title, how to read it, table of strings) for the terminal and report.md."""
+    return [table for build in TABLES for table in build(frame, size_bytes)]
 
 
 def runs_table(frame: pd.DataFrame) -> pd.DataFrame:

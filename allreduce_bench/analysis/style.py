@@ -47,6 +47,14 @@ def log_y_axis(ax) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
 
 
+def legend(ax, **options) -> None:
+    """A legend where some artist has a label (matplotlib warns about an empty one: an imported
+    run's single unlabelled line would print that warning to the user)."""
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(**options)
+
+
 def save(fig, path: Path) -> Path:
     """Write and close `fig`. PNGs go through a 256-colour palette: a third of the bytes, the
     same look (line plots use few colours), so committed figures stay small."""

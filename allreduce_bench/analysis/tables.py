@@ -219,7 +219,7 @@ def run_metas(frame: pd.DataFrame) -> dict[str, dict]:
 
 def describe_run(meta: dict) -> str:
     """'backend gloo, device Intel Xeon, hosts vm, 2026-11-29 10:13 UTC' for footnotes."""
-    hosts = sorted(set(meta.get("hostnames", []))) or ["?"]
+    hosts = sorted({host for host in meta.get("hostnames", []) if host}) or ["?"]
     device = meta.get("device_name") or meta.get("device") or "?"
     started = str(meta.get("started", "?")).replace("T", " ").replace("+00:00", " UTC")
     return (f"backend {meta.get('backend', '?')}, device {device}, hosts {', '.join(hosts)}, "

@@ -1,0 +1,47 @@
+"""The benchmarks, registered by name as the algorithms are: each entry names the module whose
+`BENCHMARK` (a measure.rank.Benchmark) declares it, imported on use (it imports torch), and the
+CLI command that runs it (for `emulate --benchmarks`). Adding a benchmark is a module here, one
+line below and one module in cli/."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from allreduce_bench.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Entry:
+    module: str
+    command: str  # `allreduce-bench <command>` runs it
+    config: str  # "module:function" that turns the command's options into its config
+
+
+REGISTRY: dict[str, Entry] = {
+    "allreduce": Entry("allreduce_bench.benchmarks.allreduce", "run",
+                       "allreduce_bench.config.options:run_config"),
+    "links": Entry("allreduce_bench.benchmarks.links", "links",
+                   "allreduce_bench.config.options:links_config"),
+    "ddp": Entry("allreduce_bench.benchmarks.ddp", "ddp", "allreduce_bench.config.ddp:ddp_config"),
+    "health": Entry("allreduce_bench.benchmarks.health", "health",
+                    "allreduce_bench.config.health:health_config"),
+}
+
+
+def get(name: str):
+    """The Benchmark declared under `name`."""
+    try:
+        entry = REGISTRY[name]
+    except KeyError:
+        raise UsageError(f"unknown benchmark {name!r}; choose from {', '.join(REGISTRY)}") from None
+    return importlib.import_module(entry.module).BENCHMARK
+
+
+def command_of(name: str) -> str:
+    return REGISTRY[name].command
+
+
+def config_of(name: str, **options):
+    """The benchmark's config from its command's options (validated, one line on bad input)."""
+    module, function = REGISTRY[name].config.split(":")
+    return getattr(importlib.import_module(module), function)(**options)

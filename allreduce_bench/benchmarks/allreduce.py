@@ -17,24 +17,27 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench import algorithms, metrics
+from allreduce_bench.benchmarks.finish import finish
 from allreduce_bench.config import RunConfig
-from allreduce_bench.launch import resume
+from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import Console
 from allreduce_bench.measure.faults import DONE
-from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.rank import Benchmark, Session
 from allreduce_bench.measure.world import World, end_phase, make_world
+from allreduce_bench.results import resume
 from allreduce_bench.results.schema import samples_frame
+from allreduce_bench.results.store import read_meta, start_meta, update_meta
 
 
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
-            sampling: timing.Sampling, before_clock=None, agree=False) -> tuple[timing.Measured, int]:
+            sampling: timing.Sampling, before_clock=None, agree_over=None) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size."""
     device = world.device
     tensor = torch.zeros(count, dtype=dtype, device=device.torch_device)
     call = build(tensor, world)
-    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree)
+    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree_over)
 
     # The check runs the very call that was timed (no second plan: naive's root would hold
     # twice (N-1) x S of buffers), so reusing a plan is checked too.
@@ -53,7 +56,7 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
     (default: the world's members in group-rank order)."""
     size_bytes = count * config.itemsize
     stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
-    stats["slowest_rank"] = list(ranks or world.group.ranks)[stats["slowest_rank"]]
+    stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
     median = stats["time_us_median"]
     return {
         "run_id": config.run_id,
@@ -68,18 +71,18 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
         "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
         "wrong": wrong,
         # set by `emulate` in every rank's environment; empty on real hardware
-        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
+        "emulation": os.environ.get(EMULATION_ENV, ""),
     }
 
 
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           on_algorithm: Callable[[str, World], None] = lambda a, w: None,
-          before: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
+          should_measure: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
           hosts: list[str] | None = None, before_clock=None) -> int:
     """Measure every algorithm at every size; `on_row(row, samples)` gets each row and its raw
     samples (only rank 0's matter).
 
-    `before(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
+    `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
     """
     wrong_total = 0
@@ -89,7 +92,7 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
         on_algorithm(name, world)
         for size in config.sizes:
             count = size // itemsize  # sizes are whole elements (options.run_config)
-            if not before(name, count * itemsize):
+            if not should_measure(name, count * itemsize):
                 continue
             measured, wrong = measure(build, world, count, config.torch_dtype, config.sampling,
                                       before_clock)
@@ -121,7 +124,7 @@ def measure_phases(session: Session) -> int:
             world = make_world(world_size, ranks_per_node, device)
             steps = iter(range(1, DONE))
 
-            def before(algorithm: str, size_bytes: int) -> bool:
+            def should_measure(algorithm: str, size_bytes: int) -> bool:
                 if (algorithm, world_size, size_bytes) in done:
                     console.bar.update(1)
                     return False
@@ -131,7 +134,7 @@ def measure_phases(session: Session) -> int:
 
             if world is not None:
                 wrong += sweep(config, world, on_row=session.record, on_algorithm=console.algorithm,
-                               before=before, hosts=session.hosts,
+                               should_measure=should_measure, hosts=session.hosts,
                                before_clock=session.before_clock())
             progress.at(phase, DONE, f"the end of world size {world_size}",
                         tuple(range(env.world_size)))
@@ -141,9 +144,36 @@ def measure_phases(session: Session) -> int:
     return wrong
 
 
-BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases)
+# --- the driver's side ---------------------------------------------------------------------
+
+def prepare(config: RunConfig) -> None:
+    """A fresh meta.json, or a resumed run's with this restart noted; a torn last row dropped
+    before anything reads which rows are done."""
+    stored = read_meta(config.out_dir)
+    if stored.get("run_id") == config.run_id:
+        restarts = stored.get("resumed", []) + [{
+            "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": config.command}]
+        update_meta(config.out_dir, resumed=restarts)
+    else:
+        start_meta(config.out_dir, run_meta.host_meta(config))
+    resume.repair_tail(config.out_dir)
 
 
-def rank_entry(config: RunConfig, env=None) -> int:
-    """What every launcher runs on each rank for `allreduce-bench run`."""
-    return rank_main(config, BENCHMARK, env)
+def world_sizes_to_do(config: RunConfig) -> list[int]:
+    """The world sizes with a row still missing (all of them, unless the run is resumed)."""
+    done = resume.done_keys(config.out_dir, config.run_id)
+    itemsize = config.itemsize
+    return [k for k in config.world_sizes
+            if any((a, k, s // itemsize * itemsize) not in done
+                   for a in config.algorithms for s in config.sizes)]
+
+
+def finish_run(config: RunConfig) -> int:
+    from allreduce_bench.analysis.report import terminal_summary
+
+    return finish(config, terminal_summary)
+
+
+BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases, finish_run,
+                      prepare=prepare, world_sizes=world_sizes_to_do, resumable=True)

@@ -20,7 +20,7 @@ Every DDP instance carries a communication hook that wraps DDP's own allreduce h
 the bytes it is handed and, while timing, when each bucket's AllReduce was launched and when it
 completed (its future's callback): calls and bytes per (optimizer) step are counted, not
 assumed, and the DDP and no-overlap steps leave a measured timeline (results/timeline.py).
-Per iteration the slowest rank's time is kept, as in `bench.measure`; the timeline is the
+Per iteration the slowest rank's time is kept, as in the allreduce benchmark's `measure`; the timeline is the
 slowest rank's (largest median step).
 """
 from __future__ import annotations
@@ -42,10 +42,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from allreduce_bench import metrics
+from allreduce_bench.benchmarks.finish import finish, start_meta_unless_launched
 from allreduce_bench.config.ddp import DdpSettings
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import timing
-from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.rank import Benchmark, Session
 from allreduce_bench.measure.stamps import stamps_for
 from allreduce_bench.measure.world import World, end_phase, make_world
 from allreduce_bench.results.timeline import append_timeline
@@ -515,7 +516,7 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
     timed alone (one sample of one call, the slowest rank's), so the row's statistics are over
     steps, with the same spread and unstable flag as `run`'s rows."""
     stats = metrics.sample_stats([times_us])
-    for per_rank in ("time_us_rank_mean", "slowest_rank", "slowest_rank_share", "rank_lag_us"):
+    for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us"):
         stats.pop(per_rank)  # the times are already the slowest rank's per step
     comm = measure == "comm"
     return {
@@ -635,18 +636,34 @@ SET_EPOCH_SAMPLES = 16
 
 
 def ddp_meta(config) -> dict:
-    """host_meta plus the model's settings and the set_epoch check for every world size."""
+    """host_meta plus the model's settings."""
     width = layer_width(config.settings.params, config.settings.layers)
     meta = run_meta.host_meta(config)
     meta["ddp"] = {**asdict(config.settings), "width": width,
                    "params_actual": config.settings.layers * (width * width + width)}
-    meta["set_epoch_check"] = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
     return meta
 
 
-BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp)
+def prepare(config) -> None:
+    start_meta_unless_launched(config, ddp_meta)
 
 
-def ddp_rank_main(config, env=None) -> int:
-    """The per-rank entry point of `ddp` (any launcher); returns #wrong gradients (rank 0)."""
-    return rank_main(config, BENCHMARK, env)
+def finish_ddp(config) -> int:
+    """The tables, the DistributedSampler check (run here, on the driver: it needs no world),
+    figures, exit code 1 if any DDP gradient was wrong."""
+    from allreduce_bench.analysis.ddp import ddp_rows, ddp_summary_text, set_epoch_markdown
+    from allreduce_bench.results.store import update_meta
+
+    checks = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
+    update_meta(config.out_dir, set_epoch_check=checks)
+
+    def summarize(frame) -> str:
+        return (ddp_summary_text(frame) + "\n\nDistributedSampler, epochs 0 and 1:\n"
+                + set_epoch_markdown(checks))
+
+    return finish(config, summarize, select=ddp_rows,
+                  wrong_means="gradient element(s) after a DDP step differ from the "
+                  "hand-computed average")
+
+
+BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp, finish_ddp, prepare=prepare)

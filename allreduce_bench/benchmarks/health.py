@@ -17,16 +17,18 @@ samples like every benchmark's, and health.json after every round.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from allreduce_bench.algorithms import native
+from allreduce_bench.analysis.health.verdicts import INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.finish import start_meta_unless_launched
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness
-from allreduce_bench.measure.rank import Benchmark, rank_main
+from allreduce_bench.measure.rank import Benchmark
 from allreduce_bench.measure.timing import Measured
 from allreduce_bench.measure.world import CommGroup, World
 from allreduce_bench.results.schema import samples_frame
@@ -155,14 +157,13 @@ def wait_round(board: Board, liveness: Liveness, k: int, members: list[int]) -> 
     return silent, reports
 
 
-def local_hostnames(world_size: int, ranks_per_node: int) -> list[str] | None:
-    """Simulated nodes of a local run (--ranks-per-node on one machine): node0, node1, ...;
-    None under a launcher or the emulator, where every host has its own hostname."""
-    from allreduce_bench.launch.reasons import DRIVER_PID_ENV
-
-    if DRIVER_PID_ENV not in os.environ:
-        return None
-    return [f"node{rank // ranks_per_node}" for rank in range(world_size)]
+def host_names(hostnames: list[str], ranks_per_node: int) -> list[str]:
+    """The host of every rank: its hostname; when every rank of a world of several nodes has
+    the same one, the nodes are simulated on one machine (--ranks-per-node on loopback) and are
+    named node0, node1, ... by rank // ranks_per_node."""
+    if len(set(hostnames)) == 1 and len(hostnames) > ranks_per_node:
+        return [f"node{rank // ranks_per_node}" for rank in range(len(hostnames))]
+    return list(hostnames)
 
 
 def rows_of(session, k: int, group: Group, result: dict, ranks_per_node: int):
@@ -256,7 +257,7 @@ def measure_health(session) -> int:
 
     config, env = session.config, session.env
     L = config.ranks_per_node or env.local_world_size
-    names = local_hostnames(env.world_size, L) or list(session.hosts)
+    names = host_names(list(session.hosts), L)
     ranks_of = host_ranks(names)
     odd = {h: len(r) for h, r in ranks_of.items() if len(r) != L}
     if odd:  # the same on every rank; rank 0 says it
@@ -281,9 +282,41 @@ def measure_health(session) -> int:
     return 0
 
 
-def health_rank_main(config, env=None) -> int:
-    """The per-rank entry point of `health` (any launcher)."""
-    return rank_main(config, BENCHMARK, env)
+def prepare(config) -> None:
+    start_meta_unless_launched(config, run_meta.host_meta)
 
 
-BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health)
+def whole_world(config) -> list[int]:
+    """health measures one world: --hosts x --ranks-per-node ranks."""
+    return [max(config.world_sizes)]
+
+
+def finish_health(config) -> int:
+    """The writer, after the ranks: summary, figure, report and exit code from health.json."""
+    from allreduce_bench.analysis.health.outputs import summary, write_prometheus
+    from allreduce_bench.results.health import HEALTH_FILE, read_health
+
+    path = Path(config.out_dir) / HEALTH_FILE
+    if not path.exists():
+        say(f"allreduce-bench health: the check did not complete: no {path}")
+        return INCOMPLETE
+    doc = read_health(config.out_dir, "health")
+    print("\n" + summary(doc), flush=True)
+    if config.settings.prometheus:
+        write_prometheus(Path(config.settings.prometheus), doc)
+        print(f"prometheus: {config.settings.prometheus}")
+    if config.plot:
+        from allreduce_bench.analysis.health.plots import draw_health, report_section
+        figure = draw_health(doc, Path(config.out_dir) / "plots")
+        report = Path(config.out_dir) / "report.md"
+        report.write_text(report_section(doc, figure, Path(config.out_dir)))
+        print(f"figure: {figure}\nreport: {report}")
+    print(f"health: {path}")
+    if not doc.get("complete"):
+        say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
+        return INCOMPLETE
+    return int(doc["exit_code"])
+
+
+BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, finish_health, prepare=prepare,
+                      world_sizes=whole_world)

@@ -21,12 +21,13 @@ import torch.distributed as dist
 
 from allreduce_bench.algorithms import native
 from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.finish import finish, start_meta_unless_launched
 from allreduce_bench.config import RunConfig, Sampling
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import HEADER, format_row
 from allreduce_bench.measure.device import Device
-from allreduce_bench.measure.rank import Benchmark, Session, rank_main
+from allreduce_bench.measure.rank import Benchmark, Session
 from allreduce_bench.measure.world import CommGroup, World, end_phase, make_world
 from allreduce_bench.results.schema import samples_frame
 
@@ -59,7 +60,7 @@ def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
 
 
 def _view(group: CommGroup, device: Device) -> World:
-    """A world made of one group, so `bench.measure` runs the backend's AllReduce on it."""
+    """A world made of one group, so `allreduce.measure` runs the backend's AllReduce on it."""
     return World(group, group, group, group.size, device)
 
 
@@ -88,7 +89,7 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
             # every group samples at once, with loops and samples agreed over the whole world,
             # so the row is the slowest group's (times gathered over every rank)
             measured, wrong = measure(native.build, view, count, config.torch_dtype,
-                                      config.sampling, agree=None)
+                                      config.sampling, agree_over=dist.group.WORLD)
             wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
             wrong_total += wrong
             row = _row(config, view, world, count, measured, wrong, "native", link, "allreduce",
@@ -134,9 +135,20 @@ def measure_links(session: Session) -> int:
     return wrong
 
 
-BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links)
+def prepare(config: RunConfig) -> None:
+    start_meta_unless_launched(config, run_meta.host_meta)
 
 
-def links_rank_main(config: RunConfig, env=None) -> int:
-    """The per-rank entry point of `links` (any launcher); returns #wrong."""
-    return rank_main(config, BENCHMARK, env)
+def whole_world(config: RunConfig) -> list[int]:
+    """links measures one world: the largest world size, split into its nodes."""
+    return [max(config.world_sizes)]
+
+
+def finish_links(config: RunConfig) -> int:
+    from allreduce_bench.analysis.links import links_summary
+
+    return finish(config, links_summary, draw=False)
+
+
+BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links, finish_links, prepare=prepare,
+                      world_sizes=whole_world)

@@ -1,5 +1,5 @@
-"""`allreduce-bench health`: options, the dry-run plan and the driver; the measuring is in
-benchmarks/health.py and the decisions in analysis/health/ (imported when needed)."""
+"""`allreduce-bench health`: options and the dry-run plan; the measuring is in
+benchmarks/health.py, the decisions in analysis/health/ (imported when a run starts)."""
 from __future__ import annotations
 
 import shlex
@@ -8,141 +8,89 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.cli.options import measuring_options
+from allreduce_bench.cli.types import DTYPE
 from allreduce_bench.errors import UsageError
 
-HELP = """Find the bad host, rail (NIC) or link of a cluster in a few rounds.
 
-\b
-Checks, each on all hosts at once (disjoint sub-groups of the one world):
-  intra  each host's local ranks AllReduce among themselves (>= 2 ranks per host)
-  pairs  hosts in disjoint pairs: every rail (local rank i with local rank i) at
-         once, then the whole pair; --pairs quick (default) re-pairs the members of
-         a slow pair with known-good hosts; --pairs all measures every pair
-  bisect (--bisect) the world, then its halves side by side, into the slower half
-Verdicts per host, rail and pair (ok, slow, bad, unreachable) against --expect,
---baseline or, by default, the fleet's own median and MAD. Writes health.json,
-rows and samples, plots/health.png, report.md, optionally --prometheus FILE, and
-ends with a ready --exclude=... for Slurm.
-\b
-Exit codes: 0 all healthy, 3 something unhealthy, 2 bad input, 1 the check could
-not complete. `--dry-run --hosts N` prints the rounds and an estimated wall time.
-Runs under torchrun / srun / mpirun (one process per GPU), on the emulated cluster
-(`emulate --benchmarks health`), or locally with --hosts N simulated hosts."""
-
-HEALTH_OPTIONS = [
-    click.Option(["--hosts"], type=int, help="Local run: simulate this many hosts of --ranks-per-node "
-                 "ranks on loopback; with --dry-run: the cluster to plan for. [2]"),
-    click.Option(["--pairs"], default="quick", show_default=True,
-                 help="quick: one matching, then re-pair the slow with known-good hosts; all: every pair."),
-    click.Option(["--bisect"], is_flag=True, help="Also bisect the world for slowness that shows only at scale."),
-    click.Option(["--expect"], help="Absolute busbw thresholds, e.g. inter=40GB/s,intra=300GB/s "
-                 "(at the largest size). Default: the fleet's median and MAD."),
-    click.Option(["--baseline"], type=click.Path(path_type=Path),
-                 help="The output directory of an earlier health run: its thresholds."),
-    click.Option(["--prometheus"], type=click.Path(path_type=Path),
-                 help="Also write gauges per host and rail to FILE (node_exporter's textfile format)."),
-    click.Option(["--dry-run"], is_flag=True, help="Print the rounds and estimated wall time; start nothing."),
-]
-DROPPED = ("algos", "resume_dir", "world_sizes", "iters", "quick")
+def health_options(command):
+    for option in reversed([
+        click.option("--hosts", type=int, help="Local run: this many hosts of --ranks-per-node "
+                     "ranks, simulated on loopback; with --dry-run: the cluster to plan. [2]"),
+        click.option("--pairs", default="quick", show_default=True,
+                     help="quick: one perfect matching, then each member of a slow pair with "
+                     "known-good hosts; all: every pair (N-1 rounds) and the host x host matrix."),
+        click.option("--bisect", is_flag=True, help="Then the world's AllReduce and its halves "
+                     "side by side, into the slower half: slowness that shows only at scale."),
+        click.option("--expect", help="Absolute busbw thresholds at the largest size, e.g. "
+                     "inter=40GB/s,intra=300GB/s (inter: pairs and rails). [the fleet's median "
+                     "and MAD]"),
+        click.option("--baseline", type=click.Path(path_type=Path), help="An earlier health "
+                     "run's directory: its expected values and tolerances."),
+        click.option("--prometheus", type=click.Path(path_type=Path), help="Also write gauges "
+                     "per host and rail to this file (node_exporter's textfile collector)."),
+        click.option("--sizes", help="Per-rank sizes of every check. [4K,4M on CPU; 8K,256M on "
+                     "GPU: a latency and a bandwidth size]"),
+        click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type."),
+        click.option("--samples", type=int, help="Samples per size. [as many as fit --budget]"),
+        click.option("--budget", type=float, help="Seconds of samples per check and size. "
+                     "[0.1 on CPU, 0.5 on GPU]"),
+        click.option("--dry-run", is_flag=True, help="With --hosts N: print the rounds, the groups "
+                     "side by side and an estimated wall time; start nothing."),
+    ]):
+        command = option(command)
+    return command
 
 
-def health_config(options: dict):
-    """The validated HealthConfig; under a launcher the world is the launcher's."""
-    from dataclasses import asdict
-
-    from allreduce_bench.config import RunConfig
-    from allreduce_bench.config.health import CPU_SIZES, GPU_SIZES, HealthConfig, health_settings, parse_pairs
-    from allreduce_bench.config.options import run_config
-    from allreduce_bench.launch.environments import launcher_env
-
-    settings = {k: options.pop(k) for k in ("pairs", "bisect", "expect", "baseline", "prometheus")}
-    parse_pairs(settings["pairs"])
-    hosts = options.pop("hosts")
-    env = launcher_env()
-    L = options["ranks_per_node"] or (env.local_world_size if env else 1)
-    if hosts is not None and hosts < 1:
-        raise UsageError(f"--hosts must be at least 1, got {hosts}")
-    world = None if env else str((hosts or 2) * L)
-    given = options["sizes"] or options["min_bytes"] or options["max_bytes"] or options["factor"]
-    base = run_config(command=shlex.join(sys.argv), algos="native", world_sizes=world, quick=False,
-                      **{**options, "ranks_per_node": L})
-    if not given:
-        base = RunConfig(**{**asdict_shallow(base), "sizes": GPU_SIZES if base.device == "cuda" else CPU_SIZES})
-    return HealthConfig(**asdict_shallow(base), settings=health_settings(
-        **settings, ranks_per_node=L, sizes=base.sizes)), hosts, asdict
-
-
-def asdict_shallow(config) -> dict:
-    from dataclasses import fields
-
-    return {f.name: getattr(config, f.name) for f in fields(config)}
-
-
-def health_finish(config) -> int:
-    """After the rounds: the summary, figure and report from health.json; the exit code."""
-    from allreduce_bench.analysis.health.outputs import summary, write_prometheus
-    from allreduce_bench.results.health import HEALTH_FILE, read_health
-
-    path = Path(config.out_dir) / HEALTH_FILE
-    if not path.exists():
-        click.echo(f"allreduce-bench health: the check did not complete: no {path}", err=True)
-        return 1
-    doc = read_health(config.out_dir, "health")
-    click.echo("\n" + summary(doc))
-    if config.settings.prometheus:
-        write_prometheus(Path(config.settings.prometheus), doc)
-    if config.plot:
-        from allreduce_bench.analysis.health.plots import draw_health, report_section
-        figure = draw_health(doc, Path(config.out_dir) / "plots")
-        report = Path(config.out_dir) / "report.md"
-        report.write_text(report_section(doc, figure, Path(config.out_dir)))
-        click.echo(f"figure: {figure}\nreport: {report}")
-    click.echo(f"health: {path}")
-    if not doc.get("complete"):
-        click.echo("allreduce-bench health: the check did not complete; health.json holds the "
-                   "rounds measured", err=True)
-        return 1
-    return int(doc["exit_code"])
-
-
-def dry_run(config, hosts: int | None) -> int:
+def dry_run(options: dict) -> int:
+    """The plan of `--hosts N [--ranks-per-node L] [--pairs ...] [--bisect]`, no process started."""
     from allreduce_bench.analysis.health.plan import costs, describe, plan
+    from allreduce_bench.analysis.health.reference import parse_expect
+    from allreduce_bench.config.health import health_sampling, health_sizes, parse_pairs
 
-    if hosts is None:
-        raise UsageError("--dry-run needs --hosts N: the number of hosts to plan for")
-    L = config.ranks_per_node or 1
-    cost = costs(config.device, config.settings.expect)
-    planned = plan(hosts, L, config.settings.pairs, config.settings.bisect, config.sizes, config.sampling, cost)
+    hosts, L = options["hosts"], options["ranks_per_node"] or 1
+    if hosts is None or hosts < 1 or L < 1:
+        raise UsageError("--dry-run needs --hosts N (>= 1) and, when not 1, --ranks-per-node L")
+    device = options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
+    cost = costs(device, parse_expect(options["expect"]))
+    planned = plan(hosts, L, parse_pairs(options["pairs"]), options["bisect"],
+                   health_sizes(options["sizes"], device),
+                   health_sampling(device, options["samples"], options["budget"]), cost)
     click.echo(describe(planned, hosts, L, cost))
     return 0
 
 
-def run_health(config) -> int:
-    from allreduce_bench.benchmarks.health import health_rank_main
+@click.command("health", short_help="Find the bad host, NIC or link in a few rounds (exit 3 if any).")
+@health_options
+@measuring_options()
+def health(**options):
+    """Find the bad host, rail (NIC) or link of a cluster in a few rounds.
+
+    \b
+    Checks, each on all hosts at once (disjoint sub-groups of the one world):
+      intra   each host's local ranks AllReduce among themselves (>= 2 per host)
+      pairs   hosts in disjoint pairs: every rail (local rank i with local rank i)
+              at once, then the whole pair; --pairs quick re-pairs each member of a
+              slow pair with known-good hosts, --pairs all measures every pair
+      bisect  with --bisect: the world, then its halves, into the slower half
+    Verdicts per host, rail and pair (ok, slow, bad, unreachable: silent for
+    --timeout) against --expect, --baseline or the fleet's median and MAD. Writes
+    health.json, rows and samples, plots/health.png, report.md, --prometheus FILE,
+    and ends with a ready --exclude=node[..] for Slurm.
+    \b
+    Exit codes: 0 all healthy, 3 something unhealthy, 2 bad input, 1 the check
+    could not complete. Runs under torchrun / srun / mpirun (one process per GPU),
+    on the emulated cluster (`emulate --benchmarks health`), or locally on --hosts
+    simulated hosts. `--dry-run --hosts N` prints the plan and its wall time.
+    """
+    if options.pop("dry_run"):
+        sys.exit(dry_run(options))
+    from allreduce_bench import benchmarks
+    from allreduce_bench.config.health import health_config
     from allreduce_bench.launch.driver import drive
-    from allreduce_bench.launch.environments import launcher_env
-    from allreduce_bench.measure import meta as run_meta
-    from allreduce_bench.results.store import start_meta
+    from allreduce_bench.launch.environments import announce
 
-    def before(config) -> None:
-        if launcher_env() is None:
-            start_meta(config.out_dir, run_meta.host_meta(config))
-
-    return drive(config, health_rank_main, health_finish, None, before=before)
-
-
-def health_command(run_command: click.Command) -> click.Command:
-    def callback(**options):
-        from allreduce_bench.launch.environments import announce
-
-        dry = options.pop("dry_run")
-        config, hosts, _ = health_config(options)
-        if dry:
-            sys.exit(dry_run(config, hosts))
-        announce(f"allreduce-bench health: backend {config.backend} on {config.device}, "
-                 f"pairs {config.settings.pairs} -> {config.out_dir}")
-        sys.exit(run_health(config))
-
-    return click.Command("health", callback=callback, help=HELP,
-                         short_help="Find the bad host, NIC or link in a few rounds (exit 3 if any).",
-                         params=[p for p in run_command.params if p.name not in DROPPED] + HEALTH_OPTIONS)
+    config = health_config(command=shlex.join(sys.argv), **options)
+    announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "
+             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}")
+    sys.exit(drive(config, benchmarks.get("health")))

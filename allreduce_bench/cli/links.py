@@ -1,5 +1,5 @@
-"""`allreduce-bench links`: options, the world check and the driver; the measuring is in
-benchmarks/links.py (imported only when a run starts, so --help needs no torch)."""
+"""`allreduce-bench links`: options and the world check; the measuring is in benchmarks/links.py
+(imported only when a run starts, so --help needs no torch)."""
 from __future__ import annotations
 
 import shlex
@@ -7,8 +7,10 @@ import sys
 
 import click
 
+from allreduce_bench.cli.options import measuring_options
+from allreduce_bench.cli.run import sweep_options
+from allreduce_bench.environment import launcher_env
 from allreduce_bench.errors import UsageError
-from allreduce_bench.launch.environments import launcher_env
 
 HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
                     "on this machine with `allreduce-bench emulate --benchmarks links`, or "
@@ -35,42 +37,29 @@ def check_world(config, ranks_per_node_given: bool) -> None:
         check_nodes(max(config.world_sizes), config.ranks_per_node)
 
 
-def run_links(config) -> int:
-    from allreduce_bench.analysis.links import links_summary
-    from allreduce_bench.benchmarks.links import links_rank_main
-    from allreduce_bench.launch.driver import drive, finish
-    from allreduce_bench.measure import meta as run_meta
-    from allreduce_bench.results.store import start_meta
+@click.command("links", short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) "
+               "on >= 2 nodes.")
+@sweep_options
+@measuring_options()
+def links(**options):
+    """Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 nodes.
 
-    def before(config) -> None:
-        if launcher_env() is None:
-            start_meta(config.out_dir, run_meta.host_meta(config))
+    \b
+    Per size: the backend's AllReduce inside every node (intra) and across nodes among
+    ranks of the same local rank (inter), all groups at once, and a one-way
+    send within a node and between nodes (p2p). Rows: benchmark=links,
+    link=intra|inter, operation=allreduce|p2p. Under a launcher it uses the whole world;
+    locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on
+    loopback: both links are then the same), or use `emulate --benchmarks links`.
+    """
+    from allreduce_bench import benchmarks
+    from allreduce_bench.config.options import run_config
+    from allreduce_bench.launch.driver import drive
+    from allreduce_bench.launch.environments import announce
 
-    return drive(config, links_rank_main, lambda c: finish(c, links_summary, draw=False),
-                 [max(config.world_sizes)], before=before)
-
-
-def links_command(run_command: click.Command) -> click.Command:
-    """`links`, with the options of `run` (less --algos: it always uses the backend's AllReduce)."""
-
-    def callback(**options):
-        from allreduce_bench.config.options import run_config
-        from allreduce_bench.launch.environments import announce
-        given = options["ranks_per_node"] is not None
-        config = run_config(command=shlex.join(sys.argv), algos="native", **options)
-        check_world(config, given)
-        announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
-                 f"{len(config.sizes)} sizes -> {config.out_dir}")
-        sys.exit(run_links(config))
-
-    return click.Command(
-        "links", callback=callback,
-        params=[p for p in run_command.params if p.name not in ("algos", "resume_dir")],
-        short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) on >= 2 nodes.",
-        help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 "
-             "nodes.\n\n\b\nPer size: the backend's AllReduce inside every node (intra) and "
-             "across nodes among\nranks of the same local rank (inter), all groups at once, and a "
-             "one-way\nsend within a node and between nodes (p2p). Rows: benchmark=links,\n"
-             "link=intra|inter, operation=allreduce|p2p. Under a launcher it uses the whole world;\n"
-             "locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on\n"
-             "loopback: both links are then the same), or use `emulate --benchmarks links`.")
+    given = options["ranks_per_node"] is not None
+    config = run_config(command=shlex.join(sys.argv), algos="native", **options)
+    check_world(config, given)
+    announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
+             f"{len(config.sizes)} sizes -> {config.out_dir}")
+    sys.exit(drive(config, benchmarks.get("links")))

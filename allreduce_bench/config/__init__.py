@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from allreduce_bench.config.checks import check_finite, check_writable_dir
+from allreduce_bench.config.launch import LaunchConfig, Launched
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import parse_size, parse_size_list, size_sweep
 
@@ -48,21 +48,14 @@ QUICK = dict(sizes=(4 << 10, 256 << 10),
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(Launched):
+    """`run` and `links`: where and how they launch, and what each rank sweeps."""
+
+    launch: LaunchConfig
     algorithms: tuple[str, ...]
-    world_sizes: tuple[int, ...]
     sizes: tuple[int, ...]
     dtype: str
     sampling: Sampling
-    backend: str  # gloo | nccl, resolved
-    device: str  # cpu | cuda, resolved
-    ranks_per_node: int | None  # None: from the launcher
-    tag: str
-    out_dir: Path
-    timeout_s: float
-    plot: bool = True
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    command: str = ""
 
     @property
     def torch_dtype(self):
@@ -77,9 +70,6 @@ class RunConfig:
     def timing(self) -> str:
         """The timing method, written in every row: model fits refuse to pool methods."""
         return "samples"
-
-    def with_world_sizes(self, sizes: tuple[int, ...]) -> RunConfig:
-        return replace(self, world_sizes=sizes)
 
 
 def parse_algorithms(text: str, backend: str = "gloo") -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from allreduce_bench.config import (
     parse_world_sizes,
     resolve_sampling,
     resolve_sizes,
+    resume,
 )
 from allreduce_bench.config.checks import (
     allreduce_world_bytes,
@@ -29,9 +30,9 @@ from allreduce_bench.config.checks import (
     check_tag,
     check_writable_dir,
 )
+from allreduce_bench.config.launch import LaunchConfig
+from allreduce_bench.environment import is_writer, launcher_env
 from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import resume
-from allreduce_bench.launch.environments import launcher_env
 from allreduce_bench.layout import node_layout
 from allreduce_bench.measure.device import resolve_backend
 from allreduce_bench.units import format_size
@@ -89,58 +90,93 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
-               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
-               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None) -> RunConfig:
-    env = launcher_env()
-    chosen, backend, device, ranks_per_node = resolve_world(world_sizes, backend, device,
-                                                            ranks_per_node)
+def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
+                  command: str = "", label: str = "", run_id: str | None = None,
+                  check_out: bool = True) -> LaunchConfig:
+    """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
+    shared options. The writer (the driver, or rank 0) checks --out and claims the default
+    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
+    chosen, backend, device, ranks_per_node = world
+    check_timeout(timeout_s)
+    tag = check_tag(tag)
+    writer = is_writer(launcher_env())
+    if out_dir is not None and writer and check_out:
+        check_writable_dir(out_dir, "--out")
+    out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
+    return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
+                        ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
+                        timeout_s=timeout_s, plot=not no_plot, command=command,
+                        **({"run_id": run_id} if run_id else {}))
+
+
+def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
+    """The sweep's sizes in whole elements: 6 B of float32 is measured as 4 B."""
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     if quick and not (sizes or min_bytes or max_bytes or factor):
         swept = QUICK["sizes"]
     else:
         swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults)
-    dtype = parse_dtype(dtype)
     check_sizes_fit_dtype(swept, dtype)
-    itemsize = DTYPES[dtype]  # whole elements only: 6 B of float32 is measured as 4 B
-    swept = tuple(sorted({size // itemsize * itemsize for size in swept}))
-    if iters is not None:  # the old option: each timed call a sample of its own
+    itemsize = DTYPES[dtype]
+    return tuple(sorted({size // itemsize * itemsize for size in swept}))
+
+
+def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_launch, iters):
+    """The Sampling of `run`: the device's or --quick's defaults and what was given by hand;
+    --iters N is the old spelling of --samples N --loops 1."""
+    if iters is not None:
         if loops is not None or samples is not None:
             raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
                              "--samples/--loops")
         if iters < 1:
             raise UsageError(f"--iters must be at least 1, got {iters}")
         loops, samples = 1, iters
-    sampling = resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
-                                warmup, host_launch)
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    return resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
+                            warmup, host_launch)
+
+
+def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | None, dict]:
+    """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
+    if resume_dir is None:
+        return out_dir, {}
+    if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
+        raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
+    stored = resume.stored_run(resume_dir) if is_writer(launcher_env()) else {}
+    return Path(resume_dir), stored
+
+
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
+               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
+               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+               command="", resume_dir=None) -> RunConfig:
+    env = launcher_env()
+    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    chosen, backend, device, ranks_per_node = world
+    dtype = parse_dtype(dtype)
+    swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
+    sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
-    tag = check_tag(tag)
     names = parse_algorithms(algos, backend)
     check_allreduce_memory(names, chosen, swept, device, env)
-    resumed, writer = {}, env is None or env.rank == 0  # only the writer needs the old run
-    if resume_dir is not None:
-        if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
-            raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
-        out_dir = Path(resume_dir)
-        if writer:
-            stored = resume.stored_run(resume_dir)
-            resumed = {"run_id": stored["run_id"]}
-    if out_dir is not None and writer:
+    out_dir, stored = resumed_run(resume_dir, out_dir)
+    if out_dir is not None and is_writer(env):
         check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
         if resume_dir is None:
             resume.note_earlier_runs(out_dir)
-    config = RunConfig(
-        algorithms=names, world_sizes=chosen, sizes=swept, dtype=dtype,
-        sampling=sampling, backend=backend, device=device,
-        ranks_per_node=ranks_per_node, tag=tag,
-        out_dir=out_dir or default_out_dir(tag, claim=writer),
-        timeout_s=timeout_s, plot=not no_plot, command=command, **resumed)
+    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+                           command=command, run_id=stored.get("run_id"), check_out=False)
+    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling)
     algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
         env.local_world_size if env else None), backend)  # before any process starts
-    if resume_dir is not None and writer:
+    if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
+
+
+def links_config(**options) -> RunConfig:
+    """`links`: the options of `run` less --algos; it always measures the backend's AllReduce."""
+    return run_config(algos="native", **options)
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:

@@ -11,18 +11,12 @@ import sys
 import traceback
 from pathlib import Path
 
-from allreduce_bench.errors import UsageError
+from allreduce_bench.environment import launcher_env
+from allreduce_bench.errors import UsageError, is_out_of_memory
 
 FAILED_EXIT = 1
 REASON_DIR_ENV = "ALLREDUCE_BENCH_REASONS"  # where a local world's ranks leave their reason
 DRIVER_PID_ENV = "ALLREDUCE_BENCH_DRIVER_PID"  # a local rank's driver: the rank dies with it
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    text = str(error).lower()
-    return (isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError"
-            or "out of memory" in text or "can't allocate memory" in text
-            or "cannot allocate memory" in text)
 
 
 def reason(error: BaseException, rank: int) -> str:
@@ -66,8 +60,6 @@ def guarded(entry, config, *args):
     try:
         return entry(config, *args)
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)
-        from allreduce_bench.launch.environments import launcher_env
-
         env = launcher_env()
         rank = env.rank if env else 0
         line = reason(error, rank)

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from allreduce_bench.launch.environments import PEER_LOST_EXIT, process_state
+from allreduce_bench.environment import process_state
+from allreduce_bench.errors import PEER_LOST_EXIT
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
 FAULT_ENV = "ALLREDUCE_BENCH_FAULT"

@@ -73,7 +73,7 @@ def host_meta(config) -> dict:
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": config.command,
         "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)
-                   for k, v in vars(config).items()},
+                   for k, v in config.flat().items()},
         "backend": config.backend,
         "device": config.device,
         "versions": versions(),

@@ -1,9 +1,11 @@
-"""The one per-rank entry point of every benchmark (allreduce, links, ddp) under every launcher.
+"""The one per-rank entry point of every benchmark under every launcher, and what a benchmark
+declares.
 
 `rank_main(config, benchmark)` joins the world, gathers where every rank runs into meta.json,
 hands the benchmark a `Session` (device, progress, the writer of rows and samples), and turns a
 lost peer, a timeout or Ctrl-C into one line and an exit code. A benchmark only says what it
-builds and times: `Benchmark.measure(session) -> #wrong`.
+builds and times (`Benchmark.measure(session) -> #wrong`) and what its driver does around the
+ranks (`prepare`, `world_sizes`, `finish`): launch/driver.py runs any benchmark it is handed.
 """
 from __future__ import annotations
 
@@ -16,14 +18,13 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import resume
-from allreduce_bench.launch.environments import RankEnv, export_for_env_init, launcher_env
-from allreduce_bench.launch.reasons import is_out_of_memory
+from allreduce_bench.environment import RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.errors import UsageError, is_out_of_memory
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
+from allreduce_bench.results import resume
 from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS
 from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta, write_parquet
 from allreduce_bench.units import parse_tc_rate
@@ -59,12 +60,22 @@ def join_world(config, env: RankEnv | None):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares: its name, the meta.json a new run of it starts with, and what
-    it measures on one rank (rows go through `session.record`); returns #wrong."""
+    """What a benchmark declares (registered by name in benchmarks/__init__.py).
+
+    On every rank: `measure(session) -> #wrong`, rows through `session.record`; `meta(config)`
+    is the meta.json a new run starts with. On the writer (the local driver, or rank 0 under a
+    launcher): `prepare(config)` before any rank starts, `world_sizes(config)` the local worlds
+    still to start (None: every world size of the config), `finish(config) -> exit code` after
+    the ranks (summary, figures). `resumable`: a stopped run says how to continue it. Every
+    field is a module-level function, so spawned ranks receive the declaration by reference."""
 
     name: str
     meta: Callable[[object], dict]
     measure: Callable[[Session], int]
+    finish: Callable[[object], int]
+    prepare: Callable[[object], None] | None = None
+    world_sizes: Callable[[object], list[int]] | None = None
+    resumable: bool = False
 
 
 class Session:

@@ -19,12 +19,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from allreduce_bench.config import Sampling  # noqa: F401  (the settings this loop reads)
 from allreduce_bench.measure.device import Device
+
+if TYPE_CHECKING:
+    from allreduce_bench.config import Sampling  # the settings this loop reads
 
 # --- pure arithmetic (tested on a fake clock) ----------------------------------------------------
 
@@ -100,13 +103,14 @@ class Measured:
 
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
-           before_clock: Callable[[], None] | None = None, agree=False) -> Measured:
+           before_clock: Callable[[], None] | None = None, agree_over=None) -> Measured:
     """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
 
-    `agree`: another group (e.g. None, the whole world) whose ranks all sample at once, in
-    several groups side by side: loops and samples are then decided, and times gathered, over
-    it, so every group makes the same number of calls and the result is the slowest group's."""
-    agree = group if agree is False else agree
+    `agree_over`: None for `group` itself; or a larger group (e.g. dist.group.WORLD) whose ranks
+    all sample at once, in several groups side by side: loops and samples are then decided, and
+    times gathered, over it, so every group makes the same number of calls and the result is
+    the slowest group's."""
+    agree = group if agree_over is None else agree_over
     for _ in range(sampling.warmup):
         call()
     device.synchronize()

@@ -14,7 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.errors import UsageError
-from allreduce_bench.results.schema import PARQUET_FILE, REQUIRED, RESULTS_FILE, SAMPLE_COLUMNS, SAMPLES_DIR
+from allreduce_bench.results.schema import (
+    PARQUET_FILE,
+    REQUIRED,
+    RESULTS_FILE,
+    SAMPLE_COLUMNS,
+    SAMPLES_DIR,
+    SCHEMA_2_NAMES,
+)
 from allreduce_bench.results.validate import check_results
 
 
@@ -89,7 +96,11 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
 def upgrade(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows of older files in today's terms, explicitly. Schema 1 (before `timing`): every
     iteration was one call timed alone after a barrier, so samples = iters and loops = 1, and
-    there is no p5, spread or per-rank figure (left empty, never guessed)."""
+    there is no p5, spread or per-rank figure (left empty, never guessed). Schema 2 named the
+    late rank's columns `slowest_rank*` (schema.SCHEMA_2_NAMES)."""
+    old_names = {a: b for a, b in SCHEMA_2_NAMES.items() if a in frame.columns and b not in frame.columns}
+    if old_names:
+        frame = frame.rename(columns=old_names)
     if "timing" not in frame.columns:
         frame = frame.copy()
         frame["timing"] = "per-iteration"

@@ -5,8 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 # meta.json's schema_version. 1 (no field): one timed call per iteration, five statistics per
-# row; 2: calibrated samples of `loops` back-to-back calls, raw per-rank samples kept.
-SCHEMA_VERSION = 2
+# row; 2: calibrated samples of `loops` back-to-back calls, raw per-rank samples kept; 3: the
+# rank most often late is `late_rank` (schema 2 called it `slowest_rank`, though it names the
+# rank that started last, not the slowest: results/load.py renames the old columns).
+SCHEMA_VERSION = 3
+SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_share",
+                  "rank_lag_us": "late_rank_lag_us"}
 
 COLUMNS = [
     "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
@@ -18,9 +22,9 @@ COLUMNS = [
     "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_min", "time_us_max",
     "time_cv", "unstable",
     # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag
-    "time_us_rank_mean", "slowest_rank", "slowest_rank_share", "rank_lag_us",
+    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
     "algbw_GBps", "busbw_GBps", "wrong",
-    # benchmark = ddp rows (ddp_bench.py): what was timed, DDP's bucket cap, micro-batches per
+    # benchmark = ddp rows (benchmarks/ddp.py): what was timed, DDP's bucket cap, micro-batches per
     # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
     # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation

@@ -8,9 +8,11 @@ The rules (the same for `--pairs quick` and `--pairs all`):
   in) and its own intra check is fine;
 - a partner is *good for h* when it is good through a pair without h, so no host vouches for
   itself through the pair under suspicion;
-- a host is *faulty* when its intra check is slow, or when it was slow with CONFIRMATIONS
-  partners good for it, on a check common to all of them (that check names the rail); a pair
-  slow while both members are good elsewhere is a bad link or path, not a bad host.
+- a host is *faulty* when its intra check was slow CONFIRMATIONS times (a slow one is measured
+  again), or when it was slow with CONFIRMATIONS partners good for it, on a check common to all
+  of them (that check names the rail); slow with each on another check is noise;
+- a pair slow while both members are good elsewhere is a link or path suspect, confirmed when
+  measured again and slow again on the same check.
 """
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ class PairResult:
 @dataclass
 class HostState:
     host: str
-    status: str = "pending"  # pending | good | suspect | faulty | unreachable
+    status: str = "pending"  # pending | recheck | good | suspect | unconfirmed | faulty | unreachable
     channels: set[Channel] = field(default_factory=set)  # what is faulty
     slow_with: list[str] = field(default_factory=list)  # partners good for it it was slow with
     ok_with: list[str] = field(default_factory=list)
@@ -78,12 +80,14 @@ def pair_results(measurements: Iterable[Measurement], reference: Reference) -> l
     return list(found.values())
 
 
-def intra_slow(measurements: Iterable[Measurement], reference: Reference) -> dict[str, list[Measurement]]:
-    slow: dict[str, list[Measurement]] = defaultdict(list)
+def intra_rounds(measurements: Iterable[Measurement], reference: Reference) -> dict[str, list[bool]]:
+    """host -> for each round its intra check ran in, whether it was slow (at any size)."""
+    slow: dict[str, dict[int, bool]] = defaultdict(dict)
     for m in measurements:
-        if m.check == "intra" and reference.slow(m.check, m.size_bytes, m.busbw_GBps):
-            slow[m.hosts[0]].append(m)
-    return slow
+        if m.check == "intra":
+            was = slow[m.hosts[0]].get(m.round, False)
+            slow[m.hosts[0]][m.round] = was or reference.slow(m.check, m.size_bytes, m.busbw_GBps)
+    return {h: [rounds[r] for r in sorted(rounds)] for h, rounds in slow.items()}
 
 
 def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], reference: Reference,
@@ -91,7 +95,8 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
     """Every host's state after the rounds measured so far (recomputed from all of them)."""
     states = {h: HostState(h) for h in hosts}
     results = pair_results(measurements, reference)
-    intra = intra_slow(measurements, reference)
+    intra = intra_rounds(measurements, reference)
+    intra_bad = {h for h, slow in intra.items() if slow and slow[-1]}  # confirmed, or measured again
     ok_partners: dict[str, set[str]] = defaultdict(set)
     by_host: dict[str, list[PairResult]] = defaultdict(list)
     for r in results:
@@ -102,22 +107,51 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
                 ok_partners[h].add(r.partner(h))
 
     def good_for(partner: str, host: str) -> bool:
-        return partner not in intra and bool(ok_partners[partner] - {host})
+        return partner not in intra_bad and bool(ok_partners[partner] - {host})
 
     for h, state in states.items():
         state.ok_with = sorted(ok_partners[h])
-        mine = by_host[h]
-        confirming = [r for r in mine if r.slow and good_for(r.partner(h), h)]
+        confirming = [r for r in by_host[h] if r.slow and good_for(r.partner(h), h)]
         state.slow_with = [r.partner(h) for r in confirming]
-        common = set.intersection(*(r.slow for r in confirming)) if confirming else set()
-        if h in intra:
-            state.status, state.channels = "faulty", {("intra", None)}
-        elif ok_partners[h]:
-            state.status = "good"
-        elif len(confirming) >= CONFIRMATIONS and common:
-            state.status, state.channels = "faulty", common
-        elif mine:
-            state.status = "suspect"
+        state.status, state.channels = _status(intra.get(h, []), bool(ok_partners[h]), confirming,
+                                               bool(by_host[h]))
     for h in unreachable:
         states[h].status = "unreachable"
     return states
+
+
+def _status(intra: list[bool], fine_once: bool, confirming: list[PairResult],
+            measured: bool) -> tuple[str, set[Channel]]:
+    """One host's status: its intra rounds, whether a pair of it was fine, the slow pairs with
+    partners good for it, whether it was in any pair."""
+    if len(intra) >= CONFIRMATIONS and all(intra):
+        return "faulty", {("intra", None)}
+    if intra and intra[-1]:
+        return "recheck", set()  # slow intra once: measured again before it is judged
+    if fine_once:
+        return "good", set()
+    common = set.intersection(*(r.slow for r in confirming)) if confirming else set()
+    if len(confirming) >= CONFIRMATIONS:
+        # slow with every good partner, but on other checks each time: noise, not a fault
+        return ("faulty", common) if common else ("unconfirmed", set())
+    return ("suspect", set()) if measured else ("pending", set())
+
+
+def link_findings(results: Sequence[PairResult], states: dict[str, HostState]) -> dict[frozenset, str]:
+    """Slow pairs whose hosts are both good elsewhere: `confirmed` (slow every time, >= 2, on a
+    common check), `suspect` (slow once, not measured again yet) or `noise` (fine again)."""
+    by_pair: dict[frozenset, list[PairResult]] = defaultdict(list)
+    for r in results:
+        by_pair[frozenset(r.hosts)].append(r)
+    found = {}
+    for pair, measured in by_pair.items():
+        slow = [r for r in measured if r.slow]
+        if not slow or any(states[h].status != "good" for h in pair):
+            continue
+        if len(measured) == 1:
+            found[pair] = "suspect"
+        elif len(slow) == len(measured) and set.intersection(*(r.slow for r in slow)):
+            found[pair] = "confirmed"
+        else:
+            found[pair] = "noise"
+    return found

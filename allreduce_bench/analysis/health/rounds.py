@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allreduce_bench.analysis.health import pairing
-from allreduce_bench.analysis.health.decide import Measurement, host_states
+from allreduce_bench.analysis.health.decide import Measurement, host_states, link_findings, pair_results
 from allreduce_bench.analysis.health.reference import MIN_FLEET, TOLERANCE_FLOOR, Reference
 
 MODES = ("quick", "all")
@@ -101,7 +101,10 @@ class HealthCheck:
     def next_round(self) -> Round | None:
         """The next round to measure, or None when the check is complete."""
         if not self._intra_done:
-            return self._round("intra", [(h,) for h in self.reachable()], "each host's local ranks")
+            planned = self._intra()
+            if planned is not None:
+                return planned
+            self._intra_done = True
         if not self._pairs_done:
             planned = self._all_pairs() if self.mode == "all" else self._quick_pairs()
             if planned is not None:
@@ -122,8 +125,7 @@ class HealthCheck:
             self.unreachable.setdefault(host, measured.index)
         self.measurements.extend(measurements)
         if measured.kind == "intra":
-            self._intra_done = True
-            self.reference.fit(_values(measurements))
+            self.reference.fit(_values(measurements))  # the first intra round: the fleet
         elif measured.kind == "pairs" and self.mode == "quick" and not self._fitted:
             pairs = {m.hosts for m in self.measurements if m.check == "pair"}
             if len(pairs) >= MIN_FLEET:
@@ -142,6 +144,17 @@ class HealthCheck:
                      tuple(h for h in self.reachable() if h not in busy), why)
         self.rounds.append(made)
         return made
+
+    def _intra(self) -> Round | None:
+        """Every host's intra check, then once more on the hosts it found slow."""
+        done = sum(r.kind == "intra" for r in self.rounds)
+        if done == 0:
+            return self._round("intra", [(h,) for h in self.reachable()], "each host's local ranks")
+        states = self.states()
+        again = [(h,) for h in self.reachable() if states[h].status == "recheck"]
+        if done == 1 and again:
+            return self._round("intra", again, "the slow ones once more, to confirm")
+        return None
 
     def _fit(self) -> None:
         """Fit the fleet's thresholds on the pair rounds so far: later rounds re-pair suspects
@@ -179,8 +192,13 @@ class HealthCheck:
         good = [h for h in self.hosts if states[h].status == "good"]
         tried = {h: s.tried for h, s in states.items()}
         pairs, _ = pairing.repair(needy, good, tried)
+        busy = {h for p in pairs for h in p}
+        for pair, finding in link_findings(pair_results(self.measurements, self.reference), states).items():
+            if finding == "suspect" and not pair & busy:  # a slow link, measured once more
+                pairs.append(tuple(sorted(pair)))
+                busy |= pair
         return self._round("pairs", pairs, "each host not yet told apart with a known-good host "
-                                           "it has not met") if pairs else None
+                                           "it has not met; slow links once more") if pairs else None
 
 
 def _values(measurements: Sequence[Measurement]) -> dict[tuple[str, int], list[float]]:

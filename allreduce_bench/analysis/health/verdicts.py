@@ -6,7 +6,15 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from allreduce_bench.analysis.health.decide import Channel, HostState, Measurement, PairResult, channel_of, pair_results
+from allreduce_bench.analysis.health.decide import (
+    Channel,
+    HostState,
+    Measurement,
+    PairResult,
+    channel_of,
+    link_findings,
+    pair_results,
+)
 from allreduce_bench.analysis.health.reference import BAD_FRACTION, Reference
 from allreduce_bench.analysis.health.rounds import HealthCheck
 
@@ -64,6 +72,10 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
     mine = [m for r in results if host in r.hosts for m in r.measurements if m.check == "pair"]
     mine = mine or [m for m in intra if m.hosts == (host,)]
     worst = _worst(mine, ref) if mine else {}
+    if state.status == "unconfirmed":
+        return {**out, **_public(worst), "verdict": "ok",
+                "why": f"slow with {', '.join(state.slow_with)} but on another check each time: "
+                       "noise, not confirmed"}
     if state.status == "suspect":
         return {**out, **_public(worst), "verdict": "slow",
                 "why": f"slow with {', '.join(sorted(state.tried))}; not confirmed: no further "
@@ -97,23 +109,32 @@ def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
 
 
 def pair_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> list[dict]:
+    links = link_findings(results, states)
     rows = []
     for r in results:
         base = {"hosts": list(r.hosts), "round": r.round,
                 "busbw_GBps": {str(m.size_bytes): m.busbw_GBps for m in r.measurements if m.check == "pair"}}
-        if not r.slow:
+        finding = links.get(frozenset(r.hosts))
+        if not r.slow or finding == "noise":
             whole = [m for m in r.measurements if m.check == "pair"]
-            rows.append({**base, "verdict": "ok", **_public(_worst(whole, check.reference)), "why": "fine"})
+            why = "fine" if not r.slow else "slow once, fine when measured again: noise"
+            rows.append({**base, "verdict": "ok", **_public(_worst(whole, check.reference)), "why": why})
             continue
         worst = min((_worst([m for m in r.measurements if channel_of(m) == c], check.reference) | {"channel": c}
                      for c in sorted(r.slow, key=str)), key=lambda w: w["ratio"])
-        blamed = [h for h in r.hosts if states[h].status in ("faulty", "suspect")]
-        why = (f"{_name(worst['channel'])} slow: {' and '.join(blamed)} {'is' if len(blamed) == 1 else 'are'} "
-               "slow with other partners too" if blamed else
-               f"{_name(worst['channel'])} slow while both hosts are fine elsewhere: the link or path")
         rows.append({**base, "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
-                     "link": not blamed, **_public(worst), "why": why})
+                     "link": finding is not None, "confirmed": finding != "suspect", **_public(worst),
+                     "why": _pair_why(r, states, finding, _name(worst["channel"]))})
     return rows
+
+
+def _pair_why(r: PairResult, states: dict[str, HostState], finding: str | None, what: str) -> str:
+    if finding == "confirmed":
+        return f"{what} slow each time while both hosts are fine elsewhere: the link or path"
+    if finding == "suspect":
+        return f"{what} slow once while both hosts are fine elsewhere; not measured again (round budget)"
+    blamed = [h for h in r.hosts if states[h].status not in ("good", "unconfirmed")]
+    return f"{what} slow: {' and '.join(blamed) or 'a host'} slow with other partners too"
 
 
 def verdicts(check: HealthCheck) -> dict:
@@ -127,6 +148,7 @@ def verdicts(check: HealthCheck) -> dict:
 
 
 def exit_code(hosts: Sequence[dict], pairs: Sequence[dict] = ()) -> int:
-    """0 when every host and pair is ok, 3 when something is unhealthy."""
-    unhealthy = any(h["verdict"] != "ok" for h in hosts) or any(p["verdict"] != "ok" for p in pairs)
+    """0 when every host and (confirmed) link is ok, 3 when something is unhealthy."""
+    unhealthy = any(h["verdict"] != "ok" for h in hosts) or any(
+        p["verdict"] != "ok" and p.get("link") and p.get("confirmed") for p in pairs)
     return UNHEALTHY if unhealthy else HEALTHY

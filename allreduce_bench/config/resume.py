@@ -1,9 +1,8 @@
-"""Continuing an interrupted run: which rows exist, and whether the new run measures the same way.
+"""Checks before continuing an interrupted run: is it a run of this command, measured the same way?
 
-A resumed run keeps the stored run id, skips every (algorithm, world size, size) already in
-results.csv and appends the rest, so the finished directory holds the same set of rows an
-uninterrupted run would. Extending the sweep (more sizes, algorithms or world sizes) is allowed;
-changing how each row is measured is not.
+A resumed run keeps the stored run id and appends the rows it lacks (results/resume.py), so the
+finished directory holds the same set of rows an uninterrupted run would. Extending the sweep
+(more sizes, algorithms or world sizes) is allowed; changing how each row is measured is not.
 """
 from __future__ import annotations
 
@@ -13,16 +12,17 @@ import sys
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
+from allreduce_bench import units
+from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.errors import UsageError
+from allreduce_bench.results.resume import benchmarks_of, count_rows
 from allreduce_bench.results.schema import META_FILE, RESULTS_FILE
-from allreduce_bench.results.store import drop_partial_last_row, read_meta, whole_lines
+from allreduce_bench.results.store import read_meta
 
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
                       "ranks_per_node": "--ranks-per-node", "tag": "--tag"}
-
-Key = tuple[str, int, int]  # (algorithm, world_size, size_bytes)
 
 
 def stored_run(resume_dir: Path) -> dict:
@@ -38,24 +38,13 @@ def stored_run(resume_dir: Path) -> dict:
     return meta
 
 
-def _benchmarks_of(out_dir: Path, run_id: str) -> set[str]:
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return set()
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return {row.get("benchmark") or "allreduce" for row in csv.DictReader(whole_lines(f))
-                    if row.get("run_id") == run_id}
-    except (UnicodeDecodeError, csv.Error):
-        raise UsageError(f"--resume {out_dir}: {path} is not a readable CSV file; resume only "
-                         "a directory written by allreduce-bench") from None
-
-
 def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
     """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows."""
-    from allreduce_bench.emulate import EMULATION_ENV
-
-    others = _benchmarks_of(resume_dir, meta["run_id"]) - {"allreduce"}
+    try:
+        others = benchmarks_of(resume_dir, meta["run_id"]) - {"allreduce"}
+    except (UnicodeDecodeError, csv.Error):
+        raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
+                         "readable CSV file; resume only a directory written by allreduce-bench") from None
     if "ddp" in meta or others:
         kind = "ddp" if "ddp" in meta else sorted(others)[0]
         raise UsageError(f"--resume {resume_dir} is a `{kind}` run, not one of `run`; rerun "
@@ -97,28 +86,32 @@ def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
                          "rerun with the original options or write to a new --out")
 
 
-def repair_tail(out_dir: Path) -> bool:
-    """Drop a half-written last line (a writer killed mid-row); True if one was dropped."""
-    return drop_partial_last_row(Path(out_dir) / RESULTS_FILE)
+# --- emulated runs ---------------------------------------------------------------------------
+
+def resumed_dir(args: list[str]) -> Path | None:
+    """The --resume DIR among the options passed on to `run`, if any."""
+    for i, arg in enumerate(args):
+        if arg == "--resume" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--resume="):
+            return Path(arg.split("=", 1)[1])
+    return None
 
 
-def done_keys(out_dir: Path, run_id: str) -> set[Key]:
-    """(algorithm, world_size, size_bytes) of the rows of `run_id` already in results.csv."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return set()
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return {(row["algorithm"], int(row["world_size"]), int(row["size_bytes"]))
-                for row in csv.DictReader(f)
-                if row.get("run_id") == run_id and None not in row.values()  # a whole row
-                and row.get("benchmark", "allreduce") in ("allreduce", "")
-                and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
-
-
-def count_rows(out_dir: Path) -> int:
-    """Whole rows in results.csv: a torn last line (disk full, a killed writer) is not a row."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return 0
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return sum(1 for _ in csv.DictReader(whole_lines(f)))
+def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
+                   latency: float) -> float:
+    """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
+    the stored rate (a new measurement would differ a little and mix rows of two rates)."""
+    stored = read_meta(resume_dir).get("emulation")
+    if not isinstance(stored, dict):
+        raise UsageError(f"--resume {resume_dir} is not an emulated run (its meta.json has no "
+                         "emulation); continue it with `allreduce-bench run --resume` instead")
+    was = (stored.get("nodes"), stored.get("ranks_per_node"), stored.get("inter_rate_bps"),
+           stored.get("inter_latency_s", 0.0))
+    now = (nodes, ranks_per_node, was[2] if rate is None else rate, latency)
+    if was != now:
+        raise UsageError(f"--resume {resume_dir} was emulated as {stored.get('label', was)}; give "
+                         f"the same --nodes {was[0]} --ranks-per-node {was[1]} --inter-bandwidth "
+                         f"{units.format_tc_rate(was[2] or 0).lower()} --inter-latency "
+                         f"{(was[3] or 0) * 1e3:g}ms, or write to a new --out")
+    return was[2]

@@ -1,0 +1,34 @@
+"""The options every measuring command shares (run, links, ddp, ...), declared once so one
+option name means one thing everywhere; `config.options.launch_config` parses them."""
+from __future__ import annotations
+
+import click
+
+from allreduce_bench.cli.types import BACKEND, DEVICE
+from allreduce_bench.config.checks import OUTPUT_PATH
+
+
+def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
+    """Decorate a click command with the shared launch options."""
+    options = [
+        click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU; "
+                     "2,4,... up to the GPU count with NCCL; under a launcher, its whole world "
+                     "(sub-worlds are its first k ranks)."),
+        click.option("--backend", type=BACKEND, default="auto", show_default=True,
+                     help="auto: nccl when every local rank has a GPU, else gloo."),
+        click.option("--device", type=DEVICE, help="Overrides the device the backend implies."),
+        click.option("--ranks-per-node", type=int, help="Ranks per node, to simulate nodes on one "
+                     "host. Default: the launcher's LOCAL_WORLD_SIZE; 2 for a local CPU run."),
+        click.option("--tag", default="", help="A label carried in every row, e.g. nvlink or ib."),
+        click.option("--out", "out_dir", type=OUTPUT_PATH, help=f"Output directory. [{out_default}]"),
+        click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+                     help="Seconds any collective may take before the run is aborted."),
+        click.option("--no-plot", is_flag=True, help="Write results only, no figures."),
+    ]
+
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

@@ -1,0 +1,43 @@
+"""How and where a measuring command runs: one LaunchConfig that run, links, ddp (and every
+measuring command added later) carry as their `launch` field. No torch."""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    world_sizes: tuple[int, ...]
+    backend: str  # gloo | nccl, resolved
+    device: str  # cpu | cuda, resolved
+    ranks_per_node: int | None  # None: from the launcher
+    tag: str
+    out_dir: Path
+    timeout_s: float
+    plot: bool = True
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    command: str = ""
+
+
+class Launched:
+    """A command's config composed of a `launch: LaunchConfig` and its own fields; the launch's
+    fields read as the config's own (config.out_dir), so the driver and ranks take any command's
+    config alike. Composition rather than inheritance: a dataclass inheriting LaunchConfig's
+    defaulted fields could not add required ones before Python 3.10's kw_only."""
+
+    def __getattr__(self, name: str):
+        # Only reached for names the config itself lacks. Dunder lookups (pickle's
+        # __setstate__, copy's __deepcopy__) must not recurse into a `launch` not yet set.
+        if name.startswith("__") or name == "launch":
+            raise AttributeError(name)
+        return getattr(self.launch, name)
+
+    def with_world_sizes(self, sizes: tuple[int, ...]):
+        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))
+
+    def flat(self) -> dict:
+        """Every field, the launch's included, in one mapping (meta.json's `config`)."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}
+        return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)}, **own}

@@ -1,0 +1,256 @@
+"""The emulated cluster itself: M hosts made of network namespaces, their links and shaping.
+
+Each emulated host is a Linux network namespace with its loopback up and one interface,
+`node<i>`, with address 10.231.0.<i+1>/24 (a subnet that exists only inside these namespaces).
+Two hosts are joined by one veth pair; more hosts by veths to a bridge in a "switch" namespace.
+Each host's outgoing traffic on `node<i>` is rate-limited with tc's `tbf` (plus `netem` delay
+under --inter-latency where the kernel has netem): the inter-node link. Ranks of one host bind
+gloo to `node<i>`, but traffic between two addresses of the same namespace is routed over its
+loopback, so intra-node traffic stays fast and unshaped, as NVLink would be.
+
+Nothing is made outside these namespaces: veths are created directly inside them, so deleting
+the namespaces removes every interface and qdisc. Names carry the driver's pid and a random
+token (`arb-<pid>-<token>-h<i>`), so concurrent runs never collide, and a later run (or
+`emulate --cleanup`) removes the namespaces of a driver that no longer exists, e.g. after SIGKILL.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from allreduce_bench import units
+from allreduce_bench.emulate.processes import die_with_parent
+from allreduce_bench.environment import EMULATION_ENV
+from allreduce_bench.errors import UsageError
+
+PREFIX = "arb-"  # every namespace this project makes, and nothing else, starts with it
+NAME = re.compile(r"^arb-(\d+)-[0-9a-f]+-(h\d+|sw)$")
+SUBNET = "10.231.0"  # only ever configured inside our own namespaces
+RDZV_PORT = 29500  # host 0's namespace is fresh, so the port is free
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+
+@dataclass(frozen=True)
+class Emulation:
+    """The emulated cluster's parameters, as stored in meta.json."""
+
+    nodes: int
+    ranks_per_node: int
+    inter_rate_bps: float  # bits/s out of each host
+    inter_latency_s: float = 0.0
+    intra_p2p_GBps: float | None = None  # measured before shaping, when the rate is 'auto'
+    inter_ratio: float | None = None  # intra p2p / inter rate asked for, when 'auto'
+    backward_s: float | None = None  # ddp's backward pass measured before shaping ('auto', ddp)
+    comm_per_backward: float | None = None  # AllReduce time / backward the rate was set for
+
+    @property
+    def label(self) -> str:
+        delay = f"+{self.inter_latency_s * 1e3:g}ms" if self.inter_latency_s else ""
+        return f"{self.nodes}x{self.ranks_per_node}@{units.format_tc_rate(self.inter_rate_bps)}{delay}"
+
+    @property
+    def inter_GBps(self) -> float:
+        return self.inter_rate_bps / 8e9
+
+    def as_meta(self) -> dict:
+        return {**asdict(self), "label": self.label, "inter_GBps": self.inter_GBps,
+                "subnet": f"{SUBNET}.0/24", "shaping": "tbf on each host's uplink" +
+                (" + netem delay" if self.inter_latency_s else "")}
+
+
+
+def _effective_caps() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    except OSError:
+        pass
+    return 0
+
+
+def check_can_emulate() -> None:
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        raise UsageError(f"emulate needs {' and '.join(missing)} (iproute2) to build namespaces "
+                         "and shape links; install iproute2, or measure on a real cluster")
+    caps = _effective_caps()
+    if os.geteuid() != 0 and not (caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
+        raise UsageError("emulate needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network "
+                         "namespaces; run it with sudo -E, or measure on a real cluster")
+
+
+def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run(list(args), capture_output=True, text=True)
+    if check and done.returncode:
+        reason = (done.stderr.strip() or done.stdout.strip() or f"exit code {done.returncode}")
+        raise UsageError(f"emulate could not run `{shlex.join(args)}`: {reason.splitlines()[-1]}")
+    return done
+
+
+def namespaces() -> list[str]:
+    listing = _sh("ip", "netns", "list", check=False).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.strip()]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_namespaces(names: list[str]) -> None:
+    """Stop every process left inside, then delete: their veths and qdiscs go with them."""
+    for name in names:
+        for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)  # our own ranks, left behind in our namespace
+            except (ProcessLookupError, ValueError):
+                pass
+    for name in names:
+        for attempt in range(20):
+            if _sh("ip", "netns", "del", name, check=False).returncode == 0 or name not in namespaces():
+                break
+            time.sleep(0.1 * (attempt + 1))  # a process may still hold it for a moment
+
+
+def stale_namespaces() -> list[str]:
+    """Our namespaces whose driver process is gone (killed, crashed machine)."""
+    found = []
+    for name in namespaces():
+        match = NAME.match(name)
+        if match and not _pid_alive(int(match.group(1))):
+            found.append(name)
+    return found
+
+
+
+class EmulatedCluster:
+    """M hosts (namespaces), their links and shaping; a context manager that always cleans up."""
+
+    def __init__(self, nodes: int, ranks_per_node: int):
+        self.nodes, self.ranks_per_node = nodes, ranks_per_node
+        self.token = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.hosts = [f"{PREFIX}{self.token}-h{i}" for i in range(nodes)]
+        self.switch = f"{PREFIX}{self.token}-sw" if nodes > 2 else None
+        self.created: list[str] = []
+
+    @staticmethod
+    def address(i: int) -> str:
+        return f"{SUBNET}.{i + 1}"
+
+    def __enter__(self) -> EmulatedCluster:
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        remove_namespaces(self.created)
+        self.created = [n for n in self.created if n in namespaces()]
+
+    def _add_namespace(self, name: str) -> None:
+        _sh("ip", "netns", "add", name)
+        self.created.append(name)
+        _sh("ip", "-n", name, "link", "set", "lo", "up")
+
+    def _build(self) -> None:
+        for name in self.hosts + ([self.switch] if self.switch else []):
+            self._add_namespace(name)
+        if self.switch is None:  # two hosts: one cable
+            _sh("ip", "-n", self.hosts[0], "link", "add", "node0", "type", "veth", "peer", "name",
+                "node1", "netns", self.hosts[1])
+        else:
+            _sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
+            _sh("ip", "-n", self.switch, "link", "set", "br0", "up")
+            for i, host in enumerate(self.hosts):
+                _sh("ip", "-n", self.switch, "link", "add", f"port{i}", "type", "veth", "peer",
+                    "name", f"node{i}", "netns", host)
+                _sh("ip", "-n", self.switch, "link", "set", f"port{i}", "master", "br0", "up")
+        for i, host in enumerate(self.hosts):
+            _sh("ip", "-n", host, "addr", "add", f"{self.address(i)}/24", "dev", f"node{i}")
+            _sh("ip", "-n", host, "link", "set", f"node{i}", "up")
+
+    def shape(self, rate_bps: float, latency_s: float) -> None:
+        """Rate-limit (and delay) each host's outgoing inter-node traffic."""
+        rate = f"{int(rate_bps)}bit"
+        # tbf needs a bucket of at least one packet (64K with GSO); 10 ms of traffic beyond that.
+        burst = f"{max(256 * 1024, int(rate_bps / 8 / 100))}b"
+        for i, host in enumerate(self.hosts):
+            dev = f"node{i}"
+            parent = ["root"]
+            if latency_s:
+                done = _sh("tc", "-n", host, "qdisc", "add", "dev", dev, "root", "handle", "1:",
+                           "netem", "delay", f"{latency_s * 1e6:.0f}us", check=False)
+                if done.returncode:
+                    raise UsageError("--inter-latency needs the netem qdisc, which this kernel "
+                                     f"does not have ({done.stderr.strip() or 'tc failed'}); "
+                                     "omit --inter-latency (the rate limit works without it)")
+                parent = ["parent", "1:", "handle", "2:"]
+            _sh("tc", "-n", host, "qdisc", "add", "dev", dev, *parent, "tbf", "rate", rate,
+                "burst", burst, "latency", "100ms")
+
+    def host_env(self, i: int, emulation: Emulation) -> dict:
+        env = dict(os.environ)
+        env.update(GLOO_SOCKET_IFNAME=f"node{i}", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+                   **{EMULATION_ENV: emulation.label})
+        # c10d warns on every connection that 10.231.0.x has no host name; real errors remain
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                     "MASTER_PORT"):
+            env.pop(name, None)  # torchrun inside sets them; never inherit an outer launcher's
+        return env
+
+    def torchrun(self, i: int, module_args: list[str]) -> list[str]:
+        """Host i's launch: a static rendezvous, i.e. a c10d TCPStore on host 0's address, where
+        --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster."""
+        return ["ip", "netns", "exec", self.hosts[i], sys.executable, "-m", "torch.distributed.run",
+                "--nnodes", str(self.nodes), "--node-rank", str(i),
+                "--nproc-per-node", str(self.ranks_per_node),
+                "--master-addr", self.address(0), "--master-port", str(RDZV_PORT),
+                "--local-addr", self.address(i), "--max-restarts", "0", "--monitor-interval", "0.2",
+                "-m", "allreduce_bench", *module_args]
+
+    def _probe(self, args: list[str], key: str, what: str) -> float:
+        """Run `python -m allreduce_bench.emulate.probe ARGS` in host 0 (before any shaping)."""
+        env = self.host_env(0, Emulation(self.nodes, self.ranks_per_node, 0))
+        env.pop(EMULATION_ENV)
+        done = subprocess.run(["ip", "netns", "exec", self.hosts[0], sys.executable, "-m",
+                               "allreduce_bench.emulate.probe", *args],
+                              env=env, capture_output=True, text=True, timeout=300,
+                              preexec_fn=die_with_parent)
+        found = re.search(key + r"=([0-9.eE+-]+)", done.stdout)
+        if done.returncode or not found:
+            raise UsageError(f"emulate could not measure {what} "
+                             f"({(done.stderr.strip() or 'no output').splitlines()[-1]}); give "
+                             "--inter-bandwidth explicitly, e.g. 500mbit")
+        return float(found.group(1))
+
+    def probe_intra_p2p(self, size_bytes: int = 16 << 20) -> float:
+        """GB/s of a gloo send between two ranks on host 0: the intra-node path, measured."""
+        return self._probe([str(size_bytes)], "intra_p2p_GBps",
+                           "the intra-node point-to-point bandwidth")
+
+    def probe_backward(self, settings) -> float:
+        """Seconds of one backward pass of ddp's model (DdpSettings), every emulated rank
+        computing at once on this machine's cores, as they will."""
+        ranks = self.nodes * self.ranks_per_node
+        return self._probe(["backward", str(ranks), str(settings.params), str(settings.layers),
+                            str(settings.batch_size)], "backward_s", "ddp's backward pass")

@@ -1,0 +1,103 @@
+"""One emulated run: build the cluster, set its links (measured or given), run each benchmark's
+command on every host at once, record the emulation in meta.json, and remove everything."""
+from __future__ import annotations
+
+import shlex
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from allreduce_bench import benchmarks, units
+from allreduce_bench.emulate.cluster import (
+    EmulatedCluster,
+    Emulation,
+    check_can_emulate,
+    remove_namespaces,
+    stale_namespaces,
+)
+from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, ddp_rate_bps
+from allreduce_bench.emulate.processes import run_on_hosts, terminate_as_interrupt
+from allreduce_bench.results.resume import kept
+from allreduce_bench.results.store import update_meta
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the emulate command validated: the cluster, its links, and per benchmark the
+    options its command gets on every host and the config they make."""
+
+    nodes: int
+    ranks_per_node: int
+    rate_bps: float | None  # None: auto
+    latency_s: float
+    inter_ratio: float
+    forwarded: dict[str, list[str]]
+    configs: dict[str, object]
+    out_dir: Path
+
+
+def _say(line: str) -> None:
+    print(f"emulate: {line}", file=sys.stderr, flush=True)
+
+
+def clean_stale() -> None:
+    stale = stale_namespaces()
+    if stale:
+        remove_namespaces(stale)
+        _say(f"removed {len(stale)} namespace(s) left by an earlier run")
+
+
+def links_of(cluster: EmulatedCluster, plan: Plan) -> Emulation:
+    """The emulation's parameters: the rate given, or measured here before any shaping."""
+    rate, measured, backward = plan.rate_bps, None, None
+    if rate is None and list(plan.configs) == ["ddp"]:  # the link paced to ddp's backward pass
+        backward = cluster.probe_backward(plan.configs["ddp"].settings)
+        rate = ddp_rate_bps(plan.configs["ddp"].settings, plan.nodes, plan.ranks_per_node,
+                            backward)
+    elif rate is None:
+        measured = cluster.probe_intra_p2p()
+        rate = measured * 8e9 / plan.inter_ratio
+    return Emulation(plan.nodes, plan.ranks_per_node, rate, plan.latency_s, measured,
+                     plan.inter_ratio if measured else None, backward,
+                     COMM_PER_BACKWARD if backward else None)
+
+
+def describe(cluster: EmulatedCluster, emulation: Emulation, out_dir: Path) -> str:
+    measured, backward = emulation.intra_p2p_GBps, emulation.backward_s
+    return (f"{emulation.nodes} hosts x {emulation.ranks_per_node} ranks in namespaces "
+            f"{cluster.hosts[0]}..; inter-node link {units.format_tc_rate(emulation.inter_rate_bps)}"
+            + (f" (1/{emulation.inter_ratio:g} of the {measured:.3f} GB/s measured intra-node p2p)"
+               if measured else "")
+            + (f" (DDP's AllReduce ~{COMM_PER_BACKWARD:g} x the {backward * 1e3:.0f} ms "
+               "backward pass measured here)" if backward else "")
+            + (f", +{emulation.inter_latency_s * 1e3:g} ms" if emulation.inter_latency_s else "")
+            + f" -> {out_dir}")
+
+
+def run_emulated(plan: Plan) -> int:
+    """Every benchmark of the plan, one after the other on the same shaping; an exit code."""
+    check_can_emulate()
+    clean_stale()
+    out_dir = Path(plan.out_dir).absolute()
+    with terminate_as_interrupt(), EmulatedCluster(plan.nodes, plan.ranks_per_node) as cluster:
+        emulation = links_of(cluster, plan)
+        cluster.shape(emulation.inter_rate_bps, emulation.inter_latency_s)
+        _say(describe(cluster, emulation, out_dir))
+        code = 0
+        for benchmark, args in plan.forwarded.items():
+            try:
+                code = run_on_hosts(cluster, [benchmarks.command_of(benchmark), *args,
+                                              "--out", str(out_dir)], emulation) or code
+            except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
+                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
+                    else 130
+                how = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
+                _say(f"interrupted ({how}); " + kept(out_dir, f"`allreduce-bench emulate "
+                                                              f"--resume {out_dir}` and the same options"))
+                return code
+            finally:
+                if (out_dir / "meta.json").exists():
+                    update_meta(out_dir, emulation={**emulation.as_meta(),
+                                                    "command": shlex.join(sys.argv)})
+        return code
