@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from allreduce_bench.algorithms import native
@@ -294,7 +295,7 @@ def whole_world(config) -> list[int]:
 def finish_health(config) -> int:
     """The writer, after the ranks: summary, figure, report and exit code from health.json."""
     from allreduce_bench.analysis.health.outputs import summary, write_prometheus
-    from allreduce_bench.results.health import HEALTH_FILE, read_health
+    from allreduce_bench.results.health import HEALTH_FILE, read_health, write_health
 
     path = Path(config.out_dir) / HEALTH_FILE
     if not path.exists():
@@ -311,7 +312,8 @@ def finish_health(config) -> int:
         report = Path(config.out_dir) / "report.md"
         report.write_text(report_section(doc, figure, Path(config.out_dir)))
         print(f"figure: {figure}\nreport: {report}")
-    print(f"health: {path}")
+    print(f"health: {path}", flush=True)
+    write_health(config.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     if not doc.get("complete"):
         say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
         return INCOMPLETE

@@ -78,10 +78,13 @@ def health_sizes(sizes: str | None, device: str) -> tuple[int, ...]:
 def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, baseline=None,
                   prometheus=None, sizes=None, dtype="float32", samples=None, budget=None,
                   world_sizes=None, backend, device, ranks_per_node, tag, out_dir, timeout_s,
-                  no_plot, command="") -> HealthConfig:
+                  no_plot, command="", dry_run=False) -> HealthConfig:
     from allreduce_bench.config.options import launch_config, resolve_world
     from allreduce_bench.environment import launcher_env
 
+    if dry_run:
+        raise UsageError("--dry-run plans without starting anything: run `allreduce-bench health "
+                         "--dry-run --hosts N` on its own")
     env = launcher_env()
     per_host = ranks_per_node or (env.local_world_size if env else CPU_DEFAULTS["ranks_per_node"])
     world = resolve_world(local_world(hosts, world_sizes, per_host), backend, device, per_host)

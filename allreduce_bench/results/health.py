@@ -33,3 +33,18 @@ def read_health(run_dir: Path, option: str = "--baseline") -> dict:
         raise UsageError(f"{option} {path} is not a health.json of schema version "
                          f"{HEALTH_SCHEMA_VERSION}; run the check again to make a baseline")
     return document
+
+
+def outcome(out_dir: Path, since: float = 0.0) -> int | None:
+    """A health run's exit code once its writer has reported (`finished`, written after the
+    summary) in a health.json newer than `since`; None before. emulate passes it on."""
+    path = Path(out_dir) / HEALTH_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(document, dict) or "finished" not in document:
+        return None
+    return int(document.get("exit_code", 1)) if document.get("complete") else 1

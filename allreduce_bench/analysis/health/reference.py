@@ -27,6 +27,7 @@ from allreduce_bench.errors import UsageError
 CHECKS = ("intra", "pair", "rail")
 K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group
 TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
+LATENCY_FLOOR = 0.5  # smaller sizes: a call of ~100 us moves with every scheduling hiccup
 MAD_TO_SIGMA = 1.4826
 MIN_FLEET = 3  # fewer groups than this: no outlier test (nothing is an outlier of one or two)
 BAD_FRACTION = 0.5  # a confirmed host under half of expected is `bad`, else `slow`
@@ -102,10 +103,12 @@ class Reference:
 
     def fit(self, values: dict[tuple[str, int], list[float]]) -> None:
         """Fleet thresholds for every (check, size) measured that nothing fixed; fitted once
-        (later rounds re-pair suspects and are no sample of the fleet)."""
+        (later rounds re-pair suspects and are no sample of the fleet). Sizes below the
+        bandwidth size are latency-bound: their floor is LATENCY_FLOOR."""
         for key, found in values.items():
             if key not in self.fixed and key not in self.fitted and found:
-                self.fitted[key] = fleet_threshold(*key, found, self.k_sigma, self.floor)
+                floor = self.floor if key[1] == self.sizes[-1] else max(self.floor, LATENCY_FLOOR)
+                self.fitted[key] = fleet_threshold(*key, found, self.k_sigma, floor)
 
     def get(self, check: str, size_bytes: int) -> Threshold | None:
         key = (check, size_bytes)
