@@ -234,7 +234,12 @@ def test_prometheus_file_parses_back(tmp_path):
 
 
 def test_duplicate_hostnames_found():
-    assert pairing.duplicates(["a", "b", "a", "c", "b", "a"]) == ["a", "b"]
+    names = pairing.host_names(["a", "a", "b", "b", "a", "a"], 2)
+    problem = pairing.layout_problem(pairing.host_ranks(names), 2)
+    assert "a has 4" in problem and "duplicate hostnames" in problem
+    assert pairing.layout_problem(pairing.host_ranks(["a", "a", "b", "b"]), 2) is None
+    # one machine simulating nodes: every rank reports the same hostname
+    assert pairing.host_names(["vm"] * 4, 2) == ["node0", "node0", "node1", "node1"]
 
 
 def test_plan_rounds_and_estimate():

@@ -17,6 +17,7 @@ samples like every benchmark's, and health.json after every round.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from allreduce_bench.algorithms import native
-from allreduce_bench.analysis.health.verdicts import INCOMPLETE
+from allreduce_bench.analysis.health import pairing
+from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
 from allreduce_bench.measure import meta as run_meta
@@ -49,14 +51,6 @@ class Group:
     rail: int | None
     hosts: tuple[str, ...]
     ranks: tuple[int, ...]
-
-
-def host_ranks(hosts_of_ranks: list[str]) -> dict[str, list[int]]:
-    """host -> its global ranks in local-rank order, hosts in the order of their first rank."""
-    found: dict[str, list[int]] = {}
-    for rank, host in enumerate(hosts_of_ranks):
-        found.setdefault(host, []).append(rank)
-    return found
 
 
 def round_slots(kind: str, groups: list[list[str]], ranks_of: dict[str, list[int]],
@@ -158,15 +152,6 @@ def wait_round(board: Board, liveness: Liveness, k: int, members: list[int]) -> 
     return silent, reports
 
 
-def host_names(hostnames: list[str], ranks_per_node: int) -> list[str]:
-    """The host of every rank: its hostname; when every rank of a world of several nodes has
-    the same one, the nodes are simulated on one machine (--ranks-per-node on loopback) and are
-    named node0, node1, ... by rank // ranks_per_node."""
-    if len(set(hostnames)) == 1 and len(hostnames) > ranks_per_node:
-        return [f"node{rank // ranks_per_node}" for rank in range(len(hostnames))]
-    return list(hostnames)
-
-
 def rows_of(session, k: int, group: Group, result: dict, ranks_per_node: int):
     """(row, raw samples) per size of one group's result, in the schema of every benchmark."""
     config = session.config
@@ -258,14 +243,13 @@ def measure_health(session) -> int:
 
     config, env = session.config, session.env
     L = config.ranks_per_node or env.local_world_size
-    names = host_names(list(session.hosts), L)
-    ranks_of = host_ranks(names)
-    odd = {h: len(r) for h, r in ranks_of.items() if len(r) != L}
-    if odd:  # the same on every rank; rank 0 says it
-        shown = ", ".join(f"{h} has {n}" for h, n in list(odd.items())[:4])
-        exit_now(f"allreduce-bench health: every host must hold {L} rank(s), but {shown}: two "
-                 "nodes with one hostname cannot be told apart; give each node its own hostname"
-                 if session.lead else "", code=2)
+    names = pairing.host_names(list(session.hosts), L)
+    ranks_of = pairing.host_ranks(names)
+    problem = pairing.layout_problem(ranks_of, L)
+    if problem:  # the same on every rank; rank 0 says it
+        if session.lead:
+            exit_now(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
+        os._exit(BAD_INPUT)
     session.hosts = names
     board = Board("health", env.rank)
     liveness = Liveness(board, config.timeout_s)

@@ -6,7 +6,7 @@ no two groups measured at once share a link they are not testing.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 Pair = tuple[str, str]
 
@@ -62,12 +62,29 @@ def can_split(hosts: Sequence[str], ranks_per_node: int) -> bool:
     return (len(hosts) // 2) * ranks_per_node >= 2
 
 
-def duplicates(hosts: Iterable[str]) -> list[str]:
-    """Host names given more than once (two nodes reporting one hostname cannot be told apart)."""
-    seen: set[str] = set()
-    twice: list[str] = []
-    for host in hosts:
-        if host in seen and host not in twice:
-            twice.append(host)
-        seen.add(host)
-    return twice
+def host_names(hostnames: list[str], ranks_per_node: int) -> list[str]:
+    """The host of every rank: its hostname; when every rank of a world of several nodes has
+    the same one, the nodes are simulated on one machine (--ranks-per-node on loopback) and are
+    named node0, node1, ... by rank // ranks_per_node."""
+    if len(set(hostnames)) == 1 and len(hostnames) > ranks_per_node:
+        return [f"node{rank // ranks_per_node}" for rank in range(len(hostnames))]
+    return list(hostnames)
+
+
+def host_ranks(names: list[str]) -> dict[str, list[int]]:
+    """host -> its global ranks in local-rank order, hosts in the order of their first rank."""
+    found: dict[str, list[int]] = {}
+    for rank, host in enumerate(names):
+        found.setdefault(host, []).append(rank)
+    return found
+
+
+def layout_problem(ranks_of: dict[str, list[int]], ranks_per_node: int) -> str | None:
+    """Why these hosts cannot be checked, or None: every host must hold ranks_per_node ranks;
+    more means two nodes report one hostname (a cloned image), and they cannot be told apart."""
+    odd = {h: len(r) for h, r in ranks_of.items() if len(r) != ranks_per_node}
+    if not odd:
+        return None
+    shown = ", ".join(f"{h} has {n}" for h, n in list(odd.items())[:4])
+    return (f"every host must hold {ranks_per_node} rank(s), but {shown}: duplicate hostnames? "
+            "Two nodes with one hostname cannot be told apart; give each node its own hostname")
