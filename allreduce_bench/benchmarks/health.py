@@ -213,6 +213,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side "
             f"({planned.why})")
         plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
+        started = time.monotonic()
         board.put(f"r{k}/plan", plan)
         rank.take_part(k, plan)
         members = sorted({r for slot in slots for g in slot for r in g.ranks} - {rank.me})
@@ -222,6 +223,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
                 f"{config.timeout_s:g} s): unreachable")
         check.record(planned, collect(session, board, k, slots, L), lost)
+        check.seconds[planned.index] = round(time.monotonic() - started, 3)
         slot_base += len(slots)
         write_health(config.out_dir, document(check, layout, complete=False,
                                               note=f"in progress: {k} round(s) measured"))

@@ -22,7 +22,7 @@ def document(check: HealthCheck, layout: dict, complete: bool = True, note: str 
     found = verdicts(check)
     code = exit_code(found["hosts"], found["pairs"])
     return {"layout": layout, **found,
-            "rounds": [r.as_json() for r in check.rounds],
+            "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
             "thresholds": [t.as_json() for t in check.reference.thresholds()],
             "bisect": check.bisection.as_json() if check.bisection else None,
             "exclude": exclude(found["hosts"]), "complete": complete, "note": note,

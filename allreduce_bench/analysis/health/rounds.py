@@ -81,6 +81,7 @@ class HealthCheck:
         self.measurements: list[Measurement] = []
         self.rounds: list[Round] = []
         self.unreachable: dict[str, int] = {}  # host -> round it stopped answering in
+        self.seconds: dict[int, float] = {}  # round -> its wall time, where the coordinator timed it
         self.bisection = Bisection(hosts, ranks_per_node) if bisect else None
         self._circle = None  # the circle method's rounds, made as asked for
         self._fitted = False  # the fleet's pair and rail thresholds
