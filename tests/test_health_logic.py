@@ -310,3 +310,16 @@ def test_slow_on_another_check_each_time_is_not_a_fault():
     assert _status([], False, [a, b], True) == ("unconfirmed", set())
     b.slow = {("rail", 0), ("pair", None)}
     assert _status([], False, [a, b], True) == ("faulty", {("rail", 0)})
+
+
+def test_explain_host_hook_joins_the_why_of_unhealthy_hosts_only():
+    check, _ = SimCluster(names(8), noise=0.02, host={"node3": 0.25}).run()
+    asked = []
+
+    def explain(host):
+        asked.append(host)
+        return "NCCL_IB_HCA differs from the majority"
+
+    doc = document(check, {"hosts": 8, "ranks_per_node": 1, "sizes": list(SIZES)}, explain_host=explain)
+    assert asked == ["node3"]
+    assert next(h for h in doc["hosts"] if h["host"] == "node3")["why"].endswith("differs from the majority")

@@ -17,9 +17,11 @@ def exclude(hosts: Sequence[dict]) -> str:
     return hostlist.collect_hostlist([h["host"] for h in hosts if h["verdict"] != "ok"])
 
 
-def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
-    """health.json's content (results/health.py adds schema_version and writes it)."""
-    found = verdicts(check)
+def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "",
+             explain_host=None) -> dict:
+    """health.json's content (results/health.py adds schema_version and writes it);
+    `explain_host`: see verdicts.verdicts."""
+    found = verdicts(check, explain_host)
     code = exit_code(found["hosts"], found["pairs"])
     return {"layout": layout, **found,
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
