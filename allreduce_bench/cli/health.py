@@ -8,38 +8,34 @@ from pathlib import Path
 
 import click
 
-from allreduce_bench.cli.options import measuring_options
+from allreduce_bench.cli.options import measuring_options, with_options
 from allreduce_bench.cli.types import DTYPE
 from allreduce_bench.errors import UsageError
 
-
-def health_options(command):
-    for option in reversed([
-        click.option("--hosts", type=int, help="Local run: this many hosts of --ranks-per-node "
-                     "ranks, simulated on loopback; with --dry-run: the cluster to plan. [2]"),
-        click.option("--pairs", default="quick", show_default=True,
-                     help="quick: one perfect matching, then each member of a slow pair with "
-                     "known-good hosts; all: every pair (N-1 rounds) and the host x host matrix."),
-        click.option("--bisect", is_flag=True, help="Then the world's AllReduce and its halves "
-                     "side by side, into the slower half: slowness that shows only at scale."),
-        click.option("--expect", help="Absolute busbw thresholds at the largest size, e.g. "
-                     "inter=40GB/s,intra=300GB/s (inter: pairs and rails). [the fleet's median "
-                     "and MAD]"),
-        click.option("--baseline", type=click.Path(path_type=Path), help="An earlier health "
-                     "run's directory: its expected values and tolerances."),
-        click.option("--prometheus", type=click.Path(path_type=Path), help="Also write gauges "
-                     "per host and rail to this file (node_exporter's textfile collector)."),
-        click.option("--sizes", help="Per-rank sizes of every check. [4K,4M on CPU; 8K,256M on "
-                     "GPU: a latency and a bandwidth size]"),
-        click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type."),
-        click.option("--samples", type=int, help="Samples per size. [as many as fit --budget]"),
-        click.option("--budget", type=float, help="Seconds of samples per check and size. "
-                     "[0.1 on CPU, 0.5 on GPU]"),
-        click.option("--dry-run", is_flag=True, help="With --hosts N: print the rounds, the groups "
-                     "side by side and an estimated wall time; start nothing."),
-    ]):
-        command = option(command)
-    return command
+health_options = with_options([
+    click.option("--hosts", type=int, help="Local run: this many hosts of --ranks-per-node "
+                 "ranks, simulated on loopback; with --dry-run: the cluster to plan. [2]"),
+    click.option("--pairs", default="quick", show_default=True,
+                 help="quick: one perfect matching, then each member of a slow pair with "
+                 "known-good hosts; all: every pair (N-1 rounds) and the host x host matrix."),
+    click.option("--bisect", is_flag=True, help="Then the world's AllReduce and its halves "
+                 "side by side, into the slower half: slowness that shows only at scale."),
+    click.option("--expect", help="Absolute busbw thresholds at the largest size, e.g. "
+                 "inter=40GB/s,intra=300GB/s (inter: pairs and rails). [the fleet's median "
+                 "and MAD]"),
+    click.option("--baseline", type=click.Path(path_type=Path), help="An earlier health "
+                 "run's directory: its expected values and tolerances."),
+    click.option("--prometheus", type=click.Path(path_type=Path), help="Also write gauges "
+                 "per host and rail to this file (node_exporter's textfile collector)."),
+    click.option("--sizes", help="Per-rank sizes of every check. [4K,4M on CPU; 8K,256M on "
+                 "GPU: a latency and a bandwidth size]"),
+    click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type."),
+    click.option("--samples", type=int, help="Samples per size. [as many as fit --budget]"),
+    click.option("--budget", type=float, help="Seconds of samples per check and size. "
+                 "[0.1 on CPU, 0.5 on GPU]"),
+    click.option("--dry-run", is_flag=True, help="With --hosts N: print the rounds, the groups "
+             "side by side and an estimated wall time; start nothing."),
+])
 
 
 def dry_run(options: dict) -> int:

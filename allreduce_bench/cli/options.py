@@ -26,6 +26,11 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
         click.option("--no-plot", is_flag=True, help="Write results only, no figures."),
     ]
 
+    return with_options(options)
+
+
+def with_options(options: list):
+    """A decorator applying click options in the order listed (as --help shows them)."""
     def decorate(command):
         for option in reversed(options):
             command = option(command)
