@@ -48,8 +48,12 @@ def emulate(layout: str, out: Path, rate: str | None, extra: list[str], timeout_
     return subprocess.run(command, capture_output=True, text=True)
 
 
-def flagged(out: Path) -> tuple[set[str], dict]:
-    doc = json.loads((out / "health.json").read_text())
+def flagged(out: Path) -> tuple[set[str] | None, dict]:
+    """The hosts not ok, or None when the run left no health.json (scored as a miss)."""
+    try:
+        doc = json.loads((out / "health.json").read_text())
+    except (OSError, ValueError):
+        return None, {"hosts": []}
     return {h["host"] for h in doc["hosts"] if h["verdict"] != "ok"}, doc
 
 
@@ -95,7 +99,7 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
             final_at = time.monotonic()
         time.sleep(0.2)
     final_at = final_at or time.monotonic()
-    bad, doc = flagged(out)
+    _, doc = flagged(out)
     verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
     return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,
             "hit": verdicts.get(f"node{host}") == "unreachable"
@@ -114,8 +118,12 @@ def one_trial(kind: str, layout: str, out: Path, rate: str, bits: float, timeout
     seconds = time.monotonic() - started
     bad, _ = flagged(out)
     target = set() if kind == "clean" else {f"node{host}"}
+    if bad is None:  # the check did not complete
+        return {"host": host, "code": done.returncode, "seconds": seconds, "flagged": ["(no result)"],
+                "hit": False, "miss": True, "false": 0}
     return {"host": host, "code": done.returncode, "seconds": seconds, "flagged": sorted(bad),
-            "hit": bad == target, "miss": bool(target - bad), "false": len(bad - target)}
+            "hit": bad == target and done.returncode == (0 if kind == "clean" else 3),
+            "miss": bool(target - bad), "false": len(bad - target)}
 
 
 def plan_estimate(layout: str, bits: float) -> float:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from allreduce_bench.algorithms import native
 from allreduce_bench.analysis.health import pairing
+from allreduce_bench.analysis.health.decide import Measurement
 from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
@@ -127,11 +128,11 @@ class Rank:
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
                 if liveness.silent(0):
-                    raise CoordinatorLost(f"the coordinator (rank 0 on {self._host_of(0)}) stopped "
+                    raise CoordinatorLost(f"the coordinator (rank 0 on {self.host_of(0)}) stopped "
                                           f"answering before round {k}")
         return self.board.get(f"r{k}/plan")
 
-    def _host_of(self, rank: int) -> str:
+    def host_of(self, rank: int) -> str:
         return next(h for h, ranks in self.ranks_of.items() if rank in ranks)
 
 
@@ -152,7 +153,7 @@ def wait_round(board: Board, liveness: Liveness, k: int, members: list[int]) -> 
     return silent, reports
 
 
-def rows_of(session, k: int, group: Group, result: dict, ranks_per_node: int):
+def rows_of(session, k: int, group: Group, result: dict):
     """(row, raw samples) per size of one group's result, in the schema of every benchmark."""
     config = session.config
     comm = CommGroup(None, group.ranks, 0)
@@ -173,16 +174,14 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def collect(session, board: Board, k: int, slots: list[list[Group]], ranks_per_node: int) -> list:
+def collect(session, board: Board, k: int, slots: list[list[Group]]) -> list:
     """Every group result of round k that came: rows and samples recorded, Measurements back."""
-    from allreduce_bench.analysis.health.decide import Measurement
-
     found = []
     for slot in slots:
         for group in slot:
             if not board.has(_key(k, group)):
                 continue  # a member was lost: the group measured nothing
-            for row, samples in rows_of(session, k, group, board.get(_key(k, group)), ranks_per_node):
+            for row, samples in rows_of(session, k, group, board.get(_key(k, group))):
                 session.record(row, samples)
                 # a wrong result is a broken path, whatever its speed
                 busbw = 0.0 if row["wrong"] else row["busbw_GBps"]
@@ -218,11 +217,11 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         rank.take_part(k, plan)
         members = sorted({r for slot in slots for g in slot for r in g.ranks} - {rank.me})
         silent, _ = wait_round(board, liveness, k, members)
-        lost = sorted({rank._host_of(r) for r in silent})
+        lost = sorted({rank.host_of(r) for r in silent})
         if lost:
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
                 f"{config.timeout_s:g} s): unreachable")
-        check.record(planned, collect(session, board, k, slots, L), lost)
+        check.record(planned, collect(session, board, k, slots), lost)
         check.seconds[planned.index] = round(time.monotonic() - started, 3)
         slot_base += len(slots)
         write_health(config.out_dir, document(check, layout, complete=False,
