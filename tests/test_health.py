@@ -4,8 +4,11 @@ of one host (real gloo ranks), and the emulated cluster with a slow host put in 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_emulate import needs_namespaces
@@ -79,3 +82,39 @@ def test_emulated_slow_host_is_found_and_exit_3(tmp_path):
     assert "--exclude=" in done.stdout
     meta = json.loads((out / "meta.json").read_text())
     assert meta["emulation"]["host_bandwidth"] == {"node2": "40Mbit"}
+
+
+def _spawned_ranks(driver: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{driver}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
+    out = tmp_path / "frozen"
+    driver = subprocess.Popen([*CLI, "health", "--hosts", "3", "--ranks-per-node", "1", "--timeout", "8",
+                               "--sizes", "1M", "--samples", "20", "--out", str(out)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in driver.stdout:  # round 1 has begun: rank 0 is the coordinator, freeze it
+        seen.append(line)
+        if "health: round 1" in line:
+            break
+    ranks = _spawned_ranks(driver.pid)
+    os.kill(ranks[0], signal.SIGSTOP)  # rank 0 starts first
+    try:
+        rest = driver.communicate(timeout=300)[0]
+    finally:
+        try:
+            os.kill(ranks[0], signal.SIGKILL)  # the driver may have stopped it already
+        except ProcessLookupError:
+            pass
+    assert driver.returncode == 1, "".join(seen) + rest
+    assert "the coordinator (rank 0 on node0) stopped answering" in rest
+    assert (out / "health.json").exists() and not json.loads((out / "health.json").read_text())["complete"]

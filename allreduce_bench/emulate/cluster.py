@@ -226,10 +226,11 @@ class EmulatedCluster:
         """Host i's launch: a static rendezvous, i.e. a c10d TCPStore on host 0's address, where
         --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster. It runs
         in a UTS namespace of its own whose hostname is node<i>, so hosts are told apart by
-        hostname as on a cluster, and first joins `cgroup_procs` (a CPU-limited host)."""
-        join = f" && echo $$ > {shlex.quote(cgroup_procs)}" if cgroup_procs else ""
-        return ["ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
-                f'hostname node{i}{join} && exec "$@"', "sh",
+        hostname as on a cluster. A CPU-limited host first joins its cgroup (`cgroup_procs`),
+        outside the namespace: `ip netns exec` mounts a sysfs of its own, without cgroups."""
+        join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs] if cgroup_procs else []
+        return [*join, "ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
+                f'hostname node{i} && exec "$@"', "sh",
                 sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(self.nodes), "--node-rank", str(i),
                 "--nproc-per-node", str(self.ranks_per_node),
