@@ -205,6 +205,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
               "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.backend,
               "device": session.device.kind, "timeout_s": config.timeout_s}
     slot_base = k = 0
+    write_health(config.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
     while (planned := check.next_round()) is not None:
         k += 1
         groups = [list(g) for g in planned.groups]
