@@ -67,25 +67,30 @@ def parse_whole_count(text, what: str = "count") -> int:
     return int(value)
 
 
+def _scaled(text, what: str, example: str, scale_of, refusal: str) -> float:
+    """A positive number times the scale its unit names; `refusal` when the unit names none."""
+    value, unit = _split(text, what, example)
+    scale = scale_of(unit)
+    if scale is None:
+        raise UsageError(f"{what} {text!r} {refusal}")
+    return _positive(value * scale, text, what)
+
+
 def parse_bytes(text, what: str = "size") -> float:
     """'14GB' -> 14e9, '25MiB' -> 26214400, '4096' -> 4096 bytes."""
-    value, unit = _split(text, what, "14GB or 25MiB")
-    scale = _byte_scale(unit)
-    if scale is None:
-        raise UsageError(f"{what} {text!r} is not a size in bytes; write e.g. 14GB (decimal) or "
-                         "25MiB (binary)")
-    return _positive(value * scale, text, what)
+    return _scaled(text, what, "14GB or 25MiB", _byte_scale,
+                   "is not a size in bytes; write e.g. 14GB (decimal) or 25MiB (binary)")
+
+
+def _per_second_scale(unit: str) -> float | None:
+    per_second = unit[:-2] if unit.endswith(("/s", "ps")) else None
+    return _byte_scale(per_second) if per_second else None
 
 
 def parse_bandwidth(text, what: str = "bandwidth") -> float:
     """'25GB/s' -> 25e9 bytes/s; also '25GBps', '200Gb/s' (bits) and '10GiB/s'."""
-    value, unit = _split(text, what, "25GB/s")
-    per_second = unit[:-2] if unit.endswith("/s") else unit[:-2] if unit.endswith("ps") else None
-    scale = _byte_scale(per_second) if per_second else None
-    if scale is None:
-        raise UsageError(f"{what} {text!r} is not a bandwidth; write bytes per second such as "
-                         "900GB/s or 200Gb/s (bits)")
-    return _positive(value * scale, text, what)
+    return _scaled(text, what, "25GB/s", _per_second_scale,
+                   "is not a bandwidth; write bytes per second such as 900GB/s or 200Gb/s (bits)")
 
 
 def parse_seconds(text, what: str = "time") -> float:

@@ -69,7 +69,7 @@ def figures(run_dir: Path) -> list[bool]:
         oks.append(ok)
         print(f"(3) {r.bucket_mb:g} MiB: predicted {r.predicted_us / 1e3:.0f} ms vs measured "
               f"{r.step_us / 1e3:.0f} ms: {r.model_error:+.1%} (target within "
-              f"{MODEL_ERROR:.0%}; seed's closed form {r.seed_model_error:+.1%}) {'OK' if ok else 'MISSED'}")
+              f"{MODEL_ERROR:.0%}; closed form {r.closed_form_error:+.1%}) {'OK' if ok else 'MISSED'}")
     overlap = timeline_overlap(timeline_of(frame))
     if overlap.empty:
         oks.append(False)

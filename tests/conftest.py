@@ -6,6 +6,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Tests of the built-in algorithms must not pick up plug-ins installed on the machine; the
+# plug-in tests give their own environment without this.
+os.environ["ALLREDUCE_BENCH_NO_PLUGINS"] = "1"
 
 
 import pytest  # noqa: E402

@@ -11,7 +11,14 @@ from health_sim import SIZES, SimCluster, names, random_faults
 from prometheus_client.parser import text_string_to_metric_families
 
 from allreduce_bench.analysis.health import pairing
-from allreduce_bench.analysis.health.outputs import baseline_thresholds, document, exclude, summary, write_prometheus
+from allreduce_bench.analysis.health.outputs import (
+    baseline_thresholds,
+    document,
+    exclude,
+    explain,
+    summary,
+    write_prometheus,
+)
 from allreduce_bench.analysis.health.plan import Costs, describe, plan, rounds_to_fit
 from allreduce_bench.analysis.health.reference import TOLERANCE_FLOOR, Reference, fleet_threshold, parse_expect
 from allreduce_bench.analysis.health.rounds import HealthCheck
@@ -312,14 +319,14 @@ def test_slow_on_another_check_each_time_is_not_a_fault():
     assert _status([], False, [a, b], True) == ("faulty", {("rail", 0)})
 
 
-def test_explain_host_hook_joins_the_why_of_unhealthy_hosts_only():
-    check, _ = SimCluster(names(8), noise=0.02, host={"node3": 0.25}).run()
-    asked = []
-
-    def explain(host):
-        asked.append(host)
-        return "NCCL_IB_HCA differs from the majority"
-
-    doc = document(check, {"hosts": 8, "ranks_per_node": 1, "sizes": list(SIZES)}, explain_host=explain)
-    assert asked == ["node3"]
-    assert next(h for h in doc["hosts"] if h["host"] == "node3")["why"].endswith("differs from the majority")
+def test_a_slow_host_is_explained_by_how_its_nccl_setup_differs():
+    check, _ = SimCluster(names(4), noise=0.02, host={"node3": 0.25}).run()
+    doc = document(check, {"hosts": 4, "ranks_per_node": 1, "sizes": list(SIZES)})
+    nccl = {"hosts": {h: {"ranks": [i], "network": "Socket" if h == "node3" else "IB"}
+                      for i, h in enumerate(names(4))}}
+    explained = explain(doc, nccl)
+    slow = next(h for h in explained["hosts"] if h["host"] == "node3")
+    assert slow["nccl_differences"] == ["node3: network Socket where 3 of 4 hosts have IB"]
+    assert slow["why"].endswith("network Socket where 3 of 4 hosts have IB")
+    assert all("nccl_differences" not in h for h in explained["hosts"] if h["host"] != "node3")
+    assert explain(doc, None) == doc

@@ -337,3 +337,124 @@ def test_imported_json_with_per_iteration_times_compares_with_significance(tmp_p
     out_of_place = table[table["benchmark"] == "allreduce"]
     assert out_of_place["base_samples"].tolist() == [10, 10] and out_of_place["significant"].all()
     assert table[table["benchmark"] == "allreduce-in-place"]["significant"].isna().all()  # no samples
+
+
+# ---- several runs in one stream, torn rows, nothing lost ----------------------------------------
+
+def _interleave(first: list[str], second: list[str], seed: int | None) -> str:
+    """Two outputs mixed line by line (seed None: alternately), each in its own order."""
+    import random
+    pick = random.Random(seed)
+    out, a, b = [], list(first), list(second)
+    while a or b:
+        take_a = a and (not b or (pick.random() < 0.5 if seed is not None else len(a) >= len(b)))
+        out.append((a if take_a else b).pop(0))
+    return "\n".join(out) + "\n"
+
+
+def _other_host(lines: list[str], host: str, new: str) -> list[str]:
+    return [line.replace(host, new) for line in lines]
+
+
+@needs_logs
+@pytest.mark.parametrize("seed", [None, 1, 7])
+def test_two_single_host_runs_printed_into_one_stream_are_two_runs(seed, tmp_path):
+    """nccl-tests without MPI on two hosts (nccl-tests#213): 03's real output from two hosts."""
+    lines = _log("03-").read_text().splitlines()
+    other = _other_host(lines, "localhost", "node-b")
+    text = _interleave(lines, other, seed)
+    runs = [interop.settle(r, "mixed.log") for r in interop.read_text(text, "mixed.log")]
+    assert [len(r.rows) for r in runs] == [68, 68] and [r.world_size for r in runs] == [8, 8]
+    assert [set(r.meta["hostnames"]) for r in runs] == [{"localhost"}, {"node-b"}]
+    printed = [i + 1 for i, line in enumerate(text.splitlines()) if ROW.match(line)]
+    assert sorted(r["source_line"] for run in runs for r in run.rows[::2]) == printed  # every row, once
+    for run in runs:
+        sizes = [r["size_bytes"] for r in run.rows[::2]]
+        assert sizes == sorted(sizes) and sizes.count(0) == 2 and not run.skipped
+        assert "2 independent runs of 8 ranks, one per host (localhost, node-b)" in run.notes[0]
+    log = tmp_path / "mixed.log"
+    log.write_text(text)
+    result = CliRunner().invoke(main, ["import", str(log), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and result.output.count("34 rows") == 2, result.output
+    assert "a build without MPI started on several hosts?" in result.output
+
+
+def test_two_runs_printed_at_once_without_the_shared_logs():
+    other = GEN3.replace("node-a", "node-c").replace("node-b", "node-d").replace("20.10", "40.10")
+    runs = interop.read_text(_interleave(GEN3.splitlines(), other.splitlines(), None), "m.log")
+    assert [len(r.rows) for r in runs] == [6, 6] and [r.rows[2]["time_us_median"] for r in runs] == [20.10, 40.10]
+    assert "2 runs of 4 ranks printed into one stream at once" in runs[0].notes[0]
+
+
+def test_rows_that_fit_no_run_are_refused_in_one_line(tmp_path):
+    other = GEN3.replace("node-a", "node-c")
+    text = _interleave(GEN3.splitlines(), other.splitlines(), None)
+    stray = "           8             2     float     sum      -1    20.10    0.00    0.00      0    19.90    0.00    0.00      0"
+    text = text.replace("# Out of bounds values : 0 OK\n", stray + "\n# Out of bounds values : 0 OK\n", 1)
+    log = tmp_path / "bad.log"
+    log.write_text(text)
+    result = CliRunner().invoke(main, ["import", str(log), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "fits none of them" in result.output and f"{log}:" in result.output
+
+
+def test_rows_outside_a_table_are_reported_with_file_and_line(tmp_path):
+    stray = "        2048           512     float     sum      -1    22.00    0.09    0.14      0    21.50    0.09    0.14      0"
+    log = tmp_path / "stray.log"
+    log.write_text(stray + "\n" + GEN3 + stray + "\n")
+    (run,) = interop.read_file(log)
+    last = len(GEN3.splitlines()) + 2
+    assert run.skipped == [(1, "a result row before any table header"),
+                           (last, "a result row after its table ended (# Avg bus bandwidth)")]
+    result = CliRunner().invoke(main, ["import", str(log), "--out", str(tmp_path / "o")])
+    assert f"{log}:1: skipped: a result row before any table header" in result.output
+    meta = json.loads((tmp_path / "o" / "stray" / "meta.json").read_text())
+    assert [s["line"] for s in meta["imported"]["skipped"]] == [1, last]
+
+
+# nccl-info/02 (Timez-zx/nccl-tests nccl-fault.log): NCCL_DEBUG_SUBSYS=ALL writes between the
+# pieces nccl-tests prints a row in; these are its lines 333-334 and the shape of what follows
+TORN = """\
+mew0:65704:65704 [0] NCCL INFO AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}
+        1024           256     float     sum      -1mew0:65704:65704 [1] NCCL INFO AllReduce: opCount 0 sendbuff 0x720000000 recvbuff 0x920000000 count 2097152 datatype 7 op 0 root 0 comm 0x55d5f5ac09e0 [nranks=2] stream 0x55d5f4d50b60
+mew0:65704:65704 [0] NCCL INFO AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..1}
+    21.00    0.05    0.07      0mew0:65704:65704 [1] NCCL INFO AllReduce: opCount 0 sendbuff 0x920000000 recvbuff 0x920000000 count 2097152 datatype 7 op 0 root 0 comm 0x55d5f5ac09e0 [nranks=2] stream 0x55d5f4d50b60
+    20.50    0.05    0.07      0
+"""
+
+
+def test_a_row_torn_by_nccl_lines_is_put_back_together():
+    whole = "        1024           256     float     sum      -1    21.00    0.05    0.07      0    20.50    0.05    0.07      0\n"
+    (run,) = interop.read_text(GEN3.replace(whole, TORN), "torn.log")
+    (plain,) = interop.read_text(GEN3, "plain.log")
+    assert [r["busbw_printed"] for r in run.rows] == [r["busbw_printed"] for r in plain.rows]
+    assert run.rows[4]["source_line"] == 16 and not run.skipped
+    assert set(run.meta["nccl"]["hosts"]) == {"node-a", "mew0"}  # `-1mew0`, `0mew0` repaired
+    assert run.meta["nccl"]["hosts"]["mew0"]["lines"] == 4 and run.meta["nccl"]["lines"]["torn"] == 2
+    cut = GEN3.replace(whole, "\n".join(TORN.splitlines()[:2]) + "\n").split("# Out of bounds")[0]
+    (run,) = interop.read_text(cut, "cut.log")
+    assert run.skipped == [(16, "a result row cut off at the end of the file (5 of 13 fields)")]
+
+
+@needs_logs
+def test_no_published_log_loses_a_row_and_nccl_lines_go_into_meta(tmp_path):
+    for path in sorted(LOGS.glob("[01]*.txt")):
+        for run in interop.read_file(path):
+            assert run.skipped == [] and run.notes == [], path
+    out = tmp_path / "o"
+    assert CliRunner().invoke(main, ["import", str(_log("02-")), "--out", str(out)]).exit_code == 0
+    meta = json.loads(next(out.glob("*/meta.json")).read_text())
+    assert meta["nccl"]["lines"]["info"] == 207 and len(meta["nccl"]["hosts"]) == 16
+    assert meta["environment"] == {"NCCL_TREE_THRESHOLD": "600000000"}
+
+
+@pytest.mark.skipif(not (_shared() / "data" / "nccl-info").is_dir(), reason="nccl-info logs not found")
+def test_a_log_whose_only_row_is_cut_off_is_refused_naming_it(tmp_path):
+    path = next((_shared() / "data" / "nccl-info").glob("02-*.txt"))
+    result = CliRunner().invoke(main, ["import", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and f"{path}:334: no row could be imported: a result row cut off" in result.output
+
+
+def test_a_torn_row_before_any_header_is_reported():
+    (run,) = interop.read_text(TORN.splitlines()[1] + "\n" + GEN3, "early.log")
+    assert run.skipped == [(1, "a result row before any table header")] and len(run.rows) == 6

@@ -9,9 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "allreduce_bench"
 MAX_FUNCTION_LINES = 60
-# Being split on the issue-20 branch (interop and the model command); remove on merge.
-KNOWN_LONG = {"nccl_tests_text.py:parse", "nccl_tests_json.py:parse", "model.py:fit_command",
-              "model.py:ddp_command"}
+KNOWN_LONG: set[str] = set()  # none left: the issue-20 branch split interop's and the model command's
 
 
 def folder_order() -> list[list[str]]:

@@ -1,5 +1,6 @@
 """The cost model, the DDP step model and their commands: plain numbers, no processes."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -8,7 +9,16 @@ from click.testing import CliRunner
 
 from allreduce_bench import units
 from allreduce_bench.analysis import ddp_model as ddp
-from allreduce_bench.analysis.model import CostModel, Link, Links, allreduce_time, compare, fit, median_abs_error
+from allreduce_bench.analysis.model import (
+    CostModel,
+    Link,
+    Links,
+    allreduce_time,
+    compare,
+    crossovers,
+    fit,
+    median_abs_error,
+)
 from allreduce_bench.cli import main
 from allreduce_bench.errors import UsageError
 
@@ -261,3 +271,62 @@ def test_units_parse_and_print():
     assert units.format_seconds(0.0311) == "31.1 ms" and units.format_seconds(1.12, "s") == "1.12 s"
     assert units.format_seconds(3.36e-6, "s") == "3.36 us"
     assert units.format_count(7e9) == "7B"
+
+
+# ---- one layout, a quick run, every published log ------------------------------------------------
+
+def _fit_run(data: pd.DataFrame, run_dir: Path):
+    """`model fit` on `data` written as a run; it must succeed."""
+    run_dir.mkdir()
+    data.to_csv(run_dir / "results.csv", index=False)
+    out = cli("model", "fit", str(run_dir), "--no-plot")
+    assert out.exit_code == 0, out.output
+    return out
+
+
+def test_one_layout_gets_an_effective_link_that_predicts_it(tmp_path):
+    """An imported 2 x 8 nccl-tests log: every ring step crosses nodes, intra steps ride along."""
+    data = synthetic(TRUE, layouts=((16, 8),), algorithms=["native"], noise=0)
+    model = fit(data)
+    result = model.algorithms["native"]
+    assert result.shared and result.links.intra == result.links.inter
+    assert result.links.inter.bandwidth_Bps == pytest.approx(TRUE.inter.bandwidth_Bps, rel=1e-3)
+    assert (compare(data, model)["error_pct"].abs() < 1).all()
+    out = _fit_run(data, tmp_path / "run")
+    assert "one effective link for intra and inter (2x8)" in out.output
+    assert "Measure one node alone too (a world of 8 ranks on one node" in out.output
+    assert "Median |error| (%) over sizes >= 1M" in out.output
+
+
+def test_a_quick_run_fits_with_the_defaults_and_names_the_missing_sizes(tmp_path):
+    run_dir = tmp_path / "quick"
+    out = _fit_run(synthetic(TRUE, noise=0.02).query("size_bytes in (4096, 262144)"), run_dir)
+    assert "no size of 1M or more was measured (sizes: 4K, 256K)" in out.output
+    assert "Median |error| (%) over sizes >= 4K" in out.output and (run_dir / "model.json").exists()
+
+
+def test_crossovers_with_zero_byte_rows():
+    data = synthetic(TRUE, noise=0)
+    zero = data[data["size_bytes"] == 4096].assign(size_bytes=0)
+    data = pd.concat([data, zero], ignore_index=True)
+    model = fit(data)
+    cross = crossovers(model, compare(data, model))  # was an OverflowError: log2(hi / 0)
+    assert (cross["size_bytes"] > 0).all()
+
+
+LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-logs"
+LOGS = LOGS if LOGS.is_dir() else Path("/work/shared/data/published-logs")
+
+
+@pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
+def test_model_fit_on_every_published_log(tmp_path):
+    for path in sorted(LOGS.glob("[01]*.txt")):
+        out = tmp_path / path.stem[:2]
+        assert cli("import", str(path), "--out", str(out)).exit_code == 0, path
+        result = cli("model", "fit", str(out), "--no-plot")
+        if path.name.startswith(("11-", "12-")):  # not AllReduce: one line
+            assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+            assert "not AllReduce" in result.output
+        else:
+            assert result.exit_code == 0, (path, result.output)
+            assert "Measured (median over runs of time_us_median) against predicted time" in result.output

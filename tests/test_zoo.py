@@ -157,6 +157,7 @@ def plugin_env(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zoo-plugin-pkg\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[allreduce_bench.algorithms]\nsum-by-plugin = zoo_plugin_pkg\n")
     env = dict(os.environ)
+    env.pop(algorithms.NO_PLUGINS_ENV, None)  # this test's plug-in is the point
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT), env.get("PYTHONPATH", "")])
     return env
 
@@ -263,6 +264,7 @@ def test_a_broken_or_clashing_plugin_is_left_out_with_a_reason(monkeypatch):
     good = algorithms.Algorithm("fine", "a plug-in given as an Algorithm", lambda t, w: (lambda: None))
     points = [Point("ring", "x:y", good), Point("broken", "needs.torch", ImportError("no torch")),
               Point("nobuild", "x:z", object()), Point("fine", "x:w", good)]
+    monkeypatch.delenv(algorithms.NO_PLUGINS_ENV, raising=False)
     monkeypatch.setattr(algorithms, "_entry_points", lambda: points)
     monkeypatch.setattr(algorithms, "_plugins", None)
     monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])

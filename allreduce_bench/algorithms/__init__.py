@@ -8,6 +8,7 @@ it; `build` imports torch when it runs.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.algorithms import (
@@ -25,6 +26,7 @@ from allreduce_bench.algorithms.base import Algorithm, Step, traffic  # noqa: F4
 from allreduce_bench.errors import UsageError
 
 ENTRY_POINT_GROUP = "allreduce_bench.algorithms"
+NO_PLUGINS_ENV = "ALLREDUCE_BENCH_NO_PLUGINS"  # set (to anything): installed plug-ins are ignored
 DEFAULT = ("native", "ring", "naive", "hierarchical")  # what `run` measures without --algos
 
 BUILT_IN: dict[str, Algorithm] = {a.name: a for a in [
@@ -73,7 +75,8 @@ def plugins() -> dict[str, Algorithm]:
     global _plugins
     if _plugins is None:
         _plugins = {}
-        for point in sorted(_entry_points(), key=lambda p: p.name):
+        points = [] if os.environ.get(NO_PLUGINS_ENV) else _entry_points()
+        for point in sorted(points, key=lambda p: p.name):
             origin = f"plug-in {point.name} = {point.value}"
             if point.name in BUILT_IN or point.name in _plugins:
                 PLUGIN_PROBLEMS.append(f"{origin}: the name is taken; ignored")

@@ -10,13 +10,12 @@ and are refused before any process starts.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import ring, tree
 from allreduce_bench.algorithms.base import Algorithm
+from allreduce_bench.environment import overridden
 
 if TYPE_CHECKING:
     import torch
@@ -36,21 +35,6 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
     return values
 
 
-@contextmanager
-def environment(values: dict[str, str]) -> Iterator[None]:
-    """Set these variables for the duration of the block, then restore what was there."""
-    before = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 _communicators: dict[tuple, object] = {}  # (algo, proto) -> process group, for `_world` only
 _world: list = [None]
 
@@ -67,7 +51,7 @@ def communicator(world: World, algo: str, proto: str | None):
         _world[0] = world
     key = (algo, proto)
     if key not in _communicators:
-        with environment(nccl_environment(algo, proto)):
+        with overridden(nccl_environment(algo, proto)):
             group = dist.new_group(list(world.group.ranks), backend="nccl",
                                    use_local_synchronization=True)
             warm = torch.zeros(1, device=world.device.torch_device)

@@ -19,7 +19,7 @@ Definitions (per world size and bucket cap, on median times of the slowest rank)
   to backward for the buckets sent while it runs (all but the last). And DDP's own work
   (filling its buckets and copying them back), measured as a DDP step whose hook does not
   communicate (`ddp_no_comm`) minus compute, is added to the step.
-* the seed's closed form (`seed_predicted_us`): overlappable = min(backward * (1 - first
+* the closed form (`closed_form_us`): overlappable = min(backward * (1 - first
   bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
   first bucket is full, and the last bucket is ready only when backward ends. It is exact when
   the link never waits for a bucket, and optimistic when it does (few large buckets).
@@ -118,7 +118,7 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             share = min(1.0, max(0.0, raw))
             overlap = overlappable_us(backward, comm, sizes)
             predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu) + ddp_cost
-            seed = predicted_step_us(compute, comm, overlap)
+            closed = predicted_step_us(compute, comm, overlap)
             out.append({
                 "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
                 "compute_us": compute, "backward_us": backward, "comm_us": comm,
@@ -129,8 +129,8 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
                 "speedup_vs_no_overlap": no_overlap / step if step > 0 else float("nan"),
                 "overlappable_us": overlap, "predicted_us": predicted,
                 "model_error": predicted / step - 1 if step > 0 else float("nan"),
-                "seed_predicted_us": seed,
-                "seed_model_error": seed / step - 1 if step > 0 else float("nan"),
+                "closed_form_us": closed,
+                "closed_form_error": closed / step - 1 if step > 0 else float("nan"),
                 "wrong": int(steps["wrong"].sum()),
             })
     return pd.DataFrame(out)
@@ -162,32 +162,40 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f}"
 
 
+def _markdown(headers: list[str], rows: list[list]) -> str:
+    """A markdown table of right-aligned columns."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
+                   "comm CPU (ms)", "DDP step (ms)", "exposed (ms)", "hidden share",
+                   "wait-then-AllReduce (ms)", "DDP vs wait-then-AllReduce", "predicted (ms)",
+                   "model error", "compute + max(0, comm - overlap) (ms)"]
+
+
+def _overlap_cells(r) -> list:
+    share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+    baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
+    speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
+    return [r.world_size, f"{r.bucket_mb:g}", r.buckets, _ms(r.compute_us), _ms(r.comm_us),
+            _ms(r.comm_cpu_us), _ms(r.step_us), _ms(r.exposed_us), share, baseline, speedup,
+            _ms(r.predicted_us), f"{r.model_error:+.0%}",
+            f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%})"]
+
+
 def overlap_markdown(table: pd.DataFrame) -> str:
-    lines = ["| world size | bucket cap (MiB) | buckets | compute (ms) | comm (ms) | comm CPU (ms) "
-             "| DDP step (ms) | exposed (ms) | hidden share | wait-then-AllReduce (ms) "
-             "| DDP vs wait-then-AllReduce | predicted (ms) | model error | seed's closed form (ms) |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples():
-        share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
-        baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
-        speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
-        lines.append(f"| {r.world_size} | {r.bucket_mb:g} | {r.buckets} | {_ms(r.compute_us)} | "
-                     f"{_ms(r.comm_us)} | {_ms(r.comm_cpu_us)} | {_ms(r.step_us)} | "
-                     f"{_ms(r.exposed_us)} | {share} | "
-                     f"{baseline} | {speedup} | {_ms(r.predicted_us)} | {r.model_error:+.0%} | "
-                     f"{_ms(r.seed_predicted_us)} ({r.seed_model_error:+.0%}) |")
-    return "\n".join(lines)
+    return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
 
 
 def accumulation_markdown(table: pd.DataFrame) -> str:
-    lines = ["| world size | K | sync every micro-batch (ms) | no_sync (ms) | AllReduce calls "
-             "(sync / no_sync) | bytes per optimizer step (sync / no_sync) | saving |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples():
-        lines.append(f"| {r.world_size} | {r.accum} | {_ms(r.sync_us)} | {_ms(r.no_sync_us)} | "
-                     f"{r.sync_calls} / {r.no_sync_calls} | {r.sync_bytes:,} / {r.no_sync_bytes:,} | "
-                     f"{r.saving:.0%} |")
-    return "\n".join(lines)
+    headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
+               "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
+               "saving"]
+    return _markdown(headers, [
+        [r.world_size, r.accum, _ms(r.sync_us), _ms(r.no_sync_us),
+         f"{r.sync_calls} / {r.no_sync_calls}", f"{r.sync_bytes:,} / {r.no_sync_bytes:,}",
+         f"{r.saving:.0%}"] for r in table.itertuples()])
 
 
 def set_epoch_markdown(checks: list[dict]) -> str:
@@ -243,11 +251,11 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
             "gradients (flattened), then the SGD step, timed interleaved with the DDP step; DDP vs "
             "wait-then-AllReduce = its time / the DDP step's. Predicted = compute - backward + "
             "max(backward, when the last bucket is done), each bucket ready when backward has "
-            "produced its bytes and sent after the one before it (the seed's compute + max(0, "
+            "produced its bytes and sent after the one before it (the closed form compute + max(0, "
             "comm - overlappable) with the overlappable part worked out bucket by bucket), plus, "
             "on CPU, comm CPU time of the buckets sent during backward, and DDP's own cost "
             "(DDP step with a hook that does not communicate - compute); the "
-            "seed's closed form takes overlappable = min(backward x (1 - first bucket's share), "
+            "closed form takes overlappable = min(backward x (1 - first bucket's share), "
             "comm x (1 - last bucket's share)).", ""]
     overlap = overlap_table(frame)
     if not overlap.empty:

@@ -241,9 +241,9 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
     if not (has_intra or has_inter) or _rank(design) < design.shape[1]:
         raise UsageError(f"cannot fit {algorithm}: it needs at least two different sizes at some "
                          "world size greater than 1; measure a sweep of sizes")
-    mixed = any(len(step.paths) > 1 for r in rows.itertuples()
-                for step in steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as))
-    excess = design.shape[1] == 4 and mixed
+    paths = [step.paths for r in rows.itertuples()
+             for step in steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as)]
+    excess = design.shape[1] == 4 and any(len(p) > 1 for p in paths)
     if excess:
         # Steps over both classes cost the inter link's time in the fit, so keep the inter link
         # no faster than the intra one (then the max of the prediction agrees): solve for the
@@ -260,7 +260,11 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
         links = Links(_link(x[0], x[1]), _link(x[2], x[3]), reduce_Bps)
     else:
         link = _link(x[0], x[1])
-        links = Links(link if has_intra else None, link if has_inter else None, reduce_Bps)
+        used = {c for p in paths for c in p}  # a ring over 2 x 8: intra steps ride along, unseen
+        effective = (INTRA in used) != has_intra or (INTER in used) != has_inter
+        shared = shared or effective
+        links = Links(link if has_intra or effective else None, link if has_inter or effective else None,
+                      reduce_Bps)
     return AlgorithmFit(links, shared, len(rows), with_reduce)
 
 
@@ -347,7 +351,10 @@ def fit(frame: pd.DataFrame, native_as: str = "ring", loss: str = "absolute",
     """Fit every algorithm present in a results DataFrame."""
     rows = model_rows(frame)
     if rows.empty:
-        raise UsageError("no AllReduce rows with more than one rank to fit; measure world sizes >= 2")
+        others = sorted(set(frame.get("collective", pd.Series(dtype=str)).dropna()) - {"all_reduce"})
+        raise UsageError(f"the results hold {', '.join(others)} rows, not AllReduce; the cost model "
+                         "fits AllReduce only" if others else
+                         "no AllReduce rows with more than one rank to fit; measure world sizes >= 2")
     known, fits, skipped = registry.registry(), {}, {}
     for name, group in rows.groupby("algorithm", sort=False):
         if name not in known:
@@ -430,8 +437,10 @@ def crossovers(model: CostModel, comparison: pd.DataFrame, points_per_octave: in
     rows = []
     layouts = comparison[["world_size", "ranks_per_node"]].drop_duplicates().itertuples(index=False)
     for world_size, per_node in sorted(layouts):
-        here = comparison[comparison["world_size"] == world_size]
+        here = comparison[(comparison["world_size"] == world_size) & (comparison["size_bytes"] > 0)]
         names = list(dict.fromkeys(here["algorithm"]))
+        if len(names) < 2 or here["size_bytes"].nunique() < 2:
+            continue  # one algorithm, or one size: nothing crosses
         lo, hi = here["size_bytes"].min(), here["size_bytes"].max()
         grid = np.unique(np.round(np.geomspace(lo, hi, int(np.log2(hi / lo) * points_per_octave) + 2)))
         best = predicted_best(model, names, grid, world_size, per_node)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.analysis import nccl_setup
 from allreduce_bench.analysis.ranks import rank_table, unstable_rows
 from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
@@ -233,6 +234,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += winner_parts(frame, out_dir)
     parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
+    parts += nccl_setup.report_parts(run_metas(frame))  # per host NICs, transports, who differs
     figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
     if figures:
         parts += ["## Figures", ""]

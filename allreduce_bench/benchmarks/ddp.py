@@ -240,14 +240,6 @@ class NoOverlapTrainer(Trainer):
             grad.copy_(reduced.view_as(grad))
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch) -> None:
-    """zero_grad, forward, MSE loss, backward, SGD step: one step without a Trainer."""
-    optimizer.zero_grad(set_to_none=False)
-    x, y = batch
-    nn.functional.mse_loss(model(x), y).backward()
-    optimizer.step()
-
-
 # --- what DDP sends, and when ----------------------------------------------------------------
 
 @dataclass
@@ -381,13 +373,6 @@ def comm_alone(world: World, bucket_bytes: list[int]) -> Callable:
     return body
 
 
-def no_overlap_trainer(settings: DdpSettings, world: World) -> NoOverlapTrainer:
-    device = world.device.torch_device
-    module = build_model(settings.params, settings.layers, device)
-    return NoOverlapTrainer(module, synthetic_batch(module, settings.batch_size, world.rank, device),
-                            world)
-
-
 def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucket_mb: float) -> dict:
     """Compute alone, DDP without communication, comm alone, the DDP step and the no-overlap
     step at one bucket cap, interleaved; the timelines of the DDP and no-overlap steps on the
@@ -403,7 +388,7 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
         state.reset()
         trainer.step()
     comm = comm_alone(world, list(state.bucket_bytes))
-    baseline = no_overlap_trainer(settings, world)
+    baseline = NoOverlapTrainer.make(settings, world)
     local, _ = ddp_trainer(settings, world, bucket_mb, local_hook)
     local.step()  # DDP rebuilds its buckets after the first step
     stamps = stamps_for(world.device)

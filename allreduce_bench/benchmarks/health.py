@@ -280,14 +280,15 @@ def whole_world(config) -> list[int]:
 
 def finish_health(config) -> int:
     """The writer, after the ranks: summary, figure, report and exit code from health.json."""
-    from allreduce_bench.analysis.health.outputs import summary, write_prometheus
+    from allreduce_bench.analysis.health.outputs import explain, summary, write_prometheus
     from allreduce_bench.results.health import HEALTH_FILE, read_health, write_health
+    from allreduce_bench.results.store import read_meta
 
     path = Path(config.out_dir) / HEALTH_FILE
     if not path.exists():
         say(f"allreduce-bench health: the check did not complete: no {path}")
         return INCOMPLETE
-    doc = read_health(config.out_dir, "health")
+    doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
     print("\n" + summary(doc), flush=True)
     if config.settings.prometheus:
         write_prometheus(Path(config.settings.prometheus), doc)

@@ -33,13 +33,16 @@ def import_command(files, out_dir, tag, collective, world_size):
 
     \b
     FILES: nccl-tests text output (any generation, pasted with launcher prefixes, NCCL INFO
-    lines, CRLF or indentation; several runs in one file become several runs), nccl-tests -J
-    JSON, PARAM comms logs (COMMS-RES lines), ml-engineering all_reduce_bench.py tables.
+    lines, CRLF or indentation; several runs in one file, back to back or printed at once by
+    several hosts, become several runs), nccl-tests -J JSON, PARAM comms logs (COMMS-RES
+    lines), ml-engineering all_reduce_bench.py tables.
     Each table becomes OUT/<file>[-k]/ with results.csv, results.parquet and meta.json, which
     plot, report, model fit and compare read like any run (give them OUT or a run directory).
+    NCCL's own debug lines in the file go into meta.json's `nccl` block (see `nccl-log`).
+    Every result row is imported or listed as skipped with FILE:LINE and why; a file whose
+    rows cannot be told apart is refused.
     """
     from allreduce_bench import interop
-    from allreduce_bench.results.store import SamplesWriter, write_meta, write_parquet
 
     if world_size is not None and world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {world_size}")
@@ -50,28 +53,53 @@ def import_command(files, out_dir, tag, collective, world_size):
         digest = interop.digest(path)
         for index, run in enumerate(runs):
             interop.settle(run, str(path), collective, world_size)
-            run_tag = tag if tag is not None else path.stem
-            run_id = interop.run_id_of(str(path), run, digest)
             name = path.stem if len(runs) == 1 else f"{path.stem}-{index + 1}"
             target = _unique_dir(out_dir, name, taken)
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
-            frame = interop.run_frame(run, run_id, run_tag, str(path))
-            frame.to_csv(target / "results.csv", index=False)
-            write_parquet(target, frame)
-            write_meta(target, interop.run_meta(run, run_id, run_tag, str(path)))
-            samples = interop.samples_frame(run, run_id)
-            if samples is not None:
-                SamplesWriter(target).append(samples)
-            halves = sorted({bool(v) for v in frame["in_place"]})
-            what = " + ".join("in-place" if h else "out-of-place" for h in halves)
-            sizes = frame["size_bytes"].nunique()
-            click.echo(f"{path}:{run.first_line}-{run.last_line}: {run.source_tool} {run.collective}, "
-                       f"{run.world_size} ranks, {len(frame) // max(1, len(halves))} rows "
-                       f"({sizes} sizes; {what}){' with per-iteration samples' if samples is not None else ''}"
-                       f" -> {target}")
-            if run.why and not run.why.startswith("named"):
-                click.echo(f"  ({run.why})")
+            frame, samples = _write_run(run, path, target, tag if tag is not None else path.stem,
+                                        interop.run_id_of(str(path), run, digest))
+            _describe(path, run, frame, samples is not None, target)
+
+
+def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
+    """results.csv, results.parquet, meta.json (and samples.parquet) of one imported run."""
+    from allreduce_bench import interop
+    from allreduce_bench.results.store import SamplesWriter, write_meta, write_parquet
+
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
+    frame = interop.run_frame(run, run_id, tag, str(path))
+    frame.to_csv(target / "results.csv", index=False)
+    write_parquet(target, frame)
+    write_meta(target, interop.run_meta(run, run_id, tag, str(path)))
+    samples = interop.samples_frame(run, run_id)
+    if samples is not None:
+        SamplesWriter(target).append(samples)
+    return frame, samples
+
+
+def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
+    """What was imported, what was noticed and skipped, what NCCL said."""
+    from allreduce_bench.analysis.nccl_setup import differences, summary_line
+
+    halves = sorted({bool(v) for v in frame["in_place"]})
+    what = " + ".join("in-place" if h else "out-of-place" for h in halves)
+    click.echo(f"{path}:{run.first_line}-{run.last_line}: {run.source_tool} {run.collective}, "
+               f"{run.world_size} ranks, {len(frame) // max(1, len(halves))} rows "
+               f"({frame['size_bytes'].nunique()} sizes; {what})"
+               f"{' with per-iteration samples' if with_samples else ''} -> {target}")
+    if run.why and not run.why.startswith("named"):
+        click.echo(f"  ({run.why})")
+    for note in run.notes:
+        click.echo(f"  note: {note}")
+    for line, why in run.skipped:
+        click.echo(f"  {path}:{line}: skipped: {why}")
+    block = run.meta.get("nccl")
+    if block:
+        found = differences(block)
+        hosts = len(block.get("hosts") or {})
+        click.echo(f"  {summary_line(block)}" + (f"; {len({d['host'] for d in found})} host(s) set up "
+                   "differently from the others" if hosts > 1 else "")
+                   + "".join(f"\n    {d['text']}" for d in found[:5]))
 
 
 @click.command("compare")

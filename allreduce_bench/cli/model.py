@@ -9,7 +9,7 @@ import click
 from allreduce_bench import units
 from allreduce_bench.config.checks import OUTPUT_PATH, check_positive_int
 from allreduce_bench.errors import UsageError
-from allreduce_bench.units import format_size, parse_size_list
+from allreduce_bench.units import format_size, parse_size, parse_size_list
 
 
 class Quantity(click.ParamType):
@@ -124,7 +124,8 @@ def model():
 @click.option("--loss", default="absolute", show_default=True, type=click.Choice(["absolute", "squares"]),
               help="Minimise the sum of |relative error| (robust to noisy sizes) or of its squares.")
 @click.option("--min-size", default="1M", show_default=True,
-              help="Smallest size counted in the median-error summary (binary K/M/G).")
+              help="Smallest size counted in the median-error summary (binary K/M/G); with no "
+              "size that large, every size is counted and the output says so.")
 @click.option("--fit-min-size", help="Fit only sizes >= this (binary K/M/G), e.g. where a shaped "
               "link's burst lets small transfers through unshaped. [every size]")
 @click.option("--tag", help="Fit only the rows with this tag (fit one setup at a time).")
@@ -136,55 +137,95 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
     algorithm, world size and size with the error, and the median |error| over sizes >=
-    --min-size; writes model.json and plots/model.png.
+    --min-size; writes model.json and plots/model.png. Results of one node layout only
+    (an imported 2 x 8 nccl-tests log) get one effective link for that layout, and the
+    output says which run would separate intra- from inter-node links.
     """
-    import pandas as pd
-
-    from allreduce_bench.analysis.model import (
-        BEST_FILE,
-        MODEL_FILE,
-        best_table,
-        compare,
-        crossovers,
-        fit,
-        median_abs_error,
-    )
+    from allreduce_bench.analysis.model import best_table, fit
     from allreduce_bench.config.checks import check_writable_dir
-    from allreduce_bench.results.load import load_results
-    from allreduce_bench.units import parse_size
 
-    threshold = parse_size(min_size, "--min-size")
-    frame = load_results(paths)
-    check_writable_dir(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent), "--out")
+    out_dir = Path(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent))
+    check_writable_dir(out_dir, "--out")
+    frame = _selected(_loaded(paths), tag, pool)
+    sources = sorted(frame["source"].unique())
+    cost_model = fit(_fitted_rows(frame, fit_min_size), native_as=native_as, loss=loss, sources=sources)
+    comparison = _comparison(frame, cost_model)
+    _echo_links(cost_model, loss, comparison)
+    _echo_predictions(comparison, parse_size(min_size, "--min-size"))
+    best = best_table(comparison)
+    _echo_winners(best, cost_model, comparison)
+    _save_fit(cost_model, best, comparison, out_dir, f"fitted to {', '.join(sources)}", loss, no_plot)
+
+
+def _loaded(paths):
+    """The results; the note on rows the model leaves out only when some rows remain (else
+    the fit's own one line says what the rows are)."""
+    from allreduce_bench.results.load import load_results, skipped_note
+    from allreduce_bench.results.schema import allreduce_rows
+
+    frame = load_results(paths, explain_skips=False)
+    note = skipped_note(frame)
+    if note and not allreduce_rows(frame).empty:
+        click.echo(f"allreduce-bench: note: {note}", err=True)
+    return frame
+
+
+def _selected(frame, tag, pool):
+    """The rows of --tag, refused when they mix setups (without --pool)."""
+    from allreduce_bench.analysis.model import model_rows
+    from allreduce_bench.analysis.pooling import check_poolable
+
     if tag is not None:
         tags = sorted(frame["tag"].unique()) if "tag" in frame.columns else []
         frame = frame[frame["tag"] == tag] if tag in tags else frame.iloc[:0]
         if frame.empty:
             raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
                              f"{', '.join(repr(t) for t in tags) or 'none'}")
-    from allreduce_bench.analysis.model import model_rows
-    from allreduce_bench.analysis.pooling import check_poolable
     check_poolable(model_rows(frame), pool)
-    sources = sorted(frame["source"].unique())
-    fitted = frame
-    if fit_min_size is not None:
-        fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
-        if fitted.empty:
-            raise UsageError(f"no rows of --fit-min-size {fit_min_size} or more; choose a smaller size")
-    if not (frame["size_bytes"] >= threshold).any():
-        raise UsageError(f"no sizes of --min-size {format_size(threshold)} or more to summarise "
-                         f"(the largest is {format_size(frame['size_bytes'].max())}); give a "
-                         "smaller --min-size (and --fit-min-size to fit only large sizes)")
-    cost_model = fit(fitted, native_as=native_as, loss=loss, sources=sources)
+    return frame
+
+
+def _fitted_rows(frame, fit_min_size):
+    if fit_min_size is None:
+        return frame
+    fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
+    if fitted.empty:
+        raise UsageError(f"no rows of --fit-min-size {fit_min_size} or more; choose a smaller size")
+    return fitted
+
+
+def _comparison(frame, cost_model):
+    """Measured against predicted, every measured row; refused in one line when the fitted
+    rows lack a link some measured layout needs (fitted with --fit-min-size or --tag apart)."""
+    from allreduce_bench.analysis.model import compare
+
     try:
-        comparison = compare(frame, cost_model)
+        return compare(frame, cost_model)
     except UsageError as error:  # the model's message names predict's --intra-bw/--inter-bw
         if "-bw" not in str(error):
             raise
         raise UsageError(f"the fitted rows cannot predict every measured row ({error}".split("; give")[0]
                          + "); fit rows of every node layout you compare: check --fit-min-size "
                          "and --tag") from None
-    out_dir = out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent)
+
+
+def _layouts(comparison, algorithm: str) -> list[str]:
+    rows = comparison[comparison["algorithm"] == algorithm]
+    return sorted({f"{n}x{r}" for n, r in zip(rows["nodes"], rows["ranks_per_node"])})
+
+
+def _note(name, result, comparison) -> str:
+    if result.shared:
+        return f"one effective link for intra and inter ({', '.join(_layouts(comparison, name))})"
+    if result.links.inter is None:
+        return "one node only: no inter link"
+    if result.links.intra is None:
+        return "no one-node rows: no intra link"
+    return "inter = intra: steps across nodes were no slower" if result.links.intra == result.links.inter else ""
+
+
+def _echo_links(cost_model, loss, comparison) -> None:
+    import pandas as pd
 
     click.echo(f"Fitted links per algorithm ({loss} relative error; alpha = cost per message, "
                "bandwidth in decimal GB/s):")
@@ -197,18 +238,32 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
             row[f"{cls} bandwidth"] = units.format_bandwidth(link.bandwidth_Bps) if link else "-"
         row["reduction"] = (units.format_bandwidth(result.links.reduce_Bps)
                             if math.isfinite(result.links.reduce_Bps) else "in bandwidth")
-        row["rows"] = result.rows
-        row["note"] = ("one link for both: rows cannot separate them" if result.shared else
-                       "one node only: no inter link" if result.links.inter is None else
-                       "no one-node rows: no intra link" if result.links.intra is None else
-                       "inter = intra: steps across nodes were no slower" if
-                       result.links.intra == result.links.inter else "")
+        row["rows"], row["note"] = result.rows, _note(name, result, comparison)
         params.append(row)
     click.echo(pd.DataFrame(params).to_string(index=False))
     click.echo("(reduction 'in bandwidth': bytes reduced grow with bytes sent in every row, so the "
                "gamma term is folded into the bandwidth)")
+    if any(result.shared for result in cost_model.algorithms.values()):
+        click.echo(_separating_run(comparison))
     for name, why in cost_model.skipped.items():
         click.echo(f"note: {name} not fitted: {why}")
+
+
+def _separating_run(comparison) -> str:
+    """What the rows cannot separate and which run would."""
+    per_node = int(comparison["ranks_per_node"].max())
+    multi = (comparison["nodes"] > 1).any()
+    if multi:
+        return (f"note: every measured layout sends across nodes, so intra- and inter-node links are "
+                f"timed together: the effective link predicts these layouts only. Measure one node "
+                f"alone too (a world of {per_node} ranks on one node, e.g. nccl-tests -g {per_node} "
+                "on one host, or `allreduce-bench links`) to fit the two links apart.")
+    return ("note: these rows cannot tell the two link classes apart; measure another layout "
+            "(more nodes, or fewer ranks per node) to fit them apart.")
+
+
+def _echo_predictions(comparison, threshold: int) -> None:
+    from allreduce_bench.analysis.model import median_abs_error
 
     click.echo("\nMeasured (median over runs of time_us_median) against predicted time:")
     shown = comparison.assign(
@@ -219,12 +274,20 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
         error=lambda t: t["error_pct"].map("{:+.1f}%".format))
     click.echo(shown[["algorithm", "world_size", "layout", "size", "measured", "predicted",
                       "error"]].to_string(index=False))
-
-    errors = median_abs_error(comparison, threshold)
+    if not (comparison["size_bytes"] >= threshold).any():
+        sizes = sorted(comparison["size_bytes"].unique())
+        click.echo(f"\nnote: no size of {format_size(threshold)} or more was measured (sizes: "
+                   f"{', '.join(map(format_size, sizes))}); the summary below counts every size. "
+                   f"Measure sizes of {format_size(threshold)} and up (a run without --quick) for "
+                   "the large-message summary, or give --min-size.")
+        threshold = int(sizes[0])
     click.echo(f"\nMedian |error| (%) over sizes >= {format_size(threshold)}:")
-    click.echo(errors.round(1).to_string())
+    click.echo(median_abs_error(comparison, threshold).round(1).to_string())
 
-    best = best_table(comparison)
+
+def _echo_winners(best, cost_model, comparison) -> None:
+    from allreduce_bench.analysis.model import crossovers
+
     hits = (best["predicted_best_slower_pct"] <= 10).mean() * 100
     click.echo("\nFastest algorithm per world size and size, measured and predicted (among those "
                "measured there):")
@@ -239,20 +302,27 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
             f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
             for r in cross.itertuples()))
 
-    path = cost_model.save(Path(out_dir) / MODEL_FILE)
+
+def _save_fit(cost_model, best, comparison, out_dir: Path, fitted_to: str, loss: str, no_plot: bool) -> None:
+    """model.json, model_best.csv and (unless --no-plot) the two figures."""
+    from allreduce_bench.analysis.model import BEST_FILE, MODEL_FILE
+
+    path = cost_model.save(out_dir / MODEL_FILE)
     best[["world_size", "size_bytes", "measured", "predicted", "measured_best_us",
-          "predicted_best_measured_us", "predicted_best_slower_pct"]].to_csv(
-        Path(out_dir) / BEST_FILE, index=False)
-    click.echo(f"model: {path}; winners: {Path(out_dir) / BEST_FILE}")
+          "predicted_best_measured_us", "predicted_best_slower_pct"]].to_csv(out_dir / BEST_FILE, index=False)
+    click.echo(f"model: {path}; winners: {out_dir / BEST_FILE}")
     if not no_plot:
-        from allreduce_bench.analysis.model_plots import model_figure
-        figure = model_figure(comparison, cost_model, Path(out_dir) / "plots" / "model.png",
-                              footnote=f"fitted to {', '.join(sources)}; {loss} relative error")
-        click.echo(f"figure: {figure}")
-        from allreduce_bench.analysis.model_plots import winners_figure
-        figure = winners_figure(best, Path(out_dir) / "plots" / "model_best.png",
-                                footnote=f"fitted to {', '.join(sources)}")
-        click.echo(f"figure: {figure}")
+        _plot_fit(cost_model, best, comparison, out_dir, fitted_to, loss)
+
+
+def _plot_fit(cost_model, best, comparison, out_dir: Path, fitted_to: str, loss: str) -> None:
+    from allreduce_bench.analysis.model_plots import model_figure, winners_figure
+
+    figure = model_figure(comparison, cost_model, out_dir / "plots" / "model.png",
+                          footnote=f"{fitted_to}; {loss} relative error")
+    click.echo(f"figure: {figure}")
+    figure = winners_figure(best, out_dir / "plots" / "model_best.png", footnote=fitted_to)
+    click.echo(f"figure: {figure}")
 
 
 @model.command("predict")
@@ -378,19 +448,27 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
     click.echo(f"compute {units.format_seconds(compute, 's')} per step; {full + 1} buckets of up to "
                f"{units.format_bytes(bucket)}; {window}")
     if gpus:
-        click.echo(header)
-        click.echo(f"\n{'gpus':>6} {'nodes':>6} {'comm':>10} {'exposed':>10} {'step':>10} "
-                   f"{'efficiency':>11}  communication")
-        for row in table.itertuples():
-            click.echo(f"{row.gpus:>6} {row.nodes:>6} {units.format_seconds(row.comm_s, 's'):>10} "
-                       f"{units.format_seconds(row.exposed_s, 's'):>10} {units.format_seconds(row.step_s, 's'):>10} "
-                       f"{row.efficiency:>10.1%}  {'hidden' if row.hidden else 'exposed'}")
-        from allreduce_bench.analysis.model_plots import scaling_figure
-        figure = scaling_figure(
-            table, plot_path, f"DDP weak scaling: {units.format_count(params)} {dtype} gradients, "
-            f"{units.format_seconds(compute, 's')} compute, {ranks_per_node} GPUs/node", footnote=header)
-        click.echo(f"figure: {figure}")
-        return
+        title = (f"DDP weak scaling: {units.format_count(params)} {dtype} gradients, "
+                 f"{units.format_seconds(compute, 's')} compute, {ranks_per_node} GPUs/node")
+        _echo_scaling(table, header, plot_path, title)
+    else:
+        _echo_steps(steps)
+
+
+def _echo_scaling(table, header: str, plot_path: Path, title: str) -> None:
+    from allreduce_bench.analysis.model_plots import scaling_figure
+
+    click.echo(header)
+    click.echo(f"\n{'gpus':>6} {'nodes':>6} {'comm':>10} {'exposed':>10} {'step':>10} "
+               f"{'efficiency':>11}  communication")
+    for row in table.itertuples():
+        click.echo(f"{row.gpus:>6} {row.nodes:>6} {units.format_seconds(row.comm_s, 's'):>10} "
+                   f"{units.format_seconds(row.exposed_s, 's'):>10} {units.format_seconds(row.step_s, 's'):>10} "
+                   f"{row.efficiency:>10.1%}  {'hidden' if row.hidden else 'exposed'}")
+    click.echo(f"figure: {scaling_figure(table, plot_path, title, footnote=header)}")
+
+
+def _echo_steps(steps) -> None:
     click.echo(f"\n{'bandwidth':>12} {'comm':>10} {'exposed':>10} {'step':>10} {'efficiency':>11}  communication")
     for bandwidth, step in steps:
         click.echo(f"{units.format_bandwidth(bandwidth):>12} {units.format_seconds(step.comm_s, 's'):>10} "

@@ -24,6 +24,11 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
         click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
                      help="Seconds any collective may take before the run is aborted."),
         click.option("--no-plot", is_flag=True, help="Write results only, no figures."),
+        click.option("--nccl-debug", is_flag=True, help="NCCL: run with NCCL_DEBUG=INFO "
+                     "(subsystems INIT,GRAPH,ENV,TUNING), one NCCL_DEBUG_FILE per rank in "
+                     "OUT/nccl-debug/, read at the end into meta.json's `nccl` block: which NICs, "
+                     "transports and NCCL_* settings each host got (see `nccl-log`). For "
+                     "diagnosis: NCCL then logs every call, which slows the smallest sizes."),
     ]
 
     return with_options(options)

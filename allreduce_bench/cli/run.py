@@ -56,8 +56,9 @@ def run(**options):
     """Measure AllReduce over a sweep of sizes and world sizes, check every result.
 
     \b
-    Without a launcher, starts a local world per world size (gloo on loopback, or NCCL
-    with one GPU per rank). Under torchrun / srun / mpirun it uses that world.
+    Without a launcher, starts one local world of the largest world size (gloo on loopback,
+    or NCCL with one GPU per rank) whose first k ranks measure world size k; under torchrun /
+    srun / mpirun it uses that world the same way.
     Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
     """
     from allreduce_bench import benchmarks

@@ -92,7 +92,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
 
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
-                  check_out: bool = True) -> LaunchConfig:
+                  check_out: bool = True, nccl_debug: bool = False) -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
     results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
@@ -106,7 +106,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
     return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=timeout_s, plot=not no_plot, command=command,
-                        **({"run_id": run_id} if run_id else {}))
+                        nccl_debug=nccl_debug, **({"run_id": run_id} if run_id else {}))
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
@@ -149,7 +149,7 @@ def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | N
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None) -> RunConfig:
+               command="", resume_dir=None, nccl_debug=False) -> RunConfig:
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -165,7 +165,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
         if resume_dir is None:
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
-                           command=command, run_id=stored.get("run_id"), check_out=False)
+                           command=command, run_id=stored.get("run_id"), check_out=False,
+                           nccl_debug=nccl_debug)
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling)
     algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
         env.local_world_size if env else None), backend)  # before any process starts

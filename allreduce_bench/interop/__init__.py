@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import math
 import uuid
 from pathlib import Path
 
 import pandas as pd
 
 from allreduce_bench.errors import UsageError
-from allreduce_bench.interop import nccl_tests_json, nccl_tests_text, param_comms, pybench
+from allreduce_bench.interop import nccl_log, nccl_tests_json, nccl_tests_text, param_comms, pybench
 from allreduce_bench.interop.collectives import FACTORS, TYPES, count_ratio, factor_of, world_size_from_factor
 from allreduce_bench.interop.lines import ParseError
+from allreduce_bench.interop.nccl_lines import LogLines, read_lines
 from allreduce_bench.interop.run import ImportedRun
 from allreduce_bench.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
 
@@ -30,17 +32,42 @@ __all__ = ["ImportedRun", "ParseError", "read_text", "read_file", "run_frame", "
 
 
 def read_text(text: str, source: str) -> list[ImportedRun]:
-    """Every run in `text` (the contents of `source`), format detected."""
+    """Every run in `text` (the contents of `source`), format detected, each with what NCCL's
+    own lines around it said (meta `nccl`, see interop/nccl_log.py)."""
     for module in FORMATS:
         if module.looks_like(text):
             runs = module.parse(text, source)
             if not runs:
                 raise ParseError(source, 1, f"looks like {module.TOOL} output but holds no result rows",
                                  "a table needs its header line and at least one row")
+            attach_nccl(runs, text, source)
             return runs
     first = next((i for i, line in enumerate(text.splitlines(), 1) if line.strip()), 1)
     raise ParseError(source, first, "no nccl-tests (text or -J JSON), PARAM comms COMMS-RES or "
                      "all_reduce_bench.py table found", "give one of those tools' output as it printed it")
+
+
+def attach_nccl(runs: list[ImportedRun], text: str, source: str) -> None:
+    """Give each run the NCCL lines from its first line to the next run's (the first run also
+    those before it; runs printed at once share theirs), as meta `nccl`; the NCCL_* variables
+    every host agrees on become its `environment` when the tool printed none."""
+    log = read_lines(text, source)
+    if not (log.messages or log.banners):
+        return
+    starts = sorted(run.first_line for run in runs)
+    for run in runs:
+        low = 1 if run.first_line == starts[0] else run.first_line
+        high = min((s for s in starts if s > run.last_line), default=math.inf)
+        part = LogLines([m for m in log.messages if low <= m.number < high],
+                        [b for b in log.banners if low <= b[1] < high])
+        block = nccl_log.read_log([part], [source])
+        if not nccl_log.said_anything(block):
+            continue
+        run.meta["nccl"] = block
+        agreed = {name: next(iter(values)) for name, values in block["environment"].items()
+                  if len(values) == 1}
+        if agreed and not run.meta.get("environment"):
+            run.meta["environment"] = agreed
 
 
 def read_file(path: Path | str) -> list[ImportedRun]:
@@ -141,6 +168,8 @@ def run_meta(run: ImportedRun, run_id: str, tag: str, source: str) -> dict:
             "world_size": run.world_size,
             "imported": {"tool": run.source_tool, "file": str(Path(source).resolve()),
                          "lines": [run.first_line, run.last_line], "how": run.why,
+                         "notes": run.notes,
+                         "skipped": [{"line": line, "why": why} for line, why in run.skipped],
                          "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
             "dtype": sorted({r["dtype"] for r in run.rows if r.get("dtype")}),
             **run.meta}

@@ -44,7 +44,7 @@ def _program(args: list) -> str | None:
     return next((collective_of_program(a) and a for a in args[:1]), None) if args else None
 
 
-def parse(text: str, source: str) -> list[ImportedRun]:
+def _document(text: str, source: str) -> dict:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
@@ -54,9 +54,32 @@ def parse(text: str, source: str) -> list[ImportedRun]:
     version = document.get("version")
     if version not in (1, 2, 3):
         raise ParseError(source, 1, f"nccl-tests JSON version {version!r}; this importer reads versions 1-3")
-    config = {k: _bool(v) for k, v in (document.get("config") or {}).items() if k != "devices"}
-    devices = (document.get("config") or {}).get("devices") or []
-    args = [str(a) for a in document.get("args") or []]
+    return document
+
+
+def _half(base: dict, body: dict, in_place: bool, per_iter) -> tuple[dict, list[dict]]:
+    """One half (out-of-place or in-place) of a result as a row, and its per-iteration samples."""
+    time_us = _float(body.get("time", body.get("cpu_time")))
+    row = {**base, "in_place": in_place, "time_us_median": time_us, "time_us_mean": time_us,
+           "algbw_GBps": _float(body.get("alg_bw")), "busbw_GBps": _float(body.get("bus_bw")),
+           "time_printed": str(body.get("time", body.get("cpu_time"))),
+           "algbw_printed": str(body.get("alg_bw")), "busbw_printed": str(body.get("bus_bw")),
+           "wrong_printed": str(body.get("nwrong"))}
+    wrong = _float(body.get("nwrong"))
+    row["wrong"] = int(wrong) if wrong is not None and wrong == wrong else None
+    if not isinstance(per_iter, dict):
+        return row, []
+    times = [t for t in map(_float, per_iter.get("times_us") or []) if t is not None]
+    if times:
+        row["time_us_median"] = pd.Series(times).median()
+    row.update({name: _float(per_iter.get(key)) for name, key in (
+        ("time_us_min", "min_us"), ("time_us_max", "max_us"), ("time_us_p95", "p95_us"),
+        ("time_us_p99", "p99_us"), ("time_cv_pct", "cv_pct"))})
+    return row, [{"size_bytes": base["size_bytes"], "in_place": in_place, "sample": i, "rank": 0,
+                  "loops": 1, "time_us": t} for i, t in enumerate(times)]
+
+
+def _rows(document: dict, source: str) -> tuple[list[dict], list[dict]]:
     rows, samples = [], []
     for index, result in enumerate(document["results"]):
         if not isinstance(result, dict) or "size" not in result:
@@ -69,42 +92,21 @@ def parse(text: str, source: str) -> list[ImportedRun]:
                 "root": int(root) if root.lstrip("-").isdigit() else None,
                 "source_line": index}  # JSON has no lines: the index in `results`
         for in_place, half in ((False, "out_of_place"), (True, "in_place")):
-            body = result.get(half)
-            if not isinstance(body, dict):
-                continue  # null: that half was not run
-            time_us = _float(body.get("time", body.get("cpu_time")))
-            row = {**base, "in_place": in_place, "time_us_median": time_us, "time_us_mean": time_us,
-                   "algbw_GBps": _float(body.get("alg_bw")), "busbw_GBps": _float(body.get("bus_bw")),
-                   "time_printed": str(body.get("time", body.get("cpu_time"))),
-                   "algbw_printed": str(body.get("alg_bw")), "busbw_printed": str(body.get("bus_bw")),
-                   "wrong_printed": str(body.get("nwrong"))}
-            wrong = _float(body.get("nwrong"))
-            row["wrong"] = int(wrong) if wrong is not None and wrong == wrong else None
-            per_iter = result.get(f"{half}_per_iter")
-            if isinstance(per_iter, dict):
-                times = [t for t in map(_float, per_iter.get("times_us") or []) if t is not None]
-                if times:
-                    row["time_us_median"] = pd.Series(times).median()
-                row.update({name: _float(per_iter.get(key)) for name, key in (
-                    ("time_us_min", "min_us"), ("time_us_max", "max_us"), ("time_us_p95", "p95_us"),
-                    ("time_us_p99", "p99_us"), ("time_cv_pct", "cv_pct"))})
-                samples += [{"size_bytes": base["size_bytes"], "in_place": in_place, "sample": i,
-                             "rank": 0, "loops": 1, "time_us": t} for i, t in enumerate(times)]
-            rows.append(row)
+            if isinstance(result.get(half), dict):  # null: that half was not run
+                row, times = _half(base, result[half], in_place, result.get(f"{half}_per_iter"))
+                rows.append(row)
+                samples += times
     if not rows:
         raise ParseError(source, 1, "the JSON document has no results")
-    program = _program(args)
-    collective = collective_of_program(program) if program else None
-    world_size = len(devices) or None
-    why = f"named by '{program}'" if collective else ""
-    if collective is None:
-        element = TYPES.get(rows[0]["type"], ("", 1))[1]
-        collective, why = guess_collective([r for r in rows if not r["in_place"]] or rows, element,
-                                           world_size, has_redop=bool(rows[0]["redop"]) and rows[0]["redop"] != "none",
-                                           rooted=any(r["root"] not in (None, -1) for r in rows))
-    meta = {"json_version": version, "start_time": document.get("start_time"),
+    return rows, samples
+
+
+def _meta(document: dict, args: list[str]) -> dict:
+    devices = (document.get("config") or {}).get("devices") or []
+    meta = {"json_version": document["version"], "start_time": document.get("start_time"),
             "end_time": document.get("end_time"), "command": " ".join(args) or None,
-            "settings": config, "environment": document.get("env") or []}
+            "settings": {k: _bool(v) for k, v in (document.get("config") or {}).items() if k != "devices"},
+            "environment": document.get("env") or []}
     if isinstance(document.get("nccl_version"), int):
         meta["versions"] = {"nccl": nccl_version_of_code(document["nccl_version"])}
     if devices:
@@ -119,6 +121,23 @@ def parse(text: str, source: str) -> list[ImportedRun]:
         meta["avg_busbw_GBps"] = _float(average.get("bandwidth"))
     if isinstance(document.get("out_of_bounds"), dict):
         meta["out_of_bounds"] = {k: _bool(v) for k, v in document["out_of_bounds"].items()}
+    return meta
+
+
+def parse(text: str, source: str) -> list[ImportedRun]:
+    document = _document(text, source)
+    args = [str(a) for a in document.get("args") or []]
+    rows, samples = _rows(document, source)
+    meta = _meta(document, args)
+    program = _program(args)
+    collective = collective_of_program(program) if program else None
+    world_size = len(meta.get("devices") or []) or None
+    why = f"named by '{program}'" if collective else ""
+    if collective is None:
+        element = TYPES.get(rows[0]["type"], ("", 1))[1]
+        collective, why = guess_collective([r for r in rows if not r["in_place"]] or rows, element,
+                                           world_size, has_redop=bool(rows[0]["redop"]) and rows[0]["redop"] != "none",
+                                           rooted=any(r["root"] not in (None, -1) for r in rows))
     run = ImportedRun(TOOL, collective, rows, meta, 1, text.count("\n") + 1, world_size, why)
     run.samples = pd.DataFrame(samples) if samples else None
     return [run]

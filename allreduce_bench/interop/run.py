@@ -23,6 +23,9 @@ class ImportedRun:
     world_size: int | None = None
     why: str = ""  # how the collective and world size were told (when no line names them)
     samples: pd.DataFrame | None = field(default=None, repr=False)  # per-iteration times
+    notes: list[str] = field(default_factory=list)  # what the reader found (interleaved runs, ...)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of result-like
+    # lines it could not import: every such line is imported or listed here, never dropped
 
 
 def nccl_version_of_code(code: int) -> str:

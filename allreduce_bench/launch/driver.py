@@ -81,11 +81,13 @@ def _spawned_ranks() -> list[int]:
 
 
 def drive(config, benchmark: Benchmark) -> int:
-    """Run `benchmark`: under a launcher on this rank of its world; else a local world for each
-    world size `benchmark.world_sizes(config)` leaves to do (asked once the directory is
-    locked), one after the other. Then `benchmark.finish(config)` where rows are written. The
-    writer holds the output directory's lock throughout and runs `benchmark.prepare(config)`
-    first. A rank that dies or Ctrl-C ends a local run with one line, the rows kept."""
+    """Run `benchmark`: under a launcher on this rank of its world; else on one local world of
+    the largest world size `benchmark.world_sizes(config)` leaves to do (asked once the
+    directory is locked), whose first k ranks measure world size k, as under a launcher: one
+    start of ranks and torch instead of one per world size. Then `benchmark.finish(config)`
+    where rows are written. The writer holds the output directory's lock throughout and runs
+    `benchmark.prepare(config)` first. A rank that dies or Ctrl-C ends a local run with one
+    line, the rows kept."""
     env = launcher_env()
     writer = is_writer(env)
     lock = DirectoryLock(config.out_dir).acquire() if writer else None
@@ -115,9 +117,9 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
         os.environ[DRIVER_PID_ENV] = str(os.getpid())
         try:
             with _ranks_ignore_ctrl_c(reasons):
-                for world_size in world_sizes:
-                    launch_local(world_size, guarded, rank_main,
-                                 config.with_world_sizes((world_size,)), benchmark)
+                if world_sizes:
+                    launch_local(max(world_sizes), guarded, rank_main,
+                                 config.with_world_sizes(tuple(world_sizes)), benchmark)
         except ChildFailedError as error:
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)

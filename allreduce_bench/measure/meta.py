@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import asdict, is_dataclass
+from pathlib import Path
 
 import torch
 
@@ -20,6 +21,8 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_
 
 
 def versions() -> dict:
+    """Python, torch and, with CUDA, the CUDA runtime torch was built with, the NCCL it loaded
+    (torch.cuda.nccl.version()) and the NVIDIA driver."""
     found = {"python": platform.python_version(), "torch": torch.__version__}
     if torch.cuda.is_available():
         found["cuda"] = torch.version.cuda
@@ -27,6 +30,9 @@ def versions() -> dict:
             found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # torch built without NCCL
             pass
+        driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
+        if driver and not driver.startswith("nvidia-smi"):
+            found["nvidia_driver"] = driver.splitlines()[0].strip()
     for name in ("pandas", "matplotlib", "numpy"):
         module = sys.modules.get(name)
         if module is not None:
@@ -47,17 +53,37 @@ def gpus() -> list[dict]:
     return found
 
 
-def gpu_topology(timeout_s: float = 20.0) -> str | None:
-    """`nvidia-smi topo -m` (which GPUs talk over NVLink, PCIe, which NIC is near), if present."""
+def _nvidia_smi(*args: str, timeout_s: float = 20.0) -> str | None:
+    """nvidia-smi's output, a line saying why it failed, or None without nvidia-smi."""
     command = shutil.which("nvidia-smi")
     if command is None:
         return None
+    what = " ".join(("nvidia-smi", *args))
     try:
-        done = subprocess.run([command, "topo", "-m"], capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run([command, *args], capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.SubprocessError) as error:
-        return f"nvidia-smi topo -m failed: {error}"
-    return done.stdout if done.returncode == 0 else f"nvidia-smi topo -m failed: {done.stderr.strip()}"
+        return f"{what} failed: {error}"
+    return done.stdout if done.returncode == 0 else f"{what} failed: {done.stderr.strip()}"
+
+
+def gpu_topology() -> str | None:
+    """`nvidia-smi topo -m` (which GPUs talk over NVLink, PCIe, which NIC is near), if present."""
+    return _nvidia_smi("topo", "-m")
+
+
+TOPOLOGY_FILE = "nvidia-smi-topo.{host}.txt"
+
+
+def save_topologies(out_dir, topologies: dict[str, str]) -> list:
+    """Each host's `nvidia-smi topo -m` beside the run, as printed (meta.json keeps it too)."""
+    written = []
+    for host, text in (topologies or {}).items():
+        if text.startswith("nvidia-smi"):  # "nvidia-smi topo -m failed: ...": only in meta.json
+            continue
+        path = Path(out_dir) / TOPOLOGY_FILE.format(host=host.replace("/", "_"))
+        path.write_text(text if text.endswith("\n") else text + "\n")
+        written.append(path)
+    return written
 
 
 def environment() -> dict:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from allreduce_bench.environment import RankEnv, export_for_env_init, launcher_env
 from allreduce_bench.errors import UsageError, is_out_of_memory
 from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import nccl_debug
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
@@ -43,6 +44,7 @@ def join_world(config, env: RankEnv | None):
     timeout_s. A rank that cannot join exits with one line."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
+    nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
     export_for_env_init(env)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
@@ -143,6 +145,7 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     try:
         hosts = _gather_meta(config, benchmark, env, device)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts))
+        nccl_debug.collect(config, env.rank, env.world_size)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
             raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
@@ -188,6 +191,7 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> list[str
     meta = read_meta(config.out_dir)
     if len(infos) >= len(meta.get("hostnames", [])):  # a local sub-world does not shrink it
         meta.update(run_meta.world_meta(infos))
+        run_meta.save_topologies(config.out_dir, meta.get("gpu_topology"))
     meta.setdefault("peaks", {})[str(env.world_size)] = {
         **world_peaks, "probe": {"GBps": probe_GBps, "bytes": link_peaks.PROBE_BYTES} if probe_GBps else None,
         "per_rank": per_rank}

@@ -17,11 +17,9 @@ def exclude(hosts: Sequence[dict]) -> str:
     return hostlist.collect_hostlist([h["host"] for h in hosts if h["verdict"] != "ok"])
 
 
-def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "",
-             explain_host=None) -> dict:
-    """health.json's content (results/health.py adds schema_version and writes it);
-    `explain_host`: see verdicts.verdicts."""
-    found = verdicts(check, explain_host)
+def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
+    """health.json's content (results/health.py adds schema_version and writes it)."""
+    found = verdicts(check)
     code = exit_code(found["hosts"], found["pairs"])
     return {"layout": layout, **found,
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
@@ -29,6 +27,18 @@ def document(check: HealthCheck, layout: dict, complete: bool = True, note: str 
             "bisect": check.bisection.as_json() if check.bisection else None,
             "exclude": exclude(found["hosts"]), "complete": complete, "note": note,
             "exit_code": code if complete else 1}
+
+
+def explain(doc: dict, nccl_block: dict | None) -> dict:
+    """The document with each unhealthy host's `why` extended by how its NCCL setup differs
+    from the majority's (meta.json's `nccl` block, from --nccl-debug; analysis/nccl_setup.py)."""
+    from allreduce_bench.analysis.nccl_setup import host_differences
+
+    hosts = []
+    for h in doc["hosts"]:
+        said = host_differences(nccl_block, h["host"]) if h["verdict"] != "ok" else []
+        hosts.append({**h, "why": "; ".join([h["why"], *said]), "nccl_differences": said} if said else h)
+    return {**doc, "hosts": hosts}
 
 
 def baseline_thresholds(baseline: dict, ranks_per_node: int, sizes: Sequence[int], where) -> list[dict]:

@@ -4,7 +4,7 @@ BAD_FRACTION of expected and `slow` above it; the exit code follows from the hos
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from allreduce_bench.analysis.health.decide import (
     Channel,
@@ -19,7 +19,6 @@ from allreduce_bench.analysis.health.reference import BAD_FRACTION, Reference
 from allreduce_bench.analysis.health.rounds import HealthCheck
 
 VERDICTS = ("ok", "slow", "bad", "unreachable")
-ExplainHost = Callable[[str], "str | None"]
 HEALTHY, UNHEALTHY, BAD_INPUT, INCOMPLETE = 0, 3, 2, 1  # exit codes
 
 
@@ -138,19 +137,12 @@ def _pair_why(r: PairResult, states: dict[str, HostState], finding: str | None, 
     return f"{what} slow: {' and '.join(blamed) or 'a host'} slow with other partners too"
 
 
-def verdicts(check: HealthCheck, explain_host: ExplainHost | None = None) -> dict:
-    """hosts, rails (with >= 2 ranks per host) and pairs, as health.json lists them.
-
-    `explain_host(host) -> sentence or None`: the hook for saying why a host not ok differs
-    from the majority (e.g. its NCCL setup, issue 20's comparison); its sentence joins `why`."""
+def verdicts(check: HealthCheck) -> dict:
+    """hosts, rails (with >= 2 ranks per host) and pairs, as health.json lists them."""
     states = check.states()
     results = pair_results(check.measurements, check.reference)
     intra = [m for m in check.measurements if m.check == "intra"]
     hosts = [host_verdict(states[h], check, results, intra) for h in check.hosts]
-    for h in hosts:
-        said = explain_host(h["host"]) if explain_host and h["verdict"] != "ok" else None
-        if said:
-            h["why"] += f"; {said}"
     rails = rail_verdicts(states, check, results) if check.ranks_per_node > 1 else []
     return {"hosts": hosts, "rails": rails, "pairs": pair_verdicts(states, check, results)}
 
