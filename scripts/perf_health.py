@@ -45,7 +45,9 @@ def emulate(layout: str, out: Path, rate: str | None, extra: list[str], timeout_
                *extra]
     if background:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    out.with_suffix(".log").write_text(done.stdout + done.stderr)  # why a trial had no result
+    return done
 
 
 def flagged(out: Path) -> tuple[set[str] | None, dict]:
