@@ -289,7 +289,6 @@ def finish_health(config) -> int:
         say(f"allreduce-bench health: the check did not complete: no {path}")
         return INCOMPLETE
     doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
-    print("\n" + summary(doc), flush=True)
     if config.settings.prometheus:
         write_prometheus(Path(config.settings.prometheus), doc)
         print(f"prometheus: {config.settings.prometheus}")
@@ -299,7 +298,7 @@ def finish_health(config) -> int:
         report = Path(config.out_dir) / "report.md"
         report.write_text(report_section(doc, figure, Path(config.out_dir)))
         print(f"figure: {figure}\nreport: {report}")
-    print(f"health: {path}", flush=True)
+    print(f"health: {path}\n\n{summary(doc)}", flush=True)  # last: the ready --exclude
     write_health(config.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
     if not doc.get("complete"):
         say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
