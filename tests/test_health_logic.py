@@ -157,9 +157,11 @@ def test_mad_threshold():
     values = [10.0, 10.0, 10.0, 10.0, 9.0, 11.0, 2.0]  # median 10, MAD 0 among most
     t = fleet_threshold("pair", 1 << 20, values)
     assert t.expected_GBps == 10.0 and t.tolerance == TOLERANCE_FLOOR and t.threshold_GBps == 7.5
-    noisy = [10.0, 9.0, 11.0, 8.0, 12.0, 10.0, 10.0]  # MAD 1: sigma 1.4826, 4 sigma = 59%
+    noisy = [10.0, 11.0, 12.0, 9.0, 8.0, 13.0, 7.0]  # fast side: 0, 1, 2, 3 above; MAD 1.5
     t = fleet_threshold("pair", 1 << 20, noisy)
-    assert t.spread == pytest.approx(0.14826) and t.tolerance == pytest.approx(0.59304)
+    assert t.spread == pytest.approx(1.5 * 1.4826 / 10) and t.tolerance == pytest.approx(4 * 0.22239)
+    slow_side = [10.0, 10.0, 10.0, 10.0, 1.0, 2.0, 3.0]  # slow outliers do not widen it
+    assert fleet_threshold("pair", 1, slow_side).tolerance == TOLERANCE_FLOOR
     assert fleet_threshold("pair", 1, [5.0, 1.0]).source == "too few groups"
     ref = Reference([1], expect={"inter": 40.0})
     assert ref.slow("pair", 1, 39.9) and not ref.slow("pair", 1, 40.0) and not ref.slow("intra", 1, 1.0)
@@ -312,10 +314,12 @@ def test_a_link_slow_once_is_noise_when_fine_again():
 
 def test_slow_on_another_check_each_time_is_not_a_fault():
     from allreduce_bench.analysis.health.decide import PairResult, _status
-    a = PairResult(1, ("x", "g1"), slow={("rail", 0)})
-    b = PairResult(2, ("x", "g2"), slow={("rail", 1)})
+    a = PairResult(1, ("x", "g1"), slow={("rail", 0, 4096)})
+    b = PairResult(2, ("x", "g2"), slow={("rail", 1, 4096)})
     assert _status([], False, [a, b], True) == ("unconfirmed", set())
-    b.slow = {("rail", 0), ("pair", None)}
+    b.slow = {("rail", 0, 1 << 20)}  # the same rail, but another size
+    assert _status([], False, [a, b], True) == ("unconfirmed", set())
+    b.slow = {("rail", 0, 4096), ("pair", None, 4096)}
     assert _status([], False, [a, b], True) == ("faulty", {("rail", 0)})
 
 

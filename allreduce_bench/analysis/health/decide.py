@@ -47,7 +47,7 @@ class PairResult:
     round: int
     hosts: tuple[str, str]
     measurements: list[Measurement] = field(default_factory=list)
-    slow: set[Channel] = field(default_factory=set)
+    slow: set[tuple] = field(default_factory=set)  # (check, rail, size_bytes) under threshold
 
     def partner(self, host: str) -> str:
         return self.hosts[1] if self.hosts[0] == host else self.hosts[0]
@@ -76,7 +76,7 @@ def pair_results(measurements: Iterable[Measurement], reference: Reference) -> l
         result = found.setdefault((m.round, m.hosts), PairResult(m.round, m.hosts))  # type: ignore[arg-type]
         result.measurements.append(m)
         if reference.slow(m.check, m.size_bytes, m.busbw_GBps):
-            result.slow.add(channel_of(m))
+            result.slow.add((m.check, m.rail, m.size_bytes))
     return list(found.values())
 
 
@@ -123,7 +123,8 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
 def _status(intra: list[bool], fine_once: bool, confirming: list[PairResult],
             measured: bool) -> tuple[str, set[Channel]]:
     """One host's status: its intra rounds, whether a pair of it was fine, the slow pairs with
-    partners good for it, whether it was in any pair."""
+    partners good for it, whether it was in any pair. Confirmed means slow each time on the
+    same check at the same size: one moment of load slows some size of some pair."""
     if len(intra) >= CONFIRMATIONS and all(intra):
         return "faulty", {("intra", None)}
     if intra and intra[-1]:
@@ -132,8 +133,8 @@ def _status(intra: list[bool], fine_once: bool, confirming: list[PairResult],
         return "good", set()
     common = set.intersection(*(r.slow for r in confirming)) if confirming else set()
     if len(confirming) >= CONFIRMATIONS:
-        # slow with every good partner, but on other checks each time: noise, not a fault
-        return ("faulty", common) if common else ("unconfirmed", set())
+        # slow with every good partner, but on other checks or sizes each time: noise
+        return ("faulty", {(c, rail) for c, rail, _ in common}) if common else ("unconfirmed", set())
     return ("suspect", set()) if measured else ("pending", set())
 
 

@@ -7,11 +7,12 @@ Three sources, per (check, size_bytes), first found wins:
   is the threshold. `inter` applies to the pair and rail checks, `intra` to the intra check.
 - `--baseline DIR`: the expected values and tolerances of an earlier health run (health.json).
 - the fleet: a robust outlier test on this run's own measurements. Expected is the median over
-  the groups of one check and size, the spread sigma = 1.4826 * MAD (the normal-consistent
-  median absolute deviation), and a measurement is slow under median * (1 - tolerance) with
-  tolerance = max(TOLERANCE_FLOOR, K_SIGMA * sigma / median). Median and MAD stay put while
-  fewer than half of the groups are slow (breakdown point 50%), so up to N/8 bad hosts (N/4 of
-  the pairs) cannot drag the threshold down to them. doc/health.md gives the measurements the
+  the hosts of one check and size, the spread sigma = 1.4826 * MAD (the normal-consistent
+  median absolute deviation) taken on the fast side of the median (a fault only slows), and a
+  measurement is slow under median * (1 - tolerance) with tolerance = max(TOLERANCE_FLOOR,
+  K_SIGMA * sigma / median). The median stays put while fewer than half of the hosts are slow
+  (breakdown point 50%), and the one-sided MAD is not widened by them at all, so up to N/8 bad
+  hosts (N/4 of round 1's pairs) cannot drag the threshold down to them. doc/health.md gives the measurements the
   two constants come from.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from allreduce_bench.errors import UsageError
 CHECKS = ("intra", "pair", "rail")
 K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group
 TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
-LATENCY_FLOOR = 0.5  # smaller sizes: a call of ~100 us moves with every scheduling hiccup
+LATENCY_FLOOR = 0.9  # smaller sizes: flagged only 10x slower (a ~100 us call moves with the load)
 MAD_TO_SIGMA = 1.4826
 MIN_FLEET = 3  # fewer groups than this: no outlier test (nothing is an outlier of one or two)
 BAD_FRACTION = 0.5  # a confirmed host under half of expected is `bad`, else `slow`
@@ -59,7 +60,9 @@ def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: f
     median = statistics.median(values)
     if len(values) < MIN_FLEET or median <= 0:
         return Threshold(check, size_bytes, median, 0.0, 1.0, "too few groups", len(values))
-    spread = MAD_TO_SIGMA * statistics.median(abs(v - median) for v in values) / median
+    # the spread on the fast side of the median only: a fault only slows a group, so slow
+    # outliers (and the healthy partners they drag down) must not widen the tolerance
+    spread = MAD_TO_SIGMA * statistics.median(v - median for v in values if v >= median) / median
     tolerance = min(1.0, max(floor, k_sigma * spread))
     return Threshold(check, size_bytes, median, median * (1 - tolerance), tolerance, "fleet",
                      len(values), spread)

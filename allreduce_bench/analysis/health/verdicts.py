@@ -120,8 +120,9 @@ def pair_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
             why = "fine" if not r.slow else "slow once, fine when measured again: noise"
             rows.append({**base, "verdict": "ok", **_public(_worst(whole, check.reference)), "why": why})
             continue
+        channels = sorted({(c, rail) for c, rail, _ in r.slow}, key=str)
         worst = min((_worst([m for m in r.measurements if channel_of(m) == c], check.reference) | {"channel": c}
-                     for c in sorted(r.slow, key=str)), key=lambda w: w["ratio"])
+                     for c in channels), key=lambda w: w["ratio"])
         rows.append({**base, "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
                      "link": finding is not None, "confirmed": finding != "suspect", **_public(worst),
                      "why": _pair_why(r, states, finding, _name(worst["channel"]))})
