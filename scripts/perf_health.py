@@ -139,9 +139,11 @@ def report(kind: str, layout: str, trials: list[dict]) -> None:
     n = len(trials)
     if kind == "freeze":
         ok = [t for t in trials if t["hit"] and t["code"] == 3]
-        worst = max((t["seconds"] for t in trials), default=float("nan"))
-        print(f"{layout:>4} freeze: unreachable named with exit 3 in {len(ok)}/{n}; slowest "
-              f"freeze-to-verdict {worst:.1f} s", flush=True)
+        seconds = ", ".join(f"{t['seconds']:.1f}" for t in trials)
+        others = sum(all(v != "unreachable" for h, v in t["verdicts"].items() if h != f"node{t['host']}")
+                     for t in trials)
+        print(f"{layout:>4} freeze: unreachable named with exit 3 in {len(ok)}/{n}, the others got "
+              f"verdicts in {others}/{n}; freeze to final verdict (s): {seconds}", flush=True)
         return
     hits = sum(t["hit"] for t in trials)
     misses = sum(t.get("miss", False) for t in trials)
@@ -157,11 +159,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="rate,cpu,clean,freeze")
     parser.add_argument("--timeout", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", help="Write the trials here (kept) instead of a temporary folder.")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     print(f"# {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="perf-health-") as tmp:
-        work = Path(tmp)
+        work = Path(args.keep or tmp)
         rate, bits = default_rate(work, "4x1", args.timeout)
         print(f"# the emulator's default link here: {rate} ({bits / 8e6:.1f} MB/s)", flush=True)
         for layout in args.layouts.split(","):
