@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_emulate import needs_namespaces
+from test_emulate import em, needs_namespaces
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
 
@@ -139,3 +139,26 @@ def test_emulate_bad_fault_is_one_line_before_any_namespace(tmp_path):
     done = _cli("emulate", "--nodes", "2", "--benchmarks", "health", "--host-bandwidth", "node1:1=1mbit",
                 "--out", str(tmp_path / "o"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
+
+
+@needs_namespaces
+def test_emulated_frozen_host_is_unreachable_the_others_get_verdicts_exit_3(tmp_path):
+    out = tmp_path / "frozen-host"
+    driver = subprocess.Popen([*CLI, "emulate", "--nodes", "4", "--ranks-per-node", "1", "--inter-bandwidth",
+                               "200mbit", "--benchmarks", "health", "--sizes", "1M", "--timeout", "15",
+                               "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in driver.stdout:
+        if "health: round 1" in line:
+            break
+    host = next(n for n in em.namespaces() if n.startswith(f"{em.PREFIX}{driver.pid}-") and n.endswith("-h2"))
+    ranks = []
+    for pid in subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True).stdout.split():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"allreduce_bench" in command and b"torch.distributed.run" not in command:
+            ranks.append(int(pid))  # node2's worker, not its torchrun agent
+    os.kill(ranks[0], signal.SIGSTOP)
+    driver.communicate(timeout=600)
+    assert driver.returncode == 3
+    doc = json.loads((out / "health.json").read_text())
+    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    assert verdicts.pop("node2") == "unreachable" and set(verdicts.values()) == {"ok"}

@@ -136,21 +136,25 @@ class Rank:
         return next(h for h, ranks in self.ranks_of.items() if rank in ranks)
 
 
-def wait_round(board: Board, liveness: Liveness, k: int, members: list[int]) -> tuple[set[int], dict]:
-    """(silent ranks, rank -> its report) once every member reported or stopped beating."""
-    reports, silent = {}, set()
+def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
+               mates: dict[int, set[int]]) -> set[int]:
+    """The silent ranks, once every member reported or stopped beating. The group mates of a
+    silent rank are not waited for: they are stuck on it until their own timeout, and measure
+    nothing this round (they are re-paired in the next)."""
+    silent: set[int] = set()
     pending = set(members)
     while pending:
         for rank in sorted(pending):
+            if rank not in pending:
+                continue
             if board.has(f"r{k}/done/{rank}"):
-                reports[rank] = board.get(f"r{k}/done/{rank}")
                 pending.discard(rank)
             elif liveness.silent(rank):
                 silent.add(rank)
-                pending.discard(rank)
+                pending -= {rank, *mates.get(rank, ())}
         if pending:
             time.sleep(POLL_S)
-    return silent, reports
+    return silent
 
 
 def rows_of(session, k: int, group: Group, result: dict):
@@ -215,9 +219,15 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
         started = time.monotonic()
         board.put(f"r{k}/plan", plan)
-        rank.take_part(k, plan)
         members = sorted({r for slot in slots for g in slot for r in g.ranks} - {rank.me})
-        silent, _ = wait_round(board, liveness, k, members)
+        for member in members:  # the timeout of silence runs from the round's start
+            liveness.silent(member)
+        rank.take_part(k, plan)
+        mates: dict[int, set[int]] = {}
+        for group in (g for slot in slots for g in slot):
+            for member in group.ranks:
+                mates.setdefault(member, set()).update(group.ranks)
+        silent = wait_round(board, liveness, k, members, mates)
         lost = sorted({rank.host_of(r) for r in silent})
         if lost:
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
