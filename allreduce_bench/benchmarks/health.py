@@ -37,7 +37,9 @@ from allreduce_bench.measure.timing import Measured
 from allreduce_bench.measure.world import CommGroup, World
 from allreduce_bench.results.schema import samples_frame
 
-MARGIN_S = 5.0  # beyond --timeout: store round trips, a partner's own timeout firing
+# beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
+# peer may not beat either (the call can hold the GIL) until its own --timeout fires
+MARGIN_S = 5.0
 
 
 class CoordinatorLost(RuntimeError):
@@ -231,7 +233,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         lost = sorted({rank.host_of(r) for r in silent})
         if lost:
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
-                f"{config.timeout_s:g} s): unreachable")
+                f"{config.timeout_s + MARGIN_S:g} s): unreachable")
         check.record(planned, collect(session, board, k, slots), lost)
         check.seconds[planned.index] = round(time.monotonic() - started, 3)
         slot_base += len(slots)
@@ -264,7 +266,7 @@ def measure_health(session) -> int:
         os._exit(BAD_INPUT)
     session.hosts = names
     board = Board("health", env.rank)
-    liveness = Liveness(board, config.timeout_s)
+    liveness = Liveness(board, config.timeout_s + MARGIN_S)
     rank = Rank(session, board, ranks_of, L)
     try:
         if session.lead:

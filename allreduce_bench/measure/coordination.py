@@ -4,8 +4,9 @@ store, heartbeats, and sub-groups that only their members create.
 A world collective waits for every rank, so one frozen rank blocks all; the health check
 instead publishes each round on the store and every rank polls it with a deadline. A
 background thread bumps this rank's heartbeat counter; a rank whose counter has not moved for
-the timeout is `unreachable` (a SIGSTOPped or dead process bumps nothing, while a rank blocked
-inside a collective with a frozen peer still does).
+the timeout (and a margin) is `unreachable`: a SIGSTOPped or dead process bumps nothing. A rank
+blocked inside a collective with a frozen peer may not bump either while the call holds the
+GIL, but only until its own timeout fires, inside the margin.
 
 Sub-groups come from `new_group(ranks, use_local_synchronization=True)` (torch >= 2.1, so only
 the members take part and creation stays flat as the world grows). torch names such a group
