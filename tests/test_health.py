@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from test_emulate import em, needs_namespaces
 
+from allreduce_bench.launch.driver import spawned_ranks
+
 CLI = [sys.executable, "-m", "allreduce_bench"]
 
 
@@ -84,18 +86,6 @@ def test_emulated_slow_host_is_found_and_exit_3(tmp_path):
     assert meta["emulation"]["host_bandwidth"] == {"node2": "40Mbit"}
 
 
-def _spawned_ranks(driver: int) -> list[int]:
-    found = []
-    for children in Path(f"/proc/{driver}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
-            except OSError:
-                continue
-    return sorted(found)
-
-
 def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
     out = tmp_path / "frozen"
     driver = subprocess.Popen([*CLI, "health", "--hosts", "3", "--ranks-per-node", "1", "--timeout", "8",
@@ -106,7 +96,7 @@ def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
         seen.append(line)
         if "health: round 1" in line:
             break
-    ranks = _spawned_ranks(driver.pid)
+    ranks = spawned_ranks(driver.pid)
     os.kill(ranks[0], signal.SIGSTOP)  # rank 0 starts first
     try:
         rest = driver.communicate(timeout=300)[0]
