@@ -84,13 +84,11 @@ def worker_pids(driver: int, host: int) -> list[int]:
 
 
 def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int) -> dict:
-    proc = emulate(layout, out, rate, [], timeout_s, background=True)
-    lines = []
-    for line in proc.stdout:  # wait for round 1 to begin
-        lines.append(line)
+    # more samples: round 1 of 8 hosts lasts ~1.5 s otherwise, over before the freeze lands
+    proc = emulate(layout, out, rate, ["--samples", "50"], timeout_s, background=True)
+    for line in proc.stdout:  # freeze as round 1 begins
         if "health: round 1" in line:
             break
-    time.sleep(1.0)
     pids = worker_pids(proc.pid, host)
     frozen_at = time.monotonic()
     os.kill(pids[-1], signal.SIGSTOP)
