@@ -17,6 +17,7 @@ from allreduce_bench.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
 EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"  # set by `emulate` for every rank: the `emulation` column
+DRIVER_PID_ENV = "ALLREDUCE_BENCH_DRIVER_PID"  # a local rank's driver: the rank dies with it
 
 
 @dataclass(frozen=True)

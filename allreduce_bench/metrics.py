@@ -1,9 +1,11 @@
 """Bandwidth definitions and timing statistics: plain functions of numbers (no torch).
 
-algbw = size_bytes / time and busbw = algbw * 2(N-1)/N, in decimal GB/s, exactly as
-nccl-tests' doc/PERFORMANCE.md defines them for AllReduce. The same factor is applied to every
-algorithm, so busbw reads as "the ring bandwidth this time is equivalent to" and numbers of
-different algorithms (and world sizes) compare directly.
+algbw = size_bytes / time and busbw = algbw x the collective's factor, in decimal GB/s, exactly
+as nccl-tests defines them (doc/PERFORMANCE.md, each src/<collective>.cu's GetBw): AllReduce
+2(N-1)/N; ReduceScatter, AllGather and AllToAll (N-1)/N; Broadcast, Reduce and SendRecv 1.
+`size_bytes` is the whole buffer as nccl-tests prints it (`collective_counts`). The same factor
+is applied to every algorithm of a collective, so busbw reads as "the bus bandwidth this time is
+equivalent to" and numbers of different algorithms (and world sizes) compare directly.
 """
 from __future__ import annotations
 
@@ -13,20 +15,53 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+# The collectives, in the order tables, plots and `--collectives all` list them, by the names
+# nccl-tests' programs (and `import`) give them.
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
+               "sendrecv")
+# busbw / algbw per collective as a function of the world size N
+BUSBW_FACTORS = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+# collectives whose buffer is N per-rank parts: nccl-tests counts one rank's part
+PER_RANK = ("all_gather", "reduce_scatter", "alltoall")
 
-def busbw_factor(world_size: int) -> float:
-    """2(N-1)/N: the bytes each rank must send per byte of tensor in an optimal AllReduce."""
+
+def busbw_factor(world_size: int, collective: str = "all_reduce") -> float:
+    """nccl-tests' busbw factor: for AllReduce 2(N-1)/N, the bytes each rank must send per byte
+    of tensor in an optimal AllReduce."""
     if world_size < 1:
         raise ValueError(f"world size must be >= 1, got {world_size}")
-    return 2.0 * (world_size - 1) / world_size
+    return BUSBW_FACTORS[collective](world_size)
 
 
 def algbw_GBps(size_bytes: float, time_us: float) -> float:
     return size_bytes / (time_us * 1e-6) / 1e9 if time_us > 0 else float("nan")
 
 
-def busbw_GBps(size_bytes: float, time_us: float, world_size: int) -> float:
-    return algbw_GBps(size_bytes, time_us) * busbw_factor(world_size)
+def busbw_GBps(size_bytes: float, time_us: float, world_size: int,
+               collective: str = "all_reduce") -> float:
+    return algbw_GBps(size_bytes, time_us) * busbw_factor(world_size, collective)
+
+
+def collective_counts(collective: str, size_bytes: int, itemsize: int,
+                      world_size: int) -> tuple[int, int]:
+    """(count, size_bytes) of one measurement, as nccl-tests' GetCollByteCount sets them for a
+    requested size: for AllGather, ReduceScatter and AllToAll `count` is one rank's part, cut
+    down to whole 16-byte units (`(count / N) & ~(16 / eltSize - 1)`), and the size is N parts;
+    for the others `count` is the whole buffer. The printed size is the larger buffer, the whole
+    one, which is what algbw divides."""
+    count = size_bytes // itemsize
+    if collective not in PER_RANK:
+        return count, count * itemsize
+    per_rank = (count // world_size) & ~(max(1, 16 // itemsize) - 1)
+    return per_rank, per_rank * world_size * itemsize
 
 
 # A row is flagged unstable when its samples vary this much (coefficient of variation), or fall
@@ -35,6 +70,9 @@ def busbw_GBps(size_bytes: float, time_us: float, world_size: int) -> float:
 UNSTABLE_CV = 0.10
 TWO_MODES_GAP = 0.25
 TWO_MODES_MIN_SHARE = 0.2
+# ... or when its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round
+# medians above this. Rounds on a quiet machine agree within a few percent; 15% is another state.
+ROUNDS_DISAGREE = 0.15
 
 
 def two_modes(values: Sequence[float]) -> bool:

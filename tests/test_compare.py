@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench.analysis.compare import compare_runs, differing_settings, parse_threshold
+from allreduce_bench.analysis.compare import compare_runs, differing_settings, parse_threshold, rounds_of
+from allreduce_bench.analysis.significance import bootstrap_medians
 from allreduce_bench.cli import main
 from allreduce_bench.errors import UsageError
 from allreduce_bench.results.load import load_results, load_samples
@@ -28,38 +29,136 @@ def _rows(run_id, slow=None, dtype="float32"):
     return pd.DataFrame(rows)
 
 
-def _samples(run_id, slow=None, seed=0, n=30, ranks=4):
-    """Per sample and rank a time; the collective's is the max over ranks."""
+def _samples(run_id, slow=None, seed=0, n=30, ranks=4, rounds=1, between=0.0, between_runs=0.0):
+    """Per round, sample and rank a time; the collective's is the max over ranks. Each size of
+    a run sits in its own machine state, a factor exp(N(0, between_runs)), and each of its
+    rounds in one more, exp(N(0, between))."""
     slow = slow or {}
     rng = np.random.default_rng(seed)
     rows = []
     for size in SIZES:
-        t = (10 + size / 1e4) * slow.get(size, 1.0)
-        for sample in range(n):
-            for rank in range(ranks):
-                rows.append({"run_id": run_id, "benchmark": "allreduce", "algorithm": "ring",
-                             "world_size": 4, "size_bytes": size, "link": "", "operation": "",
-                             "measure": "", "bucket_mb": float("nan"), "sample": sample, "rank": rank,
-                             "host": "h", "loops": 1,
-                             "time_us": t * rng.lognormal(0, 0.05) * (1.0 if rank else 1.02)})
+        run_state = rng.lognormal(0, between_runs)
+        for round_index in range(rounds):
+            t = (10 + size / 1e4) * slow.get(size, 1.0) * run_state * rng.lognormal(0, between)
+            for sample in range(n):
+                for rank in range(ranks):
+                    rows.append({"run_id": run_id, "benchmark": "allreduce", "algorithm": "ring",
+                                 "world_size": 4, "size_bytes": size, "link": "", "operation": "",
+                                 "measure": "", "bucket_mb": float("nan"),
+                                 "sample": round_index * n + sample, "rank": rank, "host": "h",
+                                 "loops": 1, "round": round_index,
+                                 "time_us": t * rng.lognormal(0, 0.05) * (1.0 if rank else 1.02)})
     return pd.DataFrame(rows)[SAMPLE_COLUMNS]
 
 
 def test_same_distribution_is_not_significant():
-    table = compare_runs(_rows("a"), _rows("b"), _samples("a", seed=1), _samples("b", seed=2))
+    table = compare_runs(_rows("a"), _rows("b"), _samples("a", seed=1, rounds=3, between=0.03),
+                         _samples("b", seed=2, rounds=3, between=0.03))
     assert len(table) == len(SIZES)
-    assert table["significant"].sum() <= 1
-    assert table["ci_low"].lt(1).all() or table["ci_high"].gt(1).all()
-    assert table["verdict"].str.contains("significant").all()
+    assert table["significant"].sum() == 0
+    assert (table["ci_low"] < 1).all() and (table["ci_high"] > 1).all()
+    assert table["base_rounds"].eq(3).all() and table["verdict"].str.contains("not significant").all()
 
 
 def test_a_slower_size_is_flagged_with_its_interval():
     slow = {1 << 20: 1.3}
-    table = compare_runs(_rows("a"), _rows("b", slow), _samples("a", seed=1), _samples("b", slow, seed=2))
+    table = compare_runs(_rows("a"), _rows("b", slow), _samples("a", seed=1, rounds=3, between=0.03),
+                         _samples("b", slow, seed=2, rounds=3, between=0.03))
     hit = table.set_index("size_bytes").loc[1 << 20]
     assert hit["significant"] and 1.2 < hit["ratio"] < 1.4 and hit["ci_low"] > 1.1
-    assert hit["verdict"].startswith("1.3") and hit["verdict"].endswith("slower (significant)")
+    assert hit["verdict"].endswith("x slower (significant)")
     assert table["significant"].sum() == 1
+
+
+def _pairs_flagged(rounds, between_rounds, between_runs, pairs=12):
+    """Share of sizes flagged over `pairs` comparisons of identical configurations whose runs
+    differ by a run-level factor of log-sd `between_runs`, their rounds by `between_rounds`."""
+    flagged = total = 0
+    for pair in range(pairs):
+        sides = [_samples(f"r{pair}{side}", seed=100 * pair + side, rounds=rounds,
+                          between=between_rounds, between_runs=between_runs) for side in (0, 1)]
+        table = compare_runs(_rows("a"), _rows("b"), *sides)
+        flagged += int(table["significant"].sum())
+        total += len(table)
+    return flagged / total
+
+
+def test_identical_runs_with_between_round_variation_are_not_flagged():
+    # the machine's state changes between rounds by 5% (and runs by 1% more): rounds show it
+    assert _pairs_flagged(rounds=3, between_rounds=0.05, between_runs=0.01, pairs=30) <= 0.05
+
+
+def test_folders_of_runs_see_variation_between_runs():
+    """Runs 6% apart with steady rounds: one run a side cannot know (it flags), three a side
+    can; the runs are the units then."""
+    def side(name, count, seed):
+        return pd.concat([_samples(f"{name}{k}", seed=seed + k, rounds=2, between=0.01,
+                                   between_runs=0.06).assign(source=f"{name}{k}")
+                          for k in range(count)], ignore_index=True)
+    single = [compare_runs(_rows("a"), _rows("b"), side("a", 1, 10 * i), side("b", 1, 10 * i + 5))
+              for i in range(4)]
+    folders = [compare_runs(_rows("a"), _rows("b"), side("a", 3, 10 * i), side("b", 3, 10 * i + 5))
+               for i in range(4)]
+    flagged = [sum(int(t["significant"].sum()) for t in tables) for tables in (single, folders)]
+    assert flagged[1] <= 1 < flagged[0]
+    assert folders[0]["base_rounds"].eq(6).all()
+
+
+def test_pooled_samples_would_cry_wolf():
+    """The same data bootstrapped as independent samples (today's test before rounds) calls
+    far more identical sizes different: the within-round spread understates the uncertainty."""
+    def pooled_flags(base, other):
+        medians = [bootstrap_medians([[np.concatenate(side[0])]], np.random.default_rng(1))
+                   for side in (base, other)]
+        low, high = np.quantile(medians[1] / medians[0], [0.025, 0.975])
+        ratio = np.median(np.concatenate(other[0])) / np.median(np.concatenate(base[0]))
+        return bool((low > 1 or high < 1) and abs(ratio - 1) >= 0.03)
+    pooled = hierarchical = 0
+    for pair in range(6):
+        sides = [rounds_of(_samples(f"p{pair}{s}", seed=10 * pair + s, rounds=3, between=0.05))
+                 for s in (0, 1)]
+        for key in sides[0]:
+            pooled += pooled_flags(sides[0][key], sides[1][key])
+        table = compare_runs(_rows("a"), _rows("b"), *[_samples(f"p{pair}{s}", seed=10 * pair + s,
+                                                                rounds=3, between=0.05) for s in (0, 1)])
+        hierarchical += int(table["significant"].sum())
+    assert pooled >= 5 * max(1, hierarchical)  # 22 against 3 of 36 sizes
+
+
+def test_a_real_difference_is_still_flagged_through_run_variation():
+    slow = {1 << 22: 1.5, 1 << 24: 1.5}
+    table = compare_runs(_rows("a"), _rows("b", slow),
+                         _samples("a", seed=5, rounds=3, between=0.05),
+                         _samples("b", slow, seed=6, rounds=3, between=0.05))
+    flagged = table[table["significant"] == True]["size_bytes"].tolist()  # noqa: E712
+    assert flagged == [1 << 22, 1 << 24]
+
+
+def test_single_round_gets_a_wide_interval_and_says_why():
+    one = compare_runs(_rows("a"), _rows("b"), _samples("a", seed=1), _samples("b", seed=2))
+    three = compare_runs(_rows("a"), _rows("b"), _samples("a", seed=1, rounds=3),
+                         _samples("b", seed=2, rounds=3))
+    assert ((one["ci_high"] - one["ci_low"]) > 2 * (three["ci_high"] - three["ci_low"])).all()
+    assert one["verdict"].str.contains("one round on a side").any()
+    assert one["base_rounds"].eq(1).all()
+
+
+def test_runs_that_disagree_with_themselves_say_so():
+    table = compare_runs(_rows("a"), _rows("b"), _samples("a", seed=1, rounds=4, between=0.25),
+                         _samples("b", seed=2, rounds=4, between=0.25))
+    assert not table["significant"].any()
+    assert table["verdict"].str.contains(r"not significant: the runs disagree with themselves by \d+%").all()
+    assert (table["round_spread"] > 0.2).all()
+
+
+def test_bootstrap_draws_rounds_then_samples():
+    rng = np.random.default_rng(0)
+    apart = [[np.full(40, 10.0), np.full(40, 14.0)]]  # one run, two rounds, no spread inside
+    medians = bootstrap_medians(apart, np.random.default_rng(1))
+    assert set(np.unique(np.round(medians, 6))) <= {10.0, 12.0, 14.0}
+    assert 0.2 < np.mean(medians == 10.0) < 0.3  # both draws the first round: 1 in 4
+    flat = bootstrap_medians([[rng.normal(10, 1, 80)]], np.random.default_rng(1))
+    assert np.std(flat) < np.std(medians)
 
 
 def test_max_over_ranks_makes_the_sample():
@@ -94,7 +193,7 @@ def test_threshold_and_settings():
     assert lines == ["dtype: float32 -> bfloat16", "versions.torch: 2.1 -> 2.3"]
 
 
-def _run_dir(path, run_id, slow=None, seed=0, dtype="float32"):
+def _run_dir(path, run_id, slow=None, seed=0, dtype="float32", rounds=3):
     rows = _rows(run_id, slow, dtype)
     for column in COLUMNS:
         if column not in rows.columns:
@@ -102,7 +201,7 @@ def _run_dir(path, run_id, slow=None, seed=0, dtype="float32"):
     path.mkdir(parents=True)
     rows[COLUMNS].to_csv(path / "results.csv", index=False)
     write_meta(path, {"run_id": run_id, "versions": {"torch": "2.13"}})
-    SamplesWriter(path).append(_samples(run_id, slow, seed))
+    SamplesWriter(path).append(_samples(run_id, slow, seed, rounds=rounds, between=0.02))
     return path
 
 
@@ -110,7 +209,7 @@ def test_compare_command_gate_and_files(tmp_path):
     base = _run_dir(tmp_path / "base", "a", seed=1)
     same = _run_dir(tmp_path / "same", "b", seed=2)
     slow = _run_dir(tmp_path / "slow", "c", {1 << 24: 1.5}, seed=3, dtype="bfloat16")
-    assert len(load_samples(base)) == 30 * 4 * len(SIZES)
+    assert len(load_samples(base)) == 3 * 30 * 4 * len(SIZES)
     result = CliRunner().invoke(main, ["compare", str(base), str(same), "--fail-if-slower", "5%",
                                        "--out-dir", str(tmp_path / "c1")])
     assert result.exit_code == 0, result.output
@@ -125,3 +224,15 @@ def test_compare_command_gate_and_files(tmp_path):
     assert (tmp_path / "c2" / "compare.png").stat().st_size > 0
     assert json.loads((base / "meta.json").read_text())["run_id"] == "a"
     assert len(load_results([base, slow], explain_skips=False)) == 2 * len(SIZES)
+
+
+def test_compare_command_reads_a_folder_of_runs_per_side(tmp_path):
+    for side, seed in (("base", 20), ("other", 30)):
+        for k in range(2):
+            _run_dir(tmp_path / side / f"run{k}", f"{side}{k}", seed=seed + k)
+    result = CliRunner().invoke(main, ["compare", str(tmp_path / "base"), str(tmp_path / "other"),
+                                       "--out-dir", str(tmp_path / "c")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "c" / "compare.csv")
+    assert table["base_rounds"].eq(6).all() and table["other_rounds"].eq(6).all()
+    assert table["base_samples"].eq(2 * 3 * 30).all()

@@ -306,7 +306,7 @@ def test_import_of_unreadable_input_is_one_line_exit_2(tmp_path):
     assert not (tmp_path / "o" / "bad").exists()
 
 
-def test_report_says_why_it_skips_another_collective(tmp_path):
+def test_report_shows_another_collective_in_its_own_section(tmp_path):
     text = GEN3.replace("float     sum      -1", "float     sum       0").replace(
         "Rank  3 Group", "Rank  3 Group")
     log = tmp_path / "rs.log"
@@ -314,8 +314,10 @@ def test_report_says_why_it_skips_another_collective(tmp_path):
     out = tmp_path / "o"
     assert CliRunner().invoke(main, ["import", str(log), "--out", str(out)]).exit_code == 0
     result = CliRunner().invoke(main, ["report", str(out)])
-    assert result.exit_code == 2
-    assert "reduce_scatter rows" in result.output and "not AllReduce" in result.output
+    assert result.exit_code == 0, result.output
+    assert "in-place rows (3 reduce_scatter: nccl-tests' second half)" in result.output
+    report = next(out.rglob("report.md")).read_text()
+    assert "## Other collectives" in report and "| reduce_scatter | native |" in report
 
 
 def test_imported_json_with_per_iteration_times_compares_with_significance(tmp_path):

@@ -1,8 +1,13 @@
 """What an algorithm declares, and the vocabulary of its cost (no torch: the cost model reads it).
 
-An `Algorithm` is a name, a one-line description, `build(tensor, world) -> call` (allocation and
-planning in `build`; the call is what gets timed), optionally its cost and the layouts it
-supports. The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
+An `Algorithm` is a name, the collective it implements, a one-line description, a builder
+(allocation and planning in `build`; the call it returns is what gets timed), optionally its
+cost and the layouts it supports. An AllReduce is built as `build(tensor, world)` and sums
+`tensor` in place; every other collective as `build(send, recv, world)` (see `BUFFERS`; in place
+is `send` and `recv` sharing memory the way nccl-tests lays them out). Sizes in costs are the
+whole buffer, as nccl-tests prints them (metrics.collective_counts).
+
+The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
 in each step, every link class carries some messages and bytes on its busiest link (a rank's own
 intra-node link; a node's uplink for inter-node traffic), and some bytes are summed on the way.
 A step lasts max over classes of (messages x alpha_c + bytes / B_c), plus gamma x bytes reduced.
@@ -34,17 +39,38 @@ Cost = Callable[[float, int, int], "list[Step]"]  # (size_bytes, world_size, ran
 Supports = Callable[[int, "int | None", str], "str | None"]
 
 
+# What `send` and `recv` hold for each collective (c: one rank's count; rooted ones use rank 0 of
+# the (sub-)world as root, nccl-tests' default). Broadcast and Reduce are in place, as torch's
+# calls are: `send` is `recv`.
+BUFFERS = {
+    "all_gather": "send: c elements; recv: N c, rank q's part at q c (in place: send is that part)",
+    "reduce_scatter": "send: N c; recv: c, the sum of everyone's part r (in place: send's part r)",
+    "alltoall": "send: N c, part q for rank q; recv: N c, part q from rank q",
+    "broadcast": "one tensor of c: the root's values everywhere",
+    "reduce": "one tensor of c: the sum on the root (other ranks' values are left undefined)",
+    "sendrecv": "send: c to rank r+1; recv: c from rank r-1",
+}
+
+
 @dataclass(frozen=True)
 class Algorithm:
     name: str
     description: str
-    build: Callable  # (tensor, world) -> call() that sums `tensor` over the world, in place
+    build: Callable  # AllReduce: (tensor, world) -> call(); others: (send, recv, world) -> call()
     cost: Cost | None = None  # None: measured and reported, but not in the cost model
     supports: Supports | None = None  # None: every world size, layout and backend
     origin: str = "built-in"  # or the plug-in's entry point
+    collective: str = "all_reduce"
+    # backend -> the collective the backend really runs when it is not this one (gloo's
+    # ReduceScatter is an AllReduce), so rows say what was measured
+    runs_as: Callable[[str], str] | None = None
 
     def refusal(self, world_size: int, ranks_per_node: int | None, backend: str) -> str | None:
         return self.supports(world_size, ranks_per_node, backend) if self.supports else None
+
+    def ran_as(self, backend: str) -> str:
+        """What the backend ran: this collective, or what it stands in for it."""
+        return (self.runs_as(backend) if self.runs_as else "") or self.collective
 
 
 def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
@@ -121,3 +147,14 @@ def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int) -> tuple
     back = traffic([(b, a, size_bytes) for a, b in pairs], ranks_per_node)
     return [into], [back]
 
+
+
+def members(virtual: int, world_size: int) -> list[int]:
+    """The real ranks a virtual rank stands for: two for a folded pair, else one."""
+    _, extra = fold(world_size)
+    return [2 * virtual, 2 * virtual + 1] if virtual < extra else [virtual + extra]
+
+
+def window_ranks(window: tuple[int, int], world_size: int) -> list[int]:
+    """The real ranks (so the real chunks) behind virtual ranks [a, b), in increasing order."""
+    return [q for v in range(*window) for q in members(v, world_size)]

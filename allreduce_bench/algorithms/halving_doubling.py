@@ -47,6 +47,11 @@ def windows(v: int, p: int) -> list[tuple[int, tuple[int, int], tuple[int, int]]
     return out
 
 
+def every_rank_windows(p: int) -> list[tuple]:
+    """Per halving step, every virtual rank's (distance, kept, sent) windows, rank order."""
+    return list(zip(*(windows(v, p) for v in range(p))))
+
+
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
     flat = tensor.view(-1)
     group, n = world.group, world.size

@@ -10,6 +10,7 @@ import this one) can be read for their name and cost without torch, as the analy
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms.base import chunk_bounds
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
     from allreduce_bench.measure.world import CommGroup
 
 Step = list  # of torch.distributed.P2POp
-_dist = None  # torch.distributed, bound by `step` at build time so the timed `start` imports nothing
+_dist = _torch = None  # torch.distributed and torch, bound by `step` at build time so the timed
+# calls import nothing
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
@@ -29,10 +31,11 @@ def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
 
     Built once per size, outside the timed region; `run` only posts and waits.
     """
-    global _dist
+    global _dist, _torch
+    import torch
     import torch.distributed as dist
 
-    _dist = dist
+    _dist, _torch = dist, torch
     ops = [dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel()]
     ops += [dist.P2POp(dist.isend, t, peer, group=group.pg) for t, peer in sends if t.numel()]
     return ops
@@ -49,6 +52,13 @@ def in_order(calls: list) -> Callable[[], None]:
         for call in calls:
             call()
     return allreduce
+
+
+def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
+    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
+    `back` from it."""
+    return in_order([partial(run, step(group, [(out, partner)], [])),
+                     partial(run, step(group, [], [(back, partner)]))])
 
 
 def run(ops: Step) -> None:
@@ -70,10 +80,12 @@ def segments(view: torch.Tensor) -> list[torch.Tensor]:
 class ReduceStep:
     """One step that receives views into buffers and adds them into place, while sending.
 
-    `receives` are (view to add into, buffer of the same length, peer); `sends` are (view, peer);
-    `plain` are receives (view, peer) that land in place with nothing to add. Each receive is
-    cut into segments (sender and receiver cut the same range, so they match one to one), and
-    with one request per receive each segment is added as soon as it has arrived.
+    `receives` are (view to add into, buffer of the same length, peer), or (addend, buffer, peer,
+    out) to write addend + buffer into `out` and leave the addend as it is (an out-of-place
+    ReduceScatter keeps its input); `sends` are (view, peer); `plain` are receives (view, peer)
+    that land in place with nothing to add. Each receive is cut into segments (sender and
+    receiver cut the same range, so they match one to one), and with one request per receive
+    each segment is added as soon as it has arrived.
     """
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
@@ -81,24 +93,32 @@ class ReduceStep:
                  plain: list[tuple[torch.Tensor, int]] = ()):
         recvs, self.pairs = list(plain), []
         self.plain = sum(1 for view, _ in plain if view.numel())
-        for into, buffer, peer in receives:
-            for i, b in zip(segments(into), segments(buffer)):
+        for into, buffer, peer, *out in receives:
+            addends = segments(into)
+            for i, b, o in zip(addends, segments(buffer), segments(out[0]) if out and out[0] is not into else addends):
                 recvs.append((b, peer))
                 if b.numel():
-                    self.pairs.append((i, b))
+                    self.pairs.append((i, b, o))
         self.ops = step(group, [(s, peer) for view, peer in sends for s in segments(view)], recvs)
 
     def __call__(self) -> None:
         requests = start(self.ops)
         if len(requests) == len(self.ops):  # receives come first, one request each
             adding = requests[self.plain:self.plain + len(self.pairs)]
-            for request, (into, buffer) in zip(adding, self.pairs):
+            for request, pair in zip(adding, self.pairs):
                 request.wait()
-                into.add_(buffer)
+                _add(*pair)
             for request in requests[:self.plain] + requests[self.plain + len(self.pairs):]:
                 request.wait()
         else:  # one request for the whole batch (NCCL): the adds queue behind it
             for request in requests:
                 request.wait()
-            for into, buffer in self.pairs:
-                into.add_(buffer)
+            for pair in self.pairs:
+                _add(*pair)
+
+
+def _add(addend: torch.Tensor, buffer: torch.Tensor, out: torch.Tensor) -> None:
+    if out is addend:
+        addend.add_(buffer)
+    else:
+        _torch.add(addend, buffer, out=out)

@@ -1,13 +1,13 @@
-"""Two runs size by size: the ratio of median times and whether it is more than noise.
+"""Two runs (or two folders of runs) size by size: the ratio of median times and whether it is
+more than noise.
 
 Rows are matched on (benchmark, algorithm, world_size, size_bytes, link, operation): the
 `benchmark` keeps an imported reduce_scatter or an in-place half apart from AllReduce rows.
 With raw samples on both sides (samples.parquet; per sample the collective's time is the MAX
-over ranks, as for the rows) each size gets a percentile-bootstrap interval of the ratio of
-medians and a Mann-Whitney rank-sum test; it is called significant when the test rejects at
-1 - confidence, the interval excludes 1, and the change is at least `min_effect` (run-to-run
-drift between two runs of one configuration is of that order: a test on thousands of samples
-would otherwise call every size "significant"). Without samples only the ratio is given.
+over ranks, as for the rows) each size is judged by analysis/significance.py: a hierarchical
+bootstrap over the sides' rounds (every run's `--rounds`, every run of a folder) and then their
+samples, so the variation between rounds and runs decides, not the (far smaller) variation
+within one. Without samples only the ratio is given.
 """
 from __future__ import annotations
 
@@ -17,15 +17,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from allreduce_bench.analysis import significance
 from allreduce_bench.errors import UsageError
 from allreduce_bench.units import format_size
 
 KEY = ["benchmark", "algorithm", "world_size", "size_bytes", "link", "operation"]
 COLUMNS = ["algorithm", "world_size", "size_bytes", "base_us", "other_us", "ratio", "ci_low",
            "ci_high", "significant", "p_value", "base_samples", "other_samples", "benchmark",
-           "link", "operation", "verdict"]
+           "link", "operation", "verdict", "base_rounds", "other_rounds", "round_spread"]
+ROUND = ["source", "run_id", "round"]  # one round of one run: the unit the bootstrap draws
 MIN_SAMPLES = 5
-BOOTSTRAP = 2000
+# Smallest change called significant: below it a difference is of no practical consequence
+# even where the interval excludes 1 (thousands of samples make tiny drifts "significant").
 MIN_EFFECT = 0.03
 
 
@@ -60,40 +63,40 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def collective_times(samples: pd.DataFrame) -> pd.DataFrame:
-    """One time per (key, run, sample): the slowest rank's, as an AllReduce ends with it."""
+    """One time per (key, round, sample): the slowest rank's, as an AllReduce ends with it.
+    Samples without a `round` (runs before --rounds, imports) are one round per run."""
     if samples.empty:
-        return pd.DataFrame(columns=KEY + ["time_us"])
+        return pd.DataFrame(columns=KEY + ROUND + ["time_us"])
     samples = _keyed(samples)
-    by = KEY + [c for c in ("run_id", "measure", "sample") if c in samples.columns]
+    for column, empty in (("source", ""), ("run_id", ""), ("round", 0)):
+        if column not in samples.columns:
+            samples[column] = empty
+        samples[column] = samples[column].fillna(empty)
+    by = KEY + ROUND + [c for c in ("measure", "sample") if c in samples.columns]
     return samples.groupby(by, dropna=False)["time_us"].max().reset_index()
 
 
-def bootstrap_ratio(base: np.ndarray, other: np.ndarray, confidence: float,
-                    rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile bootstrap interval of median(other) / median(base)."""
-    base_medians = np.median(base[rng.integers(0, len(base), (BOOTSTRAP, len(base)))], axis=1)
-    other_medians = np.median(other[rng.integers(0, len(other), (BOOTSTRAP, len(other)))], axis=1)
-    ratios = other_medians / base_medians
-    tail = (1 - confidence) / 2
-    return float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+def rounds_of(samples: pd.DataFrame) -> dict[tuple, list[list[np.ndarray]]]:
+    """key -> its runs -> their rounds -> per-sample times (over every run given)."""
+    found: dict[tuple, dict[tuple, list[np.ndarray]]] = {}
+    for group_key, group in collective_times(samples).groupby(KEY + ROUND, sort=False)["time_us"]:
+        runs = found.setdefault(tuple(group_key[:len(KEY)]), {})
+        runs.setdefault(tuple(group_key[len(KEY):-1]), []).append(group.to_numpy(dtype=float))
+    return {key: list(runs.values()) for key, runs in found.items()}
 
 
-def verdict(ratio: float, significant, has_samples: bool) -> str:
+def ratio_only(ratio: float) -> str:
+    """The verdict of a size without raw samples on both sides."""
     if not ratio == ratio:
         return "no time"
     word = "slower" if ratio >= 1 else "faster"
-    factor = ratio if ratio >= 1 else 1 / ratio
-    if not has_samples:
-        return f"{factor:.2f}x {word} (no samples: ratio only)"
-    return f"{factor:.2f}x {word} ({'significant' if significant else 'not significant'})"
+    return f"{ratio if ratio >= 1 else 1 / ratio:.2f}x {word} (no samples: ratio only)"
 
 
 def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples: pd.DataFrame,
                  other_samples: pd.DataFrame, confidence: float = 0.95,
                  min_effect: float = MIN_EFFECT, seed: int = 0) -> pd.DataFrame:
-    """One line per size both runs measured (see the module doc)."""
-    from scipy.stats import mannwhitneyu
-
+    """One line per size both sides measured (see the module doc)."""
     base_rows, other_rows = _keyed(base_rows), _keyed(other_rows)
     base_rows = base_rows[base_rows["benchmark"] != "ddp"]
     medians = [rows.groupby(KEY)["time_us_median"].median() for rows in (base_rows, other_rows)]
@@ -101,38 +104,33 @@ def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples
     if both.empty:
         raise UsageError("the runs share no (algorithm, world size, size) to compare; measure the "
                          "same sizes, or compare runs of the same benchmark")
-    times = [collective_times(s).groupby(KEY)["time_us"].apply(np.asarray)
-             for s in (base_samples, other_samples)]
+    rounds = [rounds_of(s) for s in (base_samples, other_samples)]
     rng = np.random.default_rng(seed)
-    lines = []
-    for key, row in both.iterrows():
-        base_t = times[0].get(key) if key in times[0].index else None
-        other_t = times[1].get(key) if key in times[1].index else None
-        sampled = (base_t is not None and other_t is not None
-                   and len(base_t) >= MIN_SAMPLES and len(other_t) >= MIN_SAMPLES)
-        line = dict(zip(KEY, key))
-        if sampled:
-            base_us, other_us = float(np.median(base_t)), float(np.median(other_t))
-            ratio = other_us / base_us
-            low, high = bootstrap_ratio(base_t, other_t, confidence, rng)
-            p_value = float(mannwhitneyu(base_t, other_t, alternative="two-sided").pvalue)
-            significant = bool(p_value < 1 - confidence and (low > 1 or high < 1)
-                               and abs(ratio - 1) >= min_effect)
-            line.update(base_samples=len(base_t), other_samples=len(other_t))
-        else:
-            base_us, other_us = float(row["base_us"]), float(row["other_us"])
-            ratio = other_us / base_us if base_us > 0 else float("nan")
-            low = high = p_value = float("nan")
-            significant = None
-            line.update(base_samples=0 if base_t is None else len(base_t),
-                        other_samples=0 if other_t is None else len(other_t))
-        line.update(base_us=base_us, other_us=other_us, ratio=ratio, ci_low=low, ci_high=high,
-                    significant=significant, p_value=p_value,
-                    verdict=verdict(ratio, significant, sampled))
-        lines.append(line)
+    lines = [_line(key, row, rounds[0].get(key, []), rounds[1].get(key, []), confidence,
+                   min_effect, rng) for key, row in both.iterrows()]
     table = pd.DataFrame(lines)[COLUMNS]
     return table.sort_values(["benchmark", "algorithm", "world_size", "link", "operation",
                               "size_bytes"], ignore_index=True)
+
+
+def _line(key, row, base: significance.Side, other: significance.Side, confidence: float,
+          min_effect: float, rng: np.random.Generator) -> dict:
+    """One size: judged from the rounds' samples, or by the stored medians' ratio alone."""
+    counts = [sum(len(r) for run in side for r in run) for side in (base, other)]
+    line = {**dict(zip(KEY, key)), "base_samples": counts[0], "other_samples": counts[1],
+            "base_rounds": sum(map(len, base)), "other_rounds": sum(map(len, other))}
+    if min(counts) < MIN_SAMPLES:
+        ratio = row["other_us"] / row["base_us"] if row["base_us"] > 0 else float("nan")
+        return {**line, "base_us": float(row["base_us"]), "other_us": float(row["other_us"]),
+                "ratio": ratio, "ci_low": float("nan"), "ci_high": float("nan"),
+                "significant": None, "p_value": float("nan"), "round_spread": float("nan"),
+                "verdict": ratio_only(ratio)}
+    j = significance.judge(base, other, confidence, min_effect, rng)
+    return {**line, "base_us": significance.median_of(base),
+            "other_us": significance.median_of(other), "ratio": j.ratio,
+            "ci_low": j.ci_low, "ci_high": j.ci_high, "significant": j.significant,
+            "p_value": j.p_value, "round_spread": j.spread,
+            "verdict": significance.verdict(j, min_effect)}
 
 
 def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -155,6 +153,11 @@ def format_table(table: pd.DataFrame) -> str:
     if not sampled.all():
         out.append(f"  ({(~sampled).sum()} of {len(table)} sizes have no raw samples on both sides "
                    "(imported or older runs): compared by the ratio of stored medians only)")
+    if sampled.any():
+        rounds = table[sampled]
+        out.append(f"  rounds per size: base {int(rounds['base_rounds'].median())}, other "
+                   f"{int(rounds['other_rounds'].median())} (over all runs of a side; the bootstrap "
+                   "draws runs, then rounds, then samples)")
     significant = table["significant"].fillna(False).astype(bool)
     out.append(f"  {int(significant.sum())} of {len(table)} sizes significantly different")
     return "\n".join(out)

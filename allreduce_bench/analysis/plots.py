@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display needed
 import pandas as pd  # noqa: E402
 
+from allreduce_bench.analysis import collective_plots  # noqa: E402
 from allreduce_bench.analysis.ddp import ddp_rows  # noqa: E402
 from allreduce_bench.analysis.ddp_plots import (  # noqa: E402
     accumulation_figure,
@@ -289,6 +290,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
         fig = ranks_figure(samples, frame, footnote(frame))
         if fig is not None:
             drawn["ranks"] = save(fig, out_dir / f"ranks.{fmt}")
+    drawn.update(collective_plots.draw(frame, out_dir, fmt))  # the other collectives, if any
     if has_ddp_rows(frame):  # DDP runs: step split, measured timeline, accumulation comparison
         rows, note = ddp_rows(frame), footnote(frame)
         for name, draw in (("ddp_overlap", overlap_figure), ("ddp_timeline", timeline_figure),

@@ -6,6 +6,8 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.analysis import nccl_setup
+from allreduce_bench.analysis.collectives import collective_rows, markdown_parts, terminal_text
+from allreduce_bench.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.analysis.ranks import rank_table, unstable_rows
 from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
@@ -23,13 +25,23 @@ from allreduce_bench.analysis.tables import (  # noqa: F401  (re-exported for ca
     run_metas,
     scaling_efficiency,
 )
-from allreduce_bench.metrics import UNSTABLE_CV
+from allreduce_bench.metrics import ROUNDS_DISAGREE, UNSTABLE_CV
 from allreduce_bench.results.schema import allreduce_rows
 from allreduce_bench.units import format_size
 
 
 def terminal_summary(frame: pd.DataFrame) -> str:
-    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, #wrong."""
+    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, the other
+    collectives' peaks and decomposition (analysis/collectives.py), #wrong."""
+    others = collective_rows(frame)
+    lines = allreduce_summary(frame) if len(allreduce_rows(frame)) else []
+    lines += [terminal_text(frame)] if len(others) else []
+    wrong = int(allreduce_rows(frame)["wrong"].sum() + others["wrong"].sum()) if "wrong" in frame.columns else 0
+    lines.append(f"#wrong in total: {wrong}")
+    return "\n".join(lines)
+
+
+def allreduce_summary(frame: pd.DataFrame) -> list[str]:
     peaks = peak_busbw(frame)["peak_busbw_GBps"]
     if peaks.index.get_level_values("series").nunique() == 1:
         peaks = peaks.droplevel("series")
@@ -48,11 +60,11 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     flagged = unstable_rows(frame)
     if len(flagged):
         lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
-                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes); see "
+                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes, or rounds "
+                     f"disagreed by > {100 * ROUNDS_DISAGREE:.0f}%); see "
                      "report.md, or rerun on a quiet machine")
-    wrong = int(allreduce_rows(frame)["wrong"].sum()) if "wrong" in frame.columns else 0
-    lines.append(f"#wrong in total: {wrong}")
-    return "\n".join(lines)
+    lines += placement_warnings(run_metas(frame))
+    return lines
 
 
 def _gbps(x: float) -> str:
@@ -211,6 +223,7 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
     for run, meta in run_metas(frame).items():
         rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
                      "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                     "placement": "; ".join(placement_lines(meta)) or "-",
                      "#wrong": int(wrong.get(run, 0))})
     table = pd.DataFrame(rows)
     return table.drop(columns="run") if (table["run"] == "-").all() else table
@@ -233,6 +246,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += winner_parts(frame, out_dir)
+    parts += markdown_parts(frame, markdown_table)
     parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
     parts += nccl_setup.report_parts(run_metas(frame))  # per host NICs, transports, who differs
     figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.errors import UsageError
+from allreduce_bench.metrics import COLLECTIVES
 from allreduce_bench.results.schema import allreduce_rows
 from allreduce_bench.results.store import read_meta
 from allreduce_bench.units import format_size, parse_size
@@ -70,10 +71,11 @@ def has_ddp_rows(frame: pd.DataFrame) -> bool:
 def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int | None:
     """The size scaling is compared at: `size` if it was measured, else the largest measured."""
     measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
-    if not measured and size is None and has_ddp_rows(frame):
-        return None  # a DDP-only run: no AllReduce figures or tables, the DDP section only
+    others = "benchmark" in frame.columns and bool(frame["benchmark"].isin(COLLECTIVES).any())
+    if not measured and size is None and (has_ddp_rows(frame) or others):
+        return None  # DDP or other collectives only: no AllReduce figures or tables, their sections
     if not measured:
-        raise UsageError("the results have no AllReduce or DDP rows; run a benchmark first")
+        raise UsageError("the results have no rows of a collective or of DDP; run a benchmark first")
     if size is None:
         return measured[-1]
     wanted = parse_size(size, "--size")

@@ -10,18 +10,20 @@ mismatches summed over ranks are `wrong`.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 from collections.abc import Callable
 
+import numpy as np
+import pandas as pd
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms, metrics
+from allreduce_bench import algorithms
+from allreduce_bench.benchmarks import collectives
 from allreduce_bench.benchmarks.finish import finish
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig
-from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import patterns, timing
+from allreduce_bench.measure import patterns, rounds, timing
 from allreduce_bench.measure.console import Console
 from allreduce_bench.measure.faults import DONE
 from allreduce_bench.measure.rank import Benchmark, Session
@@ -32,12 +34,16 @@ from allreduce_bench.results.store import read_meta, start_meta, update_meta
 
 
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
-            sampling: timing.Sampling, before_clock=None, agree_over=None) -> tuple[timing.Measured, int]:
-    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size."""
+            sampling: timing.Sampling, before_clock=None, agree_over=None,
+            check: bool = True) -> tuple[timing.Measured, int]:
+    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
+    `check` (a round before a row's last) nothing is checked and #wrong is 0."""
     device = world.device
     tensor = torch.zeros(count, dtype=dtype, device=device.torch_device)
     call = build(tensor, world)
     measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree_over)
+    if not check:
+        return measured, 0
 
     # The check runs the very call that was timed (no second plan: naive's root would hold
     # twice (N-1) x S of buffers), so reusing a plan is checked too.
@@ -50,56 +56,60 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
     return measured, int(wrong.item())
 
 
-def make_row(config: RunConfig, world: World, algorithm: str, count: int,
-             measured: timing.Measured, wrong: int, ranks=None) -> dict:
-    """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
-    (default: the world's members in group-rank order)."""
-    size_bytes = count * config.itemsize
-    stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
-    stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
-    median = stats["time_us_median"]
-    return {
-        "run_id": config.run_id,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tag": config.tag, "benchmark": "allreduce", "algorithm": algorithm,
-        "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
-        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": count, "timing": config.timing,
-        "samples": measured.samples, "loops": measured.loops, "warmup": config.sampling.warmup,
-        **stats,
-        "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
-        "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size),
-        "wrong": wrong,
-        # set by `emulate` in every rank's environment; empty on real hardware
-        "emulation": os.environ.get(EMULATION_ENV, ""),
-    }
-
-
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           on_algorithm: Callable[[str, World], None] = lambda a, w: None,
           should_measure: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
           hosts: list[str] | None = None, before_clock=None) -> int:
-    """Measure every algorithm at every size; `on_row(row, samples)` gets each row and its raw
+    """Measure every algorithm at every size, in `config.rounds` interleaved passes
+    (measure/rounds.py); `on_row(row, samples)` gets each row, after its last round, and its raw
     samples (only rank 0's matter).
 
     `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
     """
-    wrong_total = 0
-    itemsize = config.itemsize
-    for name in config.algorithms:
-        build = algorithms.get(name)
-        on_algorithm(name, world)
-        for size in config.sizes:
-            count = size // itemsize  # sizes are whole elements (options.run_config)
-            if not should_measure(name, count * itemsize):
-                continue
-            measured, wrong = measure(build, world, count, config.torch_dtype, config.sampling,
-                                      before_clock)
+    wrong_total, itemsize, last = 0, config.itemsize, config.rounds - 1
+    items = [(name, size // itemsize) for name in config.algorithms for size in config.sizes]
+    skipped, taken, current = set(), {}, None
+    for index, (name, count) in rounds.order(items, config.rounds):
+        # sizes are whole elements (options.run_config); a resumed run's rows are skipped
+        if (name, count) in skipped or not should_measure(name, count * itemsize):
+            skipped.add((name, count))
+            continue
+        if index == last and name != current:  # the rows come in the last pass
+            on_algorithm(name, world)
+            current = name
+        earlier = taken.setdefault((name, count), [])
+        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
+                                         earlier[0] if earlier else None)
+        measured, wrong = measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
+                                  before_clock, check=index == last)
+        earlier.append(measured)
+        if index == last:
             wrong_total += wrong
-            row = make_row(config, world, name, count, measured, wrong)
-            on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
+            row, samples = pooled_row(config, world, name, count, taken.pop((name, count)), wrong,
+                                      hosts)
+            on_row(row, samples)
+    for collective, names in config.collectives:  # --collectives beyond AllReduce
+        wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
+                                         should_measure, hosts, before_clock)
     return wrong_total
+
+
+def pooled_row(config: RunConfig, world: World, algorithm: str, count: int,
+               per_round: list[timing.Measured], wrong: int, hosts) -> tuple[dict, pd.DataFrame]:
+    """One row from all rounds of a measurement (statistics over the pooled samples, and how
+    much the rounds' medians differ) and its raw samples with their `round`."""
+    times = [m.per_rank_us for m in per_round]
+    pooled = timing.Measured(rounds.pooled(times), per_round[0].loops,
+                             sum(m.samples for m in per_round))
+    row = make_row(config, world, algorithm, count, pooled, wrong)
+    agreement = rounds.round_columns(times)
+    row.update(rounds=agreement["rounds"], round_spread=agreement["round_spread"],
+               unstable=row["unstable"] or agreement["rounds_disagree"])
+    firsts = np.cumsum([0] + [m.samples for m in per_round[:-1]])
+    samples = pd.concat([samples_frame(row, m.per_rank_us, world.group.ranks, hosts, k, int(first))
+                         for k, (m, first) in enumerate(zip(per_round, firsts))], ignore_index=True)
+    return row, samples
 
 
 # --- the per-rank entry point ----------------------------------------------------------------
@@ -112,7 +122,7 @@ def measure_phases(session: Session) -> int:
     done = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
     done = done[0]
-    total = len(config.algorithms) * len(config.sizes) * len(config.world_sizes)
+    total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)
     console = Console(total, enabled=session.lead)
     session.show = console.row
     wrong = 0
@@ -121,6 +131,7 @@ def measure_phases(session: Session) -> int:
             members = tuple(range(world_size))
             progress.at(phase, 0, f"building the groups of world size {world_size}",
                         tuple(range(env.world_size)))
+            session.bind_phase(world_size)
             world = make_world(world_size, ranks_per_node, device)
             steps = iter(range(1, DONE))
 
@@ -163,10 +174,8 @@ def prepare(config: RunConfig) -> None:
 def world_sizes_to_do(config: RunConfig) -> list[int]:
     """The world sizes with a row still missing (all of them, unless the run is resumed)."""
     done = resume.done_keys(config.out_dir, config.run_id)
-    itemsize = config.itemsize
     return [k for k in config.world_sizes
-            if any((a, k, s // itemsize * itemsize) not in done
-                   for a in config.algorithms for s in config.sizes)]
+            if any(key not in done for key in collectives.measurement_keys(config, k))]
 
 
 def finish_run(config: RunConfig) -> int:

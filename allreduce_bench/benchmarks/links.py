@@ -19,10 +19,13 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from allreduce_bench import algorithms, metrics
 from allreduce_bench.algorithms import native
-from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.allreduce import measure
 from allreduce_bench.benchmarks.finish import finish, start_meta_unless_launched
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.config import RunConfig, Sampling
+from allreduce_bench.measure import collective as measuring
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import HEADER, format_row
@@ -80,20 +83,20 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
-        count = size // config.itemsize  # whole elements (options.run_config)
+        count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
         for link, group in (("intra", world.intra), ("inter", world.inter)):
             if group.size < 2:
                 continue
             view = _view(group, device)
             device.barrier(None)  # all groups start together
-            # every group samples at once, with loops and samples agreed over the whole world,
-            # so the row is the slowest group's (times gathered over every rank)
-            measured, wrong = measure(native.build, view, count, config.torch_dtype,
-                                      config.sampling, agree_over=dist.group.WORLD)
+            measured, wrong, counted, size_bytes = group_measure(config, view, size)
             wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
             wrong_total += wrong
-            row = _row(config, view, world, count, measured, wrong, "native", link, "allreduce",
-                       ranks=range(dist.get_world_size()))
+            collective = config.collectives[0][0] if config.collectives else "all_reduce"
+            row = _row(config, view, world, counted, measured, wrong, "native", link,
+                       "allreduce" if collective == "all_reduce" else collective,
+                       ranks=range(dist.get_world_size()), collective=collective,
+                       size_bytes=size_bytes)
             on_row(row, samples_frame(row, measured.per_rank_us, range(dist.get_world_size()),
                                       hosts))
         for link, (src, dst) in pairs.items():
@@ -111,9 +114,28 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     return wrong_total
 
 
+def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Measured, int, int, int]:
+    """(samples, #wrong, count, size_bytes) of the backend's AllReduce, or of --collective's
+    call, in one group. Every group samples at once, with loops and samples agreed over the
+    whole world, so the row is the slowest group's (times gathered over every rank)."""
+    if not config.collectives:
+        count = size // config.itemsize  # whole elements (options.run_config)
+        measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+                                  agree_over=dist.group.WORLD)
+        return measured, wrong, count, count * config.itemsize
+    name_of = config.collectives[0][0]
+    count, size_bytes = metrics.collective_counts(name_of, size, config.itemsize, view.size)
+    if count == 0:  # too small to split: one element per rank (every group must measure)
+        count, size_bytes = 1, config.itemsize * view.size
+    measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view, count,
+                                        config.torch_dtype, config.sampling,
+                                        agree_over=dist.group.WORLD)
+    return measured, wrong, count, size_bytes
+
+
 def _row(config, view, world, count, measured, wrong, algorithm, link, operation,
-         ranks=None) -> dict:
-    row = make_row(config, view, algorithm, count, measured, wrong, ranks)
+         ranks=None, **collective) -> dict:
+    row = make_row(config, view, algorithm, count, measured, wrong, ranks, **collective)
     row.update(benchmark="links", nodes=world.nodes, ranks_per_node=world.ranks_per_node,
                link=link, operation=operation)
     return row

@@ -110,17 +110,22 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 @click.option("--fail-if-slower", default=None, help="Exit 1 when any size is significantly slower "
               "than BASE by more than this, e.g. 5%% (a regression gate).")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
-              help="Confidence level of the intervals and tests.")
+              help="Confidence level of the intervals.")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
               show_default=True, help="Figure file format.")
 def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
-    """Compare runs against BASE size by size: ratio of median times, significance from raw samples.
+    """Compare runs against BASE size by size: ratio of median times, significance from rounds.
 
     \b
-    Rows are matched on (algorithm, world_size, size_bytes) (and collective and in-place
-    for imported runs). With raw samples in both runs (samples.parquet) each size gets a
-    bootstrap confidence interval of the ratio of medians and a Mann-Whitney rank-sum test;
-    runs without samples (imports, older runs) are compared by the ratio alone, and say so.
+    BASE and each OTHER are a run directory or a folder of runs (all its runs are one side:
+    pool several runs of a configuration for a regression gate). Rows are matched on
+    (algorithm, world_size, size_bytes) (and collective and in-place for imported runs).
+    With raw samples on both sides (samples.parquet) each size gets a confidence interval of
+    the ratio of medians from a hierarchical bootstrap: runs, then their rounds (--rounds of
+    `run`), then samples, so the variation between rounds and runs decides, not the far
+    smaller one within a round. A side with one round gets a wide interval and says so; a
+    size whose runs disagree with themselves more than the change says that. Runs without
+    samples (imports, older runs) are compared by the ratio alone, and say so.
     Writes compare.csv and compare.<format> (ratio against size, with its interval).
     """
     from allreduce_bench.analysis import compare as comparing

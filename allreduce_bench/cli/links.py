@@ -39,16 +39,19 @@ def check_world(config, ranks_per_node_given: bool) -> None:
 
 @click.command("links", short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) "
                "on >= 2 nodes.")
+@click.option("--collective", default="all_reduce", show_default=True,
+              help="The backend's collective measured in every group: all_reduce, all_gather, "
+              "reduce_scatter, alltoall, broadcast, reduce or sendrecv (operation column).")
 @sweep_options
 @measuring_options()
-def links(**options):
+def links(collective, **options):
     """Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 nodes.
 
     \b
-    Per size: the backend's AllReduce inside every node (intra) and across nodes among
+    Per size: the backend's AllReduce (or --collective) inside every node (intra) and across nodes among
     ranks of the same local rank (inter), all groups at once, and a one-way
     send within a node and between nodes (p2p). Rows: benchmark=links,
-    link=intra|inter, operation=allreduce|p2p. Under a launcher it uses the whole world;
+    link=intra|inter, operation=allreduce (or the collective)|p2p. Under a launcher it uses the whole world;
     locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
@@ -58,7 +61,7 @@ def links(**options):
     from allreduce_bench.launch.environments import announce
 
     given = options["ranks_per_node"] is not None
-    config = run_config(command=shlex.join(sys.argv), algos="native", **options)
+    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"{len(config.sizes)} sizes -> {config.out_dir}")

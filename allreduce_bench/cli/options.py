@@ -6,6 +6,7 @@ import click
 
 from allreduce_bench.cli.types import BACKEND, DEVICE
 from allreduce_bench.config.checks import OUTPUT_PATH
+from allreduce_bench.measure.binding import MODES as BIND_MODES
 
 
 def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
@@ -24,6 +25,12 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
         click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
                      help="Seconds any collective may take before the run is aborted."),
         click.option("--no-plot", is_flag=True, help="Write results only, no figures."),
+        click.option("--bind", type=click.Choice(BIND_MODES), default="auto", show_default=True,
+                     help="Where each rank runs. auto: keep a launcher's binding (srun "
+                     "--cpu-bind, mpirun --bind-to, torchrun --numa-binding); else on GPU the "
+                     "CPUs of the GPU's NUMA node; else one core block per rank when there are "
+                     "as many CPUs as local ranks. core: one block of the CPUs per local rank; "
+                     "numa: one NUMA node's CPUs; none: as started. Recorded in meta.json."),
         click.option("--nccl-debug", is_flag=True, help="NCCL: run with NCCL_DEBUG=INFO "
                      "(subsystems INIT,GRAPH,ENV,TUNING), one NCCL_DEBUG_FILE per rank in "
                      "OUT/nccl-debug/, read at the end into meta.json's `nccl` block: which NICs, "

@@ -34,17 +34,20 @@ class Sampling:
     host_launch: bool = False  # GPU: keep host launch time inside the interval (no spin)
 
 
+# --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
+# `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/agreement.md).
+ROUNDS = 2
 # Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
 # nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us.
 CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="64M", factor=4,
                     sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
-                                      max_samples=50, warmup=1))
+                                      max_samples=50, warmup=1), rounds=ROUNDS)
 GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
                     sampling=Sampling(budget_s=0.5, min_sample_s=0.001, min_samples=10,
-                                      max_samples=200, warmup=5))
+                                      max_samples=200, warmup=5), rounds=ROUNDS)
 QUICK = dict(sizes=(4 << 10, 256 << 10),
              sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,
-                               warmup=1))
+                               warmup=1), rounds=1)
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,18 @@ class RunConfig(Launched):
     """`run` and `links`: where and how they launch, and what each rank sweeps."""
 
     launch: LaunchConfig
-    algorithms: tuple[str, ...]
+    algorithms: tuple[str, ...]  # the AllReduce's; empty when --collectives leaves it out
     sizes: tuple[int, ...]
     dtype: str
     sampling: Sampling
+    rounds: int = 1  # --rounds: interleaved passes over (algorithm, size) (measure/rounds.py)
+    # every other collective of --collectives, with its algorithms, in the order measured
+    collectives: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def measurements_per_size(self) -> int:
+        """(collective, algorithm) pairs measured at each size and world size."""
+        return len(self.algorithms) + sum(len(names) for _, names in self.collectives)
 
     @property
     def torch_dtype(self):
@@ -70,12 +81,6 @@ class RunConfig(Launched):
     def timing(self) -> str:
         """The timing method, written in every row: model fits refuse to pool methods."""
         return "samples"
-
-
-def parse_algorithms(text: str, backend: str = "gloo") -> tuple[str, ...]:
-    from allreduce_bench import algorithms  # the registry: names, `all`, unknown names
-
-    return algorithms.parse(text, backend)
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ class LaunchConfig:
     out_dir: Path
     timeout_s: float
     plot: bool = True
+    bind: str = "auto"  # --bind: where each rank runs (measure/binding.py)
     nccl_debug: bool = False  # NCCL's log per rank into OUT/nccl-debug and meta.json (measure/nccl_debug.py)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     command: str = ""

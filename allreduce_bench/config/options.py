@@ -15,7 +15,6 @@ from allreduce_bench.config import (
     check_sizes_fit_dtype,
     check_timeout,
     default_out_dir,
-    parse_algorithms,
     parse_dtype,
     parse_world_sizes,
     resolve_sampling,
@@ -92,7 +91,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
 
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
-                  check_out: bool = True, nccl_debug: bool = False) -> LaunchConfig:
+                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto") -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
     results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
@@ -105,7 +104,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
     return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
-                        timeout_s=timeout_s, plot=not no_plot, command=command,
+                        timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, **({"run_id": run_id} if run_id else {}))
 
 
@@ -136,6 +135,15 @@ def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_
                             warmup, host_launch)
 
 
+def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
+    """--rounds, or the device's (--quick's) default."""
+    if rounds is None:
+        return (QUICK if quick else GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS)["rounds"]
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    return rounds
+
+
 def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | None, dict]:
     """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
     if resume_dir is None:
@@ -146,10 +154,23 @@ def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | N
     return Path(resume_dir), stored
 
 
+def collective_plan(algos: str | None, collectives: str, backend: str):
+    """(the AllReduce's algorithm names, ((collective, names), ...) of the others) from --algos
+    and --collectives: without --algos each collective's defaults; with it, every named
+    algorithm must implement every collective asked for (one line, exit 2, if not)."""
+    chosen = algorithms.parse_collectives(collectives)
+    plan = {c: algorithms.parse(algos, backend, c) if algos else algorithms.default_names(c)
+            for c in chosen}
+    allreduce = plan.pop("all_reduce", ())
+    return tuple(allreduce), tuple(plan.items())
+
+
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None, nccl_debug=False) -> RunConfig:
+               command="", resume_dir=None, nccl_debug=False, bind="auto",
+               rounds: int | None = 1, collectives="all_reduce") -> RunConfig:
+    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -157,8 +178,9 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
     sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
-    names = parse_algorithms(algos, backend)
-    check_allreduce_memory(names, chosen, swept, device, env)
+    names, others = collective_plan(algos, collectives, backend)
+    if names:
+        check_allreduce_memory(names, chosen, swept, device, env)
     out_dir, stored = resumed_run(resume_dir, out_dir)
     if out_dir is not None and is_writer(env):
         check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
@@ -166,18 +188,23 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug)
-    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling)
-    algorithms.check_supported(config.algorithms, chosen, ranks_per_node or (
-        env.local_world_size if env else None), backend)  # before any process starts
+                           nccl_debug=nccl_debug, bind=bind)
+    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
+                       rounds=run_rounds(rounds, device, quick), collectives=others)
+    per_node = ranks_per_node or (env.local_world_size if env else None)
+    for collective, listed in (("all_reduce", names), *others):  # before any process starts
+        algorithms.check_supported(listed, chosen, per_node, backend, collective)
     if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
 
 
-def links_config(**options) -> RunConfig:
-    """`links`: the options of `run` less --algos; it always measures the backend's AllReduce."""
-    return run_config(algos="native", **options)
+def links_config(collective: str = "all_reduce", **options) -> RunConfig:
+    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
+    backend's call of --collective (exactly one)."""
+    if "," in collective or collective == "all":
+        raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
+    return run_config(algos="native", collectives=collective, **options)
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:

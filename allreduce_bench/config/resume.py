@@ -15,6 +15,7 @@ from pathlib import Path
 from allreduce_bench import units
 from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.errors import UsageError
+from allreduce_bench.metrics import COLLECTIVES
 from allreduce_bench.results.resume import benchmarks_of, count_rows
 from allreduce_bench.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.results.store import read_meta
@@ -22,7 +23,7 @@ from allreduce_bench.results.store import read_meta
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
-                      "ranks_per_node": "--ranks-per-node", "tag": "--tag"}
+                      "ranks_per_node": "--ranks-per-node", "tag": "--tag", "rounds": "--rounds"}
 
 
 def stored_run(resume_dir: Path) -> dict:
@@ -41,7 +42,7 @@ def stored_run(resume_dir: Path) -> dict:
 def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
     """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows."""
     try:
-        others = benchmarks_of(resume_dir, meta["run_id"]) - {"allreduce"}
+        others = benchmarks_of(resume_dir, meta["run_id"]) - {"allreduce", *COLLECTIVES}
     except (UnicodeDecodeError, csv.Error):
         raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
                          "readable CSV file; resume only a directory written by allreduce-bench") from None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from allreduce_bench.metrics import BUSBW_FACTORS
+
 # nccl-tests type names (and torch's) -> (the project's dtype name, bytes per element)
 TYPES = {
     "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1),
@@ -24,15 +26,10 @@ TYPES = {
     "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1),
 }
 
-# collective -> busbw factor as a function of the world size
+# collective -> busbw factor as a function of the world size: the measured collectives'
+# (metrics.BUSBW_FACTORS) and the nccl-tests programs this project does not measure
 FACTORS = {
-    "all_reduce": lambda n: 2.0 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
+    **BUSBW_FACTORS,
     "hypercube": lambda n: (n - 1) / n,
     "gather": lambda n: (n - 1) / n,
     "scatter": lambda n: (n - 1) / n,

@@ -11,12 +11,11 @@ import sys
 import traceback
 from pathlib import Path
 
-from allreduce_bench.environment import launcher_env
+from allreduce_bench.environment import DRIVER_PID_ENV, launcher_env  # noqa: F401  (the driver sets it)
 from allreduce_bench.errors import UsageError, is_out_of_memory
 
 FAILED_EXIT = 1
 REASON_DIR_ENV = "ALLREDUCE_BENCH_REASONS"  # where a local world's ranks leave their reason
-DRIVER_PID_ENV = "ALLREDUCE_BENCH_DRIVER_PID"  # a local rank's driver: the rank dies with it
 
 
 def reason(error: BaseException, rank: int) -> str:

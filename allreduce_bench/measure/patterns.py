@@ -1,4 +1,4 @@
-"""Input patterns whose exact sum over ranks is known, for any dtype and world size.
+"""Input patterns whose exact result is known, for every collective, dtype and world size.
 
 Rank r holds (i % P) * w(r) at element i: the position part varies along the tensor, so a chunk
 reduced into the wrong place or skipped shows up, and the rank weight w(r) = 1 + r % 3 makes a
@@ -7,6 +7,13 @@ the total (and so every partial sum an algorithm forms on the way, all values be
 non-negative) is an integer exactly representable in the dtype: bfloat16 holds integers exactly
 up to 256, float16 up to 2048. Sums are then independent of the order of additions, and a
 result either matches bit for bit or is wrong.
+
+Collectives that move data without adding (AllGather, AllToAll, Broadcast, SendRecv) get a
+tagged pattern instead: element i of a part with key k holds (k * STRIDE + i) mod M, M the
+largest prime that the dtype holds exactly (251 for bfloat16), the key naming the part's rank
+(and, for AllToAll, its destination): a part from the wrong rank, at the wrong place or shifted
+by an element shows up. Output buffers start out holding M, which no part ever holds.
+The count of a part is one rank's count (metrics.collective_counts).
 """
 from __future__ import annotations
 
@@ -59,3 +66,66 @@ def expected_sum(numel: int, world_size: int, dtype: torch.dtype,
 def count_wrong(result: torch.Tensor, expected: torch.Tensor) -> int:
     """Number of elements that differ from the expectation (nccl-tests' #wrong, per rank)."""
     return int((result.reshape(-1) != expected.reshape(-1)).sum().item())
+
+
+# --- every other collective -------------------------------------------------------------------
+
+STRIDE = 37  # below every modulus, which are primes: distinct keys never share a tag
+_MOVED_MAX = 65521  # the largest prime below 2^16: tags stay small integers in every dtype
+
+
+def _largest_prime(up_to: int) -> int:
+    return next(m for m in range(up_to, 1, -1) if all(m % d for d in range(2, math.isqrt(m) + 1)))
+
+
+def modulus(dtype: torch.dtype) -> int:
+    return _largest_prime(min(_limit(dtype), _MOVED_MAX))
+
+
+def tagged(numel: int, key: int, dtype: torch.dtype, device="cpu") -> torch.Tensor:
+    """A part with key `key`: element i is (key * STRIDE + i) mod M."""
+    m = modulus(dtype)
+    positions = torch.arange(numel, dtype=torch.int64, device=device)
+    return positions.add_(key * STRIDE).remainder_(m).to(dtype)
+
+
+def junk(tensor: torch.Tensor) -> None:
+    """Fill an output buffer with the value no part holds, so a part never written shows up."""
+    tensor.fill_(modulus(tensor.dtype))
+
+
+def _summed(numel: int, rank: int, world_size: int, dtype: torch.dtype, device) -> torch.Tensor:
+    weight = rank_weights(dtype, world_size)[rank]
+    return _values(numel, weight, period(dtype, world_size), dtype, device)
+
+
+def collective_input(collective: str, count: int, rank: int, world_size: int, dtype: torch.dtype,
+                     device="cpu") -> torch.Tensor:
+    """What rank `rank` puts in (its send buffer) for one collective; `count` is one rank's part
+    for AllGather, ReduceScatter and AllToAll and the whole buffer otherwise."""
+    n = world_size
+    if collective in ("reduce_scatter", "reduce", "all_reduce"):
+        return _summed(count * (n if collective == "reduce_scatter" else 1), rank, n, dtype, device)
+    if collective == "alltoall":
+        return torch.cat([tagged(count, rank * n + q, dtype, device) for q in range(n)])
+    return tagged(count, rank, dtype, device)  # all_gather, broadcast (the root's is key 0), sendrecv
+
+
+def collective_expected(collective: str, count: int, rank: int, world_size: int,
+                        dtype: torch.dtype, device="cpu") -> torch.Tensor | None:
+    """What rank `rank`'s output must hold, exactly; None where nothing is defined (Reduce's
+    ranks other than the root)."""
+    n = world_size
+    if collective == "all_reduce" or (collective == "reduce" and rank == 0):
+        return expected_sum(count, n, dtype, device)
+    if collective == "reduce":
+        return None
+    if collective == "reduce_scatter":
+        return expected_sum(count * n, n, dtype, device)[rank * count:(rank + 1) * count]
+    if collective == "all_gather":
+        return torch.cat([tagged(count, q, dtype, device) for q in range(n)])
+    if collective == "alltoall":
+        return torch.cat([tagged(count, q * n + rank, dtype, device) for q in range(n)])
+    if collective == "broadcast":
+        return tagged(count, 0, dtype, device)
+    return tagged(count, (rank - 1) % n, dtype, device)  # sendrecv: from rank r-1

@@ -18,16 +18,30 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from allreduce_bench.environment import RankEnv, export_for_env_init, launcher_env
+from allreduce_bench.environment import (
+    DRIVER_PID_ENV,
+    EMULATION_ENV,
+    RankEnv,
+    export_for_env_init,
+    launcher_env,
+)
 from allreduce_bench.errors import UsageError, is_out_of_memory
+from allreduce_bench.measure import binding, nccl_debug
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import nccl_debug
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
 from allreduce_bench.results import resume
 from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS
-from allreduce_bench.results.store import ResultsWriter, SamplesWriter, read_meta, start_meta, write_meta, write_parquet
+from allreduce_bench.results.store import (
+    ResultsWriter,
+    SamplesWriter,
+    read_meta,
+    start_meta,
+    update_meta,
+    write_meta,
+    write_parquet,
+)
 from allreduce_bench.units import parse_tc_rate
 
 LINGER_S = 3.0  # see faults.exit_now
@@ -39,9 +53,10 @@ def _quiet_interrupt(signum, frame) -> None:
 
 
 def join_world(config, env: RankEnv | None):
-    """This rank's device and its place in the default process group, the same way for every
-    per-rank entry point (run, links, ddp) and every launcher. `config` needs backend, device and
-    timeout_s. A rank that cannot join exits with one line."""
+    """(this rank's device, its Binder, where it runs) and its place in the default process group, the same
+    way for every per-rank entry point (run, links, ddp) and every launcher. `config` needs
+    backend, device, timeout_s and bind: the binding is applied before the process group's
+    threads start. A rank that cannot join exits with one line."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
@@ -49,6 +64,12 @@ def join_world(config, env: RankEnv | None):
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
+    # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
+    here = (env.rank, env.world_size) if os.environ.get(EMULATION_ENV) else (env.local_rank,
+                                                                              env.local_world_size)
+    binder = binding.Binder.here(config.bind, started_here=DRIVER_PID_ENV in os.environ,
+                                 gpu_index=device.torch_device.index if device.kind == "cuda" else None)
+    placement = binder.bind(*here)
     try:
         dist.init_process_group(config.backend, **process_group_options(config.backend, device,
                                                                          config.timeout_s))
@@ -57,7 +78,7 @@ def join_world(config, env: RankEnv | None):
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
                  f"({env.launcher}, master {where}): {first}")
-    return device
+    return device, binder, placement
 
 
 @dataclass(frozen=True)
@@ -83,8 +104,10 @@ class Benchmark:
 class Session:
     """One rank's measuring context: the same for every benchmark."""
 
-    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str]):
+    def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str],
+                 binder: binding.Binder | None = None):
         self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.binder = binder
         self.hosts = hosts  # hostname of every global rank, for the raw samples
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
@@ -108,6 +131,24 @@ class Session:
         self.rows_done += 1
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
+
+    def bind_phase(self, world_size: int) -> None:
+        """Before the sub-world of the first `world_size` ranks measures: its ranks on each
+        host are placed again as that many local ranks (the others wait, where they are), and
+        rank 0 writes the placements to meta.json `binding.<world_size>`. Collective."""
+        if self.binder is None:
+            return
+        members = binding.local_members(world_size, self.env.rank, self.hosts,
+                                        bool(os.environ.get(EMULATION_ENV)))
+        mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
+                if self.env.rank in members else None)
+        placements = [None] * self.env.world_size
+        dist.all_gather_object(placements, mine)
+        if self.lead:
+            placements = placements[:world_size]
+            update_meta(self.config.out_dir, binding={
+                **read_meta(self.config.out_dir).get("binding", {}), str(world_size): {
+                    "summary": binding.summary(placements, self.hosts), "ranks": placements}})
 
     def before_clock(self):
         """What this rank runs before each sample's clock starts (the test hook's delay)."""
@@ -140,11 +181,11 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     line naming the step and the missing rank (see faults.py); rows already written stay.
     """
     env = env or launcher_env()
-    device = join_world(config, env)
+    device, binder, placement = join_world(config, env)
     progress = Progress(env.rank, env.world_size)
     try:
-        hosts = _gather_meta(config, benchmark, env, device)
-        wrong = benchmark.measure(Session(config, env, device, progress, hosts))
+        hosts = _gather_meta(config, benchmark, env, device, placement)
+        wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
         nccl_debug.collect(config, env.rank, env.world_size)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
@@ -170,21 +211,24 @@ def _write_parquet(out_dir) -> None:
               file=sys.stderr)
 
 
-def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> list[str]:
+def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device,
+                 placement: binding.Placement) -> list[str]:
     """Where every rank runs and the link peaks it can know, into meta.json (rank 0 writes; a
     new run starts its meta here when no driver did, as under a launcher). On CPU, ranks 0 and 1
-    first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`.
-    Returns every rank's hostname (for the raw samples)."""
+    first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`, its
+    ranks' placements to `binding.<N>`. Returns every rank's hostname (for the raw samples)."""
     probe_GBps = None
     if device.kind == "cpu" and env.world_size > 1:
         probe_GBps = link_peaks.probe(env.rank)
     infos = [None] * env.world_size
     dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
-                                   "peaks": link_peaks.local_peaks(device)})
+                                   "peaks": link_peaks.local_peaks(device),
+                                   "placement": placement.as_dict()})
     hosts = [info["hostname"] for info in infos]
     if env.rank != 0:
         return hosts
     per_rank = [{"rank": i, **info.pop("peaks")} for i, info in enumerate(infos)]
+    placements = [info.pop("placement") for info in infos]
     world_peaks = link_peaks.world_peaks(per_rank, probe_GBps)
     if read_meta(config.out_dir).get("run_id") != config.run_id:
         start_meta(config.out_dir, benchmark.meta(config))
@@ -195,6 +239,8 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device) -> list[str
     meta.setdefault("peaks", {})[str(env.world_size)] = {
         **world_peaks, "probe": {"GBps": probe_GBps, "bytes": link_peaks.PROBE_BYTES} if probe_GBps else None,
         "per_rank": per_rank}
+    meta.setdefault("binding", {})[str(env.world_size)] = {
+        "summary": binding.summary(placements, hosts), "ranks": placements}
     write_meta(config.out_dir, meta)
     if resume.repair_tail(config.out_dir):
         print("allreduce-bench: dropped a half-written last row of results.csv", file=sys.stderr)

@@ -121,8 +121,10 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
 
     if sampling.loops is None:
         loops, took = calibrate_loops(one_sample_s, sampling.min_sample_s, sampling.max_loops)
-    else:  # one sample anyway: the plan needs its length, and it warms the exact call sequence
+    elif sampling.samples is None:  # the plan needs one sample's length (it warms up too)
         loops, took = sampling.loops, one_sample_s(sampling.loops)
+    else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
+        loops, took = sampling.loops, 0.0
     count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
                                              sampling.max_samples)
     mine = take_samples(call, device, group, loops, count, sampling.host_launch, before_clock)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.errors import UsageError
+from allreduce_bench.metrics import COLLECTIVES
 from allreduce_bench.results.schema import (
     PARQUET_FILE,
     REQUIRED,
@@ -124,18 +125,20 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
     if "benchmark" not in frame.columns:
         return None
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
-    known = benchmark.isin(["allreduce", "ddp", "links", "allreduce-in-place"])
+    # other collectives' out-of-place rows have their own report section and figures
+    known = benchmark.isin(["allreduce", "ddp", "links", *COLLECTIVES]) | benchmark.str.endswith("-in-place")
     parts = []
     for name, count in benchmark[~known].value_counts().items():
         parts.append(f"{count} {name} rows")
     if parts:
-        text = (", ".join(parts) + " are not AllReduce: the AllReduce analyses (busbw with 2(N-1)/N, "
-                "report, figures, cost model) skip them; `compare` reads them")
+        text = (", ".join(parts) + " are none of the collectives measured here: the analyses skip "
+                "them; `compare` reads them")
     else:
         text = ""
-    in_place = int((benchmark == "allreduce-in-place").sum())
-    if in_place:
-        text += ("; " if text else "") + (f"{in_place} in-place AllReduce rows (nccl-tests' second "
+    in_place = benchmark.str.endswith("-in-place")
+    parts = [f"{count} {name.replace('-in-place', '')}" for name, count in benchmark[in_place].value_counts().items()]
+    if parts:
+        text += ("; " if text else "") + (f"in-place rows ({', '.join(parts)}: nccl-tests' second "
                                           "half) are kept; the analyses read the out-of-place half")
     return text or None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from allreduce_bench.metrics import COLLECTIVES
 from allreduce_bench.results.schema import RESULTS_FILE
 from allreduce_bench.results.store import drop_partial_last_row, whole_lines
 
@@ -30,16 +31,24 @@ def repair_tail(out_dir: Path) -> bool:
     return drop_partial_last_row(Path(out_dir) / RESULTS_FILE)
 
 
+def _name(row: dict) -> str:
+    """AllReduce rows by their algorithm; other collectives' as collective/algorithm, the label
+    benchmarks/collectives.py asks about (ring of AllGather is not ring of AllReduce)."""
+    benchmark = row.get("benchmark") or "allreduce"
+    return row["algorithm"] if benchmark == "allreduce" else f"{benchmark}/{row['algorithm']}"
+
+
 def done_keys(out_dir: Path, run_id: str) -> set[Key]:
-    """(algorithm, world_size, size_bytes) of the rows of `run_id` already in results.csv."""
+    """(algorithm, world_size, size_bytes) of the rows of `run_id` already in results.csv
+    (algorithm as `_name` labels it)."""
     path = Path(out_dir) / RESULTS_FILE
     if not path.exists():
         return set()
     with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return {(row["algorithm"], int(row["world_size"]), int(row["size_bytes"]))
+        return {(_name(row), int(row["world_size"]), int(row["size_bytes"]))
                 for row in csv.DictReader(f)
                 if row.get("run_id") == run_id and None not in row.values()  # a whole row
-                and row.get("benchmark", "allreduce") in ("allreduce", "")
+                and row.get("benchmark", "allreduce") in ("allreduce", "", *COLLECTIVES)
                 and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
 
 

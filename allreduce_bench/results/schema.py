@@ -13,7 +13,9 @@ SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_
                   "rank_lag_us": "late_rank_lag_us"}
 
 COLUMNS = [
-    "run_id", "timestamp", "tag", "benchmark", "algorithm", "backend", "device", "dtype",
+    # benchmark = allreduce for AllReduce rows, the collective's name for the others (as `import`
+    # writes nccl-tests' all_gather_perf rows); collective = the nccl-tests name of every row's
+    "run_id", "timestamp", "tag", "benchmark", "collective", "algorithm", "backend", "device", "dtype",
     "world_size", "nodes", "ranks_per_node", "size_bytes", "count",
     # how it was timed: `timing` = samples (schema 2) or per-iteration (older runs); each of
     # `samples` samples times `loops` back-to-back calls; `warmup` untimed calls came first
@@ -21,6 +23,9 @@ COLUMNS = [
     # over samples of the slowest rank's time per call (metrics.sample_stats)
     "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_min", "time_us_max",
     "time_cv", "unstable",
+    # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
+    # per-round medians (unstable also when rounds disagree; measure/rounds.py)
+    "rounds", "round_spread",
     # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
     "algbw_GBps", "busbw_GBps", "wrong",
@@ -29,6 +34,9 @@ COLUMNS = [
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
     # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
     "emulation", "link", "operation",
+    # the collective the backend really ran in its place, when not this one (gloo's
+    # reduce_scatter_tensor runs an AllReduce: runs_as = all_reduce); empty otherwise
+    "runs_as",
     # benchmark = health rows: which check (intra|rail|pair|bisect), round, hosts (a+b), rail
     "health_check", "health_round", "hosts", "rail",
 ]
@@ -37,7 +45,8 @@ RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parq
 # samples.parquet: one row per (measurement, sample, rank); a directory of parts, one per
 # measurement, so it grows as rows do and a killed run keeps every finished part.
 SAMPLE_COLUMNS = ["run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
-                  "operation", "measure", "bucket_mb", "sample", "rank", "host", "loops", "time_us"]
+                  "operation", "measure", "bucket_mb", "sample", "rank", "host", "loops", "time_us",
+                  "round"]
 
 
 
@@ -49,15 +58,17 @@ def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
+def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 0,
+                  first_sample: int = 0) -> pd.DataFrame:
     """The raw samples of one measurement in the samples.parquet schema: one row per (sample,
     rank) with that rank's time per call. `ranks` are the global ranks of the measuring group
-    in group-rank order; `hosts` the hostname of every global rank (when known)."""
+    in group-rank order; `hosts` the hostname of every global rank (when known). One round of
+    a row measured in several (--rounds) numbers its samples on from `first_sample`."""
     records = []
     for index, times in enumerate(per_rank_us):
         rank = int(ranks[index])
         host = hosts[rank] if hosts and rank < len(hosts) else ""
-        for number, time_us in enumerate(times):
+        for number, time_us in enumerate(times, start=first_sample):
             records.append((number, rank, host, float(time_us)))
     frame = pd.DataFrame.from_records(records, columns=["sample", "rank", "host", "time_us"])
     for column in ("run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
@@ -65,13 +76,14 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None) -> pd.DataFrame:
         value = row.get(column)
         frame[column] = "" if value is None and column in ("link", "operation", "measure") else value
     frame["bucket_mb"] = frame["bucket_mb"].astype("float64")
+    frame["round"] = round_index
     return frame[SAMPLE_COLUMNS]
 
 
 # Rows imported from other tools (allreduce-bench import): which tool and collective, out-of-place
 # or in-place, the cells exactly as printed, per-iteration statistics nccl-tests -I prints, and
 # where in the source file each row was read.
-IMPORTED_COLUMNS = ["source_tool", "collective", "in_place", "time_printed", "algbw_printed",
+IMPORTED_COLUMNS = ["source_tool", "in_place", "time_printed", "algbw_printed",
                     "busbw_printed", "wrong_printed", "max_error", "time_us_p99", "time_cv_pct",
                     "source_file", "source_line"]
 # How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)

@@ -1,0 +1,151 @@
+"""Is a ratio of medians more than noise? A hierarchical bootstrap over runs, rounds, samples.
+
+Samples of one round are not independent draws: a round sits in one state of the machine
+(its cores, its neighbours, its caches), so two runs of one configuration differ by far more
+than their within-round spread says (pseudo-replication; pyperf takes values from several
+worker processes for the same reason). The units of replication are therefore the *round* (one
+pass of a run over its sizes, `--rounds`) and, where a side has several, the *run*.
+
+The interval of median(other) / median(base) comes from a bootstrap on each side at every
+level: draw its runs (or, with one run, its rounds) with replacement, then rounds within each
+drawn run, then samples within each drawn round, and take the median of the pooled draw. With
+few units a bootstrap is too narrow, so the interval is widened by the t distribution's
+quantile for their degrees of freedom. A side with a single round carries no information on how
+much rounds differ: it borrows the other side's between-round spread, or assumes
+SINGLE_ROUND_SPREAD, and the verdict says so. A size is significant when the interval excludes
+1 and the change is at least `min_effect`. One run per side cannot see drift between runs
+slower than a run lasts; a regression gate should compare folders of runs.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BOOTSTRAP = 2000
+# The run-to-run spread (standard deviation of log medians) assumed for a side with one round:
+# runs of one configuration on a shared 2-core host differ by 5-30%; 10% gives a wide interval.
+SINGLE_ROUND_SPREAD = 0.10
+
+
+Side = Sequence[Sequence[np.ndarray]]  # runs -> rounds -> per-sample times
+
+
+def units(side: Side) -> list[list[np.ndarray]]:
+    """The side's top units of replication, each a list of rounds: its runs when it has
+    several, else each round of its one run on its own."""
+    return [list(run) for run in side] if len(side) > 1 else [[r] for r in side[0]]
+
+
+def unit_spread(side: Side) -> float:
+    """(max - min) / median of the top units' medians: how much a side disagrees with itself
+    (0 with one round)."""
+    medians = np.array([np.median(np.concatenate(u)) for u in units(side)])
+    return float((medians.max() - medians.min()) / np.median(medians)) if len(medians) > 1 else 0.0
+
+
+def log_spread(side: Side) -> float | None:
+    """Standard deviation of the log medians of the top units (None with one)."""
+    found = units(side)
+    if len(found) < 2:
+        return None
+    return float(np.std(np.log([np.median(np.concatenate(u)) for u in found]), ddof=1))
+
+
+def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTRAP) -> np.ndarray:
+    """`draws` bootstrap medians of a side's pooled samples: its top units drawn with
+    replacement, then rounds within each drawn unit, then samples within each drawn round (as
+    many as units hold on average, so every draw weighs them alike)."""
+    found = units(side)
+    rounds_per = np.array([len(u) for u in found])
+    counts = np.zeros((len(found), rounds_per.max()), dtype=int)
+    for i, unit in enumerate(found):
+        counts[i, :len(unit)] = [len(r) for r in unit]
+    padded = np.full(counts.shape + (counts.max(),), np.nan)
+    for i, unit in enumerate(found):
+        for j, values in enumerate(unit):
+            padded[i, j, :len(values)] = values
+    per_unit = max(1, int(round(rounds_per.mean())))
+    per_round = max(1, int(round(counts[counts > 0].mean())))
+    unit = rng.integers(0, len(found), (draws, len(found)))
+    round_ = (rng.random((draws, len(found), per_unit)) * rounds_per[unit][..., None]).astype(int)
+    n = counts[unit[..., None], round_]
+    sample = (rng.random(n.shape + (per_round,)) * n[..., None]).astype(int)
+    values = padded[unit[..., None, None], round_[..., None], sample]
+    return np.median(values.reshape(draws, -1), axis=1)
+
+
+def few_units_widening(base_units: int, other_units: int, tail: float) -> float:
+    """How much wider than the bootstrap's the interval is drawn with few units: a bootstrap
+    of C units sees (C - 1) / C of their variance, and its percentiles are normal ones where
+    a t distribution with the units' degrees of freedom holds (3 rounds a side: 1.7x)."""
+    from scipy.stats import norm, t
+
+    fewest = min(base_units, other_units)
+    degrees = max(base_units - 1, 0) + max(other_units - 1, 0)
+    variance = np.sqrt(fewest / (fewest - 1)) if fewest >= 2 else 1.0
+    quantile = float(t.ppf(1 - tail, degrees) / norm.ppf(1 - tail)) if degrees >= 1 else 1.0
+    return float(variance * quantile)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The ratio of medians other / base, its interval and what decided it."""
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float  # two-sided, from the bootstrap distribution of the ratio
+    significant: bool
+    spread: float  # the larger side's round_spread
+    assumed: bool  # a side had one round: its between-round spread was assumed or borrowed
+    base_units: int  # the top units of replication: runs where a side has several, else rounds
+    other_units: int
+
+
+def judge(base: Side, other: Side, confidence: float, min_effect: float,
+          rng: np.random.Generator) -> Judgement:
+    """Compare two sides, each a list of runs of rounds of per-sample times (module doc)."""
+    base_medians, other_medians = bootstrap_medians(base, rng), bootstrap_medians(other, rng)
+    known = [s for s in (log_spread(base), log_spread(other)) if s is not None]
+    borrowed = float(np.sqrt(np.mean(np.square(known)))) if known else SINGLE_ROUND_SPREAD
+    sizes = [len(units(base)), len(units(other))]
+    for size, medians in zip(sizes, (base_medians, other_medians)):
+        if size < 2:  # one round: the state it sat in is one draw of many
+            medians *= np.exp(rng.normal(0.0, borrowed, len(medians)))
+    ratio = float(median_of(other) / median_of(base))
+    tail = (1 - confidence) / 2
+    logs = np.log(other_medians / base_medians)
+    logs = np.log(ratio) + few_units_widening(*sizes, tail) * (logs - np.median(logs))
+    ratios = np.exp(logs)
+    low, high = float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+    p_value = float(min(1.0, 2 * min(np.mean(ratios <= 1), np.mean(ratios >= 1))))
+    significant = bool((low > 1 or high < 1) and abs(ratio - 1) >= min_effect)
+    return Judgement(ratio, low, high, p_value, significant,
+                     max(unit_spread(base), unit_spread(other)), min(sizes) < 2, *sizes)
+
+
+def median_of(side: Side) -> float:
+    """The median of all of a side's samples."""
+    return float(np.median(np.concatenate([r for run in side for r in run])))
+
+
+def verdict(j: Judgement, min_effect: float) -> str:
+    """'1.30x slower (significant)', '1.04x faster (not significant: the runs disagree with
+    themselves by 12%)', ... saying why a difference is not called one."""
+    word = "slower" if j.ratio >= 1 else "faster"
+    factor = j.ratio if j.ratio >= 1 else 1 / j.ratio
+    single = (f"one round on a side: the interval assumes rounds differ by "
+              f"{SINGLE_ROUND_SPREAD:.0%}" if j.assumed and max(j.base_units, j.other_units) < 2
+              else "one round on a side: the interval borrows the other side's spread"
+              if j.assumed else "")
+    if j.significant:
+        why = "significant"
+    elif j.spread >= max(min_effect, abs(j.ratio - 1)):
+        why = f"not significant: the runs disagree with themselves by {j.spread:.0%}"
+    elif abs(j.ratio - 1) < min_effect:
+        why = f"not significant: below the {min_effect:.0%} smallest change called one"
+    else:
+        why = "not significant"
+    return f"{factor:.2f}x {word} ({why}{'; ' + single if single else ''})"

@@ -1,0 +1,62 @@
+"""The sweep of every collective other than AllReduce on one (sub-)world (`run --collectives`).
+
+Sizes are the whole buffer, as nccl-tests prints them: a requested size becomes the count and
+size its GetCollByteCount gives (metrics.collective_counts), so AllGather, ReduceScatter and
+AllToAll measure N parts of one rank's count (16-byte aligned) and rows line up with an imported
+nccl-tests log size for size. A size too small for one element per rank is skipped. Rows are
+out of place (Broadcast and Reduce in place, as torch's calls are), named benchmark = the
+collective, and say in `runs_as` when the backend ran another collective in its place.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from allreduce_bench import algorithms, metrics
+from allreduce_bench.benchmarks.rows import make_row
+from allreduce_bench.config import RunConfig
+from allreduce_bench.measure import collective as measuring
+from allreduce_bench.measure.world import World
+from allreduce_bench.results.schema import samples_frame
+
+
+def label(collective: str, name: str) -> str:
+    """How progress, the console and resume name a measurement: ring of AllGather is
+    all_gather/ring (AllReduce's algorithms keep their bare names)."""
+    return name if collective == "all_reduce" else f"{collective}/{name}"
+
+
+def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int, int]]:
+    """(label, world size, size_bytes) of every measurement at this world size, as resume
+    keys them (AllReduce's included)."""
+    keys = [(a, world_size, s // config.itemsize * config.itemsize)
+            for a in config.algorithms for s in config.sizes]
+    for collective, names in config.collectives:
+        for size in config.sizes:
+            count, size_bytes = metrics.collective_counts(collective, size, config.itemsize, world_size)
+            keys += [(label(collective, a), world_size, size_bytes) for a in names] if count else []
+    return keys
+
+
+def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
+          on_row: Callable[..., None], on_algorithm: Callable[[str, World], None],
+          should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
+          before_clock=None) -> int:
+    """Measure each named algorithm of `collective` at every size; #wrong summed."""
+    wrong_total = 0
+    in_place = measuring.MODES[collective][0]
+    for name in names:
+        algorithm = algorithms.lookup(name, collective)
+        on_algorithm(label(collective, name), world)
+        for size in config.sizes:
+            count, size_bytes = metrics.collective_counts(collective, size, config.itemsize, world.size)
+            if count == 0 or not should_measure(label(collective, name), size_bytes):
+                continue
+            measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype,
+                                                config.sampling, in_place, before_clock)
+            wrong_total += wrong
+            row = make_row(config, world, name, count, measured, wrong, collective=collective,
+                           size_bytes=size_bytes)
+            ran = algorithm.ran_as(config.backend)
+            row["runs_as"] = "" if ran == collective else ran
+            on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
+    return wrong_total

@@ -1,0 +1,39 @@
+"""One results row of a measurement of any collective (AllReduce's and the others')."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+
+from allreduce_bench import metrics
+from allreduce_bench.config import RunConfig
+from allreduce_bench.environment import EMULATION_ENV
+from allreduce_bench.measure import timing
+from allreduce_bench.measure.world import World
+
+
+def make_row(config: RunConfig, world: World, algorithm: str, count: int,
+             measured: timing.Measured, wrong: int, ranks=None, collective: str = "all_reduce",
+             size_bytes: int | None = None) -> dict:
+    """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
+    (default: the world's members in group-rank order). `size_bytes`: the whole buffer, as
+    nccl-tests prints it (default: the AllReduce's count elements)."""
+    size_bytes = count * config.itemsize if size_bytes is None else size_bytes
+    stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
+    stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
+    median = stats["time_us_median"]
+    return {
+        "run_id": config.run_id,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tag": config.tag, "benchmark": "allreduce" if collective == "all_reduce" else collective,
+        "collective": collective, "algorithm": algorithm,
+        "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
+        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
+        "size_bytes": size_bytes, "count": count, "timing": config.timing,
+        "samples": measured.samples, "loops": measured.loops, "warmup": config.sampling.warmup,
+        **stats,
+        "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
+        "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size, collective),
+        "wrong": wrong,
+        # set by `emulate` in every rank's environment; empty on real hardware
+        "emulation": os.environ.get(EMULATION_ENV, ""),
+    }

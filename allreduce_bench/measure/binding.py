@@ -1,0 +1,343 @@
+"""Where each rank runs: `--bind auto|none|core|numa`, applied on the rank before it joins.
+
+An unbound rank migrates between cores and shares them with its peers: on a small CPU host a
+gloo AllReduce of 64K then takes 2-4x longer and varies far more than with one core per rank.
+On a GPU node the question is NUMA: a rank whose threads run far from its GPU pays on every
+launch and copy (nccl-tests users bind with `mpirun --bind-to`; torchrun has `--numa-binding`).
+
+- `core`: the CPUs this rank may use are split into one block per local rank, in order
+  (fewer CPUs than ranks: ranks share them round-robin, and the placement says so).
+- `numa`: the CPUs of one NUMA node: the GPU's (sysfs, else `nvidia-smi topo -m`), or on CPU
+  the nodes dealt out over the local ranks.
+- `auto`: keep a launcher's binding (srun --cpu-bind, mpirun --bind-to, torchrun
+  --numa-binding, taskset); else on GPU `numa`; else `core` when there are at least as many
+  CPUs as local ranks; else nothing.
+- `none`: leave the affinity as it was.
+
+The planning is pure (CPU lists, NUMA maps and the environment in, a plan out); `bind_rank`
+reads this host and applies the plan to every thread of the process.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MODES = ("auto", "none", "core", "numa")
+NODE_ROOT = Path("/sys/devices/system/node")
+PCI_ROOT = Path("/sys/bus/pci/devices")
+# The cgroup's CPUs (a container's or a Slurm job's): a rank bound more narrowly was bound by
+# its launcher. cgroup v2, then v1.
+CGROUP_CPUS = (Path("/sys/fs/cgroup/cpuset.cpus.effective"),
+               Path("/sys/fs/cgroup/cpuset/cpuset.effective_cpus"))
+ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
+
+
+# --- CPU lists -------------------------------------------------------------------------------
+
+def parse_cpulist(text: str) -> list[int]:
+    """Linux's cpulist notation: '0-3,8,10-11' -> [0, 1, 2, 3, 8, 10, 11]."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus) -> str:
+    """The inverse of parse_cpulist: [0, 1, 2, 3, 8] -> '0-3,8'."""
+    cpus = sorted(set(cpus))
+    runs: list[list[int]] = []
+    for cpu in cpus:
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def numa_nodes(root: Path = NODE_ROOT) -> dict[int, list[int]]:
+    """NUMA node -> its CPUs (nodes without CPUs left out); {} where sysfs does not say."""
+    nodes = {}
+    for directory in sorted(root.glob("node[0-9]*")):
+        cpus = parse_cpulist(_read(directory / "cpulist") or "")
+        if cpus:
+            nodes[int(directory.name[4:])] = cpus
+    return nodes
+
+
+def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
+    """The NUMA nodes that hold any of `cpus`."""
+    wanted = set(cpus)
+    return [node for node, members in sorted(nodes.items()) if wanted & set(members)]
+
+
+def cgroup_cpus() -> list[int]:
+    """The CPUs the cgroup allows (else every online CPU)."""
+    for path in (*CGROUP_CPUS, ONLINE_CPUS):
+        text = _read(path)
+        if text:
+            return parse_cpulist(text)
+    return list(range(os.cpu_count() or 1))
+
+
+# --- the GPU's NUMA node ------------------------------------------------------------------------
+
+def pci_address(domain: int, bus: int, device: int) -> str:
+    """sysfs's name of a PCI function 0: '0000:3b:00.0'."""
+    return f"{domain:04x}:{bus:02x}:{device:02x}.0"
+
+
+def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
+    """The NUMA node sysfs gives the PCI device (None where unknown: -1 or no file)."""
+    text = _read(root / address.lower() / "numa_node")
+    return int(text) if text and text.lstrip("-").isdigit() and int(text) >= 0 else None
+
+
+def topo_numa_node(topology: str, gpu_index: int) -> int | None:
+    """The 'NUMA Affinity' cell of GPU<index>'s line in `nvidia-smi topo -m` output."""
+    lines = topology.splitlines()
+    at = next((i for i, line in enumerate(lines) if "NUMA Affinity" in line), None)
+    if at is None:
+        return None
+    # the header has no cell for the row names: its column k is a row's cell k + 1
+    column = re.split(r"\t+|\s{2,}", lines[at].strip()).index("NUMA Affinity") + 1
+    for line in lines[at + 1:]:
+        cells = re.split(r"\t+|\s{2,}", line.strip())
+        if cells[0] == f"GPU{gpu_index}":
+            value = cells[column] if column < len(cells) else ""
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def nvidia_smi_topology(timeout_s: float = 20.0) -> str:
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return ""
+    try:
+        done = subprocess.run([command, "topo", "-m"], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+# --- what a launcher did ---------------------------------------------------------------------
+
+def launcher_binding(environ: Mapping[str, str], current, allowed) -> str | None:
+    """How a launcher bound this rank, or None. The variables say it for srun and mpirun; an
+    affinity narrower than the cgroup allows says it for any other (torchrun --numa-binding
+    wraps the rank in numactl, taskset, mpirun's default binding)."""
+    srun = environ.get("SLURM_CPU_BIND_TYPE", "")
+    if srun and not srun.startswith("none") and set(current) != set(allowed):
+        return f"srun --cpu-bind={srun.rstrip(':')}"
+    policy = environ.get("OMPI_MCA_hwloc_base_binding_policy", "")
+    if policy and policy != "none" and set(current) != set(allowed):
+        return f"mpirun --bind-to {policy}"
+    if set(current) < set(allowed):
+        return f"the launcher (affinity {format_cpulist(current)} of {format_cpulist(allowed)})"
+    return None
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What binding a rank gets: `how` is core | numa | launcher | none; `cpus` its affinity
+    (None: leave it); `why` one line for meta.json and the report."""
+
+    how: str
+    cpus: tuple[int, ...] | None
+    why: str
+
+
+def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ...]:
+    """This local rank's block of the allowed CPUs: len // ranks each, in order (the last
+    blocks one larger when it does not divide); one shared CPU round-robin when there are
+    fewer CPUs than ranks."""
+    allowed = sorted(allowed)
+    if len(allowed) < local_world_size:
+        return (allowed[local_rank % len(allowed)],)
+    start = local_rank * len(allowed) // local_world_size
+    stop = (local_rank + 1) * len(allowed) // local_world_size
+    return tuple(allowed[start:stop])
+
+
+def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_world_size: int,
+               gpu_node: int | None) -> tuple[int | None, tuple[int, ...]]:
+    """(node, its allowed CPUs): the GPU's node, or on CPU the nodes dealt out over the local
+    ranks in order; (None, ()) where no node with allowed CPUs is known."""
+    usable = {n: [c for c in cpus if c in set(allowed)] for n, cpus in nodes.items()}
+    usable = {n: cpus for n, cpus in usable.items() if cpus}
+    if gpu_node is not None:
+        return (gpu_node, tuple(usable[gpu_node])) if gpu_node in usable else (None, ())
+    if not usable:
+        return None, ()
+    order = sorted(usable)
+    node = order[local_rank * len(order) // max(1, local_world_size)]
+    return node, tuple(usable[node])
+
+
+def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, gpu: bool,
+         gpu_node: int | None = None, launcher: str | None = None) -> Plan:
+    """The binding of one rank (see the module doc). `allowed`: the CPUs it may use now;
+    `launcher`: how a launcher bound it, if one did (launcher_binding)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown binding mode {mode!r}")
+    if mode == "none":
+        return Plan("none", None, "--bind none")
+    if mode == "auto" and launcher:
+        return Plan("launcher", None, f"kept the binding of {launcher}")
+    if mode == "auto" and gpu and gpu_node is None:
+        return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
+    if mode == "numa" or (mode == "auto" and gpu):
+        node, cpus = numa_block(allowed, nodes, local_rank, local_world_size, gpu_node)
+        if cpus:
+            where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
+            return Plan("numa", cpus, f"the CPUs of the {where}")
+        return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
+    if mode == "auto" and len(allowed) < local_world_size:
+        return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
+                    "binding would only stack them")
+    cpus = core_block(allowed, local_rank, local_world_size)
+    shared = len(allowed) < local_world_size
+    return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
+                + (" (shared: fewer CPUs than ranks)" if shared else ""))
+
+
+# --- applying it and what meta.json keeps ------------------------------------------------------
+
+def set_affinity(cpus) -> None:
+    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves the calling thread
+    only; threads started later inherit it)."""
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except (ProcessLookupError, PermissionError):  # a thread that just ended
+            continue
+    os.sched_setaffinity(0, cpus)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One rank's placement, as meta.json keeps it."""
+
+    bind: str  # the mode asked for
+    how: str  # core | numa | launcher | none
+    cpus: str  # the affinity it measured with, cpulist notation
+    numa_nodes: list[int]
+    why: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
+    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None
+    where it names devices by UUID: nvidia-smi's table cannot be matched then)."""
+    if not visible:
+        return gpu_index
+    names = [name.strip() for name in visible.split(",")]
+    if gpu_index < len(names) and names[gpu_index].isdigit():
+        return int(names[gpu_index])
+    return None
+
+
+def gpu_node_of(gpu_index: int | None) -> int | None:
+    """The NUMA node of CUDA device `gpu_index` (torch's index): sysfs by the device's PCI
+    address (recent torch reports it), else the NUMA Affinity column of `nvidia-smi topo -m`."""
+    if gpu_index is None:
+        return None
+    import torch
+
+    props = torch.cuda.get_device_properties(gpu_index)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:
+        node = gpu_numa_node(pci_address(getattr(props, "pci_domain_id", 0), bus,
+                                         getattr(props, "pci_device_id", 0)))
+        if node is not None:
+            return node
+    physical = physical_gpu(gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return None if physical is None else topo_numa_node(nvidia_smi_topology(), physical)
+
+
+@dataclass(frozen=True)
+class Binder:
+    """What one rank's binding depends on, read once before it joins: the mode, the CPUs it
+    may use, the NUMA map, a launcher's binding and its GPU's node. `bind` places it as one of
+    `local_world_size` ranks on this host; a run whose sub-worlds measure one after the other
+    (world sizes 2 then 4 in one world) places the measuring ranks again for each."""
+
+    mode: str
+    allowed: tuple[int, ...]
+    nodes: dict
+    launcher: str | None
+    gpu: bool
+    gpu_node: int | None
+
+    @classmethod
+    def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None) -> Binder:
+        """`started_here`: the rank is one of a local run's (its affinity is the driver's,
+        never a launcher's binding)."""
+        current = tuple(sorted(os.sched_getaffinity(0)))
+        launcher = None if started_here else launcher_binding(os.environ, current, cgroup_cpus())
+        return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
+                   gpu_node_of(gpu_index) if mode in ("auto", "numa") else None)
+
+    def bind(self, local_rank: int, local_world_size: int) -> Placement:
+        chosen = plan(self.mode, local_rank, local_world_size, self.allowed, self.nodes,
+                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher)
+        try:
+            set_affinity(chosen.cpus if chosen.cpus is not None else self.allowed)
+        except OSError as error:
+            chosen = Plan("none", None, f"sched_setaffinity failed ({error.strerror})")
+        now = sorted(os.sched_getaffinity(0))
+        return Placement(self.mode, chosen.how, format_cpulist(now), node_of(now, self.nodes),
+                         chosen.why)
+
+
+def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
+              gpu_index: int | None = None) -> Placement:
+    """Bind this process as `mode` asks and say where it ended up (Binder)."""
+    return Binder.here(mode, started_here=started_here, gpu_index=gpu_index).bind(
+        local_rank, local_world_size)
+
+
+def local_members(world_size: int, rank: int, hosts: list[str], one_machine: bool) -> list[int]:
+    """The ranks of the sub-world of the first `world_size` ranks that run on this rank's host
+    (all of them where every host is this machine: an emulated cluster)."""
+    return [r for r in range(world_size) if one_machine or hosts[r] == hosts[rank]]
+
+
+def summary(placements: list[dict], hosts: list[str]) -> str:
+    """One line for meta.json and the report: how the ranks were placed, which ran unbound and
+    which shared CPUs with another rank of their host."""
+    unbound = [rank for rank, p in enumerate(placements) if p["how"] == "none"]
+    shared = []
+    for rank, p in enumerate(placements):
+        mine = set(parse_cpulist(p["cpus"]))
+        if any(hosts[other] == hosts[rank] and mine & set(parse_cpulist(q["cpus"]))
+               for other, q in enumerate(placements) if other != rank):
+            shared.append(rank)
+    hows = sorted({p["how"] for p in placements})
+    parts = [f"ranks bound by {'/'.join(hows)}" if unbound != list(range(len(placements)))
+             else "ranks unbound"]
+    if unbound and len(unbound) < len(placements):
+        parts.append(f"unbound: rank(s) {format_cpulist(unbound)}")
+    if shared:
+        parts.append(f"sharing CPUs with another rank: rank(s) {format_cpulist(shared)}")
+    return "; ".join(parts) + (f" ({placements[0]['why']})" if unbound else "")

@@ -1,0 +1,211 @@
+#!/usr/bin/env python
+"""Do runs agree with each other? The targets of issue 22, measured and printed (not a test).
+
+1. Identical configurations: RUNS runs of `run --algos ring,native --world-sizes 2,4 --sizes
+   64K,1M,16M`, compared pairwise with `compare`: the share of comparisons called significant
+   (target <= 5%).
+2. A real difference: bfloat16 against float32 ring at 16M (half the bytes), compared with each
+   float32 run and with all of them as one side (a folder of runs): still called significant.
+3. Run-to-run spread, N = 2, 64K-64M: RUNS runs of the harness (native) and of a minimal
+   back-to-back loop with the same binding (one core per rank), alternating; per size the
+   (max - min) / median of busbw over runs (target: harness <= loop) and the ratio of medians
+   harness / loop (target 0.9-1.1).
+4. The default run bound (`--bind auto`) and unbound (`--bind none`): the placement meta.json
+   records, and the speed-up of binding at <= 1M side by side.
+5. The default run's wall time (target < 30 s).
+
+The load average is printed with every part: on a shared machine the figures are noisy.
+
+Usage: python scripts/perf_agreement.py [--runs 4] [--parts 1,2,3,4,5] [--rounds R] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+SIZES = "64K,1M,16M"
+LOOP_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+HERE = Path(__file__).resolve().parent
+ROUNDS: list[str] = []  # --rounds R passed on to the runs of parts 1-3 (default: run's own)
+
+
+def load() -> str:
+    return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def bench(*args: str) -> float:
+    """`allreduce-bench ARGS`; its wall seconds. Exits with its stderr when it fails."""
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "allreduce_bench", *args], capture_output=True,
+                          text=True)
+    if done.returncode not in (0, 1) or (done.returncode == 1 and args[0] != "compare"):
+        sys.exit(f"perf_agreement: allreduce-bench {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def compare(base: Path, other: Path, out: Path) -> pd.DataFrame:
+    bench("compare", str(base), str(other), "--out-dir", str(out))
+    return pd.read_csv(out / "compare.csv")
+
+
+def identical(out: Path, runs: int) -> list[Path]:
+    print(f"\n1. identical configurations: {runs} runs of ring and native, N = 2 and 4, {SIZES} "
+          f"({load()})")
+    made = []
+    for k in range(runs):
+        made.append(out / "same" / str(k))
+        wall = bench("run", "--algos", "ring,native", "--world-sizes", "2,4", "--sizes", SIZES,
+                     "--out", str(made[-1]), "--no-plot", *ROUNDS)
+        print(f"   run {k}: {wall:.1f} s")
+    tables = [compare(a, b, out / f"compare-{i}-{j}")
+              for (i, a), (j, b) in itertools.combinations(enumerate(made), 2)]
+    table = pd.concat(tables, ignore_index=True)
+    flagged = table["significant"].fillna(False).astype(bool)
+    share = flagged.mean()
+    print(f"   {int(flagged.sum())} of {len(table)} pairwise comparisons significant = {share:.1%} "
+          f"(target <= 5%: {'MET' if share <= 0.05 else 'NOT MET'}); rounds per side "
+          f"{int(table['base_rounds'].median())}")
+    print("   ratio range per size over all pairs (min-max):")
+    for (algorithm, n, size), group in table.groupby(["algorithm", "world_size", "size_bytes"]):
+        print(f"     {algorithm:>7} N={n} {size >> 10:>6}K  {group['ratio'].min():.2f}-"
+              f"{group['ratio'].max():.2f}  round spread {group['round_spread'].median():.0%}  "
+              f"flagged {int(group['significant'].fillna(False).astype(bool).sum())}/{len(group)}")
+    return made
+
+
+def real_difference(out: Path, float32_runs: list[Path]) -> None:
+    print(f"\n2. a real difference: bfloat16 vs float32 ring at 16M ({load()})")
+    half = out / "bfloat16"
+    bench("run", "--algos", "ring", "--world-sizes", "2,4", "--sizes", "16M", "--dtype", "bfloat16",
+          "--out", str(half), "--no-plot", *ROUNDS)
+    named = [(f"float32 run {k}", base) for k, base in enumerate(float32_runs)]
+    for name, base in named + [(f"all {len(float32_runs)} float32 runs (a folder)", out / "same")]:
+        table = compare(base, half, out / f"compare-bf16-{base.name}")
+        for row in table[table["algorithm"] == "ring"].itertuples():
+            print(f"   {name} -> bfloat16, N={row.world_size}: ratio {row.ratio:.2f} "
+                  f"[{row.ci_low:.2f}, {row.ci_high:.2f}] "
+                  f"{'significant: MET' if row.significant == True else 'not significant: NOT MET'}")  # noqa: E712
+
+
+def minimal_loop_rank(sizes: list[int]) -> dict[int, float]:
+    """On each rank: bound as the harness binds (one core per rank), the minimal loop's us per
+    call per size, about 0.1 s of calls each (the harness's default budget)."""
+    import torch.distributed as dist
+
+    from allreduce_bench.measure.binding import bind_rank
+
+    spec = importlib.util.spec_from_file_location("perf_core", HERE / "perf_core.py")
+    perf_core = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(perf_core)
+    bind_rank("auto", int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]),
+              started_here=True)
+    dist.init_process_group("gloo")
+    found = {}
+    for size in sizes:
+        first = perf_core.minimal_loop_us(size, 2)
+        calls = max(5, min(400, int(0.1e6 / max(first, 1.0))))
+        found[size] = perf_core.minimal_loop_us(size, calls)
+    dist.destroy_process_group()
+    return found
+
+
+def spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def harness_against_loop(out: Path, runs: int) -> None:
+    from allreduce_bench.launch.environments import launch_local
+    from allreduce_bench.metrics import busbw_GBps
+
+    print(f"\n3. run-to-run spread, N = 2, harness (native) vs minimal loop, {runs} runs each "
+          f"alternating ({load()})")
+    sizes = ",".join(f"{s >> 10}K" for s in LOOP_SIZES)
+    harness: dict[int, list[float]] = {}
+    loop: dict[int, list[float]] = {}
+    for k in range(runs):
+        run_dir = out / f"harness-{k}"
+        bench("run", "--algos", "native", "--world-sizes", "2", "--sizes", sizes, "--out",
+              str(run_dir), "--no-plot", *ROUNDS)
+        rows = pd.read_csv(run_dir / "results.csv").set_index("size_bytes")
+        for size in LOOP_SIZES:
+            harness.setdefault(size, []).append(float(rows.loc[size, "busbw_GBps"]))
+        for size, us in launch_local(2, minimal_loop_rank, LOOP_SIZES)[0].items():
+            loop.setdefault(size, []).append(busbw_GBps(size, us, 2))
+    print(f"   {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'ratio':>6} {'spread h':>9} "
+          f"{'spread l':>9}  verdict")
+    for size in LOOP_SIZES:
+        h, m = harness[size], loop[size]
+        ratio = statistics.median(h) / statistics.median(m)
+        good = spread(h) <= spread(m) and 0.9 <= ratio <= 1.1
+        print(f"   {size >> 10:>5}K {statistics.median(h):>13.3f} {statistics.median(m):>10.3f} "
+              f"{ratio:>6.2f} {spread(h):>9.2f} {spread(m):>9.2f}  {'MET' if good else 'NOT MET'}")
+
+
+def bound_against_unbound(out: Path) -> None:
+    print(f"\n4./5. the default run bound and unbound ({load()})")
+    walls = {}
+    for bind in ("auto", "none", "auto", "none"):  # alternating, twice each
+        k = sum(1 for name in walls if name[0] == bind)
+        walls[(bind, k)] = bench("run", "--bind", bind, "--out", str(out / f"default-{bind}-{k}"))
+    frames = {}
+    for (bind, k), wall in walls.items():
+        meta = json.loads((out / f"default-{bind}-{k}" / "meta.json").read_text())
+        placed = "; ".join(f"N={n}: {b['summary']}" for n, b in sorted((meta.get("binding") or {}).items()))
+        print(f"   --bind {bind} run {k}: {wall:.1f} s wall; placement: {placed or 'not recorded'}")
+        frames[(bind, k)] = pd.read_csv(out / f"default-{bind}-{k}" / "results.csv")
+    print(f"   median time (us) at <= 1M, bound / unbound (two runs each; {load()}):")
+    key = ["algorithm", "world_size", "size_bytes"]
+    medians = {bind: pd.concat([f for (b, _), f in frames.items() if b == bind])
+               .groupby(key)["time_us_median"].median() for bind in ("auto", "none")}
+    both = pd.concat(medians, axis=1).reset_index()
+    both = both[both["size_bytes"] <= 1 << 20]
+    for row in both.itertuples():
+        print(f"     {row.algorithm:>18} N={row.world_size} {row.size_bytes >> 10:>5}K  "
+              f"{row.auto:>9.1f} / {row.none:>9.1f}  speed-up {row.none / row.auto:.2f}x")
+    bound_walls = [w for (b, _), w in walls.items() if b == "auto"]
+    print(f"   5. default run wall: {', '.join(f'{w:.1f}' for w in bound_walls)} s "
+          f"(target < 30 s: {'MET' if max(bound_walls) < 30 else 'NOT MET'}; {load()})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=4, help="Runs per configuration.")
+    parser.add_argument("--parts", default="1,2,3,4,5", help="Which parts to measure.")
+    parser.add_argument("--out", type=Path, help="Keep the runs here. [a temporary folder]")
+    parser.add_argument("--rounds", type=int, help="--rounds of the runs of parts 1-3. [run's default]")
+    args = parser.parse_args()
+    if args.rounds:
+        ROUNDS.extend(["--rounds", str(args.rounds)])
+    parts = {int(p) for p in args.parts.split(",") if p}
+    out = args.out or Path(tempfile.mkdtemp(prefix="perf-agreement-"))
+    print(f"perf_agreement: {os.cpu_count()} CPUs, {load()}")
+    try:
+        if parts & {1, 2}:
+            float32_runs = identical(out, args.runs)
+            if 2 in parts:
+                real_difference(out, float32_runs)
+        if 3 in parts:
+            harness_against_loop(out, max(3, args.runs - 1))
+        if parts & {4, 5}:
+            bound_against_unbound(out)
+    finally:
+        if args.out is None:
+            shutil.rmtree(out, ignore_errors=True)
+    print(f"\ndone ({load()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""--bind: the pure planning (CPU lists, NUMA maps, launchers' variables) and applying it."""
+import os
+
+import pytest
+
+from allreduce_bench.measure import binding
+from allreduce_bench.measure.binding import (
+    core_block,
+    format_cpulist,
+    gpu_numa_node,
+    launcher_binding,
+    numa_nodes,
+    parse_cpulist,
+    plan,
+    summary,
+    topo_numa_node,
+)
+
+TWO_NODES = {0: [0, 1, 2, 3, 8, 9, 10, 11], 1: [4, 5, 6, 7, 12, 13, 14, 15]}
+
+
+def test_cpulists_round_trip():
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert format_cpulist([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11"
+    assert parse_cpulist("") == [] and format_cpulist([]) == ""
+
+
+def test_core_blocks_split_the_allowed_cpus():
+    allowed = list(range(8))
+    assert [core_block(allowed, r, 4) for r in range(4)] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [core_block(allowed, r, 3) for r in range(3)] == [(0, 1), (2, 3, 4), (5, 6, 7)]
+    assert [core_block([4, 6], r, 2) for r in range(2)] == [(4,), (6,)]
+    assert [core_block([0, 1], r, 4) for r in range(4)] == [(0,), (1,), (0,), (1,)]  # shared
+
+
+def test_auto_binds_one_core_per_rank_on_cpu_when_there_are_enough():
+    chosen = plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False)
+    assert chosen.how == "core" and chosen.cpus == (1,)
+
+
+def test_auto_leaves_more_ranks_than_cpus_unbound_and_core_shares():
+    chosen = plan("auto", 3, 4, [0, 1], {0: [0, 1]}, gpu=False)
+    assert chosen.how == "none" and chosen.cpus is None and "2 CPU(s) for 4" in chosen.why
+    forced = plan("core", 3, 4, [0, 1], {0: [0, 1]}, gpu=False)
+    assert forced.cpus == (1,) and "shared" in forced.why
+
+
+def test_auto_on_gpu_takes_the_gpus_numa_node():
+    chosen = plan("auto", 0, 8, list(range(16)), TWO_NODES, gpu=True, gpu_node=1)
+    assert chosen.how == "numa" and chosen.cpus == (4, 5, 6, 7, 12, 13, 14, 15)
+    unknown = plan("auto", 0, 8, list(range(16)), TWO_NODES, gpu=True, gpu_node=None)
+    assert unknown.how == "none" and "unknown" in unknown.why
+
+
+def test_numa_on_cpu_deals_nodes_over_local_ranks():
+    cpus = [plan("numa", r, 4, list(range(16)), TWO_NODES, gpu=False).cpus for r in range(4)]
+    assert cpus[0] == cpus[1] == tuple(TWO_NODES[0]) and cpus[2] == cpus[3] == tuple(TWO_NODES[1])
+    # only the allowed CPUs of a node
+    assert plan("numa", 0, 1, [1, 2], TWO_NODES, gpu=False).cpus == (1, 2)
+
+
+def test_a_launchers_binding_is_kept():
+    chosen = plan("auto", 0, 2, [3], TWO_NODES, gpu=False, launcher="srun --cpu-bind=mask_cpu")
+    assert chosen.how == "launcher" and chosen.cpus is None and "srun" in chosen.why
+    # asked for explicitly, a mode overrides it
+    assert plan("core", 0, 2, [2, 3], TWO_NODES, gpu=False, launcher="srun").cpus == (2,)
+    assert plan("none", 0, 2, [2, 3], TWO_NODES, gpu=False).how == "none"
+
+
+def test_launcher_binding_from_variables_and_affinity():
+    everything = list(range(8))
+    assert launcher_binding({"SLURM_CPU_BIND_TYPE": "mask_cpu:"}, [0, 1], everything) == \
+        "srun --cpu-bind=mask_cpu"
+    assert launcher_binding({"SLURM_CPU_BIND_TYPE": "none"}, everything, everything) is None
+    assert launcher_binding({"OMPI_MCA_hwloc_base_binding_policy": "core"}, [2], everything) == \
+        "mpirun --bind-to core"
+    assert "affinity 4-7 of 0-7" in launcher_binding({}, [4, 5, 6, 7], everything)  # numactl, taskset
+    assert launcher_binding({}, everything, everything) is None
+
+
+def test_sysfs_numa_maps(tmp_path):
+    for node, cpus in (("node0", "0-3"), ("node1", "4-7"), ("node2", "")):  # node2: memory only
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "cpulist").write_text(cpus + "\n")
+    assert numa_nodes(tmp_path) == {0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}
+    device = tmp_path / "0000:3b:00.0"
+    device.mkdir()
+    (device / "numa_node").write_text("1\n")
+    assert gpu_numa_node("0000:3B:00.0", tmp_path) == 1
+    (device / "numa_node").write_text("-1\n")
+    assert gpu_numa_node("0000:3b:00.0", tmp_path) is None
+    assert gpu_numa_node("0000:00:00.0", tmp_path) is None
+    assert binding.pci_address(0, 0x3B, 0) == "0000:3b:00.0"
+
+
+TOPO = """\
+\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID
+GPU0\t X \tNV18\tPXB\t0-47,96-143\t0\t\tN/A
+GPU1\tNV18\t X \tSYS\t48-95,144-191\t1\t\tN/A
+NIC0\tPXB\tSYS\t X \t\t\t\t
+
+Legend:
+"""
+
+
+def test_nvidia_smi_topology_numa_column():
+    assert topo_numa_node(TOPO, 0) == 0 and topo_numa_node(TOPO, 1) == 1
+    assert topo_numa_node(TOPO, 2) is None and topo_numa_node("no table", 0) is None
+
+
+def test_nvidia_smi_index_under_cuda_visible_devices():
+    assert binding.physical_gpu(1, None) == 1
+    assert binding.physical_gpu(1, "4,6") == 6
+    assert binding.physical_gpu(0, "GPU-5f3a") is None
+
+
+def test_summary_names_unbound_and_shared_ranks():
+    def p(how, cpus):
+        return {"bind": "auto", "how": how, "cpus": cpus, "numa_nodes": [0], "why": "w"}
+    assert summary([p("core", "0"), p("core", "1")], ["h", "h"]) == "ranks bound by core"
+    unbound = summary([p("none", "0-1")] * 4, ["h"] * 4)
+    assert unbound.startswith("ranks unbound") and "sharing CPUs" in unbound
+    # the same CPUs on two hosts are not shared
+    assert "sharing" not in summary([p("core", "0"), p("core", "0")], ["a", "b"])
+    assert "rank(s) 0-1" in summary([p("core", "0"), p("core", "0"), p("core", "1")], ["h"] * 3)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_bind_rank_applies_to_every_thread_and_records_it():
+    import threading
+
+    before = os.sched_getaffinity(0)
+    started, stop = threading.Event(), threading.Event()
+    seen = {}
+
+    def worker():
+        started.set()
+        stop.wait(10)
+        seen["cpus"] = os.sched_getaffinity(0)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    started.wait(10)
+    try:
+        placement = binding.bind_rank("core", 1, 2, started_here=True)
+        stop.set()
+        thread.join(10)
+        mine = sorted(before)[len(before) // 2:]
+        assert placement.how == "core" and placement.cpus == format_cpulist(mine)
+        assert sorted(seen["cpus"]) == mine  # a thread started before the binding moved too
+        assert placement.as_dict()["bind"] == "core"
+    finally:
+        stop.set()
+        binding.set_affinity(before)
+
+
+def test_the_report_says_where_ranks_ran():
+    from allreduce_bench.analysis.placement import placement_lines, placement_warnings
+
+    meta = {"binding": {"4": {"summary": "ranks unbound; sharing CPUs with another rank: rank(s) 0-3"},
+                        "2": {"summary": "ranks bound by core"}}}
+    assert placement_lines(meta) == ["N=2: ranks bound by core",
+                                     "N=4: ranks unbound; sharing CPUs with another rank: rank(s) 0-3"]
+    assert placement_warnings({"": meta}) == [
+        "placement: N=4: ranks unbound; sharing CPUs with another rank: rank(s) 0-3"]
+    assert placement_warnings({"old": {}}) == [] and placement_lines({}) == []
+
+
+def test_a_phases_members_are_the_sub_worlds_ranks_on_this_host():
+    hosts = ["a", "a", "b", "b"]
+    assert binding.local_members(2, 1, hosts, one_machine=False) == [0, 1]
+    assert binding.local_members(4, 3, hosts, one_machine=False) == [2, 3]
+    assert binding.local_members(4, 3, hosts, one_machine=True) == [0, 1, 2, 3]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_a_binder_places_again_and_restores_what_it_started_with():
+    before = os.sched_getaffinity(0)
+    binder = binding.Binder.here("auto", started_here=True)
+    try:
+        assert binder.bind(0, 2).how == "core" and len(os.sched_getaffinity(0)) < len(before)
+        wide = binder.bind(0, len(before) + 1)  # more ranks than CPUs: auto leaves them all
+        assert wide.how == "none" and os.sched_getaffinity(0) == before
+    finally:
+        binding.set_affinity(before)

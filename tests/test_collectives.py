@@ -1,0 +1,328 @@
+"""Collectives beside AllReduce: nccl-tests' byte counts and busbw factors, the published
+all_gather / reduce_scatter logs through our formula, hand-counted costs, the per-collective
+registry, and exact results of every (collective, algorithm) on sub-worlds of one real world."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from collective_ranks import OTHERS, exact_at_counts, exact_every_world_size, measured_wrong
+from distributed import run_world
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allreduce_bench import algorithms, interop, metrics
+from allreduce_bench.algorithms.base import INTER, INTRA
+from allreduce_bench.errors import UsageError
+
+S = 1 << 20
+
+
+def _shared() -> Path:
+    here = Path(__file__).resolve().parents[1].parent / "shared"
+    return here if here.is_dir() else Path("/work/shared")
+
+
+LOGS = _shared() / "data" / "published-logs"
+needs_logs = pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
+
+
+# ---- nccl-tests' definitions ---------------------------------------------------------------
+
+def nccl_tests_bytes(collective, size_bytes, elt, n):
+    """src/<coll>.cu GetCollByteCount, then GetBw's byte count, written out as the C does it."""
+    count = size_bytes // elt
+    if collective in ("all_gather", "reduce_scatter", "alltoall"):
+        base = (count // n) & ~(16 // elt - 1)
+        return base, base * elt * n
+    return count, count * elt
+
+
+@pytest.mark.parametrize("collective", metrics.COLLECTIVES)
+def test_counts_and_sizes_are_nccl_tests(collective):
+    for size in (0, 4, 32, 100, 4096, 1000003, 1 << 24):
+        for elt in (1, 2, 4, 8):
+            for n in (1, 2, 3, 7, 8):
+                assert metrics.collective_counts(collective, size, elt, n) == \
+                    nccl_tests_bytes(collective, size, elt, n)
+
+
+def test_busbw_factors_are_the_ones_of_performance_md():
+    for n in (1, 2, 3, 8, 64):
+        assert metrics.busbw_factor(n, "all_reduce") == 2 * (n - 1) / n
+        for c in ("reduce_scatter", "all_gather", "alltoall"):
+            assert metrics.busbw_factor(n, c) == (n - 1) / n
+        for c in ("broadcast", "reduce", "sendrecv"):
+            assert metrics.busbw_factor(n, c) == 1.0
+    assert metrics.busbw_GBps(8e9, 1e6, 8, "all_gather") == pytest.approx(8 * 7 / 8)
+
+
+@needs_logs
+@pytest.mark.parametrize("prefix, collective", [("11-", "all_gather"), ("12-", "reduce_scatter")])
+def test_published_logs_give_back_their_busbw_through_our_formula(prefix, collective):
+    (path,) = LOGS.glob(f"{prefix}*")
+    (run,) = interop.read_file(path)
+    interop.settle(run, str(path), collective)
+    checked = 0
+    for row in run.rows:
+        if row["size_bytes"] >= 1 << 20:  # the printed bandwidths carry 4-5 digits there
+            ours = metrics.busbw_GBps(row["size_bytes"], row["time_us_median"], run.world_size, collective)
+            algbw = metrics.algbw_GBps(row["size_bytes"], row["time_us_median"])
+            # time is printed to 4 digits: allow its rounding, then compare as printed
+            assert ours == pytest.approx(row["busbw_GBps"], rel=2e-3), row
+            assert ours / algbw == pytest.approx(metrics.busbw_factor(8, collective))
+            checked += 1
+    assert run.world_size == 8 and checked >= 20
+
+
+# ---- costs, counted by hand ----------------------------------------------------------------
+
+def totals(collective, name, n, per_node, s=S):
+    """(latency steps, bytes on the busiest intra link, bytes through the busiest uplink, reduced)."""
+    steps = algorithms.lookup(name, collective).cost(float(s), n, per_node)
+    return (sum(st.repeat for st in steps),
+            sum(st.repeat * st.paths.get(INTRA, (0, 0))[1] for st in steps),
+            sum(st.repeat * st.paths.get(INTER, (0, 0))[1] for st in steps),
+            sum(st.repeat * st.reduced for st in steps))
+
+
+def test_ring_allreduce_costs_its_reducescatter_plus_its_allgather():
+    for n, per_node in ((2, 2), (4, 4), (8, 2), (6, 3)):
+        rs = algorithms.lookup("ring", "reduce_scatter").cost(S, n, per_node)
+        ag = algorithms.lookup("ring", "all_gather").cost(S, n, per_node)
+        assert algorithms.lookup("ring").cost(S, n, per_node) == rs + ag
+    assert totals("reduce_scatter", "ring", 4, 4) == (3, 3 * S / 4, 0, 3 * S / 4)
+    assert totals("all_gather", "ring", 8, 4) == (7, 7 * S / 8, 7 * S / 8, 0)
+
+
+def test_direct_and_recursive_gather_and_scatter_by_hand():
+    # direct, 2 nodes x 2: one step, 1 intra peer (S/4), 2 ranks x 2 peers across -> S/4 x 4 = S
+    assert totals("all_gather", "direct", 4, 2) == (1, S / 4, S, 0)
+    assert totals("reduce_scatter", "direct", 4, 4) == (1, 3 * S / 4, 0, 3 * S / 4)
+    # recursive halving N=8: halves of 4, 2, 1 chunks of S/8 sent; kept halves added
+    assert totals("reduce_scatter", "recursive-halving", 8, 8) == (3, 7 * S / 8, 0, 7 * S / 8)
+    # recursive doubling N=8: windows of 1, 2, 4 chunks sent
+    assert totals("all_gather", "recursive-doubling", 8, 8) == (3, 7 * S / 8, 0, 0)
+    # N=6 (p=4, 2 pairs folded): fold-in S/6; doubling windows: virtual 0 and 1 hold 2 chunks,
+    # so the busiest rank sends 2 then 4 chunks of S/6; fold-out the whole S
+    assert totals("all_gather", "recursive-doubling", 6, 6) == (4, S / 6 + 2 * S / 6 + 4 * S / 6 + S, 0, 0)
+    # N=6 halving: fold-in S (added), give 4 then 2 chunks of S/6, keep 2 then 2... fold-out S/6
+    assert totals("reduce_scatter", "recursive-halving", 6, 6) == (4, S + 4 * S / 6 + 2 * S / 6 + S / 6, 0,
+                                                                   S + 4 * S / 6 + 2 * S / 6)
+
+
+def test_alltoall_broadcast_reduce_sendrecv_by_hand():
+    # pairwise: N-1 steps of S/N per rank; 2 nodes x 2: step 1 and 3 cross the nodes (ranks 1->2, 3->0)
+    assert totals("alltoall", "pairwise", 4, 4) == (3, 3 * S / 4, 0, 0)
+    assert totals("alltoall", "pairwise", 4, 2)[2] == S / 4 + 2 * S / 4 + S / 4
+    assert totals("alltoall", "direct", 4, 4) == (1, 3 * S / 4, 0, 0)
+    # binomial over 5 ranks: 3 rounds of S
+    assert totals("broadcast", "binomial", 5, 5) == (3, 3 * S, 0, 0)
+    assert totals("reduce", "binomial", 5, 5) == (3, 3 * S, 0, 3 * S)
+    # chain of 4 over 1 MiB: one chunk, 1 + 4 - 2 = 3 ticks; 4 MiB: 4 chunks, 6 ticks of S/4
+    assert totals("broadcast", "chain", 4, 4) == (3, 3 * S, 0, 0)
+    assert totals("reduce", "chain", 4, 4, s=4 * S) == (6, 6 * S, 0, 6 * S)
+    # scatter + ring AllGather, N=4: root sends 3 x S/4 at once, then 3 steps of S/4
+    assert totals("broadcast", "scatter-allgather", 4, 4) == (4, 3 * S / 4 + 3 * S / 4, 0, 0)
+    assert totals("reduce", "reducescatter-gather", 4, 4) == (4, 3 * S / 4 + 3 * S / 4, 0, 3 * S / 4)
+    assert totals("sendrecv", "native", 4, 2) == (1, S, S, 0)
+
+
+def test_every_collective_cost_is_defined_for_odd_layouts():
+    for collective in OTHERS:
+        for name, algorithm in algorithms.BUILT_IN_BY_COLLECTIVE[collective].items():
+            for n, per_node in ((1, 1), (3, 3), (6, 2), (7, 1), (12, 4)):
+                steps = algorithm.cost(float(S), n, per_node)
+                assert all(st.repeat >= 0 for st in steps), (collective, name)
+                assert (n == 1) == (steps == []), (collective, name, n)
+
+
+# ---- the registry per collective -----------------------------------------------------------
+
+def test_registry_per_collective_and_refusals():
+    assert algorithms.names_for("gloo", "alltoall") == ["native", "pairwise", "direct"]
+    assert set(algorithms.names_for("gloo", "all_gather")) == {"native", "ring", "recursive-doubling", "direct"}
+    with pytest.raises(UsageError, match="unknown algorithm 'ring' for alltoall .ring exists for all_reduce"):
+        algorithms.parse("ring", "gloo", "alltoall")
+    assert algorithms.parse_collectives("all") == metrics.COLLECTIVES
+    assert algorithms.parse_collectives("all_gather, all_reduce") == ("all_gather", "all_reduce")
+    with pytest.raises(UsageError, match="unknown collective unknown"):
+        algorithms.parse_collectives("all_gather,unknown")
+
+
+def test_gloo_reducescatter_says_it_is_an_allreduce():
+    native = algorithms.lookup("native", "reduce_scatter")
+    assert native.ran_as("gloo") == "all_reduce" and native.ran_as("nccl") == "reduce_scatter"
+    assert algorithms.lookup("ring", "reduce_scatter").ran_as("gloo") == "reduce_scatter"
+
+
+def test_a_plugin_declares_its_collective(monkeypatch):
+    class Plugin:
+        COLLECTIVE = "all_gather"
+        DESCRIPTION = "a plug-in AllGather"
+
+        @staticmethod
+        def build(send, recv, world):
+            return lambda: None
+
+    class Point:
+        name, value = "mine", "x:y"
+
+        def load(self):
+            return Plugin
+
+    monkeypatch.delenv(algorithms.NO_PLUGINS_ENV, raising=False)
+    monkeypatch.setattr(algorithms, "_entry_points", lambda: [Point()])
+    monkeypatch.setattr(algorithms, "_plugins", None)
+    monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])
+    assert algorithms.lookup("mine", "all_gather").collective == "all_gather"
+    assert "mine" not in algorithms.registry()
+
+
+# ---- exact results on real worlds ----------------------------------------------------------
+
+@pytest.mark.timeout(900)
+def test_exact_results_of_every_collective_and_algorithm_at_n_1_to_8():
+    """One world of 8 ranks; the sub-world of its first k ranks for k = 1..8; counts 1, N-1,
+    N+1, 97, 3001; float32, bfloat16, int32; in place and out of place where both exist."""
+    failures = run_world(8, exact_every_world_size, list(range(1, 9)), timeout=800)
+    assert [f for rank in failures for f in rank] == []
+
+
+@pytest.mark.timeout(300)
+@settings(max_examples=2, deadline=None, derandomize=True)
+@given(world_size=st.sampled_from([3, 5, 6]),
+       counts=st.lists(st.integers(min_value=1, max_value=2000), min_size=2, max_size=4))
+def test_exact_results_over_random_counts(world_size, counts):
+    failures = run_world(world_size, exact_at_counts, world_size, counts, timeout=250)
+    assert [f for rank in failures for f in rank] == []
+
+
+@pytest.mark.timeout(200)
+def test_measure_counts_wrong_like_nccl_tests():
+    wrong = run_world(3, measured_wrong, 3, timeout=150)[0]
+    assert wrong.pop("all_gather/broken") == 3 * (3 * 40)  # every rank misses all N parts
+    assert wrong and set(wrong.values()) == {0}
+
+
+# ---- the model per collective --------------------------------------------------------------
+
+def test_collective_model_recovers_links_and_names_the_best():
+    import pandas as pd
+
+    from allreduce_bench.analysis import collective_model
+
+    alpha, bandwidth = 20e-6, 2e9
+    rows = []
+    for collective in ("all_gather", "reduce_scatter", "alltoall", "broadcast"):
+        for name in algorithms.names_for("gloo", collective):
+            for n in (2, 4, 8):
+                for size in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
+                    runs_as = "all_reduce" if (collective, name) == ("reduce_scatter", "native") else ""
+                    found = collective_model.steps(collective, name, runs_as or collective, size, n, n)
+                    messages, size_on_path, _ = collective_model.critical_path(found)
+                    rows.append({"collective": collective, "algorithm": name, "world_size": n,
+                                 "ranks_per_node": n, "size_bytes": size, "runs_as": runs_as,
+                                 "time_us_median": (messages * alpha + size_on_path / bandwidth) * 1e6})
+    frame = pd.DataFrame(rows)
+    fits = collective_model.fit(frame)
+    assert len(fits) == len(frame.groupby(["collective", "algorithm"]))
+    assert fits["alpha_us"].to_numpy() == pytest.approx(20.0, rel=1e-3)
+    assert fits["bandwidth_GBps"].to_numpy() == pytest.approx(2.0, rel=1e-3)
+    comparison = collective_model.compare(frame, fits)
+    assert comparison["error_pct"].abs().max() < 0.1
+    table = collective_model.best(comparison)
+    big = table[(table["collective"] == "broadcast") & (table["size_bytes"] == 1 << 24) & (table["world_size"] == 8)]
+    # 16 MiB over 8 ranks: the chain moves 22/16 S, scatter + AllGather 14/8 S, the tree 3 S
+    assert big["measured"].tolist() == ["chain"] == big["predicted"].tolist()
+    small = table[(table["collective"] == "all_gather") & (table["size_bytes"] == 1 << 12) & (table["world_size"] == 8)]
+    assert small["predicted"].iloc[0] in ("recursive-doubling", "direct")
+    # gloo's ReduceScatter row is modelled as the AllReduce it ran: twice the ring's steps
+    native_rs = collective_model.steps("reduce_scatter", "native", "all_reduce", S, 4, 4)
+    assert sum(st.repeat for st in native_rs) == 6
+
+
+# ---- the command line ----------------------------------------------------------------------
+
+def cli(*args, timeout=300):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "allreduce_bench", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--collectives", "unknown"], "unknown collective unknown"),
+    (["--collectives", "all_gather,alltoall", "--algos", "ring"], "unknown algorithm 'ring' for alltoall"),
+])
+def test_bad_collectives_are_one_line_and_exit_2(args, says):
+    result = cli("run", *args, "--quick", "--no-plot", timeout=60)
+    assert result.returncode == 2 and says in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(600)
+def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "run"
+    args = ["run", "--collectives", "all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce,sendrecv",
+            "--algos", "native", "--world-sizes", "2", "--sizes", "4K,64K", "--samples", "2", "--loops", "1",
+            "--warmup", "0", "--out", str(out)]
+    result = cli(*args)
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(out / "results.csv")
+    assert list(dict.fromkeys(rows["collective"])) == list(metrics.COLLECTIVES)
+    assert (rows["wrong"] == 0).all() and len(rows) == 2 * 7
+    assert set(rows["benchmark"]) == {"allreduce", *metrics.COLLECTIVES} - {"all_reduce"}
+    rs = rows[rows["collective"] == "reduce_scatter"]
+    assert set(rs["runs_as"]) == {"all_reduce"} and rows[rows["collective"] != "reduce_scatter"]["runs_as"].isna().all()
+    ag = rows[rows["collective"] == "all_gather"].iloc[0]
+    assert ag["count"] == 512 and ag["size_bytes"] == 4096  # one rank's part of the whole buffer
+    assert ag["busbw_GBps"] == pytest.approx(ag["algbw_GBps"] / 2)
+    assert "Peak busbw (GB/s) per collective" in result.stdout and "in disguise" in result.stdout
+    report = (out / "plots" / "report.md").read_text()
+    assert "## Other collectives" in report and "## Cost model per collective" in report
+    assert (out / "plots" / "collectives_peak.png").exists() and (out / "plots" / "bandwidth_alltoall.png").exists()
+    again = cli(*args[:-2], "--resume", str(out))
+    assert again.returncode == 0, again.stderr
+    assert len(pd.read_csv(out / "results.csv")) == len(rows)  # every row was done already
+
+
+@needs_logs
+@pytest.mark.timeout(600)
+def test_import_and_compare_a_published_all_gather_log_against_our_rows(tmp_path):
+    import pandas as pd
+
+    ours = tmp_path / "ours"
+    result = cli("run", "--collectives", "all_gather", "--algos", "native", "--world-sizes", "8",
+                 "--ranks-per-node", "8", "--sizes", "1M,4M", "--samples", "2", "--loops", "1",
+                 "--warmup", "0", "--out", str(ours), "--no-plot", timeout=500)
+    assert result.returncode == 0, result.stderr
+    (log,) = LOGS.glob("11-*")
+    imported = tmp_path / "imported"
+    done = cli("import", str(log), "--out", str(imported), "--collective", "all_gather", timeout=60)
+    assert done.returncode == 0, done.stderr
+    compared = cli("compare", str(imported), str(ours), "--out-dir", str(tmp_path / "cmp"), timeout=60)
+    assert compared.returncode == 0, compared.stderr
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert sorted(table["size_bytes"]) == [1 << 20, 4 << 20]
+    assert set(table["benchmark"]) == {"all_gather"} and set(table["world_size"]) == {8}
+
+
+@pytest.mark.timeout(400)
+def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "links"
+    result = cli("links", "--collective", "all_gather", "--world-sizes", "4", "--ranks-per-node", "2",
+                 "--sizes", "64K", "--samples", "2", "--loops", "1", "--warmup", "0", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(out / "results.csv")
+    groups = rows[rows["operation"] == "all_gather"]
+    assert sorted(groups["link"]) == ["inter", "intra"] and (rows["wrong"] == 0).all()
+    assert set(groups["collective"]) == {"all_gather"} and set(groups["count"]) == {65536 // 4 // 2}
+    assert groups["busbw_GBps"].to_numpy() == pytest.approx(groups["algbw_GBps"].to_numpy() / 2)
+    refused = cli("links", "--collective", "all_gather,alltoall", "--world-sizes", "4", timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
