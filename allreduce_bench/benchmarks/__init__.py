@@ -15,6 +15,9 @@ class Entry:
     module: str
     command: str  # `allreduce-bench <command>` runs it
     config: str  # "module:function" that turns the command's options into its config
+    # "module:function(out_dir, since) -> exit code or None": the benchmark's own verdict once
+    # final (emulate passes it on instead of torchrun's 1 for any failure)
+    outcome: str | None = None
 
 
 REGISTRY: dict[str, Entry] = {
@@ -23,6 +26,8 @@ REGISTRY: dict[str, Entry] = {
     "links": Entry("allreduce_bench.benchmarks.links", "links",
                    "allreduce_bench.config.options:links_config"),
     "ddp": Entry("allreduce_bench.benchmarks.ddp", "ddp", "allreduce_bench.config.ddp:ddp_config"),
+    "health": Entry("allreduce_bench.benchmarks.health", "health",
+                    "allreduce_bench.config.health:health_config", "allreduce_bench.results.health:outcome"),
 }
 
 
@@ -43,3 +48,12 @@ def config_of(name: str, **options):
     """The benchmark's config from its command's options (validated, one line on bad input)."""
     module, function = REGISTRY[name].config.split(":")
     return getattr(importlib.import_module(module), function)(**options)
+
+
+def outcome_of(name: str):
+    """The benchmark's outcome(out_dir, since) function, or None."""
+    spec = REGISTRY[name].outcome
+    if spec is None:
+        return None
+    module, function = spec.split(":")
+    return getattr(importlib.import_module(module), function)

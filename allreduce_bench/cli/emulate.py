@@ -126,11 +126,15 @@ def parse_links(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_rat
 
 
 def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
-              inter_latency: str, chosen: list[str], out_dir: Path | None, args: list[str]):
-    """Everything checked before any namespace exists: a Plan for emulate/session.py."""
+              inter_latency: str, chosen: list[str], out_dir: Path | None, args: list[str],
+              faults: tuple = ((), ())):
+    """Everything checked before any namespace exists: a Plan for emulate/session.py.
+    `faults`: the --host-bandwidth and --host-cpu items."""
+    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
     from allreduce_bench.emulate.session import Plan
 
     rate, latency = parse_links(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency)
+    host_rates, host_cpu = parse_host_rates(faults[0], nodes), parse_host_cpu(faults[1], nodes)
     resumed = resumed_dir(args)
     if resumed is not None:
         out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
@@ -145,7 +149,8 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
         if claimed:
             shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
         raise
-    return Plan(nodes, ranks_per_node, rate, latency, inter_ratio, forwarded, configs, out_dir)
+    return Plan(nodes, ranks_per_node, rate, latency, inter_ratio, forwarded, configs, out_dir,
+                host_rates, host_cpu)
 
 
 def clean_up() -> int:
@@ -185,23 +190,29 @@ def clean_up() -> int:
                   f"{name} (= `{entry.command}`)" for name, entry in REGISTRY.items()) +
               ", or several, comma-separated, one after the other on the same shaping. Each "
               "gets the forwarded options its command has.")
+@click.option("--host-bandwidth", multiple=True, metavar="HOST=RATE",
+              help="A fault put in on purpose: this host's link at another rate than "
+                   "--inter-bandwidth, e.g. node2=100mbit (repeatable).")
+@click.option("--host-cpu", multiple=True, metavar="HOST=SHARE",
+              help="A fault put in on purpose: this host's processes get this share of one CPU "
+                   "(the cgroup cpu controller's quota), e.g. node2=25% (repeatable).")
 @click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
 @click.option("--cleanup", is_flag=True,
               help="Only remove namespaces left by emulate runs that no longer exist, and exit.")
 @click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED)
 def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, benchmarks,
-            out_dir, cleanup, benchmark_args):
+            host_bandwidth, host_cpu, out_dir, cleanup, benchmark_args):
     """Emulate a multi-node cluster on this machine (root) and run the benchmark on it.
 
     \b
     Builds --nodes network namespaces joined by veth links, rate-limits each host's
     inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
     namespace (gloo bound to that host's interface; traffic between ranks of one host stays
-    on its loopback). Other options (--sizes, --algos, --collectives, --iters, --quick, --tag,
-    --bind, --rounds, --params, --bucket-mb, ...) are passed on to each benchmark's command that
-    has them. Everything is
-    removed at the end, also on errors.
+    on its loopback), each with its own hostname node0..node<M-1>. Other options (--sizes,
+    --algos, --collectives, --iters, --quick, --tag, --bind, --rounds, --params, --bucket-mb,
+    --pairs, ...) are passed on to each benchmark's command that has them; a benchmark's own
+    exit code (health: 0/3/1) is passed on. Everything is removed at the end, also on errors.
     Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
     all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
     parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
@@ -218,6 +229,6 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     if ranks_per_node is None:
         ranks_per_node = DDP_RANKS_PER_NODE if chosen == ["ddp"] else 2
     plan = make_plan(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, chosen,
-                     out_dir, list(benchmark_args))
+                     out_dir, list(benchmark_args), (host_bandwidth, host_cpu))
     from allreduce_bench.emulate.session import run_emulated
     sys.exit(run_emulated(plan))

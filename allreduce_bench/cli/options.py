@@ -38,6 +38,11 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
                      "diagnosis: NCCL then logs every call, which slows the smallest sizes."),
     ]
 
+    return with_options(options)
+
+
+def with_options(options: list):
+    """A decorator applying click options in the order listed (as --help shows them)."""
     def decorate(command):
         for option in reversed(options):
             command = option(command)

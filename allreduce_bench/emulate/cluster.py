@@ -78,10 +78,10 @@ def _effective_caps() -> int:
 
 
 def check_can_emulate() -> None:
-    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    missing = [tool for tool in ("ip", "tc", "unshare") if shutil.which(tool) is None]
     if missing:
-        raise UsageError(f"emulate needs {' and '.join(missing)} (iproute2) to build namespaces "
-                         "and shape links; install iproute2, or measure on a real cluster")
+        raise UsageError(f"emulate needs {' and '.join(missing)} (iproute2, util-linux) to build "
+                         "namespaces and shape links; install them, or measure on a real cluster")
     caps = _effective_caps()
     if os.geteuid() != 0 and not (caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
         raise UsageError("emulate needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network "
@@ -101,7 +101,7 @@ def namespaces() -> list[str]:
     return [line.split()[0] for line in listing.splitlines() if line.strip()]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -131,7 +131,7 @@ def stale_namespaces() -> list[str]:
     found = []
     for name in namespaces():
         match = NAME.match(name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             found.append(name)
     return found
 
@@ -188,24 +188,28 @@ class EmulatedCluster:
             _sh("ip", "-n", host, "addr", "add", f"{self.address(i)}/24", "dev", f"node{i}")
             _sh("ip", "-n", host, "link", "set", f"node{i}", "up")
 
-    def shape(self, rate_bps: float, latency_s: float) -> None:
-        """Rate-limit (and delay) each host's outgoing inter-node traffic."""
+    def shape(self, rate_bps: float, latency_s: float, host_rates: dict[int, float] | None = None) -> None:
+        """Rate-limit (and delay) each host's outgoing inter-node traffic; `host_rates` gives
+        some hosts another rate (emulate/faults.py)."""
+        for i, host in enumerate(self.hosts):
+            self._shape_host(i, host, (host_rates or {}).get(i, rate_bps), latency_s)
+
+    def _shape_host(self, i: int, host: str, rate_bps: float, latency_s: float) -> None:
         rate = f"{int(rate_bps)}bit"
         # tbf needs a bucket of at least one packet (64K with GSO); 10 ms of traffic beyond that.
         burst = f"{max(256 * 1024, int(rate_bps / 8 / 100))}b"
-        for i, host in enumerate(self.hosts):
-            dev = f"node{i}"
-            parent = ["root"]
-            if latency_s:
-                done = _sh("tc", "-n", host, "qdisc", "add", "dev", dev, "root", "handle", "1:",
-                           "netem", "delay", f"{latency_s * 1e6:.0f}us", check=False)
-                if done.returncode:
-                    raise UsageError("--inter-latency needs the netem qdisc, which this kernel "
-                                     f"does not have ({done.stderr.strip() or 'tc failed'}); "
-                                     "omit --inter-latency (the rate limit works without it)")
-                parent = ["parent", "1:", "handle", "2:"]
-            _sh("tc", "-n", host, "qdisc", "add", "dev", dev, *parent, "tbf", "rate", rate,
-                "burst", burst, "latency", "100ms")
+        dev = f"node{i}"
+        parent = ["root"]
+        if latency_s:
+            done = _sh("tc", "-n", host, "qdisc", "add", "dev", dev, "root", "handle", "1:",
+                       "netem", "delay", f"{latency_s * 1e6:.0f}us", check=False)
+            if done.returncode:
+                raise UsageError("--inter-latency needs the netem qdisc, which this kernel "
+                                 f"does not have ({done.stderr.strip() or 'tc failed'}); "
+                                 "omit --inter-latency (the rate limit works without it)")
+            parent = ["parent", "1:", "handle", "2:"]
+        _sh("tc", "-n", host, "qdisc", "add", "dev", dev, *parent, "tbf", "rate", rate,
+            "burst", burst, "latency", "100ms")
 
     def host_env(self, i: int, emulation: Emulation) -> dict:
         env = dict(os.environ)
@@ -218,10 +222,16 @@ class EmulatedCluster:
             env.pop(name, None)  # torchrun inside sets them; never inherit an outer launcher's
         return env
 
-    def torchrun(self, i: int, module_args: list[str]) -> list[str]:
+    def torchrun(self, i: int, module_args: list[str], cgroup_procs: str | None = None) -> list[str]:
         """Host i's launch: a static rendezvous, i.e. a c10d TCPStore on host 0's address, where
-        --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster."""
-        return ["ip", "netns", "exec", self.hosts[i], sys.executable, "-m", "torch.distributed.run",
+        --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster. It runs
+        in a UTS namespace of its own whose hostname is node<i>, so hosts are told apart by
+        hostname as on a cluster. A CPU-limited host first joins its cgroup (`cgroup_procs`),
+        outside the namespace: `ip netns exec` mounts a sysfs of its own, without cgroups."""
+        join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs] if cgroup_procs else []
+        return [*join, "ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
+                f'hostname node{i} && exec "$@"', "sh",
+                sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(self.nodes), "--node-rank", str(i),
                 "--nproc-per-node", str(self.ranks_per_node),
                 "--master-addr", self.address(0), "--master-port", str(RDZV_PORT),

@@ -15,15 +15,23 @@ def namespace_pids(name: str) -> list[str]:
     return done.stdout.split()
 
 
-def run_on_hosts(cluster, module_args: list[str], emulation) -> int:
-    """Launch on every host at once; the first failure stops the others. Returns an exit code."""
+def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda i: None,
+                 outcome=lambda: None) -> int:
+    """Launch on every host at once; the first failure stops the others. Returns an exit code:
+    `outcome()` once it gives one (a benchmark whose result is final while a frozen host's
+    launch would wait on; the others are then stopped), else the first failure's, else 0.
+    `cgroup_procs(i)`: the cgroup host i joins, or None."""
     procs = []
     try:
         for i in range(cluster.nodes):
-            procs.append(subprocess.Popen(cluster.torchrun(i, module_args),
+            procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i)),
                                           env=cluster.host_env(i, emulation),
                                           start_new_session=True, preexec_fn=die_with_parent))
         while True:
+            final = outcome()
+            if final is not None:  # the rest only waits (on a frozen host): stop it quietly
+                kill_quietly(cluster, procs)
+                return final
             codes = [p.poll() for p in procs]
             failed = [c for c in codes if c not in (None, 0)]
             if failed:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from allreduce_bench import benchmarks, units
 from allreduce_bench.emulate.cluster import (
+    PREFIX,
     EmulatedCluster,
     Emulation,
     check_can_emulate,
+    pid_alive,
     remove_namespaces,
     stale_namespaces,
 )
+from allreduce_bench.emulate.faults import CpuLimits, remove_cgroups, stale_cgroups
 from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, ddp_rate_bps
 from allreduce_bench.emulate.processes import run_on_hosts, terminate_as_interrupt
 from allreduce_bench.results.resume import kept
@@ -35,6 +39,12 @@ class Plan:
     forwarded: dict[str, list[str]]
     configs: dict[str, object]
     out_dir: Path
+    host_rates: dict[int, float] = field(default_factory=dict)  # host -> bit/s (--host-bandwidth)
+    host_cpu: dict[int, float] = field(default_factory=dict)  # host -> share of a CPU (--host-cpu)
+
+    def faults_meta(self) -> dict:
+        return {"host_bandwidth": {f"node{i}": units.format_tc_rate(r) for i, r in self.host_rates.items()},
+                "host_cpu": {f"node{i}": f"{share:.0%}" for i, share in self.host_cpu.items()}}
 
 
 def _say(line: str) -> None:
@@ -46,6 +56,7 @@ def clean_stale() -> None:
     if stale:
         remove_namespaces(stale)
         _say(f"removed {len(stale)} namespace(s) left by an earlier run")
+    remove_cgroups(stale_cgroups(pid_alive))  # --host-cpu's, once their processes are gone
 
 
 def links_of(cluster: EmulatedCluster, plan: Plan) -> Emulation:
@@ -80,15 +91,15 @@ def run_emulated(plan: Plan) -> int:
     check_can_emulate()
     clean_stale()
     out_dir = Path(plan.out_dir).absolute()
-    with terminate_as_interrupt(), EmulatedCluster(plan.nodes, plan.ranks_per_node) as cluster:
+    cluster = EmulatedCluster(plan.nodes, plan.ranks_per_node)
+    with terminate_as_interrupt(), CpuLimits(f"{PREFIX}{cluster.token}", plan.host_cpu) as cpu, cluster:
         emulation = links_of(cluster, plan)
-        cluster.shape(emulation.inter_rate_bps, emulation.inter_latency_s)
-        _say(describe(cluster, emulation, out_dir))
+        cluster.shape(emulation.inter_rate_bps, emulation.inter_latency_s, plan.host_rates)
+        _say(describe(cluster, emulation, out_dir) + _faults(plan))
         code = 0
         for benchmark, args in plan.forwarded.items():
             try:
-                code = run_on_hosts(cluster, [benchmarks.command_of(benchmark), *args,
-                                              "--out", str(out_dir)], emulation) or code
+                code = _run_one(cluster, benchmark, args, out_dir, emulation, cpu) or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
                 code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
                     else 130
@@ -98,6 +109,21 @@ def run_emulated(plan: Plan) -> int:
                 return code
             finally:
                 if (out_dir / "meta.json").exists():
-                    update_meta(out_dir, emulation={**emulation.as_meta(),
+                    update_meta(out_dir, emulation={**emulation.as_meta(), **plan.faults_meta(),
                                                     "command": shlex.join(sys.argv)})
         return code
+
+
+def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation, cpu) -> int:
+    """One benchmark on every host; its own exit code where it declares one (health's 0/3/1)."""
+    outcome, since = benchmarks.outcome_of(benchmark), time.time()
+    code = run_on_hosts(cluster, [benchmarks.command_of(benchmark), *args, "--out", str(out_dir)],
+                        emulation, cpu.procs, (lambda: outcome(out_dir, since)) if outcome else lambda: None)
+    final = outcome(out_dir, since) if outcome else None
+    return code if final is None else final
+
+
+def _faults(plan: Plan) -> str:
+    said = [f"node{i} at {units.format_tc_rate(r)}" for i, r in plan.host_rates.items()]
+    said += [f"node{i} at {share:.0%} of a CPU" for i, share in plan.host_cpu.items()]
+    return f"; faults put in: {', '.join(said)}" if said else ""

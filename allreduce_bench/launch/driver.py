@@ -60,24 +60,25 @@ def _stop_ranks_on_sigint(read_fd: int) -> None:
         if not data:
             return
         if signal.SIGINT in data:
-            for pid in _spawned_ranks():
+            for pid in spawned_ranks():
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
 
 
-def _spawned_ranks() -> list[int]:
-    """This process's children started by multiprocessing's spawn (not its resource tracker)."""
+def spawned_ranks(parent: int | None = None) -> list[int]:
+    """The children of `parent` (default: this process) started by multiprocessing's spawn
+    (not its resource tracker), in pid order (rank order: they start one after the other)."""
     found = []
-    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+    for children in Path(f"/proc/{parent or os.getpid()}/task").glob("*/children"):
         for pid in children.read_text().split():
             try:
                 if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(int(pid))
             except OSError:
                 continue
-    return found
+    return sorted(found)
 
 
 def drive(config, benchmark: Benchmark) -> int:

@@ -37,6 +37,8 @@ COLUMNS = [
     # the collective the backend really ran in its place, when not this one (gloo's
     # reduce_scatter_tensor runs an AllReduce: runs_as = all_reduce); empty otherwise
     "runs_as",
+    # benchmark = health rows: which check (intra|rail|pair|bisect), round, hosts (a+b), rail
+    "health_check", "health_round", "hosts", "rail",
 ]
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parquet"

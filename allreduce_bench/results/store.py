@@ -102,13 +102,17 @@ class ResultsWriter:
 
 
 def write_meta(out_dir: Path, meta: dict) -> None:
-    path = Path(out_dir) / META_FILE
+    write_json(Path(out_dir) / META_FILE, meta)
+
+
+def write_json(path: Path, document: dict) -> None:
+    """`document` as indented JSON at `path`, replaced atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     try:
-        tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+        tmp.write_text(json.dumps(document, indent=2, default=str) + "\n")
         tmp.replace(path)  # atomic: a reader never sees half a file
-    except OSError as error:  # disk full: the old meta.json stays whole; say which file
+    except OSError as error:  # disk full: the old file stays whole; say which one
         tmp.unlink(missing_ok=True)
         raise OSError(error.errno, error.strerror, str(path)) from None
 

@@ -1,0 +1,322 @@
+"""`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
+sub-groups of the one world and coordinated through the store (measure/coordination.py).
+
+Rank 0 coordinates: it asks the pure plan (analysis/health/rounds.py) for the next round,
+publishes it on the store, takes its own part, then waits until every member of the round has
+reported or stopped beating for --timeout (named `unreachable`). Every other rank polls for
+the next round and gives up with one line when the coordinator stops beating. No world
+collective runs after the start, so a frozen rank blocks nobody but its own group, and that
+one only until gloo's (or NCCL's) timeout.
+
+A round is one or two *slots* measured one after the other: pairs with >= 2 ranks per host
+measure every rail at once (local rank i of one host with local rank i of the other), then
+the whole pair's AllReduce; intra and bisect rounds have one slot. Groups of a slot are
+disjoint, so none shares a link it is not testing. Each group's lead puts every rank's
+samples on the store; the coordinator writes them as rows (benchmark = health) and raw
+samples like every benchmark's, and health.json after every round.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from allreduce_bench.algorithms import native
+from allreduce_bench.analysis.health import pairing
+from allreduce_bench.analysis.health.decide import Measurement
+from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
+from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.finish import start_meta_unless_launched
+from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness
+from allreduce_bench.measure.rank import Benchmark
+from allreduce_bench.measure.timing import Measured
+from allreduce_bench.measure.world import CommGroup, World
+from allreduce_bench.results.schema import samples_frame
+
+# beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
+# peer may not beat either (the call can hold the GIL) until its own --timeout fires
+MARGIN_S = 5.0
+
+
+class CoordinatorLost(RuntimeError):
+    """Rank 0 stopped beating: nobody publishes the next round."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group of a slot: what it checks, on which hosts, with which global ranks."""
+
+    check: str  # intra | rail | pair | bisect
+    rail: int | None
+    hosts: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+
+def round_slots(kind: str, groups: list[list[str]], ranks_of: dict[str, list[int]],
+                ranks_per_node: int) -> list[list[Group]]:
+    """The slots of one round, each a list of disjoint groups measured side by side."""
+    if kind == "intra":
+        return [[Group("intra", None, (h,), tuple(ranks_of[h])) for (h,) in groups]]
+    if kind == "bisect":
+        return [[Group("bisect", None, tuple(g), tuple(r for h in g for r in ranks_of[h]))
+                 for g in groups]]
+    rails = [[Group("rail", i, (a, b), (ranks_of[a][i], ranks_of[b][i]))
+              for a, b in groups for i in range(ranks_per_node)]] if ranks_per_node > 1 else []
+    return rails + [[Group("pair", None, (a, b), tuple(ranks_of[a] + ranks_of[b])) for a, b in groups]]
+
+
+def _key(k: int, group: Group) -> str:
+    return f"r{k}/{group.check}/{group.rail}/{group.ranks[0]}"
+
+
+class Rank:
+    """This rank's part in the rounds: make its groups, measure, report."""
+
+    def __init__(self, session, board: Board, ranks_of: dict[str, list[int]], ranks_per_node: int):
+        self.session, self.board, self.ranks_of = session, board, ranks_of
+        self.ranks_per_node = ranks_per_node
+        self.me = session.env.rank
+        self.groups = Groups(session.config.timeout_s)
+
+    def take_part(self, k: int, plan: dict) -> None:
+        """Measure every slot this rank is in; a failure (a member that never came, a peer that
+        froze mid-measurement) ends its part of the round and is reported, not raised."""
+        slots = round_slots(plan["kind"], plan["groups"], self.ranks_of, self.ranks_per_node)
+        error = None
+        for index, slot in enumerate(slots):
+            mine = next((g for g in slot if self.me in g.ranks), None)
+            if mine is None:
+                continue
+            try:
+                pg = self.groups.new(mine.ranks, plan["slot_base"] + index)
+                result = self._measure(mine, pg)
+            except RuntimeError as failed:  # DistBackendError, DistStoreError: a lost member
+                error = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:300]
+                break
+            if self.me == mine.ranks[0]:
+                self.board.put(_key(k, mine), result)
+        self.board.put(f"r{k}/done/{self.me}", {"error": error})
+
+    def _measure(self, group: Group, pg) -> dict:
+        config, device = self.session.config, self.session.device
+        comm = CommGroup(pg, group.ranks, group.ranks.index(self.me))
+        view = World(comm, comm, comm, len(group.ranks), device)
+        sizes = []
+        for size in config.sizes:
+            count = size // config.itemsize
+            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling)
+            sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
+                          "samples": measured.samples, "wrong": wrong})
+        return {"sizes": sizes}
+
+    def follow(self, liveness: Liveness) -> None:
+        """Every rank but the coordinator: the rounds as published, until the end."""
+        k = 1
+        while True:
+            plan = self._wait_plan(k, liveness)
+            if plan.get("end"):
+                return
+            self.take_part(k, plan)
+            k += 1
+
+    def _wait_plan(self, k: int, liveness: Liveness) -> dict:
+        checked = time.monotonic()
+        while not self.board.has(f"r{k}/plan"):
+            time.sleep(POLL_S)
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                if liveness.silent(0):
+                    raise CoordinatorLost(f"the coordinator (rank 0 on {self.host_of(0)}) stopped "
+                                          f"answering before round {k}")
+        return self.board.get(f"r{k}/plan")
+
+    def host_of(self, rank: int) -> str:
+        return next(h for h, ranks in self.ranks_of.items() if rank in ranks)
+
+
+def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
+               mates: dict[int, set[int]]) -> set[int]:
+    """The silent ranks, once every member reported or stopped beating. The group mates of a
+    silent rank are not waited for: they are stuck on it until their own timeout, and measure
+    nothing this round (they are re-paired in the next)."""
+    silent: set[int] = set()
+    pending = set(members)
+    while pending:
+        for rank in sorted(pending):
+            if rank not in pending:
+                continue
+            if board.has(f"r{k}/done/{rank}"):
+                pending.discard(rank)
+            elif liveness.silent(rank):
+                silent.add(rank)
+                pending -= {rank, *mates.get(rank, ())}
+        if pending:
+            time.sleep(POLL_S)
+    return silent
+
+
+def rows_of(session, k: int, group: Group, result: dict):
+    """(row, raw samples) per size of one group's result, in the schema of every benchmark."""
+    config = session.config
+    comm = CommGroup(None, group.ranks, 0)
+    view = World(comm, comm, comm, len(group.ranks) // len(group.hosts), session.device)
+    for size in result["sizes"]:
+        measured = Measured(size["per_rank_us"], size["loops"], size["samples"])
+        row = make_row(config, view, "native", size["count"], measured, size["wrong"])
+        row.update(benchmark="health", link="intra" if group.check == "intra" else "inter",
+                   operation="allreduce", nodes=len(group.hosts),
+                   measure=f"{group.check} round {k} {'+'.join(group.hosts)}"
+                           + (f" rail {group.rail}" if group.rail is not None else ""),
+                   health_check=group.check, health_round=k, hosts="+".join(group.hosts),
+                   rail=group.rail)
+        yield row, samples_frame(row, measured.per_rank_us, group.ranks, session.hosts)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def collect(session, board: Board, k: int, slots: list[list[Group]]) -> list:
+    """Every group result of round k that came: rows and samples recorded, Measurements back."""
+    found = []
+    for slot in slots:
+        for group in slot:
+            if not board.has(_key(k, group)):
+                continue  # a member was lost: the group measured nothing
+            for row, samples in rows_of(session, k, group, board.get(_key(k, group))):
+                session.record(row, samples)
+                # a wrong result is a broken path, whatever its speed
+                busbw = 0.0 if row["wrong"] else row["busbw_GBps"]
+                found.append(Measurement(k, group.check, group.hosts, group.rail, row["size_bytes"],
+                                         busbw, row["time_us_median"]))
+    return found
+
+
+def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) -> None:
+    """Rank 0: every round from plan to verdicts; health.json after each (complete at the end)."""
+    from allreduce_bench.analysis.health.outputs import document
+    from allreduce_bench.analysis.health.reference import Reference
+    from allreduce_bench.analysis.health.rounds import HealthCheck
+    from allreduce_bench.results.health import write_health
+
+    config, L = session.config, rank.ranks_per_node
+    hosts = list(rank.ranks_of)
+    check = HealthCheck(hosts, L, Reference(config.sizes, settings.expect, settings.baseline),
+                        settings.pairs, settings.bisect)
+    layout = {"hosts": len(hosts), "ranks_per_node": L, "sizes": list(config.sizes),
+              "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.backend,
+              "device": session.device.kind, "timeout_s": config.timeout_s}
+    slot_base = k = 0
+    write_health(config.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
+    while (planned := check.next_round()) is not None:
+        k += 1
+        groups = [list(g) for g in planned.groups]
+        slots = round_slots(planned.kind, groups, rank.ranks_of, L)
+        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side "
+            f"({planned.why})")
+        plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
+        started = time.monotonic()
+        board.put(f"r{k}/plan", plan)
+        members = sorted({r for slot in slots for g in slot for r in g.ranks} - {rank.me})
+        for member in members:  # the timeout of silence runs from the round's start
+            liveness.silent(member)
+        rank.take_part(k, plan)
+        mates: dict[int, set[int]] = {}
+        for group in (g for slot in slots for g in slot):
+            for member in group.ranks:
+                mates.setdefault(member, set()).update(group.ranks)
+        silent = wait_round(board, liveness, k, members, mates)
+        lost = sorted({rank.host_of(r) for r in silent})
+        if lost:
+            say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
+                f"{config.timeout_s + MARGIN_S:g} s): unreachable")
+        check.record(planned, collect(session, board, k, slots), lost)
+        check.seconds[planned.index] = round(time.monotonic() - started, 3)
+        slot_base += len(slots)
+        write_health(config.out_dir, document(check, layout, complete=False,
+                                              note=f"in progress: {k} round(s) measured"))
+    board.put(f"r{k + 1}/plan", {"end": True})
+    write_health(config.out_dir, document(check, layout, note=_note(check)))
+
+
+def _note(check) -> str:
+    if len(check.hosts) == 1:
+        return "a world of one host: only the intra check ran (pairs need two hosts)"
+    if check.ranks_per_node == 1:
+        return "one rank per host: no intra check and no rails (the pair check is the rail)"
+    return ""
+
+
+def measure_health(session) -> int:
+    """Every rank: the hosts from the gathered hostnames, then coordinate (rank 0) or follow."""
+    from allreduce_bench.measure.faults import exit_now
+
+    config, env = session.config, session.env
+    L = config.ranks_per_node or env.local_world_size
+    names = pairing.host_names(list(session.hosts), L)
+    ranks_of = pairing.host_ranks(names)
+    problem = pairing.layout_problem(ranks_of, L)
+    if problem:  # the same on every rank; rank 0 says it
+        if session.lead:
+            exit_now(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
+        os._exit(BAD_INPUT)
+    session.hosts = names
+    board = Board("health", env.rank)
+    liveness = Liveness(board, config.timeout_s + MARGIN_S)
+    rank = Rank(session, board, ranks_of, L)
+    try:
+        if session.lead:
+            coordinate(session, rank, board, liveness, config.settings)
+        else:
+            rank.follow(liveness)
+    except CoordinatorLost as lost:
+        exit_now(f"allreduce-bench health: rank {env.rank}: {lost}; rows measured so far are "
+                 f"kept in {config.out_dir}", code=1)
+    finally:
+        board.close()
+    return 0
+
+
+def prepare(config) -> None:
+    start_meta_unless_launched(config, run_meta.host_meta)
+
+
+def whole_world(config) -> list[int]:
+    """health measures one world: --hosts x --ranks-per-node ranks."""
+    return [max(config.world_sizes)]
+
+
+def finish_health(config) -> int:
+    """The writer, after the ranks: summary, figure, report and exit code from health.json."""
+    from allreduce_bench.analysis.health.outputs import explain, summary, write_prometheus
+    from allreduce_bench.results.health import HEALTH_FILE, read_health, write_health
+    from allreduce_bench.results.store import read_meta
+
+    path = Path(config.out_dir) / HEALTH_FILE
+    if not path.exists():
+        say(f"allreduce-bench health: the check did not complete: no {path}")
+        return INCOMPLETE
+    doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
+    if config.settings.prometheus:
+        write_prometheus(Path(config.settings.prometheus), doc)
+        print(f"prometheus: {config.settings.prometheus}")
+    if config.plot:
+        from allreduce_bench.analysis.health.plots import draw_health, report_section
+        figure = draw_health(doc, Path(config.out_dir) / "plots")
+        report = Path(config.out_dir) / "report.md"
+        report.write_text(report_section(doc, figure, Path(config.out_dir)))
+        print(f"figure: {figure}\nreport: {report}")
+    print(f"health: {path}\n\n{summary(doc)}", flush=True)  # last: the ready --exclude
+    write_health(config.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    if not doc.get("complete"):
+        say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
+        return INCOMPLETE
+    return int(doc["exit_code"])
+
+
+BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, finish_health, prepare=prepare,
+                      world_sizes=whole_world)

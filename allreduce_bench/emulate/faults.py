@@ -1,0 +1,117 @@
+"""Faults put on one emulated host on purpose: a slower link (`--host-bandwidth node2=100mbit`,
+tc's tbf on that host's veth instead of --inter-bandwidth) and less CPU (`--host-cpu
+node2=25%`, the cgroup cpu controller's CFS quota: v1 `cpu.cfs_quota_us`, or v2 `cpu.max`).
+Usable with every benchmark; the health check's accuracy is measured against them."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from allreduce_bench import units
+from allreduce_bench.errors import UsageError
+
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000  # the kernel's default CFS period
+_HOST = re.compile(r"^node(\d+)(:\d+)?$")
+
+
+def _host(text: str, nodes: int, option: str) -> int:
+    match = _HOST.match(text)
+    if not match:
+        raise UsageError(f"{option} {text!r}: name an emulated host node0..node{nodes - 1}, "
+                         "e.g. node2=100mbit")
+    if match.group(2):
+        raise UsageError(f"{option} {text!r}: one rail of a host needs a veth per local rank, "
+                         "which this emulator does not build; shape the whole host (node2=...)")
+    index = int(match.group(1))
+    if index >= nodes:
+        raise UsageError(f"{option} {text!r}: there are only {nodes} hosts, node0..node{nodes - 1}")
+    return index
+
+
+def _pairs(items, nodes: int, option: str):
+    for item in items:
+        host, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"{option} {item!r} is not HOST=VALUE, e.g. node2=100mbit")
+        yield _host(host.strip(), nodes, option), value.strip()
+
+
+def parse_host_rates(items, nodes: int) -> dict[int, float]:
+    """['node2=100mbit'] -> {2: 1e8} (bit/s)."""
+    return {i: units.parse_tc_rate(v) for i, v in _pairs(items, nodes, "--host-bandwidth")}
+
+
+def parse_host_cpu(items, nodes: int) -> dict[int, float]:
+    """['node2=25%'] -> {2: 0.25} (of one CPU)."""
+    found = {}
+    for i, value in _pairs(items, nodes, "--host-cpu"):
+        match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*%", value)
+        share = float(match.group(1)) / 100 if match else 0.0
+        if not 0.01 <= share <= 64:
+            raise UsageError(f"--host-cpu node{i}={value!r}: give a share of one CPU between 1% "
+                             "and 6400%, e.g. node2=25%")
+        found[i] = share
+    return found
+
+
+class CpuLimits:
+    """One cgroup per limited host, `<prefix>-h<i>` in the cpu controller, removed at exit; each
+    host's launch writes its shell's pid into `procs(i)` before it execs torchrun."""
+
+    def __init__(self, name: str, shares: dict[int, float]):
+        self.name, self.shares = name, shares
+        self.v1 = (CGROUP_V1 / "cpu.cfs_quota_us").exists()
+        self.made: list[Path] = []
+
+    def _dir(self, i: int) -> Path:
+        return (CGROUP_V1 if self.v1 else CGROUP_V2) / f"{self.name}-h{i}"
+
+    def __enter__(self) -> CpuLimits:
+        if self.shares and not self.v1 and not (CGROUP_V2 / "cgroup.controllers").exists():
+            raise UsageError("--host-cpu needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or "
+                             "v2 /sys/fs/cgroup), which is not mounted here")
+        for i, share in self.shares.items():
+            path = self._dir(i)
+            path.mkdir()
+            self.made.append(path)
+            quota = max(1000, int(share * PERIOD_US))
+            if self.v1:
+                (path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+                (path / "cpu.cfs_quota_us").write_text(str(quota))
+            else:
+                (path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        return self
+
+    def procs(self, i: int) -> str | None:
+        return str(self._dir(i) / "cgroup.procs") if i in self.shares else None
+
+    def __exit__(self, *exc) -> None:
+        for path in self.made:  # empty once the namespaces' processes are gone
+            for attempt in range(20):
+                try:
+                    path.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1 * (attempt + 1))
+
+
+def stale_cgroups(alive) -> list[Path]:
+    """Cgroups of emulate runs whose driver is gone (`alive(pid) -> bool`)."""
+    root = CGROUP_V1 if CGROUP_V1.exists() else CGROUP_V2
+    found = []
+    for path in root.glob("arb-*-h*"):
+        match = re.match(r"^arb-(\d+)-", path.name)
+        if match and not alive(int(match.group(1))):
+            found.append(path)
+    return found
+
+
+def remove_cgroups(paths) -> None:
+    for path in paths:
+        try:
+            path.rmdir()  # a cgroup with processes left stays; the next clean-up tries again
+        except OSError:
+            pass

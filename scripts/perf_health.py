@@ -1,0 +1,183 @@
+#!/usr/bin/env python
+"""The health check's targets on the emulated cluster (root): figures printed, not a test.
+
+For each layout (hosts x ranks per host) and kind of trial, `emulate --benchmarks health` runs
+with a fault put in on purpose on one random host, and the verdicts are scored:
+
+- rate:   that host's link at 1/4 of the others' (--host-bandwidth); target: that host and only
+          it named slow/bad in >= 9 of 10 trials;
+- cpu:    that host at 25% of one CPU (--host-cpu); target >= 9 of 10;
+- clean:  no fault; target: 0 hosts flagged (exit 0) in 10 trials;
+- freeze: one rank of that host (not the coordinator's) SIGSTOPped once round 1 has begun;
+          target: named unreachable, the others get verdicts, exit 3, health.json final within
+          --timeout + 10 s of the freeze.
+A hit names the faulty host; a miss does not; a false alarm is any other host flagged. Also
+printed: the quick check's wall time on 4 x 1 (target <= 60 s) against the dry-run plan's
+estimate (target within 25%). The link rate is the emulator's default (1/36 of the intra-node
+p2p measured here by a first clean run), then given explicitly so every trial has the same.
+
+Usage: sudo python scripts/perf_health.py [--layouts 4x1,8x1,4x2] [--trials 10]
+                                          [--kinds rate,cpu,clean,freeze] [--timeout 20]
+The machine may be shared: say `uptime` beside the figures; CPU contention is noise here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "allreduce_bench"]
+
+
+def emulate(layout: str, out: Path, rate: str | None, extra: list[str], timeout_s: float,
+            background: bool = False):
+    nodes, per_node = layout.split("x")
+    command = [*CLI, "emulate", "--nodes", nodes, "--ranks-per-node", per_node, "--benchmarks", "health",
+               "--timeout", f"{timeout_s:g}", "--out", str(out), *(["--inter-bandwidth", rate] if rate else []),
+               *extra]
+    if background:
+        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = subprocess.run(command, capture_output=True, text=True)
+    out.with_suffix(".log").write_text(done.stdout + done.stderr)  # why a trial had no result
+    return done
+
+
+def flagged(out: Path) -> tuple[set[str] | None, dict]:
+    """The hosts not ok, or None when the run left no health.json (scored as a miss)."""
+    try:
+        doc = json.loads((out / "health.json").read_text())
+    except (OSError, ValueError):
+        return None, {"hosts": []}
+    return {h["host"] for h in doc["hosts"] if h["verdict"] != "ok"}, doc
+
+
+def default_rate(work: Path, layout: str, timeout_s: float) -> tuple[str, float]:
+    """The emulator's default link (auto: 1/36 of intra p2p measured here), from a clean run."""
+    out = work / "probe"
+    emulate(layout, out, None, [], timeout_s)
+    bits = json.loads((out / "meta.json").read_text())["emulation"]["inter_rate_bps"]
+    return f"{int(bits)}bit", bits
+
+
+def worker_pids(driver: int, host: int) -> list[int]:
+    """The rank processes of emulated host `host` of the emulate process `driver` (namespaces
+    arb-<driver pid>-<token>-h<i>), not its torchrun agent."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    ns = next(n for n in names if n.startswith(f"arb-{driver}-") and n.endswith(f"-h{host}"))
+    found = []
+    for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"allreduce_bench" in cmd and b"torch.distributed.run" not in cmd and b"sh" != cmd[0]:
+            found.append(int(pid))
+    return sorted(found)
+
+
+def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int) -> dict:
+    # more samples: round 1 of 8 hosts lasts ~1.5 s otherwise, over before the freeze lands
+    proc = emulate(layout, out, rate, ["--samples", "50"], timeout_s, background=True)
+    for line in proc.stdout:  # freeze as round 1 begins
+        if "health: round 1" in line:
+            break
+    pids = worker_pids(proc.pid, host)
+    frozen_at = time.monotonic()
+    os.kill(pids[-1], signal.SIGSTOP)
+    final_at = None
+    while proc.poll() is None:
+        doc = out / "health.json"
+        if final_at is None and doc.exists() and "finished" in doc.read_text():
+            final_at = time.monotonic()
+        time.sleep(0.2)
+    final_at = final_at or time.monotonic()
+    _, doc = flagged(out)
+    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,
+            "hit": verdicts.get(f"node{host}") == "unreachable"
+                   and sum(v == "unreachable" for v in verdicts.values()) == 1}
+
+
+def one_trial(kind: str, layout: str, out: Path, rate: str, bits: float, timeout_s: float, rng) -> dict:
+    nodes = int(layout.split("x")[0])
+    host = rng.randrange(1 if kind == "freeze" else 0, nodes)
+    if kind == "freeze":
+        return {"host": host, **freeze_trial(layout, out, rate, timeout_s, host)}
+    extra = {"rate": ["--host-bandwidth", f"node{host}={int(bits / 4)}bit"],
+             "cpu": ["--host-cpu", f"node{host}=25%"], "clean": []}[kind]
+    started = time.monotonic()
+    done = emulate(layout, out, rate, extra, timeout_s)
+    seconds = time.monotonic() - started
+    bad, _ = flagged(out)
+    target = set() if kind == "clean" else {f"node{host}"}
+    if bad is None:  # the check did not complete
+        return {"host": host, "code": done.returncode, "seconds": seconds, "flagged": ["(no result)"],
+                "hit": False, "miss": True, "false": 0}
+    return {"host": host, "code": done.returncode, "seconds": seconds, "flagged": sorted(bad),
+            "hit": bad == target and done.returncode == (0 if kind == "clean" else 3),
+            "miss": bool(target - bad), "false": len(bad - target)}
+
+
+def plan_estimate(layout: str, bits: float) -> float:
+    nodes, per_node = layout.split("x")
+    done = subprocess.run([*CLI, "health", "--dry-run", "--hosts", nodes, "--ranks-per-node", per_node,
+                           "--expect", f"inter={bits / 8e9:.6f}GB/s"], capture_output=True, text=True)
+    return float(re.search(r"estimated wall time: (\d+) s when healthy", done.stdout).group(1))
+
+
+def report(kind: str, layout: str, trials: list[dict]) -> None:
+    n = len(trials)
+    if kind == "freeze":
+        ok = [t for t in trials if t["hit"] and t["code"] == 3]
+        seconds = ", ".join(f"{t['seconds']:.1f}" for t in trials)
+        others = sum(all(v != "unreachable" for h, v in t["verdicts"].items() if h != f"node{t['host']}")
+                     for t in trials)
+        print(f"{layout:>4} freeze: unreachable named with exit 3 in {len(ok)}/{n}, the others got "
+              f"verdicts in {others}/{n}; freeze to final verdict (s): {seconds}", flush=True)
+        return
+    hits = sum(t["hit"] for t in trials)
+    misses = sum(t.get("miss", False) for t in trials)
+    false = sum(t.get("false", 0) for t in trials)
+    print(f"{layout:>4} {kind:>6}: hits {hits}/{n}, misses {misses}, false alarms {false} "
+          f"(hosts flagged: {[t['flagged'] for t in trials]})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layouts", default="4x1,8x1,4x2")
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--kinds", default="rate,cpu,clean,freeze")
+    parser.add_argument("--timeout", type=float, default=20.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", help="Write the trials here (kept) instead of a temporary folder.")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    print(f"# {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="perf-health-") as tmp:
+        work = Path(args.keep or tmp)
+        rate, bits = default_rate(work, "4x1", args.timeout)
+        print(f"# the emulator's default link here: {rate} ({bits / 8e6:.1f} MB/s)", flush=True)
+        for layout in args.layouts.split(","):
+            for kind in args.kinds.split(","):
+                trials = [one_trial(kind, layout, work / f"{layout}-{kind}-{i}", rate, bits, args.timeout, rng)
+                          for i in range(args.trials)]
+                report(kind, layout, trials)
+                if kind == "clean" and layout == "4x1":
+                    wall = sorted(t["seconds"] for t in trials)[len(trials) // 2]
+                    estimate = plan_estimate(layout, bits)
+                    print(f"4x1 quick check wall time (median, emulate end to end): {wall:.1f} s "
+                          f"(target <= 60); plan estimate {estimate:.0f} s, off by "
+                          f"{100 * (estimate - wall) / wall:+.0f}% (target within 25%)", flush=True)
+        print(f"# {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+
+
+if __name__ == "__main__":
+    main()
