@@ -3,8 +3,8 @@ supported layouts), looked up per collective.
 
 Built-ins are listed in BUILT_IN_BY_COLLECTIVE (one line each); other packages add theirs through
 the entry-point group `allreduce_bench.algorithms`, naming a module or an object with a `build`
-(and optionally `COLLECTIVE` (default all_reduce), `cost`, `supports`, `DESCRIPTION`; see README
-"Plug-in algorithms"). Nothing here imports torch, so the CLI's help, the cost model and the
+(and optionally `COLLECTIVE` (default all_reduce), `cost`, `supports`, `DESCRIPTION`; see
+doc/algorithms.md, "Plug-in algorithms"). Nothing here imports torch, so the CLI's help, the cost model and the
 report read the registry without it; `build` imports torch when it runs. Every function takes
 the collective (default all_reduce, what every AllReduce-only caller means).
 """
@@ -197,13 +197,14 @@ def parse_collectives(text: str) -> tuple[str, ...]:
 
 
 def help_text() -> str:
-    """--algos help: the built-in names (their descriptions are in the README and
-    doc/collectives.md)."""
+    """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
+    (descriptions in doc/algorithms.md and doc/collectives.md)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
+    variants = ", ".join(f"native:{algo}" for algo in nccl.NCCL_ALGOS)
+    protocols = ", ".join(f":{proto}" for proto in nccl.NCCL_PROTOS)
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
-    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: native:ring, "
-            f"native:tree, native:nvls (each also :LL, :LL128, :Simple); other collectives: "
-            f"{others}; and installed plug-ins.")
+    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants} "
+            f"(each also {protocols}); other collectives: {others}; and installed plug-ins.")
 
 
 def allreduce(name: str, tensor, world) -> None:

@@ -241,7 +241,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
              "the median over samples of the slowest rank's time per call (a sample times `loops` "
-             "back-to-back calls; see the README's 'How timing is done').", "", "## Runs", "",
+             "back-to-back calls; see doc/methodology.md).", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
