@@ -36,7 +36,7 @@ def build_pairwise(send: torch.Tensor, recv: torch.Tensor, world: World) -> Call
                          *(partial(p2p.run, ops) for ops in steps[1:])])
 
 
-def _overlapped(ops: p2p.Step, local: Callable[[], None]) -> Callable[[], None]:
+def _overlapped(ops: p2p.Ops, local: Callable[[], None]) -> Callable[[], None]:
     """Post a step's transfers, do the local copy while they are in flight, then wait."""
     def call() -> None:
         requests = p2p.start(ops)

@@ -73,6 +73,14 @@ class Algorithm:
         return (self.runs_as(backend) if self.runs_as else "") or self.collective
 
 
+def in_sequence(*costs: Cost) -> Cost:
+    """The cost of running algorithms one after the other (a ReduceScatter, then an AllGather):
+    their steps in order."""
+    def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+        return [step for part in costs for step in part(size_bytes, world_size, ranks_per_node)]
+    return cost
+
+
 def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
             reduced: float = 0.0, repeat: int = 1) -> Step:
     """The step in which every (source, destination, bytes) transfer happens at once.

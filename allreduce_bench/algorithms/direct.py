@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
-from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step, chunk_bounds
+from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step, chunk_bounds, in_sequence
 from allreduce_bench.algorithms.ring import parts, same_memory
 
 if TYPE_CHECKING:
@@ -100,10 +100,8 @@ def cost_all_gather(size_bytes: float, world_size: int, ranks_per_node: int) -> 
     return one_step(size_bytes, world_size, ranks_per_node, 0.0)
 
 
-def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """The ReduceScatter's step, then the AllGather's."""
-    return (cost_reduce_scatter(size_bytes, world_size, ranks_per_node)
-            + cost_all_gather(size_bytes, world_size, ranks_per_node))
+# The ReduceScatter's step, then the AllGather's.
+cost = in_sequence(cost_reduce_scatter, cost_all_gather)
 
 
 ALGORITHM = Algorithm("direct", "one-step ReduceScatter to every peer, then a one-step AllGather: "

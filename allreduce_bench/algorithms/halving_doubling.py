@@ -26,7 +26,6 @@ from allreduce_bench.algorithms.base import (
     traffic,
     virtual_rank,
 )
-from allreduce_bench.algorithms.recursive_doubling import folded
 
 if TYPE_CHECKING:
     import torch
@@ -55,7 +54,7 @@ def every_rank_windows(p: int) -> list[tuple]:
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
     flat = tensor.view(-1)
     group, n = world.group, world.size
-    fold_in, fold_out = folded(flat, world)
+    fold_in, fold_out = p2p.folded(flat, world)
     p, _ = fold(n)
     v = virtual_rank(world.rank, n)
     calls = list(fold_in)

@@ -13,20 +13,20 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from allreduce_bench.algorithms.base import chunk_bounds
+from allreduce_bench.algorithms.base import chunk_bounds, fold
 
 if TYPE_CHECKING:
     import torch
 
-    from allreduce_bench.measure.world import CommGroup
+    from allreduce_bench.measure.world import CommGroup, World
 
-Step = list  # of torch.distributed.P2POp
+Ops = list  # one step's torch.distributed.P2POp operations (a cost's step is base.Step)
 _dist = _torch = None  # torch.distributed and torch, bound by `step` at build time so the timed
 # calls import nothing
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
-         recvs: list[tuple[torch.Tensor, int]]) -> Step:
+         recvs: list[tuple[torch.Tensor, int]]) -> Ops:
     """Build one step's ops (tensors with their global peer ranks); empty tensors are skipped.
 
     Built once per size, outside the timed region; `run` only posts and waits.
@@ -41,7 +41,7 @@ def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
     return ops
 
 
-def start(ops: Step) -> list:
+def start(ops: Ops) -> list:
     """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
     return _dist.batch_isend_irecv(ops) if ops else []
 
@@ -61,7 +61,7 @@ def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: 
                      partial(run, step(group, [], [(back, partner)]))])
 
 
-def run(ops: Step) -> None:
+def run(ops: Ops) -> None:
     for request in start(ops):
         request.wait()
 
@@ -122,3 +122,18 @@ def _add(addend: torch.Tensor, buffer: torch.Tensor, out: torch.Tensor) -> None:
         addend.add_(buffer)
     else:
         _torch.add(addend, buffer, out=out)
+
+
+def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:
+    """(fold-in, fold-out) calls of this rank for any N: empty for a power of two; see base.fold."""
+    group, n, me = world.group, world.size, world.rank
+    _, extra = fold(n)
+    if me >= 2 * extra:
+        return [], []
+    partner = group.ranks[me + 1 if me % 2 == 0 else me - 1]
+    if me % 2 == 0:  # folded out: hand the vector over, get the sum back
+        return ([partial(run, step(group, [(flat, partner)], []))],
+                [partial(run, step(group, [], [(flat, partner)]))])
+    into = ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
+    back = step(group, [(flat, partner)], [])
+    return [into], [partial(run, back)]

@@ -12,7 +12,6 @@ it wins at small sizes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
@@ -32,22 +31,7 @@ if TYPE_CHECKING:
     from allreduce_bench.measure.world import World
 
 
-def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:
-    """(fold-in, fold-out) calls of this rank for any N: empty for a power of two; see base.fold."""
-    group, n, me = world.group, world.size, world.rank
-    _, extra = fold(n)
-    if me >= 2 * extra:
-        return [], []
-    partner = group.ranks[me + 1 if me % 2 == 0 else me - 1]
-    if me % 2 == 0:  # folded out: hand the vector over, get the sum back
-        return ([partial(p2p.run, p2p.step(group, [(flat, partner)], []))],
-                [partial(p2p.run, p2p.step(group, [], [(flat, partner)]))])
-    into = p2p.ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
-    back = p2p.step(group, [(flat, partner)], [])
-    return [into], [partial(p2p.run, back)]
-
-
-def exchange(ops: p2p.Step, flat: torch.Tensor, buffer: torch.Tensor) -> Callable[[], None]:
+def exchange(ops: p2p.Ops, flat: torch.Tensor, buffer: torch.Tensor) -> Callable[[], None]:
     def call() -> None:
         p2p.run(ops)  # the send reads `flat`: add only once it has left
         flat.add_(buffer)
@@ -57,7 +41,7 @@ def exchange(ops: p2p.Step, flat: torch.Tensor, buffer: torch.Tensor) -> Callabl
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
     flat = tensor.view(-1)
     group, n = world.group, world.size
-    fold_in, fold_out = folded(flat, world)
+    fold_in, fold_out = p2p.folded(flat, world)
     p, _ = fold(n)
     v = virtual_rank(world.rank, n)
     steps = []

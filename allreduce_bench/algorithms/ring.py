@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.algorithms import p2p
-from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step, chunk_bounds
+from allreduce_bench.algorithms.base import INTER, INTRA, Algorithm, Step, chunk_bounds, in_sequence
 
 if TYPE_CHECKING:
     import torch
@@ -132,10 +132,8 @@ def cost_all_gather(size_bytes: float, world_size: int, ranks_per_node: int) -> 
     return [Step(n - 1, ring_paths(n, ranks_per_node, s / n))] if n > 1 else []
 
 
-def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """The ReduceScatter's N-1 steps of S/N, then the AllGather's: 2(N-1) steps of S/N."""
-    return (cost_reduce_scatter(size_bytes, world_size, ranks_per_node)
-            + cost_all_gather(size_bytes, world_size, ranks_per_node))
+# The ReduceScatter's N-1 steps of S/N, then the AllGather's: 2(N-1) steps of S/N.
+cost = in_sequence(cost_reduce_scatter, cost_all_gather)
 
 
 ALGORITHM = Algorithm("ring", "ReduceScatter then AllGather around a ring: 2(N-1) steps of S/N, "

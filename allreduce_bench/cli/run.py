@@ -19,7 +19,7 @@ def sweep_options(command):
                      "(instead of a sweep)."),
         click.option("--min-bytes", help="Smallest size of the sweep, K/M/G binary suffixes. "
                      "[4K on CPU, 1K on GPU]"),
-        click.option("--max-bytes", help="Largest size of the sweep. [64M on CPU, 1G on GPU]"),
+        click.option("--max-bytes", help="Largest size of the sweep. [16M on CPU, 1G on GPU]"),
         click.option("--factor", type=float, help="Multiply the size by this each step. "
                      "[4 on CPU, 2 on GPU]"),
         click.option("--dtype", type=DTYPE, default="float32", show_default=True,
