@@ -21,10 +21,9 @@ from allreduce_bench.algorithms.base import (
     fold,
     real_rank,
     traffic,
-    virtual_rank,
     window_ranks,
 )
-from allreduce_bench.algorithms.halving_doubling import every_rank_windows, windows
+from allreduce_bench.algorithms.halving_doubling import every_rank_windows, partner_windows
 from allreduce_bench.algorithms.ring import same_memory
 
 if TYPE_CHECKING:
@@ -46,12 +45,8 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
         return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     if me < 2 * extra:
         calls.append(partial(p2p.run, p2p.step(group, [], [(chunk(me - 1), group.ranks[me - 1])])))
-    v = virtual_rank(me, n)
-    p, _ = fold(n)
-    for m, keep, give in reversed(windows(v, p)):  # I hold `keep`, the partner holds `give`
-        peer = group.ranks[real_rank(v ^ m, n)]
-        ops = p2p.step(group, [(chunk(q), peer) for q in window_ranks(keep, n)],
-                       [(chunk(q), peer) for q in window_ranks(give, n)])
+    for peer, keep, give in reversed(partner_windows(group, me, n)):  # I hold `keep`, the partner `give`
+        ops = p2p.step(group, [(chunk(q), peer) for q in keep], [(chunk(q), peer) for q in give])
         calls.append(partial(p2p.run, ops))
     if me < 2 * extra:
         calls.append(partial(p2p.run, p2p.step(group, [(recv, group.ranks[me - 1])], [])))

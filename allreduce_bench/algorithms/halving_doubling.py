@@ -25,6 +25,7 @@ from allreduce_bench.algorithms.base import (
     real_rank,
     traffic,
     virtual_rank,
+    window_ranks,
 )
 
 if TYPE_CHECKING:
@@ -44,6 +45,15 @@ def windows(v: int, p: int) -> list[tuple[int, tuple[int, int], tuple[int, int]]
         lo, hi = keep
         m //= 2
     return out
+
+
+def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[int]]]:
+    """Per halving step of real rank `me` (not folded out), for any N: (the partner's global
+    rank, the real ranks whose chunks `me` keeps, those it gives up). Recursive halving walks
+    them in order; recursive doubling, in reverse, sends what it holds and receives the rest."""
+    v, (p, _) = virtual_rank(me, n), fold(n)
+    return [(group.ranks[real_rank(v ^ m, n)], window_ranks(keep, n), window_ranks(give, n))
+            for m, keep, give in windows(v, p)]
 
 
 def every_rank_windows(p: int) -> list[tuple]:

@@ -23,10 +23,9 @@ from allreduce_bench.algorithms.base import (
     fold,
     real_rank,
     traffic,
-    virtual_rank,
     window_ranks,
 )
-from allreduce_bench.algorithms.halving_doubling import every_rank_windows, windows
+from allreduce_bench.algorithms.halving_doubling import every_rank_windows, partner_windows
 from allreduce_bench.algorithms.ring import same_memory
 
 if TYPE_CHECKING:
@@ -52,14 +51,13 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
     if me < 2 * extra:  # the odd one of a pair: add the partner's whole input first
         calls.append(p2p.ReduceStep(group, [], [(send, buffer, group.ranks[me - 1], acc)]))
         source = acc
-    v = virtual_rank(me, n)
-    p, _ = fold(n)
-    for m, keep, give in windows(v, p):
-        peer = group.ranks[real_rank(v ^ m, n)]
-        out = {q: recv if m == 1 and q == me else chunk(acc, q) for q in window_ranks(keep, n)}
+    steps = partner_windows(group, me, n)
+    for index, (peer, keep, give) in enumerate(steps):
+        last = index == len(steps) - 1  # the chunk kept last is this rank's: into `recv`
+        out = {q: recv if last and q == me else chunk(acc, q) for q in keep}
         calls.append(p2p.ReduceStep(
-            group, [(chunk(source, q), peer) for q in window_ranks(give, n)],
-            [(chunk(source, q), chunk(buffer, q), peer, out[q]) for q in window_ranks(keep, n)]))
+            group, [(chunk(source, q), peer) for q in give],
+            [(chunk(source, q), chunk(buffer, q), peer, out[q]) for q in keep]))
         source = acc
     if me < 2 * extra:  # the even partner's summed chunk
         calls.append(partial(p2p.run, p2p.step(group, [(chunk(acc, me - 1), group.ranks[me - 1])], [])))
