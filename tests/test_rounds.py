@@ -30,6 +30,10 @@ def test_each_round_gets_its_share_and_later_rounds_reuse_the_first():
     assert later.loops == 64 and later.samples == 7 and later.warmup == 2
     fixed = rounds.round_sampling(Sampling(loops=4, samples=9), 3, 0, None)
     assert fixed.loops == 4 and fixed.samples == 3
+    # --samples is the total over the rounds: 6 over 4 rounds is 2, 2, 1, 1
+    split = [rounds.round_sampling(Sampling(samples=6), 4, k, Measured([[1.0]], 3, 2)).samples
+             for k in range(4)]
+    assert split == [2, 2, 1, 1]
 
 
 def test_pooling_and_the_spread_of_round_medians():

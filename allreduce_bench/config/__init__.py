@@ -36,7 +36,7 @@ class Sampling:
 
 # --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
 # `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/agreement.md).
-ROUNDS = 2
+ROUNDS = 4
 # Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
 # nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us. gloo on loopback
 # reaches its bus bandwidth plateau by 4M-16M; 64M added 10 s of 37 to the default run on 2

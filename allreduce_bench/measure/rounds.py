@@ -35,7 +35,8 @@ def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
 
 def round_sampling(sampling, rounds: int, index: int, first=None):
     """The sampling of round `index`: budget / rounds and the sample counts split over the
-    rounds (so R rounds take about as many calls as one); after the first round (`first`, its
+    rounds (so R rounds take about as many calls as one; a given --samples exactly, at least
+    one a round); after the first round (`first`, its
     Measured) its loops and sample count, so a measurement is calibrated and planned once and
     later rounds only warm up (one call) and sample."""
     if rounds == 1:
@@ -43,10 +44,10 @@ def round_sampling(sampling, rounds: int, index: int, first=None):
     share = {"budget_s": sampling.budget_s / rounds,
              "min_samples": max(2, math.ceil(sampling.min_samples / rounds)),
              "max_samples": max(2, math.ceil(sampling.max_samples / rounds))}
-    if sampling.samples is not None:
-        share["samples"] = max(1, math.ceil(sampling.samples / rounds))
     if index > 0 and first is not None:
         share.update(loops=first.loops, samples=first.samples, warmup=max(1, sampling.warmup))
+    if sampling.samples is not None:  # --samples N is the total: N // R each, the rest first
+        share["samples"] = max(1, sampling.samples // rounds + (index < sampling.samples % rounds))
     return replace(sampling, **share)
 
 
