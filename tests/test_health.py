@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hostlist
 import pytest
 from test_emulate import em, needs_namespaces
 
@@ -74,16 +75,22 @@ def test_one_host_runs_the_intra_check_only_and_says_so(tmp_path):
 def test_emulated_slow_host_is_found_and_exit_3(tmp_path):
     out = tmp_path / "emulated"
     done = _cli("emulate", "--nodes", "4", "--ranks-per-node", "1", "--inter-bandwidth", "200mbit",
-                "--host-bandwidth", "node2=40mbit", "--benchmarks", "health", "--sizes", "1M",
+                "--host-bandwidth", "node2=40mbit", "--host-cpu", "node1=25%",
+                "--benchmarks", "health", "--sizes", "1M",
                 "--timeout", "60", "--out", str(out), timeout=900)
     assert done.returncode == 3, done.stderr[-3000:]
     doc = json.loads((out / "health.json").read_text())
     verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
     assert set(verdicts) == {"node0", "node1", "node2", "node3"}  # each host its own hostname
-    assert verdicts["node2"] in ("slow", "bad") and "node2" in doc["exclude"]
+    assert verdicts["node2"] in ("slow", "bad") and "node2" in hostlist.expand_hostlist(doc["exclude"])
     assert "--exclude=" in done.stdout
     meta = json.loads((out / "meta.json").read_text())
     assert meta["emulation"]["host_bandwidth"] == {"node2": "40Mbit"}
+    # node1's quota is read inside its namespace (its timing alone may not show it)
+    node1 = next(h for h in doc["hosts"] if h["host"] == "node1")
+    assert node1["verdict"] == "slow" and node1["held_back"]["cpus_per_rank"] == 0.25
+    assert "CPU quota of 0.25 CPU per rank" in node1["why"]
+    assert all(h["held_back"]["cpus_per_rank"] is None for h in doc["hosts"] if h["host"] != "node1")
 
 
 def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):

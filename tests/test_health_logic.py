@@ -334,3 +334,59 @@ def test_a_slow_host_is_explained_by_how_its_nccl_setup_differs():
     assert slow["why"].endswith("network Socket where 3 of 4 hosts have IB")
     assert all("nccl_differences" not in h for h in explained["hosts"] if h["host"] != "node3")
     assert explain(doc, None) == doc
+
+
+def test_throttle_counters_are_read_from_the_cgroup_with_the_quota(tmp_path):
+    from allreduce_bench.measure.throttle import cpu_throttle, since
+
+    v1 = tmp_path / "v1"
+    limited = v1 / "cpu" / "arb-1-h2"
+    limited.mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    (limited / "cpu.cfs_quota_us").write_text("25000\n")
+    (limited / "cpu.cfs_period_us").write_text("100000\n")
+    (limited / "cpu.stat").write_text("nr_periods 40\nnr_throttled 7\nthrottled_time 2000000000\n")
+    found = cpu_throttle(v1, "2:cpuacct:/\n1:cpu:/arb-1-h2\n0::/\n")
+    assert found["quota_cpus"] == 0.25 and found["nr_throttled"] == 7 and found["throttled_s"] == 2.0
+    later = {**found, "nr_throttled": 10, "throttled_s": 2.5}
+    assert since(found, later) == {"quota_cpus": 0.25, "cgroup": str(limited), "nr_throttled": 3,
+                                   "throttled_s": 0.5}
+
+    v2 = tmp_path / "v2"
+    (v2 / "job" / "rank").mkdir(parents=True)
+    (v2 / "cgroup.controllers").write_text("cpu\n")
+    (v2 / "job" / "cpu.max").write_text("50000 100000\n")  # the quota sits on the parent
+    (v2 / "job" / "cpu.stat").write_text("usage_usec 9\nnr_throttled 3\nthrottled_usec 500000\n")
+    (v2 / "job" / "rank" / "cpu.max").write_text("max 100000\n")
+    found = cpu_throttle(v2, "0::/job/rank\n")
+    assert found["quota_cpus"] == 0.5 and found["nr_throttled"] == 3 and found["throttled_s"] == 0.5
+    assert cpu_throttle(tmp_path / "none", "0::/\n")["quota_cpus"] is None
+
+
+def test_a_throttled_host_is_slow_though_its_timing_looked_fine():
+    from allreduce_bench.analysis.health.verdicts import held_back_why, holdback
+
+    cluster = SimCluster(names(4), noise=0.02)
+    check, clean = cluster.run()
+    assert _flagged(clean) == set()
+    # node2's quota: a quarter of a CPU for its one rank (rank 2), throttled 37 times
+    check.held_back("node2", 2, {"quota_cpus": 0.25, "cgroup": "/h2", "nr_throttled": 37, "throttled_s": 2.1})
+    check.held_back("node0", 0, {"quota_cpus": None, "nr_throttled": 1, "throttled_s": 0.01})  # a blip
+    check.held_back("node1", 1, {"quota_cpus": 4.0, "cgroup": "/h1", "nr_throttled": 0, "throttled_s": 0.0})
+    v = verdicts(check)
+    assert _flagged(v) == {"node2"} and exit_code(v["hosts"], v["pairs"]) == UNHEALTHY
+    node2 = next(h for h in v["hosts"] if h["host"] == "node2")
+    assert node2["verdict"] == "slow" and node2["check"] == "throttling"
+    assert "CPU quota of 0.25 CPU per rank: throttled in 37 CFS period(s) (2.10 s)" in node2["why"]
+    assert node2["held_back"]["nr_throttled"] == 37 and node2["held_back"]["cpus_per_rank"] == 0.25
+    # one quota shared by a host's two ranks is half of it each; throttling alone also counts
+    shared = holdback({0: {"quota_cpus": 1.0, "cgroup": "/h", "nr_throttled": 0, "throttled_s": 0.0},
+                       1: {"quota_cpus": 1.0, "cgroup": "/h", "nr_throttled": 0, "throttled_s": 0.0}})
+    assert shared["cpus_per_rank"] == 0.5 and "0.5 CPU per rank" in held_back_why(shared)
+    assert held_back_why({"cpus_per_rank": None, "nr_throttled": 9, "throttled_s": 0.8, "gpu_events": []})
+    assert held_back_why({"cpus_per_rank": 2.0, "nr_throttled": 0, "throttled_s": 0.0, "gpu_events": []}) is None
+    assert held_back_why({"cpus_per_rank": None, "nr_throttled": 0, "throttled_s": 0.0,
+                          "gpu_events": ["sw_power_cap"]}) is None
+    assert "hw_thermal_slowdown" in held_back_why(
+        {"cpus_per_rank": None, "nr_throttled": 0, "throttled_s": 0.0, "gpu_events": ["hw_thermal_slowdown"]})

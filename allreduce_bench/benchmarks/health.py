@@ -31,6 +31,7 @@ from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
 from allreduce_bench.measure import meta as run_meta
+from allreduce_bench.measure import throttle
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness
 from allreduce_bench.measure.rank import Benchmark
 from allreduce_bench.measure.timing import Measured
@@ -39,7 +40,7 @@ from allreduce_bench.results.schema import samples_frame
 
 # beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
 # peer may not beat either (the call can hold the GIL) until its own --timeout fires
-MARGIN_S = 5.0
+MARGIN_S = 2.0
 
 
 class CoordinatorLost(RuntimeError):
@@ -81,6 +82,16 @@ class Rank:
         self.ranks_per_node = ranks_per_node
         self.me = session.env.rank
         self.groups = Groups(session.config.timeout_s)
+        self.cpu_at_start = throttle.cpu_throttle()
+
+    def held_back(self) -> dict:
+        """What held this rank back since the check began: its CPU quota's throttling and, on
+        a GPU, the clock event reasons active now (measure/throttle.py)."""
+        found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
+        device = self.session.device
+        if device.kind == "cuda":
+            found["gpu_events"] = throttle.gpu_events(device.torch_device.index)
+        return found
 
     def take_part(self, k: int, plan: dict) -> None:
         """Measure every slot this rank is in; a failure (a member that never came, a peer that
@@ -99,7 +110,7 @@ class Rank:
                 break
             if self.me == mine.ranks[0]:
                 self.board.put(_key(k, mine), result)
-        self.board.put(f"r{k}/done/{self.me}", {"error": error})
+        self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
 
     def _measure(self, group: Group, pg) -> dict:
         config, device = self.session.config, self.session.device
@@ -235,6 +246,10 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
                 f"{config.timeout_s + MARGIN_S:g} s): unreachable")
         check.record(planned, collect(session, board, k, slots), lost)
+        for member in [rank.me, *members]:
+            if member not in silent and board.has(f"r{k}/done/{member}"):
+                check.held_back(rank.host_of(member), member,
+                                board.get(f"r{k}/done/{member}").get("held_back"))
         check.seconds[planned.index] = round(time.monotonic() - started, 3)
         slot_base += len(slots)
         write_health(config.out_dir, document(check, layout, complete=False,

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from allreduce_bench import units
+from allreduce_bench.emulate.faults import cgroup_mount_script
 from allreduce_bench.emulate.processes import die_with_parent
 from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.errors import UsageError
@@ -229,8 +230,10 @@ class EmulatedCluster:
         hostname as on a cluster. A CPU-limited host first joins its cgroup (`cgroup_procs`),
         outside the namespace: `ip netns exec` mounts a sysfs of its own, without cgroups."""
         join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs] if cgroup_procs else []
+        mounts = cgroup_mount_script()
+        visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
         return [*join, "ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
-                f'hostname node{i} && exec "$@"', "sh",
+                f'{visible}hostname node{i} && exec "$@"', "sh",
                 sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(self.nodes), "--node-rank", str(i),
                 "--nproc-per-node", str(self.ranks_per_node),

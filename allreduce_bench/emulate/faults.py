@@ -17,6 +17,30 @@ PERIOD_US = 100_000  # the kernel's default CFS period
 _HOST = re.compile(r"^node(\d+)(:\d+)?$")
 
 
+def cgroup_mount_script(proc_cgroup: str | None = None) -> str:
+    """Shell that shows the cpu controller at /sys/fs/cgroup inside a host's `ip netns exec`,
+    whose fresh sysfs has no cgroups, so its ranks can read their quota's throttling counters
+    as a container's can (measure/throttle.py). The same hierarchy, mounted again; '' without
+    one. Inside the namespace's own mount namespace: nothing changes outside it."""
+    if proc_cgroup is None:
+        try:
+            proc_cgroup = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            return ""
+    if CGROUP_V1.joinpath("cpu.cfs_quota_us").exists():
+        controllers = "cpu"  # the hierarchy's own controller list, e.g. cpu,cpuacct
+        for line in proc_cgroup.splitlines():
+            parts = line.split(":", 2)
+            if len(parts) == 3 and "cpu" in parts[1].split(","):
+                controllers = parts[1]
+                break
+        return (f"mount -t tmpfs cgroup {CGROUP_V2} && mkdir -p {CGROUP_V1} && "
+                f"mount -t cgroup -o {controllers} cgroup {CGROUP_V1}")
+    if CGROUP_V2.joinpath("cgroup.controllers").exists():
+        return f"mount -t cgroup2 cgroup2 {CGROUP_V2}"
+    return ""
+
+
 def _host(text: str, nodes: int, option: str) -> int:
     match = _HOST.match(text)
     if not match:

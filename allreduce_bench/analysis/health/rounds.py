@@ -82,6 +82,7 @@ class HealthCheck:
         self.rounds: list[Round] = []
         self.unreachable: dict[str, int] = {}  # host -> round it stopped answering in
         self.seconds: dict[int, float] = {}  # round -> its wall time, where the coordinator timed it
+        self.holdbacks: dict[str, dict[int, dict]] = {}  # host -> rank -> its throttling
         self.bisection = Bisection(hosts, ranks_per_node) if bisect else None
         self._circle = None  # the circle method's rounds, made as asked for
         self._fitted = False  # the fleet's pair and rail thresholds
@@ -118,6 +119,11 @@ class HealthCheck:
                 return self._round("bisect", groups, "the world, then its halves side by side")
             self.bisection.done = True  # a host of the current set stopped answering
         return None
+
+    def held_back(self, host: str, rank: int, found: dict | None) -> None:
+        """What held one rank back since the start (measure/throttle.py), latest reading."""
+        if found:
+            self.holdbacks.setdefault(host, {})[rank] = found
 
     def record(self, measured: Round, measurements: Sequence[Measurement],
                unreachable: Sequence[str] = ()) -> None:

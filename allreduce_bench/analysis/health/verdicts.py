@@ -19,6 +19,12 @@ from allreduce_bench.analysis.health.reference import BAD_FRACTION, Reference
 from allreduce_bench.analysis.health.rounds import HealthCheck
 
 VERDICTS = ("ok", "slow", "bad", "unreachable")
+# held back by the host itself (measure/throttle.py): a CPU quota under MIN_CPUS_PER_RANK for
+# each rank sharing it (a rank drives its collective, NCCL's proxy and its launches from a CPU),
+# or throttled in THROTTLED_PERIODS CFS periods and THROTTLED_S seconds (runnable but stopped;
+# a clean run has no quota at all); GPU clock reasons that are faults, not a power cap
+MIN_CPUS_PER_RANK, THROTTLED_PERIODS, THROTTLED_S = 1.0, 3, 0.05
+GPU_FAULT_EVENTS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake_slowdown")
 HEALTHY, UNHEALTHY, BAD_INPUT, INCOMPLETE = 0, 3, 2, 1  # exit codes
 
 
@@ -86,6 +92,54 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
     return {**out, **_public(worst), "verdict": "ok", "why": why}
 
 
+def holdback(per_rank: dict[int, dict] | None) -> dict | None:
+    """A host's ranks' throttling as one: the smallest CPU share per rank (a quota divided by
+    the ranks that share its cgroup), the most throttling any rank saw, every GPU reason."""
+    if not per_rank:
+        return None
+    sharing: dict[str, int] = {}
+    for found in per_rank.values():
+        if found.get("quota_cpus") is not None:
+            sharing[found.get("cgroup") or ""] = sharing.get(found.get("cgroup") or "", 0) + 1
+    shares = [f["quota_cpus"] / sharing[f.get("cgroup") or ""] for f in per_rank.values()
+              if f.get("quota_cpus") is not None]
+    return {"cpus_per_rank": round(min(shares), 4) if shares else None,
+            "nr_throttled": max(int(f.get("nr_throttled", 0)) for f in per_rank.values()),
+            "throttled_s": max(float(f.get("throttled_s", 0.0)) for f in per_rank.values()),
+            "gpu_events": sorted({e for f in per_rank.values() for e in f.get("gpu_events", ())})}
+
+
+def held_back_why(found: dict | None) -> str | None:
+    """Why a host was held back (holdback's summary), or None where nothing did."""
+    if not found:
+        return None
+    said = []
+    share, periods, seconds = found.get("cpus_per_rank"), found["nr_throttled"], found["throttled_s"]
+    throttled = periods >= THROTTLED_PERIODS and seconds >= THROTTLED_S
+    if (share is not None and share < MIN_CPUS_PER_RANK) or throttled:
+        quota = f"a CPU quota of {share:g} CPU per rank" if share is not None else "a CPU quota"
+        said.append(f"held back by {quota}: throttled in {periods} CFS period(s) ({seconds:.2f} s) "
+                    "during the check")
+    events = [e for e in found.get("gpu_events", ()) if e in GPU_FAULT_EVENTS]
+    if events:
+        said.append(f"GPU clocks held back: {', '.join(events)} (nvidia-smi)")
+    return "; ".join(said) or None
+
+
+def with_holdback(verdict: dict, per_rank: dict[int, dict] | None) -> dict:
+    """A host held back is at least `slow`, whatever its timing said (on shared cores its
+    neighbours get no more CPU than its quota, so timing alone may not tell it apart)."""
+    found = holdback(per_rank)
+    why = held_back_why(found)
+    if found:
+        verdict = {**verdict, "held_back": found}
+    if why is None or verdict["verdict"] == "unreachable":
+        return verdict
+    if verdict["verdict"] == "ok":
+        return {**verdict, "verdict": "slow", "check": "throttling", "why": f"{why} ({verdict['why']})"}
+    return {**verdict, "why": f"{verdict['why']}; {why}"}
+
+
 def _public(worst: dict) -> dict:
     return {k: worst.get(k) for k in ("size_bytes", "measured_GBps", "expected_GBps", "threshold_GBps")}
 
@@ -143,7 +197,8 @@ def verdicts(check: HealthCheck) -> dict:
     states = check.states()
     results = pair_results(check.measurements, check.reference)
     intra = [m for m in check.measurements if m.check == "intra"]
-    hosts = [host_verdict(states[h], check, results, intra) for h in check.hosts]
+    hosts = [with_holdback(host_verdict(states[h], check, results, intra), check.holdbacks.get(h))
+             for h in check.hosts]
     rails = rail_verdicts(states, check, results) if check.ranks_per_node > 1 else []
     return {"hosts": hosts, "rails": rails, "pairs": pair_verdicts(states, check, results)}
 
