@@ -21,11 +21,11 @@ from allreduce_bench.analysis.health.rounds import QUICK_PAIR_ROUNDS
 NOMINAL = {
     # the emulator's default link on this 2-core machine (~0.015-0.08 GB/s: 1/36 of the intra
     # p2p measured, which moves with load), loopback inside a host, gloo's ~0.3 ms small
-    # AllReduce, ~0.7 s per round of store waits and group creation, and ~19 s to build the
+    # AllReduce, ~0.7 s per round of store waits and group creation, and ~14 s to build the
     # namespaces, start torchrun and torch in each, gather meta.json and draw the figure
-    # (emulate 4 x 1 end to end at load 10-13: 29.6 s once, of which 2 rounds 5.7 s, and a
-    # median of 20.5 s over 5 clean runs of scripts/perf_health.py)
-    "cpu": (0.05, 1.0, 3e-4, 0.7, 19.0),
+    # (emulate 4 x 1 end to end, 10 clean runs of scripts/perf_health.py at load 1.6-2.5: median
+    # 15.5 s, of which 2 rounds of 0.61-0.91 s; at load 10-13 it took 20.5 s, starts included)
+    "cpu": (0.05, 1.0, 3e-4, 0.7, 14.0),
     # an H100 node: 8 x 400 Gb/s rails (~45 GB/s busbw per rail pair), NVLink ~ 350 GB/s busbw,
     # NCCL's ~20 us latency, communicator creation ~1 s per round, ~30 s to start a large job
     "cuda": (45.0, 350.0, 2e-5, 1.0, 30.0),
