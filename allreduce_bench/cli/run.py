@@ -9,6 +9,7 @@ import click
 from allreduce_bench.algorithms import help_text as algorithms_help
 from allreduce_bench.cli.options import measuring_options
 from allreduce_bench.cli.types import DTYPE
+from allreduce_bench.config import ROUNDS
 from allreduce_bench.config.checks import OUTPUT_PATH
 
 
@@ -63,7 +64,8 @@ def describe(config) -> str:
 @measuring_options()
 @click.option("--rounds", type=int, help="Passes over (algorithm, size), forward then backward, "
               "each with --budget / R; a row pools its rounds' samples and records how much their "
-              "medians differ (`compare` judges runs by that). [2; 1 with --quick]")
+              "medians differ (`compare` judges runs by that). "
+              f"[{ROUNDS}; 1 with --quick]")
 @click.option("--resume", "resume_dir", type=OUTPUT_PATH,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
