@@ -116,3 +116,31 @@ def check_counts(names: list[str], counts: list[int]) -> list[str]:
                 failures.append(f"{name} count={count}: {wrong} wrong on rank {world.rank}")
     world.close()
     return failures
+
+
+def rails_in_lockstep(count: int) -> tuple[int, int, int, list[int]]:
+    """Two groups side by side ({0,1} and {2,3}), each sampling in lockstep over the world:
+    (loops, samples, ranks in its times, the world barriers each rank took)."""
+    from allreduce_bench.measure import timing
+
+    rank = dist.get_rank()
+    device = Device()
+    mine = [0, 1] if rank < 2 else [2, 3]
+    groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    group = groups[0] if rank < 2 else groups[1]
+    barriers = []
+    barrier = device.barrier
+
+    def counted(g):
+        barriers.append(g is None or g is dist.group.WORLD)
+        return barrier(g)
+
+    device.barrier = counted
+    tensor = torch.ones(count)
+    # rank 2's calls are slower: without lockstep its group would plan fewer loops
+    call = (lambda: (dist.all_reduce(tensor, group=group), [0 for _ in range(20000)])) if rank >= 2 \
+        else (lambda: dist.all_reduce(tensor, group=group))
+    measured = timing.sample(call, device, group, Sampling(budget_s=0.05, min_sample_s=0.002),
+                             lockstep=dist.group.WORLD)
+    assert len(mine) == 2
+    return measured.loops, measured.samples, len(measured.per_rank_us), [sum(barriers)]

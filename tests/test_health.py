@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import hostlist
+import pandas as pd
 import pytest
 from test_emulate import em, needs_namespaces
 
@@ -69,6 +70,21 @@ def test_one_host_runs_the_intra_check_only_and_says_so(tmp_path):
     assert "intra check only" in done.stdout and doc["complete"] and doc["exit_code"] == 0
     assert (out / "plots" / "health.png").exists() and (tmp_path / "h.prom").exists()
     assert "all hosts healthy" in done.stdout.splitlines()[-5:][0] or "nothing to exclude" in done.stdout
+
+
+def test_two_hosts_of_two_ranks_measure_the_pair_then_its_rails_in_lockstep(tmp_path):
+    out = tmp_path / "rails"
+    done = _cli("health", "--hosts", "2", "--ranks-per-node", "2", "--sizes", "4K,64K", "--samples", "3",
+                "--timeout", "60", "--out", str(out), "--no-plot")
+    assert done.returncode in (0, 3), done.stderr[-2000:]  # two hosts: judged as a pair, not a fleet
+    rows = pd.read_csv(out / "results.csv")
+    pairs = rows[rows["health_check"].isin(["pair", "rail"])]
+    assert sorted(pairs["health_check"].unique()) == ["pair", "rail"]
+    rails = pairs[pairs["health_check"] == "rail"]
+    assert sorted(rails["rail"].dropna().astype(int).unique()) == [0, 1]
+    # lockstep: the rails of the pair took the same number of samples at each size
+    assert (rails.groupby("size_bytes")["samples"].nunique() == 1).all()
+    assert {r["rail"] for r in json.loads((out / "health.json").read_text())["rails"]} == {0, 1}
 
 
 @needs_namespaces

@@ -298,3 +298,15 @@ def test_schema_2_late_rank_columns_are_read_under_their_schema_3_names(tmp_path
     frame = load_results(tmp_path)
     assert frame.loc[0, "late_rank"] == 3 and frame.loc[0, "late_rank_share"] == 0.9
     assert frame.loc[0, "late_rank_lag_us"] == 50.0 and "slowest_rank" not in frame.columns
+
+
+def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_times():
+    from distributed import run_world
+    from rank_functions import rails_in_lockstep
+
+    results = run_world(4, rails_in_lockstep, 1024)
+    loops, samples = {r[0] for r in results}, {r[1] for r in results}
+    assert len(loops) == 1 and len(samples) == 1  # decided over the world
+    assert all(r[2] == 2 for r in results)  # each group's times are its own two ranks'
+    # every sample (calibration ones too) began with a barrier over the world
+    assert all(r[3][0] >= next(iter(samples)) for r in results)

@@ -35,13 +35,15 @@ from allreduce_bench.results.store import read_meta, start_meta, update_meta
 
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
             sampling: timing.Sampling, before_clock=None, agree_over=None,
-            check: bool = True) -> tuple[timing.Measured, int]:
+            check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check` (a round before a row's last) nothing is checked and #wrong is 0."""
+    `check` (a round before a row's last) nothing is checked and #wrong is 0; `agree_over`
+    and `lockstep` as in timing.sample."""
     device = world.device
     tensor = torch.zeros(count, dtype=dtype, device=device.torch_device)
     call = build(tensor, world)
-    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree_over)
+    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree_over,
+                             lockstep)
     if not check:
         return measured, 0
 

@@ -8,9 +8,10 @@ the next round and gives up with one line when the coordinator stops beating. No
 collective runs after the start, so a frozen rank blocks nobody but its own group, and that
 one only until gloo's (or NCCL's) timeout.
 
-A round is one or two *slots* measured one after the other: pairs with >= 2 ranks per host
-measure every rail at once (local rank i of one host with local rank i of the other), then
-the whole pair's AllReduce; intra and bisect rounds have one slot. Groups of a slot are
+A round is one or two *slots* measured one after the other: pairs measure the whole pair's
+AllReduce, then with >= 2 ranks per host every rail at once (local rank i of one host with
+local rank i of the other), the rails of a pair in lockstep over the pair's group; intra and
+bisect rounds have one slot. Groups of a slot are
 disjoint, so none shares a link it is not testing. Each group's lead puts every rank's
 samples on the store; the coordinator writes them as rows (benchmark = health) and raw
 samples like every benchmark's, and health.json after every round.
@@ -67,7 +68,8 @@ def round_slots(kind: str, groups: list[list[str]], ranks_of: dict[str, list[int
                  for g in groups]]
     rails = [[Group("rail", i, (a, b), (ranks_of[a][i], ranks_of[b][i]))
               for a, b in groups for i in range(ranks_per_node)]] if ranks_per_node > 1 else []
-    return rails + [[Group("pair", None, (a, b), tuple(ranks_of[a] + ranks_of[b])) for a, b in groups]]
+    # the whole pair first: its group then keeps a pair's rails in lockstep (Rank._measure)
+    return [[Group("pair", None, (a, b), tuple(ranks_of[a] + ranks_of[b])) for a, b in groups]] + rails
 
 
 def _key(k: int, group: Group) -> str:
@@ -97,14 +99,16 @@ class Rank:
         """Measure every slot this rank is in; a failure (a member that never came, a peer that
         froze mid-measurement) ends its part of the round and is reported, not raised."""
         slots = round_slots(plan["kind"], plan["groups"], self.ranks_of, self.ranks_per_node)
-        error = None
+        error, pairs = None, {}
         for index, slot in enumerate(slots):
             mine = next((g for g in slot if self.me in g.ranks), None)
             if mine is None:
                 continue
             try:
                 pg = self.groups.new(mine.ranks, plan["slot_base"] + index)
-                result = self._measure(mine, pg)
+                if mine.check == "pair":
+                    pairs[mine.hosts] = pg
+                result = self._measure(mine, pg, pairs.get(mine.hosts) if mine.check == "rail" else None)
             except RuntimeError as failed:  # DistBackendError, DistStoreError: a lost member
                 error = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:300]
                 break
@@ -112,14 +116,17 @@ class Rank:
                 self.board.put(_key(k, mine), result)
         self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
 
-    def _measure(self, group: Group, pg) -> dict:
+    def _measure(self, group: Group, pg, lockstep=None) -> dict:
+        """Every size on this rank's group; a rail samples in lockstep with the other rails of
+        its pair (`lockstep`: the pair's group), as they share the hosts' links."""
         config, device = self.session.config, self.session.device
         comm = CommGroup(pg, group.ranks, group.ranks.index(self.me))
         view = World(comm, comm, comm, len(group.ranks), device)
         sizes = []
         for size in config.sizes:
             count = size // config.itemsize
-            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling)
+            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+                                      lockstep=lockstep)
             sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
                           "samples": measured.samples, "wrong": wrong})
         return {"sizes": sizes}

@@ -74,7 +74,8 @@ def gather(values: list[float], group, device: Device) -> list[list[float]]:
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
                  host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
-    """This rank's time per call (us) in each of `count` samples of `loops` calls.
+    """This rank's time per call (us) in each of `count` samples of `loops` calls, each
+    sample started after an alignment over `group`.
 
     `before_clock` runs on this rank after the alignment and before its clock starts (the
     test hook that makes a rank late on purpose)."""
@@ -103,20 +104,30 @@ class Measured:
 
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
-           before_clock: Callable[[], None] | None = None, agree_over=None) -> Measured:
+           before_clock: Callable[[], None] | None = None, agree_over=None,
+           lockstep=None) -> Measured:
     """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
 
     `agree_over`: None for `group` itself; or a larger group (e.g. dist.group.WORLD) whose ranks
     all sample at once, in several groups side by side: loops and samples are then decided, and
     times gathered, over it, so every group makes the same number of calls and the result is
-    the slowest group's."""
+    the slowest group's.
+
+    `lockstep`: a larger group whose groups side by side must overlap in every sample (the
+    rails of one host pair, which on the emulated cluster share one link): loops and samples
+    are decided over it and every sample starts after an alignment over it, while the times
+    are this group's own. Without it such groups drift apart, and a group sampling alone
+    reads up to L times the bandwidth of one sharing the link."""
+    if lockstep is not None:
+        agree_over = lockstep
     agree = group if agree_over is None else agree_over
+    aligned = group if lockstep is None else lockstep
     for _ in range(sampling.warmup):
         call()
     device.synchronize()
 
     def one_sample_s(loops: int) -> float:
-        mine = take_samples(call, device, group, loops, 1, sampling.host_launch)
+        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)
         return slowest(mine, agree, device)[0] * loops / 1e6
 
     if sampling.loops is None:
@@ -127,8 +138,8 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         loops, took = sampling.loops, 0.0
     count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
                                              sampling.max_samples)
-    mine = take_samples(call, device, group, loops, count, sampling.host_launch, before_clock)
-    return Measured(gather(mine, agree, device), loops, count)
+    mine = take_samples(call, device, aligned, loops, count, sampling.host_launch, before_clock)
+    return Measured(gather(mine, group if lockstep is not None else agree, device), loops, count)
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:

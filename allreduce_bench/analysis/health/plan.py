@@ -37,7 +37,7 @@ class PlannedRound:
     kind: str  # intra | pairs | bisect
     groups: int  # groups measured side by side
     ranks_per_group: int
-    steps: int  # measured one after the other in each group: (rails, then the pair) or 1
+    steps: int  # measured one after the other in each group: (the pair, then its rails) or 1
     when: str  # always | if something is slow
     seconds: float = 0.0
 
