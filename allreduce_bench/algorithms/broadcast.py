@@ -71,7 +71,7 @@ def build_scatter_all_gather(send: torch.Tensor, recv: torch.Tensor, world: Worl
     group, n, r = world.group, world.size, world.rank
     flat = recv.view(-1)
     bounds = chunk_bounds(flat.numel(), n)
-    views = [flat[a:b] for a, b in bounds]
+    views = ring.parts(flat, bounds)
     scatter = (p2p.step(group, [(views[q], group.ranks[q]) for q in range(1, n)], []) if r == 0
                else p2p.step(group, [], [(views[r], group.ranks[0])]))
     gather = ring.AllGatherPlan(views[r], flat, bounds, group)

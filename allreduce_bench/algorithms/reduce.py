@@ -56,7 +56,7 @@ def build_reduce_scatter_gather(send: torch.Tensor, recv: torch.Tensor, world: W
     group, n, r = world.group, world.size, world.rank
     flat = recv.view(-1)
     bounds = chunk_bounds(flat.numel(), n)
-    views = [flat[a:b] for a, b in bounds]
+    views = ring.parts(flat, bounds)
     scatter = ring.ReduceScatterPlan(flat, views[r], bounds, group)
     gather = (p2p.step(group, [], [(views[q], group.ranks[q]) for q in range(1, n)]) if r == 0
               else p2p.step(group, [(views[r], group.ranks[0])], []))

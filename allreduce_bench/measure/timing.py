@@ -118,10 +118,10 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     are decided over it and every sample starts after an alignment over it, while the times
     are this group's own. Without it such groups drift apart, and a group sampling alone
     reads up to L times the bandwidth of one sharing the link."""
-    if lockstep is not None:
-        agree_over = lockstep
-    agree = group if agree_over is None else agree_over
-    aligned = group if lockstep is None else lockstep
+    # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
+    # (group may be None: the default world)
+    agree = lockstep if lockstep is not None else group if agree_over is None else agree_over
+    aligned, kept = (group, agree) if lockstep is None else (lockstep, group)
     for _ in range(sampling.warmup):
         call()
     device.synchronize()
@@ -139,7 +139,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
                                              sampling.max_samples)
     mine = take_samples(call, device, aligned, loops, count, sampling.host_launch, before_clock)
-    return Measured(gather(mine, group if lockstep is not None else agree, device), loops, count)
+    return Measured(gather(mine, kept, device), loops, count)
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:

@@ -4,6 +4,7 @@ BAD_FRACTION of expected and `slow` above it; the exit code follows from the hos
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 
 from allreduce_bench.analysis.health.decide import (
@@ -97,12 +98,9 @@ def holdback(per_rank: dict[int, dict] | None) -> dict | None:
     the ranks that share its cgroup), the most throttling any rank saw, every GPU reason."""
     if not per_rank:
         return None
-    sharing: dict[str, int] = {}
-    for found in per_rank.values():
-        if found.get("quota_cpus") is not None:
-            sharing[found.get("cgroup") or ""] = sharing.get(found.get("cgroup") or "", 0) + 1
-    shares = [f["quota_cpus"] / sharing[f.get("cgroup") or ""] for f in per_rank.values()
-              if f.get("quota_cpus") is not None]
+    limited = [f for f in per_rank.values() if f.get("quota_cpus") is not None]
+    sharing = Counter(f.get("cgroup") for f in limited)  # ranks under one quota share it
+    shares = [f["quota_cpus"] / sharing[f.get("cgroup")] for f in limited]
     return {"cpus_per_rank": round(min(shares), 4) if shares else None,
             "nr_throttled": max(int(f.get("nr_throttled", 0)) for f in per_rank.values()),
             "throttled_s": max(float(f.get("throttled_s", 0.0)) for f in per_rank.values()),
