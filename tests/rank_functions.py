@@ -144,3 +144,19 @@ def rails_in_lockstep(count: int) -> tuple[int, int, int, list[int]]:
                              lockstep=dist.group.WORLD)
     assert len(mine) == 2
     return measured.loops, measured.samples, len(measured.per_rank_us), [sum(barriers)]
+
+
+def late_member_of_a_group(timeout_s: float, late_s: float) -> tuple[float, float]:
+    """A group made by measure/coordination.Groups whose rank 1 comes `late_s` late to its first
+    collective: (the creation timeout, the summed result) on each rank."""
+    import time
+
+    from allreduce_bench.measure.coordination import Groups
+
+    groups = Groups(timeout_s)
+    group = groups.new([0, 1], 0)
+    if dist.get_rank() == 1:
+        time.sleep(late_s)
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor, group=group)
+    return groups.create.total_seconds(), float(tensor[0])

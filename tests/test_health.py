@@ -133,6 +133,36 @@ def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
     assert (out / "health.json").exists() and not json.loads((out / "health.json").read_text())["complete"]
 
 
+def test_a_frozen_partner_of_the_coordinator_is_unreachable_and_the_run_ends_exit_3(tmp_path):
+    # two hosts: the frozen one is rank 0's partner, which holds rank 0's own measuring; the
+    # coordinating goes on beside it, and the launcher is not left waiting on the frozen rank
+    out = tmp_path / "frozen-partner"
+    driver = subprocess.Popen([*CLI, "health", "--hosts", "2", "--ranks-per-node", "1", "--timeout", "8",
+                               "--sizes", "1M", "--samples", "20", "--out", str(out), "--no-plot"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in driver.stdout:
+        seen.append(line)
+        if "health: round 1" in line:
+            break
+    ranks = spawned_ranks(driver.pid)
+    os.kill(ranks[1], signal.SIGSTOP)
+    try:
+        rest = driver.communicate(timeout=240)[0]
+    finally:
+        for pid in ranks:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert driver.returncode == 3, "".join(seen) + rest
+    assert "rank(s) 1 stayed stopped (SIGSTOP) after every other rank had finished" in rest
+    assert "not written" not in rest  # no row measured, and nothing said about a missing CSV
+    doc = json.loads((out / "health.json").read_text())
+    assert doc["complete"] and {h["host"]: h["verdict"] for h in doc["hosts"]}["node1"] == "unreachable"
+    assert doc["exclude"] == "node1"
+
+
 def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
     from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
     from allreduce_bench.errors import UsageError

@@ -1,12 +1,14 @@
 """`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
 sub-groups of the one world and coordinated through the store (measure/coordination.py).
 
-Rank 0 coordinates: it asks the pure plan (analysis/health/rounds.py) for the next round,
-publishes it on the store, takes its own part, then waits until every member of the round has
-reported or stopped beating for --timeout (named `unreachable`). Every other rank polls for
-the next round and gives up with one line when the coordinator stops beating. No world
-collective runs after the start, so a frozen rank blocks nobody but its own group, and that
-one only until gloo's (or NCCL's) timeout.
+Rank 0 coordinates on a thread of its own: it asks the pure plan (analysis/health/rounds.py)
+for the next round, publishes it on the store, then waits until every member of the round has
+reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
+on its main thread, polls for the next round, takes its part and gives up with one line when
+the coordinator stops beating. No world collective runs after the start, so a frozen rank
+blocks nobody but its own group, and that one only until gloo's (or NCCL's) timeout; and as
+the coordinating is not the measuring, rank 0 held up by a frozen partner delays no verdict.
+A group's members meet on the store before they create it (measure/coordination.py).
 
 A round is one or two *slots* measured one after the other: pairs measure the whole pair's
 AllReduce, then with >= 2 ranks per host every rail at once (local rank i of one host with
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,7 +36,7 @@ from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import throttle
-from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness
+from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.measure.rank import Benchmark
 from allreduce_bench.measure.timing import Measured
 from allreduce_bench.measure.world import CommGroup, World
@@ -79,8 +82,9 @@ def _key(k: int, group: Group) -> str:
 class Rank:
     """This rank's part in the rounds: make its groups, measure, report."""
 
-    def __init__(self, session, board: Board, ranks_of: dict[str, list[int]], ranks_per_node: int):
-        self.session, self.board, self.ranks_of = session, board, ranks_of
+    def __init__(self, session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
+                 ranks_per_node: int):
+        self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
         self.ranks_per_node = ranks_per_node
         self.me = session.env.rank
         self.groups = Groups(session.config.timeout_s)
@@ -105,16 +109,19 @@ class Rank:
             if mine is None:
                 continue
             try:
+                assemble(self.board, self.liveness, plan["slot_base"] + index, mine.ranks, self.me,
+                         self.liveness.timeout_s)
                 pg = self.groups.new(mine.ranks, plan["slot_base"] + index)
                 if mine.check == "pair":
                     pairs[mine.hosts] = pg
                 result = self._measure(mine, pg, pairs.get(mine.hosts) if mine.check == "rail" else None)
-            except RuntimeError as failed:  # DistBackendError, DistStoreError: a lost member
+            except RuntimeError as failed:  # Absent, DistBackendError, DistStoreError: a lost member
                 error = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:300]
                 break
             if self.me == mine.ranks[0]:
                 self.board.put(_key(k, mine), result)
         self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
+        self.board.add(f"r{k}/reported")
 
     def _measure(self, group: Group, pg, lockstep=None) -> dict:
         """Every size on this rank's group; a rail samples in lockstep with the other rails of
@@ -131,25 +138,28 @@ class Rank:
                           "samples": measured.samples, "wrong": wrong})
         return {"sizes": sizes}
 
-    def follow(self, liveness: Liveness) -> None:
-        """Every rank but the coordinator: the rounds as published, until the end."""
+    def follow(self) -> None:
+        """Every rank: the rounds as published, until the end."""
         k = 1
         while True:
-            plan = self._wait_plan(k, liveness)
+            plan = self._wait_plan(k)
             if plan.get("end"):
                 return
             self.take_part(k, plan)
             k += 1
 
-    def _wait_plan(self, k: int, liveness: Liveness) -> dict:
+    def _wait_plan(self, k: int) -> dict:
         checked = time.monotonic()
         while not self.board.has(f"r{k}/plan"):
             time.sleep(POLL_S)
             if time.monotonic() - checked > 1.0:
                 checked = time.monotonic()
-                if liveness.silent(0):
+                if self.liveness.silent(0):
                     raise CoordinatorLost(f"the coordinator (rank 0 on {self.host_of(0)}) stopped "
                                           f"answering before round {k}")
+                if self.board.has("failed"):
+                    raise CoordinatorLost(f"the coordinator failed before round {k}: "
+                                          f"{self.board.get('failed')}")
         return self.board.get(f"r{k}/plan")
 
     def host_of(self, rank: int) -> str:
@@ -160,18 +170,21 @@ def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
                mates: dict[int, set[int]]) -> set[int]:
     """The silent ranks, once every member reported or stopped beating. The group mates of a
     silent rank are not waited for: they are stuck on it until their own timeout, and measure
-    nothing this round (they are re-paired in the next)."""
+    nothing this round (they are re-paired in the next). Light, as it runs beside rank 0's
+    measuring: one counter read per poll, the reports read when it moved, the heartbeats once
+    a second."""
     silent: set[int] = set()
-    pending = set(members)
+    pending, reported, checked = set(members), -1, time.monotonic()
     while pending:
-        for rank in sorted(pending):
-            if rank not in pending:
-                continue
-            if board.has(f"r{k}/done/{rank}"):
-                pending.discard(rank)
-            elif liveness.silent(rank):
-                silent.add(rank)
-                pending -= {rank, *mates.get(rank, ())}
+        if (count := board.add(f"r{k}/reported", 0)) != reported:
+            reported = count
+            pending -= {rank for rank in pending if board.has(f"r{k}/done/{rank}")}
+        if pending and time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            for rank in sorted(pending):
+                if rank in pending and liveness.silent(rank):
+                    silent.add(rank)
+                    pending -= {rank, *mates.get(rank, ())}
         if pending:
             time.sleep(POLL_S)
     return silent
@@ -239,10 +252,9 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
         started = time.monotonic()
         board.put(f"r{k}/plan", plan)
-        members = sorted({r for slot in slots for g in slot for r in g.ranks} - {rank.me})
+        members = sorted({r for slot in slots for g in slot for r in g.ranks})
         for member in members:  # the timeout of silence runs from the round's start
             liveness.silent(member)
-        rank.take_part(k, plan)
         mates: dict[int, set[int]] = {}
         for group in (g for slot in slots for g in slot):
             for member in group.ranks:
@@ -253,7 +265,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
                 f"{config.timeout_s + MARGIN_S:g} s): unreachable")
         check.record(planned, collect(session, board, k, slots), lost)
-        for member in [rank.me, *members]:
+        for member in members:
             if member not in silent and board.has(f"r{k}/done/{member}"):
                 check.held_back(rank.host_of(member), member,
                                 board.get(f"r{k}/done/{member}").get("held_back"))
@@ -263,6 +275,32 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
                                               note=f"in progress: {k} round(s) measured"))
     board.put(f"r{k + 1}/plan", {"end": True})
     write_health(config.out_dir, document(check, layout, note=_note(check)))
+
+
+def lead(session, rank: Rank, board: Board) -> None:
+    """Rank 0: coordinate on a thread (with its own Liveness: each watches from its own
+    start), take part like every rank on this one; the coordinator's failure is raised here,
+    after every rank was told to stop."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s),
+                       session.config.settings)
+        except BaseException as error:  # raised again on the main thread
+            failed.append(error)
+            board.put("failed", f"{type(error).__name__}: {error}"[:300])
+
+    thread = threading.Thread(target=run, name="coordinator", daemon=True)
+    thread.start()
+    try:
+        rank.follow()
+    except CoordinatorLost:
+        if not failed:
+            raise
+    thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _note(check) -> str:
@@ -288,13 +326,12 @@ def measure_health(session) -> int:
         os._exit(BAD_INPUT)
     session.hosts = names
     board = Board("health", env.rank)
-    liveness = Liveness(board, config.timeout_s + MARGIN_S)
-    rank = Rank(session, board, ranks_of, L)
+    rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L)
     try:
         if session.lead:
-            coordinate(session, rank, board, liveness, config.settings)
+            lead(session, rank, board)
         else:
-            rank.follow(liveness)
+            rank.follow()
     except CoordinatorLost as lost:
         exit_now(f"allreduce-bench health: rank {env.rank}: {lost}; rows measured so far are "
                  f"kept in {config.out_dir}", code=1)

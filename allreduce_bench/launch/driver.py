@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.environment import is_writer, launcher_env
-from allreduce_bench.launch.environments import describe_failure, launch_local
+from allreduce_bench.launch.environments import abandoned, describe_failure, launch_local
 from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.measure.rank import Benchmark, rank_main
 from allreduce_bench.results.lock import DirectoryLock
@@ -107,6 +107,14 @@ def drive(config, benchmark: Benchmark) -> int:
             lock.release()
 
 
+def _abandoned_ranks(error, reasons) -> str:
+    """'1,3': the ranks the watcher killed as stopped after the others had returned."""
+    pids = set(abandoned(reasons))
+    failures = getattr(error, "failures", {}) or {}
+    return ",".join(str(rank) for rank, failure in sorted(failures.items())
+                    if getattr(failure, "pid", None) in pids)
+
+
 def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
     """None when every world finished, else the exit code after the one line saying why not."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -122,6 +130,10 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
                     launch_local(max(world_sizes), guarded, rank_main,
                                  config.with_world_sizes(tuple(world_sizes)), benchmark)
         except ChildFailedError as error:
+            if stopped := _abandoned_ranks(error, reasons):
+                print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
+                      f"rank had finished: killed them", file=sys.stderr)
+                return None
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
             killed = not found and any(f.exitcode == -signal.SIGKILL

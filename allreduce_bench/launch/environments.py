@@ -10,9 +10,11 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from allreduce_bench.environment import expand_nodelist, is_writer, launcher_env, process_state
 from allreduce_bench.errors import PEER_LOST_EXIT, UsageError
+from allreduce_bench.launch.reasons import REASON_DIR_ENV
 
 LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
 
@@ -48,28 +50,51 @@ def _rank_children(parent: int) -> set[int]:
     return found
 
 
-def _wake_stopped_ranks(nprocs: int, done: threading.Event) -> None:
-    """When one rank of a local world has ended, wake its stopped (SIGSTOP) siblings.
+def _watch_stopped_ranks(nprocs: int, done: threading.Event) -> None:
+    """Watch a local world's ranks (their /proc entries, twice a second, once all are known)
+    for one that was stopped (SIGSTOP) and will not be waited for:
 
-    torch's launcher then sends SIGTERM to the survivors and waits 30 s before SIGKILL; a stopped
-    process never sees the SIGTERM, so a frozen rank held the run for half a minute after its
-    peers had given up. SIGCONT lets the SIGTERM take effect (Slurm does the same on a cancel).
-    Reads only the ranks' /proc entries, twice a second, once all ranks are known.
+    - when a sibling has ended, wake it (SIGCONT). torch's launcher then sends SIGTERM to the
+      survivors and waits before SIGKILL; a stopped process never sees the SIGTERM, so a frozen
+      rank held the run for the whole grace after its peers had given up (Slurm wakes a
+      stopped job the same way on a cancel);
+    - when every other rank has returned (the mark `guarded` leaves), kill it (SIGKILL) and mark
+      it `abandoned-PID`: no rank waits on it any more (health names it unreachable and goes
+      on), but torch's launcher would wait for it for ever. The driver then finishes the run.
     """
     if not os.path.isdir("/proc"):
         return
+    marks = Path(os.environ.get(REASON_DIR_ENV) or os.devnull)
     pids: set[int] = set()
+    left_before = False
     while not done.wait(0.5):
         if len(pids) < nprocs:
             pids |= _rank_children(os.getpid())
         states = {pid: process_state(pid) for pid in pids}
-        if "gone" in states.values():
-            for pid, state in states.items():
-                if state == "frozen":
-                    try:
-                        os.kill(pid, signal.SIGCONT)
-                    except ProcessLookupError:
-                        pass
+        frozen = [pid for pid, state in states.items() if state == "frozen"]
+        if frozen and "gone" in states.values():
+            _send(frozen, signal.SIGCONT)
+            continue
+        returned = {pid for pid in pids if (marks / f"returned-{pid}").exists()}
+        left = bool(frozen and returned) and len(pids) == nprocs and set(frozen) | returned == pids
+        if left and left_before:  # twice in a row: not a stop that passes
+            for pid in frozen:
+                (marks / f"abandoned-{pid}").write_text("")
+            _send(frozen, signal.SIGKILL)
+        left_before = left
+
+
+def _send(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def abandoned(reason_dir) -> list[int]:
+    """The pids of stopped ranks killed after every other rank had returned."""
+    return sorted(int(p.name.split("-")[1]) for p in Path(reason_dir).glob("abandoned-*"))
 
 
 def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
@@ -100,7 +125,7 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
         monitor_interval=0.1, start_method="spawn", **options)
     done = threading.Event()
-    threading.Thread(target=_wake_stopped_ranks, args=(nprocs, done), daemon=True).start()
+    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done), daemon=True).start()
     try:
         return elastic_launch(config, entrypoint)(*args)
     finally:

@@ -57,7 +57,9 @@ def guarded(entry, config, *args):
     """Run one rank's `entry(config, *args)`; an exception ends the rank with one line."""
     _die_with_driver()
     try:
-        return entry(config, *args)
+        returned = entry(config, *args)
+        _leave_mark(f"returned-{os.getpid()}", "")
+        return returned
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)
         env = launcher_env()
         rank = env.rank if env else 0
@@ -73,6 +75,17 @@ def guarded(entry, config, *args):
         if not reasons:
             _write_stderr(f"allreduce-bench: rank {rank}: {line}")
         os._exit(FAILED_EXIT)
+
+
+def _leave_mark(name: str, text: str) -> None:
+    """A file in the local world's reason directory (none under a launcher): that this rank
+    returned, for the driver's watcher (launch/environments.py)."""
+    reasons = os.environ.get(REASON_DIR_ENV)
+    if reasons:
+        try:
+            (Path(reasons) / name).write_text(text)
+        except OSError:
+            pass
 
 
 def _save_traceback(rank: int) -> str:

@@ -15,6 +15,15 @@ with equal counts: each group of a run has a slot number, and a member first pad
 up to that slot with one-rank groups. A rank that sat out rounds (or whose last creation
 failed) catches up that way; names never repeat. Where torch lacks the count
 (`_world.pg_names`), this module counts the groups it made itself.
+
+Members first meet on the board (`assemble`): one that froze or died before it came is
+found by its heartbeat, not by a creation left waiting. gloo connects a group as it is
+created and, when a member freezes in the middle of that, retries the connect: a creation
+with timeout t was measured failing only after 5 t. So gloo groups are created with a fifth
+of the timeout (they are created only once all members have met, in milliseconds) and then
+given the whole timeout for their collectives (`ProcessGroup.set_timeout`; a torch without
+it creates with the whole timeout). NCCL connects at the first collective, under the group's
+own timeout.
 """
 from __future__ import annotations
 
@@ -64,8 +73,12 @@ class Board:
     def get(self, key: str):
         return json.loads(self.store.get(key))
 
+    def add(self, key: str, amount: int = 1) -> int:
+        """The counter under `key` after adding `amount` (0 reads it)."""
+        return int(self.store.add(key, amount))
+
     def beats(self, rank: int) -> int:
-        return int(self.store.add(f"alive/{rank}", 0))
+        return self.add(f"alive/{rank}", 0)
 
 
 class Liveness:
@@ -84,11 +97,40 @@ class Liveness:
         return now - last[1] > self.timeout_s
 
 
+class Absent(RuntimeError):
+    """A member of a group never came to it: silent, or still busy past the deadline."""
+
+
+def assemble(board: Board, liveness: Liveness, slot: int, ranks, me: int, deadline_s: float) -> None:
+    """Return once every member of the `slot`-th group has come; raise Absent when one stopped
+    beating or has not come within `deadline_s` (a live member may come late: it was still
+    failing out of a group with a frozen rank)."""
+    board.put(f"here/{slot}/{me}", 1)
+    waiting = [r for r in ranks if r != me]
+    started = checked = time.monotonic()
+    while waiting := [r for r in waiting if not board.has(f"here/{slot}/{r}")]:
+        now = time.monotonic()
+        if now - checked >= 1.0:
+            checked = now
+            if silent := [r for r in waiting if liveness.silent(r)]:
+                raise Absent(f"rank(s) {silent} stopped beating before group slot {slot} was made")
+        if now - started > deadline_s:
+            raise Absent(f"rank(s) {waiting} did not come to group slot {slot} in {deadline_s:g} s")
+        time.sleep(POLL_S)
+
+
+CONNECT_TRIES = 5  # gloo's connect retries, as measured (see above)
+MIN_CREATE_S = 2.0
+
+
 class Groups:
     """Sub-groups created by their members only, with equal group counts (see above)."""
 
     def __init__(self, timeout_s: float):
         self.timeout = timedelta(seconds=timeout_s)
+        short = dist.get_backend() == "gloo" and hasattr(dist.ProcessGroup, "set_timeout")
+        self.create = timedelta(seconds=min(timeout_s, max(MIN_CREATE_S, timeout_s / CONNECT_TRIES))
+                                if short else timeout_s)
         self._made = 0
         self.base = self.count()
 
@@ -102,8 +144,10 @@ class Groups:
         """The group of `ranks` as the run's `slot`-th group (0-based, the same on every member).
         A creation that fails (a member never came) registers nothing, here as in torch."""
         while self.count() < self.base + slot:
-            dist.new_group([dist.get_rank()], timeout=self.timeout, use_local_synchronization=True)
+            dist.new_group([dist.get_rank()], timeout=self.create, use_local_synchronization=True)
             self._made += 1
-        group = dist.new_group(sorted(ranks), timeout=self.timeout, use_local_synchronization=True)
+        group = dist.new_group(sorted(ranks), timeout=self.create, use_local_synchronization=True)
         self._made += 1
+        if self.create != self.timeout:
+            group.set_timeout(self.timeout)
         return group

@@ -15,6 +15,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -32,7 +33,7 @@ from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
 from allreduce_bench.results import resume
-from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS
+from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS, RESULTS_FILE
 from allreduce_bench.results.store import (
     ResultsWriter,
     SamplesWriter,
@@ -203,7 +204,10 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
 
 
 def _write_parquet(out_dir) -> None:
-    """results.parquet beside the CSV once this world is done; the CSV stays the record."""
+    """results.parquet beside the CSV once this world is done; the CSV stays the record.
+    Nothing when no row was measured (a health check whose only pair lost a member)."""
+    if not (Path(out_dir) / RESULTS_FILE).exists():
+        return
     try:
         write_parquet(out_dir)
     except (OSError, ValueError, ImportError) as error:
