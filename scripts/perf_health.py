@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -89,12 +90,17 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
     # announced, the rank is in its group's creation or first measurement; a freeze that
     # landed after its part of round 1 would show as a miss (nothing left to notice it)
     proc = emulate(layout, out, rate, [], timeout_s, background=True)
+    lines = []
     for line in proc.stdout:
+        lines.append(line)
         if "health: round 1" in line:
             break
     pids = worker_pids(proc.pid, host)
     frozen_at = time.monotonic()
     os.kill(pids[-1], signal.SIGSTOP)
+    # the rest of its output read as it comes (a full pipe would stall the run) and kept
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     final_at = None
     while proc.poll() is None:
         doc = out / "health.json"
@@ -102,6 +108,8 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
             final_at = time.monotonic()
         time.sleep(0.2)
     final_at = final_at or time.monotonic()
+    reader.join(timeout=5)
+    out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + "".join(lines))
     _, doc = flagged(out)
     verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
     return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,

@@ -305,6 +305,8 @@ CORRUPT = {
     "truncated meta": (GOOD_CSV, json.dumps(GOOD_META)[:15], "meta.json is not valid JSON"),
     "non-numeric": (GOOD_CSV.replace(",4096,1024,", ",4K,1024,", 1), GOOD_META,
                     "size_bytes is '4K', not a number"),
+    "infinite world": (GOOD_CSV.replace(",float32,2,", ",float32,1e400,", 1), GOOD_META,
+                       "world_size is inf, not a finite number"),
     "garbage line": (GOOD_CSV + "hello world\n", GOOD_META, "row 17 has no algorithm"),
     "binary line": (GOOD_CSV.encode() + b"\xff\xfe\x00\x01\n", GOOD_META, "results.csv"),
 }

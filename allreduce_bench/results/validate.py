@@ -18,6 +18,9 @@ NUMERIC = ALWAYS_NUMERIC + [
     "allreduce_calls", "allreduce_bytes", "samples", "loops", "time_us_p5", "time_cv",
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us"]
 
+# Counts, read back as whole numbers by the tables.
+WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loops"]
+
 
 def ends_torn(csv_path: Path) -> bool:
     """The file's last line has no newline: a writer stopped mid-row (killed, disk full)."""
@@ -55,6 +58,13 @@ def check_results(frame: pd.DataFrame, csv_path: Path) -> pd.DataFrame:
             raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {raw[at]!r}, not a "
                              f"number; {hint}")
         frame[column] = numbers
+    # counted things and times are finite: `1e400` parses as infinity, and no run has it
+    for column in [c for c in ALWAYS_NUMERIC + WHOLE if c in frame.columns]:
+        endless = frame[column].abs() == float("inf")
+        if endless.any():
+            at = endless[endless].index[0]
+            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {float(frame[column][at]):g}, "
+                             f"not a finite number; {hint}")
     if "benchmark" in frame.columns and (frame["benchmark"] == "ddp").any() \
             and "measure" not in frame.columns:
         raise UsageError(f"{csv_path} has benchmark=ddp rows but no measure column; {hint}")
