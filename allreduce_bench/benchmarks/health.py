@@ -108,10 +108,10 @@ class Rank:
             mine = next((g for g in slot if self.me in g.ranks), None)
             if mine is None:
                 continue
+            slot_number = plan["slot_base"] + index
             try:
-                assemble(self.board, self.liveness, plan["slot_base"] + index, mine.ranks, self.me,
-                         self.liveness.timeout_s)
-                pg = self.groups.new(mine.ranks, plan["slot_base"] + index)
+                assemble(self.board, self.liveness, slot_number, mine.ranks, self.me, self.liveness.timeout_s)
+                pg = self.groups.new(mine.ranks, slot_number)
                 if mine.check == "pair":
                     pairs[mine.hosts] = pg
                 result = self._measure(mine, pg, pairs.get(mine.hosts) if mine.check == "rail" else None)

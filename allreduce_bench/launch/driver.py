@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.environment import is_writer, launcher_env
-from allreduce_bench.launch.environments import abandoned, describe_failure, launch_local
+from allreduce_bench.launch.environments import describe_failure, launch_local
 from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.measure.rank import Benchmark, rank_main
 from allreduce_bench.results.lock import DirectoryLock
@@ -107,9 +107,9 @@ def drive(config, benchmark: Benchmark) -> int:
             lock.release()
 
 
-def _abandoned_ranks(error, reasons) -> str:
+def _abandoned_ranks(error) -> str:
     """'1,3': the ranks the watcher killed as stopped after the others had returned."""
-    pids = set(abandoned(reasons))
+    pids = set(getattr(error, "abandoned", ()))
     failures = getattr(error, "failures", {}) or {}
     return ",".join(str(rank) for rank, failure in sorted(failures.items())
                     if getattr(failure, "pid", None) in pids)
@@ -130,7 +130,7 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
                     launch_local(max(world_sizes), guarded, rank_main,
                                  config.with_world_sizes(tuple(world_sizes)), benchmark)
         except ChildFailedError as error:
-            if stopped := _abandoned_ranks(error, reasons):
+            if stopped := _abandoned_ranks(error):
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
                       f"rank had finished: killed them", file=sys.stderr)
                 return None

@@ -50,7 +50,7 @@ def _rank_children(parent: int) -> set[int]:
     return found
 
 
-def _watch_stopped_ranks(nprocs: int, done: threading.Event) -> None:
+def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int]) -> None:
     """Watch a local world's ranks (their /proc entries, twice a second, once all are known)
     for one that was stopped (SIGSTOP) and will not be waited for:
 
@@ -58,9 +58,9 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event) -> None:
       survivors and waits before SIGKILL; a stopped process never sees the SIGTERM, so a frozen
       rank held the run for the whole grace after its peers had given up (Slurm wakes a
       stopped job the same way on a cancel);
-    - when every other rank has returned (the mark `guarded` leaves), kill it (SIGKILL) and mark
-      it `abandoned-PID`: no rank waits on it any more (health names it unreachable and goes
-      on), but torch's launcher would wait for it for ever. The driver then finishes the run.
+    - when every other rank has returned (the mark `guarded` leaves), kill it (SIGKILL) and add
+      it to `killed`: no rank waits on it any more (health names it unreachable and goes on),
+      but torch's launcher would wait for it for ever. The driver then finishes the run.
     """
     if not os.path.isdir("/proc"):
         return
@@ -78,8 +78,7 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event) -> None:
         returned = {pid for pid in pids if (marks / f"returned-{pid}").exists()}
         left = bool(frozen and returned) and len(pids) == nprocs and set(frozen) | returned == pids
         if left and left_before:  # twice in a row: not a stop that passes
-            for pid in frozen:
-                (marks / f"abandoned-{pid}").write_text("")
+            killed.extend(frozen)
             _send(frozen, signal.SIGKILL)
         left_before = left
 
@@ -92,11 +91,6 @@ def _send(pids, sig) -> None:
             pass
 
 
-def abandoned(reason_dir) -> list[int]:
-    """The pids of stopped ranks killed after every other rank had returned."""
-    return sorted(int(p.name.split("-")[1]) for p in Path(reason_dir).glob("abandoned-*"))
-
-
 def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
 
@@ -106,6 +100,7 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
     SIGKILL) before raising torch's ChildFailedError; on SIGINT/SIGTERM it stops them and raises
     its SignalException.
     """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
@@ -124,10 +119,13 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
         monitor_interval=0.1, start_method="spawn", **options)
-    done = threading.Event()
-    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done), daemon=True).start()
+    done, killed = threading.Event(), []
+    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done, killed), daemon=True).start()
     try:
         return elastic_launch(config, entrypoint)(*args)
+    except ChildFailedError as error:
+        error.abandoned = sorted(killed)  # the pids the watcher killed (the driver says so)
+        raise
     finally:
         done.set()
 

@@ -66,26 +66,23 @@ def guarded(entry, config, *args):
         line = reason(error, rank)
         if not (is_out_of_memory(error) or isinstance(error, (OSError, UsageError))):
             line += f"; traceback in {_save_traceback(rank)}"
-        reasons = os.environ.get(REASON_DIR_ENV)
-        if reasons:
-            try:
-                (Path(reasons) / f"rank-{rank}").write_text(line)
-            except OSError:
-                reasons = None
-        if not reasons:
+        if not _leave_mark(f"rank-{rank}", line):
             _write_stderr(f"allreduce-bench: rank {rank}: {line}")
         os._exit(FAILED_EXIT)
 
 
-def _leave_mark(name: str, text: str) -> None:
-    """A file in the local world's reason directory (none under a launcher): that this rank
-    returned, for the driver's watcher (launch/environments.py)."""
+def _leave_mark(name: str, text: str) -> bool:
+    """A file in the local world's reason directory, for the driver: why this rank failed
+    (`rank-R`), or that it returned (`returned-PID`, for launch/environments.py's watcher).
+    False where there is none (under a launcher) or it cannot be written."""
     reasons = os.environ.get(REASON_DIR_ENV)
-    if reasons:
-        try:
-            (Path(reasons) / name).write_text(text)
-        except OSError:
-            pass
+    if not reasons:
+        return False
+    try:
+        (Path(reasons) / name).write_text(text)
+    except OSError:
+        return False
+    return True
 
 
 def _save_traceback(rank: int) -> str:
