@@ -460,3 +460,40 @@ def test_a_log_whose_only_row_is_cut_off_is_refused_naming_it(tmp_path):
 def test_a_torn_row_before_any_header_is_reported():
     (run,) = interop.read_text(TORN.splitlines()[1] + "\n" + GEN3, "early.log")
     assert run.skipped == [(1, "a result row before any table header")] and len(run.rows) == 6
+
+
+# ---- every shared log through every reading command ------------------------------------------
+
+def _fails(result) -> str:
+    """'' when a command either succeeded or refused in one line (exit 2); else what went wrong."""
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        return f"raised {type(result.exception).__name__}: {result.exception}"
+    if "Traceback" in result.output:
+        return "printed a traceback"
+    if result.exit_code == 0:
+        return ""
+    if result.exit_code == 2 and len(result.output.strip().splitlines()) == 1:
+        return ""
+    return f"exit {result.exit_code}: {result.output.strip()[-300:]}"
+
+
+@needs_logs
+def test_no_shared_file_gives_a_traceback_in_any_command(tmp_path):
+    """`import`, `model fit` (with its figures), `plot`, `report` and `compare` (a log against
+    itself) on EVERY file of the shared folder, README included: each exits 0 or refuses in one
+    line. (03 has a zero-byte row: model fit's figure raised on it.)"""
+    failures = []
+    for path in sorted(p for p in LOGS.iterdir() if p.is_file()):
+        out = tmp_path / path.stem[:2]
+        steps = [["import", str(path), "--out", str(out)], ["model", "fit", str(out)],
+                 ["plot", str(out)], ["report", str(out)],
+                 ["compare", str(out), str(out), "--out-dir", str(tmp_path / f"c{path.stem[:2]}")]]
+        for args in steps:
+            result = CliRunner().invoke(main, args)
+            if _fails(result):
+                failures.append(f"{path.name}: {' '.join(args[:2])}: {_fails(result)}")
+            elif args[:2] == ["model", "fit"] and path.name[:3] in ("11-", "12-"):
+                assert "not AllReduce" in result.output, result.output  # not AllReduce: one line
+            elif args[:2] == ["model", "fit"] and path.suffix == ".txt":
+                assert "against predicted time" in result.output, (path, result.output)
+    assert not failures, "\n".join(failures)

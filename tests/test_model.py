@@ -314,19 +314,4 @@ def test_crossovers_with_zero_byte_rows():
     assert (cross["size_bytes"] > 0).all()
 
 
-LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-logs"
-LOGS = LOGS if LOGS.is_dir() else Path("/work/shared/data/published-logs")
-
-
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
-def test_model_fit_on_every_published_log(tmp_path):
-    for path in sorted(LOGS.glob("[01]*.txt")):
-        out = tmp_path / path.stem[:2]
-        assert cli("import", str(path), "--out", str(out)).exit_code == 0, path
-        result = cli("model", "fit", str(out), "--no-plot")
-        if path.name.startswith(("11-", "12-")):  # not AllReduce: one line
-            assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
-            assert "not AllReduce" in result.output
-        else:
-            assert result.exit_code == 0, (path, result.output)
-            assert "Measured (median over runs of time_us_median) against predicted time" in result.output
+# every published log through model fit (and import, plot, report, compare): test_interop.py

@@ -17,7 +17,12 @@ def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnot
     fig, axes = plt.subplots(1, len(layouts), figsize=(5.5 * len(layouts), 4.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, layout in zip(axes[0], layouts.itertuples()):
-        rows = comparison[comparison["world_size"] == layout.world_size]
+        # a zero-byte row (nccl-tests prints one) has no place on a log axis: the lines start
+        # at the smallest size that has
+        rows = comparison[(comparison["world_size"] == layout.world_size)
+                          & (comparison["size_bytes"] > 0)]
+        if rows.empty:
+            continue
         dense = np.geomspace(rows["size_bytes"].min(), rows["size_bytes"].max(), 60)
         for i, (algorithm, points) in enumerate(rows.groupby("algorithm", sort=False)):
             color = colors[i % len(colors)]
