@@ -103,6 +103,10 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
     time (not the maximum, which names a rank that merely waited). `late_rank_share` is the
     share of samples in which it was the late one; `late_rank_lag_us` is the median over samples
     of how much later it started than the first rank: (max - min) per call x `loops`.
+
+    `skew_share`: how much of a sample was the alignment's exit skew, (max - min) / max per
+    sample (the late rank's lag over the slowest rank's interval), median over samples. The
+    sample's time (the MAX) holds that much waiting for the late rank beside the calls.
     """
     times = np.asarray(per_rank_us, dtype=float)
     if times.ndim != 2 or times.size == 0:
@@ -127,4 +131,6 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
         "late_rank": rank,
         "late_rank_share": float(counts[rank] / times.shape[1]),
         "late_rank_lag_us": float(np.median(times.max(axis=0) - times.min(axis=0)) * loops),
+        "skew_share": float(np.median(np.divide(slowest - times.min(axis=0), slowest,
+                                                out=np.zeros_like(slowest), where=slowest > 0))),
     }

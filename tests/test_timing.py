@@ -19,7 +19,7 @@ from allreduce_bench.analysis import ranks
 from allreduce_bench.cli import main
 from allreduce_bench.measure import timing
 from allreduce_bench.results.load import load_results, load_samples, upgrade
-from allreduce_bench.results.schema import SAMPLE_COLUMNS
+from allreduce_bench.results.schema import SAMPLE_COLUMNS, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "results" / "example-cpu-gloo"
@@ -28,14 +28,15 @@ EXAMPLE = ROOT / "results" / "example-cpu-gloo"
 # --- calibration on a fake clock -------------------------------------------------------------
 
 class FakeClock:
-    """A sample of `loops` calls lasts overhead + loops x per_call seconds."""
+    """A sample of `loops` calls lasts skew + overhead + loops x per_call seconds, of which
+    `skew` (the barrier's exit skew) once per sample, whatever the loops."""
 
-    def __init__(self, per_call: float, overhead: float = 20e-6):
-        self.per_call, self.overhead, self.asked = per_call, overhead, []
+    def __init__(self, per_call: float, overhead: float = 20e-6, skew: float = 0.0):
+        self.per_call, self.overhead, self.skew, self.asked = per_call, overhead, skew, []
 
-    def __call__(self, loops: int) -> float:
+    def __call__(self, loops: int) -> tuple[float, float]:
         self.asked.append(loops)
-        return self.overhead + loops * self.per_call
+        return self.skew + self.overhead + loops * self.per_call, self.skew
 
 
 @pytest.mark.parametrize("per_call", [1e-6, 30e-6, 150e-6, 1.9e-3, 5e-3, 0.3])
@@ -43,8 +44,26 @@ def test_calibration_reaches_the_minimum_sample_time_in_few_samples(per_call):
     clock = FakeClock(per_call)
     loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000)
     assert len(clock.asked) <= 3  # one call, a jump to the estimate, then a confirmation
-    assert took == clock(loops) and took >= 2e-3
-    assert loops == 1 or clock(loops // 2) < 2e-3 * 1.3  # not far beyond what was needed
+    assert took == clock(loops)[0] and took >= 2e-3
+    assert loops == 1 or clock(loops // 2)[0] < 2e-3 * 1.3  # not far beyond what was needed
+
+
+@pytest.mark.parametrize("per_call, skew, max_sample_s, share", [
+    (150e-6, 50e-6, 1.0, 0.01),    # 5 ms of calls: the skew's 1% asks for more than min_sample_s
+    (5e-3, 200e-6, 1.0, 0.01),     # one call would hold 4% skew: a few calls
+    (0.3, 1e-3, 1.0, 0.01),        # one call is long enough
+    (150e-6, 2e-3, 0.02, 0.10),    # 200 ms would be needed: capped at max_sample_s, 10% skew left
+])
+def test_calibration_makes_the_skew_at_most_its_share_of_a_sample(per_call, skew, max_sample_s, share):
+    clock = FakeClock(per_call, skew=skew)
+    loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000,
+                                         max_skew_share=0.01, max_sample_s=max_sample_s)
+    assert len(clock.asked) <= 3
+    assert skew / took <= share and took >= 2e-3
+    assert loops == 1 or clock(loops // 2)[0] < 1.3 * max(2e-3, min(max_sample_s, skew / 0.01))
+    without, _ = timing.calibrate_loops(FakeClock(per_call, skew=skew), min_sample_s=2e-3,
+                                        max_loops=10_000)
+    assert without <= loops
 
 
 def test_calibration_stops_at_max_loops_for_an_empty_call():
@@ -70,6 +89,7 @@ def test_a_late_rank_measures_the_shortest_interval_and_is_named():
     assert stats["late_rank"] == 2 and stats["late_rank_share"] == 1.0
     assert stats["late_rank_lag_us"] == pytest.approx(3000, rel=0.05)
     assert stats["time_us_median"] == pytest.approx(3400, rel=0.02)  # the slowest rank's time
+    assert stats["skew_share"] == pytest.approx(3000 / 3400, rel=0.03)  # a sample's share of waiting
     assert (per_rank.argmax(axis=0) != 2).all()  # the longest interval names a rank that waited
 
 
@@ -214,7 +234,8 @@ def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
     assert (rows["late_rank"] == 2).all(), rows[["late_rank", "late_rank_share"]]
     table = ranks.rank_table(rows)
     assert table.loc[("", 4), "rank"] == 2 and bool(table.loc[("", 4), "stands_out"])
-    assert json.loads((tmp_path / "meta.json").read_text())["schema_version"] == 3
+    assert json.loads((tmp_path / "meta.json").read_text())["schema_version"] == SCHEMA_VERSION
+    assert rows["skew_share"].between(0, 1).all()
     # the rows' medians come from the samples: max over ranks per sample, median over samples
     one = samples[(samples["algorithm"] == "ring") & (samples["size_bytes"] == 4096)]
     slowest = one.groupby("sample")["time_us"].max().median()

@@ -501,7 +501,8 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
     timed alone (one sample of one call, the slowest rank's), so the row's statistics are over
     steps, with the same spread and unstable flag as `run`'s rows."""
     stats = metrics.sample_stats([times_us])
-    for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us"):
+    for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
+                     "skew_share"):
         stats.pop(per_rank)  # the times are already the slowest rank's per step
     comm = measure == "comm"
     return {

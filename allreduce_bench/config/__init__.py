@@ -20,13 +20,16 @@ DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int32": 4}
 @dataclass(frozen=True)
 class Sampling:
     """How each measurement is sampled (measure/timing.py): `samples` samples of `loops`
-    back-to-back calls each; None means calibrated (loops: a sample lasts >= min_sample_s;
-    samples: as many as fit budget_s, within [min_samples, max_samples])."""
+    back-to-back calls each; None means calibrated (loops: a sample lasts >= min_sample_s and
+    the barrier's exit skew is <= max_skew_share of it, up to max_sample_s; samples: as many
+    as fit budget_s, within [min_samples, max_samples])."""
 
     loops: int | None = None
     samples: int | None = None
     budget_s: float = 0.1
     min_sample_s: float = 0.002
+    max_skew_share: float | None = 0.01  # None: loops ignore the skew (min_sample_s only)
+    max_sample_s: float = 0.02  # the skew never stretches a sample beyond this
     min_samples: int = 5
     max_samples: int = 50
     max_loops: int = 10_000
@@ -45,7 +48,7 @@ CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_by
                     sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
                                       max_samples=50, warmup=1), rounds=ROUNDS)
 GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
-                    sampling=Sampling(budget_s=0.5, min_sample_s=0.001, min_samples=10,
+                    sampling=Sampling(budget_s=0.5, min_sample_s=0.001, max_sample_s=0.05, min_samples=10,
                                       max_samples=200, warmup=5), rounds=ROUNDS)
 QUICK = dict(sizes=(4 << 10, 256 << 10),
              sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,

@@ -5,9 +5,18 @@ every rank; its time per call is the interval / loops. Before each sample the ra
 (a barrier, outside the clock; on GPU also a short device-side spin, so the host has queued
 the whole sample before its start event fires and the interval holds no launch overhead).
 
+The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
+starts its clock early and waits inside the first call for the last one, so the slowest rank's
+interval (the sample's time) holds that skew once per sample, however many calls follow. The
+skew of a sample is measured as the slowest minus the fastest rank's interval (the late rank's
+lag: the rank that started last measures the shortest interval).
+
 `loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
-`min_sample_s`: one call of a small size lasts about as long as the barrier's exit skew and the
-clock's own cost, many do not. The number of samples then fits a time budget: small sizes get
+`min_sample_s` AND the skew measured in the calibration samples is at most `max_skew_share` of
+it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only as many as this
+machine's skew needs. A sample is never stretched beyond `max_sample_s` for the skew's sake (a
+rank descheduled for milliseconds would ask for seconds): there the row's `skew_share` says how
+much of a sample was skew. The number of samples then fits a time budget: small sizes get
 many, large ones at least `min_samples`. Both can be fixed by hand.
 
 Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
@@ -31,20 +40,27 @@ if TYPE_CHECKING:
 
 # --- pure arithmetic (tested on a fake clock) ----------------------------------------------------
 
-def calibrate_loops(sample_s: Callable[[int], float], min_sample_s: float,
-                    max_loops: int) -> tuple[int, float]:
+def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: float,
+                    max_loops: int, max_skew_share: float | None = None,
+                    max_sample_s: float = math.inf) -> tuple[int, float]:
     """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample
-    lasts >= min_sample_s.
+    lasts >= min_sample_s and >= its skew / max_skew_share (up to max_sample_s).
 
-    `sample_s(loops)` times one sample (the slowest rank's seconds, the same on every rank).
-    From a first sample of one call, jump to the estimate (with 20% headroom), then confirm;
-    at most a few samples are spent, and they double as warm-up."""
+    `sample(loops)` times one sample: (the slowest rank's seconds, the skew it held: slowest
+    minus fastest rank's seconds), the same on every rank. From a first sample of one call,
+    jump to the estimate (with 20% headroom), then confirm; at most a few samples are spent,
+    and they double as warm-up. Each sample's own skew sets what the next must reach; the
+    estimate counts the skew once per sample and the calls at the fastest rank's pace
+    (took - skew: the late rank's interval, which holds the calls and no waiting)."""
     loops = 1
     for _ in range(8):
-        took = sample_s(loops)
-        if took >= min_sample_s or loops >= max_loops:
+        took, skew = sample(loops)
+        wanted = min_sample_s
+        if max_skew_share:
+            wanted = max(wanted, min(max_sample_s, skew / max_skew_share))
+        if took >= wanted or loops >= max_loops:
             return loops, took
-        estimate = math.ceil(loops * 1.2 * min_sample_s / max(took, 1e-9))
+        estimate = math.ceil(loops * 1.2 * (wanted - skew) / max(took - skew, 1e-9))
         loops = min(max_loops, max(loops * 2, estimate))
     return loops, took
 
@@ -126,14 +142,20 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         call()
     device.synchronize()
 
-    def one_sample_s(loops: int) -> float:
-        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)
-        return slowest(mine, agree, device)[0] * loops / 1e6
+    def one_sample(loops: int) -> tuple[float, float]:
+        """(the slowest rank's seconds, its skew) of one sample, over `agree`. The skew is
+        taken within the ranks aligned together: how much later than the first of them each
+        rank started (its interval's shortfall from their longest)."""
+        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0]
+        longest = slowest([mine], aligned, device)[0]
+        took, skew = slowest([mine, longest - mine], agree, device)
+        return took * loops / 1e6, skew * loops / 1e6
 
     if sampling.loops is None:
-        loops, took = calibrate_loops(one_sample_s, sampling.min_sample_s, sampling.max_loops)
+        loops, took = calibrate_loops(one_sample, sampling.min_sample_s, sampling.max_loops,
+                                      sampling.max_skew_share, sampling.max_sample_s)
     elif sampling.samples is None:  # the plan needs one sample's length (it warms up too)
-        loops, took = sampling.loops, one_sample_s(sampling.loops)
+        loops, took = sampling.loops, one_sample(sampling.loops)[0]
     else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
         loops, took = sampling.loops, 0.0
     count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,

@@ -7,8 +7,10 @@ import pandas as pd
 # meta.json's schema_version. 1 (no field): one timed call per iteration, five statistics per
 # row; 2: calibrated samples of `loops` back-to-back calls, raw per-rank samples kept; 3: the
 # rank most often late is `late_rank` (schema 2 called it `slowest_rank`, though it names the
-# rank that started last, not the slowest: results/load.py renames the old columns).
-SCHEMA_VERSION = 3
+# rank that started last, not the slowest: results/load.py renames the old columns); 4:
+# `skew_share` (how much of a sample was the barrier's exit skew), and loops calibrated so it is
+# <= 1% where a sample of <= max_sample_s allows (older rows leave the column empty).
+SCHEMA_VERSION = 4
 SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_share",
                   "rank_lag_us": "late_rank_lag_us"}
 
@@ -26,8 +28,9 @@ COLUMNS = [
     # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
     # per-round medians (unstable also when rounds disagree; measure/rounds.py)
     "rounds", "round_spread",
-    # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag
-    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
+    # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag;
+    # the share of a sample that was the alignment's exit skew (median over samples)
+    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share",
     "algbw_GBps", "busbw_GBps", "wrong",
     # benchmark = ddp rows (benchmarks/ddp.py): what was timed, DDP's bucket cap, micro-batches per
     # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
