@@ -7,17 +7,25 @@
 2. A real difference: ring at 32M stored as 16M (twice the bytes; bfloat16 at the same --sizes
    moves the same bytes, so on gloo's CPU path it is no real difference), compared with each run
    of part 1 and with all of them as one side (a folder of runs): still called significant.
-3. Run-to-run spread, N = 2, 64K-64M: RUNS runs of the harness (native) and of a minimal
-   back-to-back loop with the same binding (one core per rank), alternating; per size the
-   (max - min) / median of busbw over runs (target: harness <= loop) and the ratio of medians
-   harness / loop (target 0.9-1.1).
+3. Harness against a minimal back-to-back loop (nccl-tests' method: barrier, k calls, one
+   clock, MAX over ranks), N = 2 and 4, 64K-64M: RUNS runs of the harness (native) and of the
+   loop with the same binding, alternating (with --baseline DIR, also the harness of the
+   checkout DIR, e.g. the code before a change, in the same alternation). Per size the ratio of
+   medians harness / loop (target 0.95-1.05 at 4M-64M; below 4M the harness's median inside the
+   loop's own min-max over runs), the run-to-run spread (max - min) / median of busbw (target
+   at N = 2: harness <= loop), and the rows' skew_share (how much of a sample was the barrier's
+   exit skew: median and max over runs).
 4. The default run bound (`--bind auto`) and unbound (`--bind none`): the placement meta.json
    records, and the speed-up of binding at <= 1M side by side.
 5. The default run's wall time (target < 30 s).
+6. Ring AllReduce against ring ReduceScatter + ring AllGather of the same buffer, 16M and 64M,
+   N = 2 and 4 (RUNS runs): time(AR) / (time(RS) + time(AG)) (target 0.9-1.1: the ring
+   AllReduce is those two phases).
 
 The load average is printed with every part: on a shared machine the figures are noisy.
 
-Usage: python scripts/perf_agreement.py [--runs 4] [--parts 1,2,3,4,5] [--rounds R] [--out DIR]
+Usage: python scripts/perf_agreement.py [--runs 4] [--parts 1,2,3,4,5,6] [--rounds R] [--out DIR]
+       [--baseline DIR]
 """
 from __future__ import annotations
 
@@ -25,6 +33,7 @@ import argparse
 import importlib.util
 import itertools
 import json
+import math
 import os
 import shutil
 import statistics
@@ -46,11 +55,13 @@ def load() -> str:
     return "load average " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def bench(*args: str) -> float:
-    """`allreduce-bench ARGS`; its wall seconds. Exits with its stderr when it fails."""
+def bench(*args: str, code: Path | None = None) -> float:
+    """`allreduce-bench ARGS` (from the checkout `code`, else the one importable here); its wall
+    seconds. Exits with its stderr when it fails."""
     start = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": str(code)} if code else None
     done = subprocess.run([sys.executable, "-m", "allreduce_bench", *args], capture_output=True,
-                          text=True)
+                          text=True, env=env)
     if done.returncode not in (0, 1) or (done.returncode == 1 and args[0] != "compare"):
         sys.exit(f"perf_agreement: allreduce-bench {' '.join(args)} failed:\n{done.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -149,32 +160,72 @@ def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values)
 
 
-def harness_against_loop(out: Path, runs: int) -> None:
+def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
     from allreduce_bench.launch.environments import launch_local
     from allreduce_bench.metrics import busbw_GBps
 
-    print(f"\n3. run-to-run spread, N = 2, harness (native) vs minimal loop, {runs} runs each "
-          f"alternating ({load()})")
     sizes = ",".join(f"{s >> 10}K" for s in LOOP_SIZES)
-    harness: dict[int, list[float]] = {}
-    loop: dict[int, list[float]] = {}
-    for k in range(runs):
-        run_dir = out / f"harness-{k}"
-        bench("run", "--algos", "native", "--world-sizes", "2", "--sizes", sizes, "--out",
-              str(run_dir), "--no-plot", *ROUNDS)
-        rows = pd.read_csv(run_dir / "results.csv").set_index("size_bytes")
+    kinds = ["harness", "loop"] + (["baseline"] if baseline else [])
+    for n in (2, 4):
+        print(f"\n3. N = {n}: harness (native) vs minimal loop{' vs baseline ' + str(baseline) if baseline else ''}"
+              f", {runs} runs each alternating ({load()})")
+        busbw: dict[tuple[str, int], list[float]] = {}
+        skew: dict[int, list[float]] = {}
+        for k in range(runs):
+            for kind in (kinds if k % 2 == 0 else kinds[::-1]):
+                if kind == "loop":
+                    for size, us in launch_local(n, minimal_loop_rank, LOOP_SIZES)[0].items():
+                        busbw.setdefault(("loop", size), []).append(busbw_GBps(size, us, n))
+                    continue
+                run_dir = out / f"{kind}-{n}-{k}"
+                bench("run", "--algos", "native", "--world-sizes", str(n), "--sizes", sizes, "--out",
+                      str(run_dir), "--no-plot", *ROUNDS, code=baseline if kind == "baseline" else None)
+                rows = pd.read_csv(run_dir / "results.csv").set_index("size_bytes")
+                for size in LOOP_SIZES:
+                    busbw.setdefault((kind, size), []).append(float(rows.loc[size, "busbw_GBps"]))
+                    if kind == "harness" and "skew_share" in rows.columns:
+                        skew.setdefault(size, []).append(float(rows.loc[size, "skew_share"]))
+            print(f"   round {k}: done ({load()})")
+        extra = f" {'baseline':>9} {'ratio b':>8} {'spread b':>9}" if baseline else ""
+        print(f"   {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'loop range':>13} {'ratio':>6} "
+              f"{'spread h':>9} {'spread l':>9} {'skew med/max':>13}{extra}  verdict")
         for size in LOOP_SIZES:
-            harness.setdefault(size, []).append(float(rows.loc[size, "busbw_GBps"]))
-        for size, us in launch_local(2, minimal_loop_rank, LOOP_SIZES)[0].items():
-            loop.setdefault(size, []).append(busbw_GBps(size, us, 2))
-    print(f"   {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'ratio':>6} {'spread h':>9} "
-          f"{'spread l':>9}  verdict")
-    for size in LOOP_SIZES:
-        h, m = harness[size], loop[size]
-        ratio = statistics.median(h) / statistics.median(m)
-        good = spread(h) <= spread(m) and 0.9 <= ratio <= 1.1
-        print(f"   {size >> 10:>5}K {statistics.median(h):>13.3f} {statistics.median(m):>10.3f} "
-              f"{ratio:>6.2f} {spread(h):>9.2f} {spread(m):>9.2f}  {'MET' if good else 'NOT MET'}")
+            h, m = busbw[("harness", size)], busbw[("loop", size)]
+            ratio = statistics.median(h) / statistics.median(m)
+            level = (0.95 <= ratio <= 1.05) if size >= 4 << 20 else min(m) <= statistics.median(h) <= max(m)
+            steady = n != 2 or spread(h) <= spread(m)
+            skews = skew.get(size, [math.nan])
+            line = (f"   {size >> 10:>5}K {statistics.median(h):>13.3f} {statistics.median(m):>10.3f} "
+                    f"{min(m):>6.3f}-{max(m):<6.3f} {ratio:>6.2f} {spread(h):>9.2f} {spread(m):>9.2f} "
+                    f"{statistics.median(skews):>6.1%}/{max(skews):<6.1%}")
+            if baseline:
+                b = busbw[("baseline", size)]
+                line += f" {statistics.median(b):>9.3f} {statistics.median(b) / statistics.median(m):>8.2f} {spread(b):>9.2f}"
+            verdict = "MET" if level and steady else "NOT MET (" + ", ".join(
+                [w for w, ok in (("level", level), ("spread", steady)) if not ok]) + ")"
+            print(f"{line}  {verdict}")
+
+
+def decomposition(out: Path, runs: int) -> None:
+    """Ring AllReduce against ring ReduceScatter + ring AllGather of the same buffer."""
+    print(f"\n6. ring AllReduce / (ring ReduceScatter + ring AllGather), 16M and 64M, N = 2 and 4, "
+          f"{runs} runs ({load()})")
+    ratios: dict[tuple[int, int], list[float]] = {}
+    for k in range(runs):
+        run_dir = out / f"decomposition-{k}"
+        bench("run", "--algos", "ring", "--collectives", "all_reduce,reduce_scatter,all_gather",
+              "--world-sizes", "2,4", "--sizes", "16M,64M", "--out", str(run_dir), "--no-plot", *ROUNDS)
+        rows = pd.read_csv(run_dir / "results.csv")
+        times = rows.set_index(["collective", "world_size", "size_bytes"])["time_us_median"]
+        for n in (2, 4):
+            for size in (16 << 20, 64 << 20):
+                parts = times[("reduce_scatter", n, size)] + times[("all_gather", n, size)]
+                ratios.setdefault((n, size), []).append(times[("all_reduce", n, size)] / parts)
+        print(f"   run {k}: done ({load()})")
+    for (n, size), values in sorted(ratios.items()):
+        middle = statistics.median(values)
+        print(f"   N={n} {size >> 20:>3}M: median {middle:.2f} (runs {min(values):.2f}-{max(values):.2f}) "
+              f"{'MET' if 0.9 <= middle <= 1.1 else 'NOT MET'}")
 
 
 def bound_against_unbound(out: Path) -> None:
@@ -206,7 +257,9 @@ def bound_against_unbound(out: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4, help="Runs per configuration.")
-    parser.add_argument("--parts", default="1,2,3,4,5", help="Which parts to measure.")
+    parser.add_argument("--parts", default="1,2,3,4,5,6", help="Which parts to measure.")
+    parser.add_argument("--baseline", type=Path, help="Part 3: also time the harness of this "
+                        "checkout (its root, put on PYTHONPATH), alternating with the others.")
     parser.add_argument("--out", type=Path, help="Keep the runs here. [a temporary folder]")
     parser.add_argument("--rounds", type=int, help="--rounds of the runs of parts 1-3. [run's default]")
     args = parser.parse_args()
@@ -221,7 +274,9 @@ def main() -> int:
             if 2 in parts:
                 real_difference(out, float32_runs)
         if 3 in parts:
-            harness_against_loop(out, max(3, args.runs - 1))
+            harness_against_loop(out, max(3, args.runs - 1), args.baseline)
+        if 6 in parts:
+            decomposition(out, max(3, args.runs - 1))
         if parts & {4, 5}:
             bound_against_unbound(out)
     finally:

@@ -236,3 +236,37 @@ def test_compare_command_reads_a_folder_of_runs_per_side(tmp_path):
     table = pd.read_csv(tmp_path / "c" / "compare.csv")
     assert table["base_rounds"].eq(6).all() and table["other_rounds"].eq(6).all()
     assert table["base_samples"].eq(2 * 3 * 30).all()
+
+
+def _two_state_samples(run_id, loops, seed, slow_share=0.6, rounds=4, n=8):
+    """Samples of `loops` calls each, every call in a fast (400 us) or a slow (4000 us) state,
+    as gloo's calls on a VM switch between a running and a halted peer; rank 1 lags a little."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for round_index in range(rounds):
+        for sample in range(n):
+            calls = np.where(rng.random(loops) < slow_share, 4000.0, 400.0) * rng.lognormal(0, 0.05, loops)
+            for rank in range(2):
+                rows.append({"run_id": run_id, "benchmark": "allreduce", "algorithm": "ring",
+                             "world_size": 4, "size_bytes": 1 << 20, "link": "", "operation": "",
+                             "measure": "", "bucket_mb": float("nan"), "sample": round_index * n + sample,
+                             "rank": rank, "host": "h", "loops": loops, "round": round_index,
+                             "time_us": float(calls.mean()) * (1.0 if rank else 0.99)})
+    return pd.DataFrame(rows)[SAMPLE_COLUMNS]
+
+
+def test_samples_of_very_different_loops_are_compared_by_their_mean_per_call():
+    """One call per sample: the median is the slow state's 4000 us; 20 calls per sample: each
+    sample is near the mean over states, 2560 us. Same calls, so no difference may be called
+    (by medians it read 0.64x, 'faster'); equal loops keep the median."""
+    rows = _rows("a")
+    rows = rows[rows["size_bytes"] == 1 << 20]
+    one, twenty = _two_state_samples("a", 1, seed=1), _two_state_samples("b", 20, seed=2)
+    by_median = np.median(twenty.groupby("sample")["time_us"].max()) / np.median(one.groupby("sample")["time_us"].max())
+    assert by_median < 0.8  # what a median would have said
+    line = compare_runs(rows, rows.assign(run_id="b"), one, twenty).iloc[0]
+    assert line["statistic"] == "mean" and (line["base_loops"], line["other_loops"]) == (1, 20)
+    assert 0.8 < line["ratio"] < 1.25 and not line["significant"]
+    assert "means per call: samples of 1 and 20 calls" in line["verdict"]
+    same = compare_runs(rows, rows.assign(run_id="b"), one, _two_state_samples("b", 1, seed=3)).iloc[0]
+    assert same["statistic"] == "median" and "means per call" not in same["verdict"]

@@ -7,7 +7,9 @@ With raw samples on both sides (samples.parquet; per sample the collective's tim
 over ranks, as for the rows) each size is judged by analysis/significance.py: a hierarchical
 bootstrap over the sides' rounds (every run's `--rounds`, every run of a folder) and then their
 samples, so the variation between rounds and runs decides, not the (far smaller) variation
-within one. Without samples only the ratio is given.
+within one. Where one side's samples average more than LOOPS_APART times as many calls as the
+other's, the sides are judged by their mean per call instead of the median (significance.py
+says why), and the verdict says so. Without samples only the ratio is given.
 """
 from __future__ import annotations
 
@@ -24,12 +26,16 @@ from allreduce_bench.units import format_size
 KEY = ["benchmark", "algorithm", "world_size", "size_bytes", "link", "operation"]
 COLUMNS = ["algorithm", "world_size", "size_bytes", "base_us", "other_us", "ratio", "ci_low",
            "ci_high", "significant", "p_value", "base_samples", "other_samples", "benchmark",
-           "link", "operation", "verdict", "base_rounds", "other_rounds", "round_spread"]
+           "link", "operation", "verdict", "base_rounds", "other_rounds", "round_spread",
+           "statistic", "base_loops", "other_loops"]
 ROUND = ["source", "run_id", "round"]  # one round of one run: the unit the bootstrap draws
 MIN_SAMPLES = 5
 # Smallest change called significant: below it a difference is of no practical consequence
 # even where the interval excludes 1 (thousands of samples make tiny drifts "significant").
 MIN_EFFECT = 0.03
+# Sides whose samples' loops (median) differ by more than this factor are compared by the mean:
+# the median of samples of 1 call and of 20 calls differ on a host with two states of a call.
+LOOPS_APART = 2.0
 
 
 def parse_threshold(text: str) -> float:
@@ -85,6 +91,13 @@ def rounds_of(samples: pd.DataFrame) -> dict[tuple, list[list[np.ndarray]]]:
     return {key: list(runs.values()) for key, runs in found.items()}
 
 
+def loops_of(samples: pd.DataFrame) -> dict[tuple, float]:
+    """key -> the median `loops` of its samples (calls averaged in one sample)."""
+    if samples.empty or "loops" not in samples.columns:
+        return {}
+    return _keyed(samples).groupby(KEY)["loops"].median().to_dict()
+
+
 def ratio_only(ratio: float) -> str:
     """The verdict of a size without raw samples on both sides."""
     if not ratio == ratio:
@@ -105,32 +118,42 @@ def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples
         raise UsageError("the runs share no (algorithm, world size, size) to compare; measure the "
                          "same sizes, or compare runs of the same benchmark")
     rounds = [rounds_of(s) for s in (base_samples, other_samples)]
+    loops = [loops_of(s) for s in (base_samples, other_samples)]
     rng = np.random.default_rng(seed)
     lines = [_line(key, row, rounds[0].get(key, []), rounds[1].get(key, []), confidence,
-                   min_effect, rng) for key, row in both.iterrows()]
+                   min_effect, rng, (loops[0].get(key, np.nan), loops[1].get(key, np.nan)))
+             for key, row in both.iterrows()]
     table = pd.DataFrame(lines)[COLUMNS]
     return table.sort_values(["benchmark", "algorithm", "world_size", "link", "operation",
                               "size_bytes"], ignore_index=True)
 
 
 def _line(key, row, base: significance.Side, other: significance.Side, confidence: float,
-          min_effect: float, rng: np.random.Generator) -> dict:
-    """One size: judged from the rounds' samples, or by the stored medians' ratio alone."""
+          min_effect: float, rng: np.random.Generator, loops=(np.nan, np.nan)) -> dict:
+    """One size: judged from the rounds' samples (by the mean where the sides' loops are more
+    than LOOPS_APART apart), or by the stored medians' ratio alone."""
     counts = [sum(len(r) for run in side for r in run) for side in (base, other)]
     line = {**dict(zip(KEY, key)), "base_samples": counts[0], "other_samples": counts[1],
-            "base_rounds": sum(map(len, base)), "other_rounds": sum(map(len, other))}
+            "base_rounds": sum(map(len, base)), "other_rounds": sum(map(len, other)),
+            "base_loops": loops[0], "other_loops": loops[1], "statistic": "median"}
     if min(counts) < MIN_SAMPLES:
         ratio = row["other_us"] / row["base_us"] if row["base_us"] > 0 else float("nan")
         return {**line, "base_us": float(row["base_us"]), "other_us": float(row["other_us"]),
                 "ratio": ratio, "ci_low": float("nan"), "ci_high": float("nan"),
                 "significant": None, "p_value": float("nan"), "round_spread": float("nan"),
                 "verdict": ratio_only(ratio)}
-    j = significance.judge(base, other, confidence, min_effect, rng)
-    return {**line, "base_us": significance.median_of(base),
-            "other_us": significance.median_of(other), "ratio": j.ratio,
+    apart = min(loops) > 0 and max(loops) / min(loops) > LOOPS_APART  # False with a NaN
+    statistic = np.mean if apart else np.median
+    j = significance.judge(base, other, confidence, min_effect, rng, statistic)
+    verdict = significance.verdict(j, min_effect)
+    if apart:
+        verdict += (f"; means per call: samples of {loops[0]:g} and {loops[1]:g} calls, whose "
+                    "medians differ where calls switch between states")
+    return {**line, "base_us": significance.median_of(base, statistic),
+            "other_us": significance.median_of(other, statistic), "ratio": j.ratio,
             "ci_low": j.ci_low, "ci_high": j.ci_high, "significant": j.significant,
-            "p_value": j.p_value, "round_spread": j.spread,
-            "verdict": significance.verdict(j, min_effect)}
+            "p_value": j.p_value, "round_spread": j.spread, "verdict": verdict,
+            "statistic": "mean" if apart else "median"}
 
 
 def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:

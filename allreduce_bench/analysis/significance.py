@@ -15,6 +15,12 @@ much rounds differ: it borrows the other side's between-round spread, or assumes
 SINGLE_ROUND_SPREAD, and the verdict says so. A size is significant when the interval excludes
 1 and the change is at least `min_effect`. One run per side cannot see drift between runs
 slower than a run lasts; a regression gate should compare folders of runs.
+
+The statistic is the median, or the mean where the sides' samples average very different
+numbers of calls (`loops`): on a host whose calls switch between states (gloo on loopback: a
+fast state and one ~10x slower), the median of one-call samples is the faster state's time
+while the median of 20-call samples is near the mean over states, so medians of samples of
+different `loops` measure different things; the mean per call is the same for any `loops`.
 """
 from __future__ import annotations
 
@@ -38,23 +44,24 @@ def units(side: Side) -> list[list[np.ndarray]]:
     return [list(run) for run in side] if len(side) > 1 else [[r] for r in side[0]]
 
 
-def unit_spread(side: Side) -> float:
-    """(max - min) / median of the top units' medians: how much a side disagrees with itself
+def unit_spread(side: Side, statistic=np.median) -> float:
+    """(max - min) / median of the top units' statistic: how much a side disagrees with itself
     (0 with one round)."""
-    medians = np.array([np.median(np.concatenate(u)) for u in units(side)])
+    medians = np.array([statistic(np.concatenate(u)) for u in units(side)])
     return float((medians.max() - medians.min()) / np.median(medians)) if len(medians) > 1 else 0.0
 
 
-def log_spread(side: Side) -> float | None:
-    """Standard deviation of the log medians of the top units (None with one)."""
+def log_spread(side: Side, statistic=np.median) -> float | None:
+    """Standard deviation of the log statistic of the top units (None with one)."""
     found = units(side)
     if len(found) < 2:
         return None
-    return float(np.std(np.log([np.median(np.concatenate(u)) for u in found]), ddof=1))
+    return float(np.std(np.log([statistic(np.concatenate(u)) for u in found]), ddof=1))
 
 
-def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTRAP) -> np.ndarray:
-    """`draws` bootstrap medians of a side's pooled samples: its top units drawn with
+def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTRAP,
+                      statistic=np.median) -> np.ndarray:
+    """`draws` bootstrap medians (or `statistic`) of a side's pooled samples: its top units drawn with
     replacement, then rounds within each drawn unit, then samples within each drawn round (as
     many as units hold on average, so every draw weighs them alike)."""
     found = units(side)
@@ -73,7 +80,7 @@ def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTR
     n = counts[unit[..., None], round_]
     sample = (rng.random(n.shape + (per_round,)) * n[..., None]).astype(int)
     values = padded[unit[..., None, None], round_[..., None], sample]
-    return np.median(values.reshape(draws, -1), axis=1)
+    return statistic(values.reshape(draws, -1), axis=1)
 
 
 def few_units_widening(base_units: int, other_units: int, tail: float) -> float:
@@ -105,16 +112,18 @@ class Judgement:
 
 
 def judge(base: Side, other: Side, confidence: float, min_effect: float,
-          rng: np.random.Generator) -> Judgement:
-    """Compare two sides, each a list of runs of rounds of per-sample times (module doc)."""
-    base_medians, other_medians = bootstrap_medians(base, rng), bootstrap_medians(other, rng)
-    known = [s for s in (log_spread(base), log_spread(other)) if s is not None]
+          rng: np.random.Generator, statistic=np.median) -> Judgement:
+    """Compare two sides, each a list of runs of rounds of per-sample times (module doc), by
+    `statistic` (np.median, or np.mean where the sides' loops differ)."""
+    base_medians = bootstrap_medians(base, rng, statistic=statistic)
+    other_medians = bootstrap_medians(other, rng, statistic=statistic)
+    known = [s for s in (log_spread(base, statistic), log_spread(other, statistic)) if s is not None]
     borrowed = float(np.sqrt(np.mean(np.square(known)))) if known else SINGLE_ROUND_SPREAD
     sizes = [len(units(base)), len(units(other))]
     for size, medians in zip(sizes, (base_medians, other_medians)):
         if size < 2:  # one round: the state it sat in is one draw of many
             medians *= np.exp(rng.normal(0.0, borrowed, len(medians)))
-    ratio = float(median_of(other) / median_of(base))
+    ratio = float(median_of(other, statistic) / median_of(base, statistic))
     tail = (1 - confidence) / 2
     logs = np.log(other_medians / base_medians)
     logs = np.log(ratio) + few_units_widening(*sizes, tail) * (logs - np.median(logs))
@@ -123,12 +132,13 @@ def judge(base: Side, other: Side, confidence: float, min_effect: float,
     p_value = float(min(1.0, 2 * min(np.mean(ratios <= 1), np.mean(ratios >= 1))))
     significant = bool((low > 1 or high < 1) and abs(ratio - 1) >= min_effect)
     return Judgement(ratio, low, high, p_value, significant,
-                     max(unit_spread(base), unit_spread(other)), min(sizes) < 2, *sizes)
+                     max(unit_spread(base, statistic), unit_spread(other, statistic)),
+                     min(sizes) < 2, *sizes)
 
 
-def median_of(side: Side) -> float:
-    """The median of all of a side's samples."""
-    return float(np.median(np.concatenate([r for run in side for r in run])))
+def median_of(side: Side, statistic=np.median) -> float:
+    """The median (or `statistic`) of all of a side's samples."""
+    return float(statistic(np.concatenate([r for run in side for r in run])))
 
 
 def verdict(j: Judgement, min_effect: float) -> str:
