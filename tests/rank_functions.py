@@ -160,3 +160,33 @@ def late_member_of_a_group(timeout_s: float, late_s: float) -> tuple[float, floa
     tensor = torch.ones(4)
     dist.all_reduce(tensor, group=group)
     return groups.create.total_seconds(), float(tensor[0])
+
+
+def skew_amortised(late_s: float) -> list[tuple[int, float, float]]:
+    """Rank 1 leaves every alignment `late_s` after the others (a barrier's exit skew made
+    large): (loops, skew_share of the samples, seconds per sample) of a small AllReduce
+    calibrated with the 1% rule, then without it (min_sample_s alone)."""
+    import time
+
+    from allreduce_bench import metrics
+    from allreduce_bench.measure import timing
+
+    device = Device()
+    align = device.align
+
+    def late_align(group, spin_s=0.0):
+        align(group, spin_s)
+        if dist.get_rank() == 1:
+            time.sleep(late_s)
+
+    device.align = late_align
+    tensor = torch.zeros(256)
+    found = []
+    for share in (0.01, None):
+        sampling = Sampling(budget_s=0.05, min_sample_s=0.002, max_skew_share=share,
+                            max_sample_s=0.05, min_samples=3, max_samples=5)
+        measured = timing.sample(lambda: dist.all_reduce(tensor), device, None, sampling)
+        stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
+        found.append((measured.loops, stats["skew_share"],
+                      stats["time_us_median"] * measured.loops / 1e6))
+    return found

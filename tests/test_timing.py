@@ -331,3 +331,15 @@ def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_time
     assert all(r[2] == 2 for r in results)  # each group's times are its own two ranks'
     # every sample (calibration ones too) began with a barrier over the world
     assert all(r[3][0] >= next(iter(samples)) for r in results)
+
+
+def test_loops_amortise_a_large_exit_skew_and_the_row_says_how_much_was_left():
+    """A rank 2 ms late after every barrier: with the 1% rule loops grow until the sample is
+    long (up to max_sample_s, 50 ms here) and skew_share is small; with min_sample_s alone
+    (2 ms) the skew would be most of each sample."""
+    from distributed import run_world
+    from rank_functions import skew_amortised
+
+    (loops, share, sample_s), (loops_without, share_without, _) = run_world(2, skew_amortised, 0.002)[0]
+    assert sample_s >= 0.02 and share < 0.15, (loops, share, sample_s)
+    assert loops_without < loops and share_without > 0.3, (loops_without, share_without)
