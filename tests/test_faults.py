@@ -127,6 +127,7 @@ def test_stalled_rank_trips_the_timeout(tmp_path):
 
 def test_resume_refuses_another_measurement(tmp_path):
     sampling = {"loops": None, "samples": 20, "budget_s": 0.2, "min_sample_s": 0.002,
+                "max_skew_share": 0.01, "max_sample_s": 0.02,
                 "min_samples": 5, "max_samples": 100, "max_loops": 10000, "warmup": 1,
                 "host_launch": False}
     (tmp_path / "meta.json").write_text(json.dumps(
@@ -136,6 +137,12 @@ def test_resume_refuses_another_measurement(tmp_path):
     assert result.exit_code == 2
     assert "'samples': 20" in result.output and "'samples': 10" in result.output
     assert "--tag 'nvlink' but this run has" in result.output and "--tag 'ib'" in result.output
+    before_skew = {k: v for k, v in sampling.items() if k not in ("max_skew_share", "max_sample_s")}
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"run_id": "abc", "config": {"dtype": "float32", "sampling": before_skew, "tag": "nvlink"}}))
+    result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--samples", "20"])
+    assert result.exit_code == 2 and "before schema 4" in result.output
+    assert len(result.output.strip().splitlines()) == 1
     (tmp_path / "meta.json").write_text('{"run_id": "abc", "config": {"dtype": "float32", '
                                         '"iters": 20, "warmup": 5, "tag": "nvlink"}}')
     result = CliRunner().invoke(main, ["run", "--resume", str(tmp_path), "--tag", "nvlink"])

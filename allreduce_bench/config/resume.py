@@ -77,6 +77,11 @@ def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
                          "per timed iteration); its rows and new ones would mix timing methods. "
                          "Start a new --out (plot and report still read the old run)")
     now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
+    if isinstance(old.get("sampling"), dict) and set(now_fields["sampling"]) - set(old["sampling"]):
+        raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (before "
+                         "schema 4 its loops ignored the barrier's exit skew); its rows and new "
+                         "ones would mix calibrations. Start a new --out (plot, report and "
+                         "compare still read the old run)")
     differ = [(flag, old.get(field), now_fields[field])
               for field, flag in MEASUREMENT_FIELDS.items()
               if field in old and old.get(field) != now_fields[field]]
