@@ -14,9 +14,10 @@ lag: the rank that started last measures the shortest interval).
 `loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
 `min_sample_s` AND the skew measured in the calibration samples is at most `max_skew_share` of
 it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only as many as this
-machine's skew needs. A sample is never stretched beyond `max_sample_s` for the skew's sake (a
-rank descheduled for milliseconds would ask for seconds): there the row's `skew_share` says how
-much of a sample was skew. The number of samples then fits a time budget: small sizes get
+machine's skew needs. A sample is never stretched beyond `max_sample_s`, nor beyond the
+budget's share of one of `min_samples` samples, for the skew's sake (a rank descheduled for
+milliseconds would ask for seconds, and the run's length would follow): there the row's
+`skew_share` says how much of a sample was skew. The number of samples then fits a time budget: small sizes get
 many, large ones at least `min_samples`. Both can be fixed by hand.
 
 Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
@@ -152,8 +153,10 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         return took * loops / 1e6, skew * loops / 1e6
 
     if sampling.loops is None:
+        # the skew may lengthen a sample only as far as the budget still holds min_samples
+        longest_s = min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
         loops, took = calibrate_loops(one_sample, sampling.min_sample_s, sampling.max_loops,
-                                      sampling.max_skew_share, sampling.max_sample_s)
+                                      sampling.max_skew_share, longest_s)
     elif sampling.samples is None:  # the plan needs one sample's length (it warms up too)
         loops, took = sampling.loops, one_sample(sampling.loops)[0]
     else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
