@@ -183,7 +183,7 @@ def skew_amortised(late_s: float) -> list[tuple[int, float, float]]:
     tensor = torch.zeros(256)
     found = []
     for share in (0.01, None):
-        sampling = Sampling(budget_s=0.05, min_sample_s=0.002, max_skew_share=share,
+        sampling = Sampling(budget_s=0.3, min_sample_s=0.002, max_skew_share=share,
                             max_sample_s=0.05, min_samples=3, max_samples=5)
         measured = timing.sample(lambda: dist.all_reduce(tensor), device, None, sampling)
         stats = metrics.sample_stats(measured.per_rank_us, measured.loops)

@@ -335,11 +335,24 @@ def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_time
 
 def test_loops_amortise_a_large_exit_skew_and_the_row_says_how_much_was_left():
     """A rank 2 ms late after every barrier: with the 1% rule loops grow until the sample is
-    long (up to max_sample_s, 50 ms here) and skew_share is small; with min_sample_s alone
-    (2 ms) the skew would be most of each sample."""
+    long (up to max_sample_s, 50 ms here, which the budget allows) and skew_share is small;
+    with min_sample_s alone (2 ms) the skew would be most of each sample."""
     from distributed import run_world
     from rank_functions import skew_amortised
 
     (loops, share, sample_s), (loops_without, share_without, _) = run_world(2, skew_amortised, 0.002)[0]
     assert sample_s >= 0.02 and share < 0.15, (loops, share, sample_s)
     assert loops_without < loops and share_without > 0.3, (loops_without, share_without)
+
+
+def test_the_skew_never_stretches_a_sample_beyond_the_budgets_share():
+    """The default CPU run's first round (budget 25 ms, 2 samples at least): 12.5 ms at most."""
+    from allreduce_bench.config import CPU_DEFAULTS, ROUNDS
+    from allreduce_bench.measure import rounds
+
+    first = rounds.round_sampling(CPU_DEFAULTS["sampling"], ROUNDS, 0)
+    assert timing.longest_sample_s(first) == pytest.approx(0.0125)
+    clock = FakeClock(150e-6, skew=2e-3)
+    loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000,
+                                         max_skew_share=0.01, max_sample_s=timing.longest_sample_s(first))
+    assert 0.0125 <= took <= 0.0125 * 1.3

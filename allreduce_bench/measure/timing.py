@@ -66,6 +66,12 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
     return loops, took
 
 
+def longest_sample_s(sampling: Sampling) -> float:
+    """How long the skew may make a sample: max_sample_s, and no longer than the budget still
+    holds min_samples samples (the run's length stays the budget's)."""
+    return min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
+
+
 def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples: int) -> int:
     """As many samples as fit the budget, within [min_samples, max_samples]."""
     fit = int(budget_s / sample_s) if sample_s > 0 else max_samples
@@ -153,10 +159,8 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         return took * loops / 1e6, skew * loops / 1e6
 
     if sampling.loops is None:
-        # the skew may lengthen a sample only as far as the budget still holds min_samples
-        longest_s = min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
         loops, took = calibrate_loops(one_sample, sampling.min_sample_s, sampling.max_loops,
-                                      sampling.max_skew_share, longest_s)
+                                      sampling.max_skew_share, longest_sample_s(sampling))
     elif sampling.samples is None:  # the plan needs one sample's length (it warms up too)
         loops, took = sampling.loops, one_sample(sampling.loops)[0]
     else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
