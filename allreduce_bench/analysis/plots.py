@@ -95,9 +95,12 @@ def _finish(fig, note: str):
 
 def _world_title(frame: pd.DataFrame, world_size: int) -> str:
     rows = frame[frame["world_size"] == world_size]
-    if {"nodes", "ranks_per_node"} <= set(rows.columns) and rows["nodes"].notna().any():
-        return (f"N = {world_size} ({int(rows['nodes'].iloc[0])} node(s) x "
-                f"{int(rows['ranks_per_node'].iloc[0])} ranks)")
+    if {"nodes", "ranks_per_node"} <= set(rows.columns):
+        # the first row that has both (a damaged file may leave one empty)
+        known = rows[["nodes", "ranks_per_node"]].dropna()
+        if len(known):
+            return (f"N = {world_size} ({int(known['nodes'].iloc[0])} node(s) x "
+                    f"{int(known['ranks_per_node'].iloc[0])} ranks)")
     return f"N = {world_size}"
 
 
