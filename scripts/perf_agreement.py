@@ -200,7 +200,8 @@ def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
                     f"{statistics.median(skews):>6.1%}/{max(skews):<6.1%}")
             if baseline:
                 b = busbw[("baseline", size)]
-                line += f" {statistics.median(b):>9.3f} {statistics.median(b) / statistics.median(m):>8.2f} {spread(b):>9.2f}"
+                middle = statistics.median(b)
+                line += f" {middle:>9.3f} {middle / statistics.median(m):>8.2f} {spread(b):>9.2f}"
             verdict = "MET" if level and steady else "NOT MET (" + ", ".join(
                 [w for w, ok in (("level", level), ("spread", steady)) if not ok]) + ")"
             print(f"{line}  {verdict}")
