@@ -94,22 +94,29 @@ class Group:
 
 
 def groups_of(dumps: list[Dump]) -> list[Group]:
-    """Every process group the dumps name, with each dumped member's collectives by seq. Two
-    groups of one name with other members (torch's per-rank split groups) stay apart."""
+    """Every process group the dumps' collectives name, with each dumped member's collectives
+    by seq. Members from the dump's pg_config where it lists the group (NCCL's do; gloo's may
+    not), else the ranks whose dumps name it. Two groups of one name with other members
+    (torch's per-rank split groups) stay apart."""
     found: dict[tuple, Group] = {}
     for dump in dumps:
-        named = {name: (desc, ranks) for name, (desc, ranks) in dump.groups.items()}
-        for entry in dump.entries:
-            named.setdefault(entry.group, ("", ()))
-        for name, (desc, ranks) in named.items():
+        for name in sorted({e.group for e in dump.entries}):
+            desc, ranks = dump.groups.get(name, ("", ()))
+            desc = desc or next((e.desc for e in dump.entries if e.group == name and e.desc), "")
             group = found.setdefault((name, ranks), Group(name, desc, ranks, {}))
             if dump.rank in ranks or not ranks:
                 group.calls[dump.rank] = {e.seq: e for e in dump.entries
                                           if e.group == name and not e.is_p2p}
-    for group in found.values():
-        if not group.members:  # no pg_config: the ranks that dumped it
-            group.members = tuple(sorted(group.calls))
     return [g for _, g in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
+
+
+def _members(groups: list[Group], world: set[int]) -> None:
+    """A group no pg_config lists: the whole world for the default group, else the ranks
+    whose dumps name it."""
+    for group in groups:
+        if not group.members:
+            default = group.name == "0" or group.desc == "default_pg"
+            group.members = tuple(sorted(world)) if default else tuple(sorted(group.calls))
 
 
 def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tuple | None:
@@ -240,8 +247,10 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
     names = dict(enumerate(hosts)) if isinstance(hosts, list) else dict(hosts or {})
     names.update({d.rank: d.host for d in dumps if d.host})
     groups = groups_of(dumps)
-    expected = {r for g in groups for r in g.members} | {d.rank for d in dumps}
+    expected = {r for d in dumps for _, ranks in d.groups.values() for r in ranks}
+    expected |= {r for g in groups for r in g.members} | {d.rank for d in dumps}
     expected |= set(range(world_size or 0))
+    _members(groups, expected)
     dumped = sorted(d.rank for d in dumps)
     missing = sorted(expected - set(dumped))
     culprits: dict[int, Culprit] = {}

@@ -28,6 +28,7 @@ class Entry:
     """One collective (or point-to-point call) as one rank recorded it."""
 
     group: str  # the process group's name (pg_config's key)
+    desc: str  # its description ('default_pg', or what new_group(group_desc=) said)
     seq: int  # collective_seq_id within the group (p2p_seq_id for a point-to-point call)
     collective: str  # 'all_reduce' (the profiling name without its 'gloo:' / 'nccl:' prefix)
     backend: str
@@ -116,7 +117,8 @@ def _entry(raw: dict, notes: set[str]) -> Entry:
     dtypes = raw.get("input_dtypes", ())
     sizes = raw.get("input_sizes") or ()
     created = raw.get("time_created_ns")
-    return Entry(group=str((raw.get("process_group") or ("?",))[0]), seq=int(seq or 0),
+    group = tuple(raw.get("process_group") or ("?", ""))
+    return Entry(group=str(group[0]), desc=str(group[1]) if len(group) > 1 else "", seq=int(seq or 0),
                  collective=collective or name, backend=backend,
                  input_sizes=tuple(tuple(int(d) for d in s) for s in sizes),
                  input_dtypes=tuple(dtypes) if isinstance(dtypes, (list, tuple)) else (str(dtypes),),
