@@ -31,8 +31,10 @@ def _rank(rank: int, world_size: int, store: str, kind: str, culprit: int, folde
     import torch.distributed as dist
     from torch._C import _distributed_c10d as c10d
 
+    # connecting a world of 8 on a loaded machine can take longer than the collectives' timeout
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+                            world_size=world_size, timeout=timedelta(seconds=60))
+    dist.distributed_c10d._get_default_group().set_timeout(timedelta(seconds=timeout_s))
     data = torch.ones(COUNT)
     for _ in range(SEQ - 1):
         dist.all_reduce(data)

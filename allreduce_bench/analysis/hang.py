@@ -19,10 +19,13 @@ Pure: Dumps in (interop/flight_recorder.py), a Verdict out; no torch.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
-from allreduce_bench.interop.flight_recorder import Dump, Entry
+if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
+    from allreduce_bench.interop.flight_recorder import Dump, Entry
 
 REASONS = ("never_entered", "mismatch", "no_dump")
 # collectives whose every member passes the same input sizes (uneven alltoall, gather and
@@ -32,6 +35,7 @@ SAME_SIZES = {"all_reduce", "allreduce", "allreduce_coalesced", "broadcast", "_b
               "all_gather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
               "reduce_scatter_tensor_coalesced", "barrier"}
 LIBRARY_FRAMES = ("/torch/", "/multiprocessing/", "<string>", "/runpy.py", "/threading.py")
+_DESC = re.compile(r"ranks (\d+(?:,\d+)*)$")
 SHOWN = 3  # agreed collectives shown before the one where the members part ways
 
 
@@ -110,13 +114,26 @@ def groups_of(dumps: list[Dump]) -> list[Group]:
     return [g for _, g in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
 
 
+def members_desc(ranks) -> str:
+    """A group's description naming its members ('ranks 0,3'), given to torch's new_group as
+    group_desc: torch records it in every Flight Recorder entry of the group, and gloo's
+    pg_config lists no members."""
+    return "ranks " + ",".join(str(r) for r in sorted(ranks))
+
+
+def members_from_desc(desc: str) -> tuple[int, ...]:
+    found = _DESC.search(desc or "")
+    return tuple(int(r) for r in found.group(1).split(",")) if found else ()
+
+
 def _members(groups: list[Group], world: set[int]) -> None:
-    """A group no pg_config lists: the whole world for the default group, else the ranks
-    whose dumps name it."""
+    """A group no pg_config lists: its members named in its description (members_desc), the
+    whole world for the default group, else the ranks whose dumps name it."""
     for group in groups:
         if not group.members:
             default = group.name == "0" or group.desc == "default_pg"
-            group.members = tuple(sorted(world)) if default else tuple(sorted(group.calls))
+            group.members = (members_from_desc(group.desc) or
+                             (tuple(sorted(world)) if default else tuple(sorted(group.calls))))
 
 
 def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tuple | None:
@@ -213,29 +230,44 @@ def user_frames(stack: tuple[str, ...]) -> list[str]:
     return mine or list(stack)
 
 
-def _no_dump(groups: list[Group], missing: list[int], hosts: dict) -> list[Culprit]:
-    """Each missing rank at the latest collective of its groups the dumped members entered."""
+def _waited(entry: Entry, times: list[int]) -> bool:
+    """Whether a rank hung in `entry`: nothing it called after (in any group), or its next call
+    came a timeout later (it waited the timeout out). A collective followed at once by the next
+    completed, whatever its state says (gloo's entries stay `scheduled`)."""
+    if not entry.time_created_ns:
+        return True
+    later = [t for t in times if t > entry.time_created_ns]
+    return not later or (min(later) - entry.time_created_ns) / 1e6 >= (entry.timeout_ms or 0) > 0
+
+
+def _no_dump(groups: list[Group], missing: list[int], hosts: dict,
+             times: dict[int, list[int]]) -> list[Culprit]:
+    """Each missing rank at the latest collective of its groups in which every dumped member
+    that entered it hung."""
     found = []
     for rank in missing:
         best = None
         for group in groups:
             if rank not in group.members:
                 continue
-            for r, calls in group.calls.items():
-                if calls:
-                    entry = calls[max(calls)]
-                    key = (entry.time_created_ns or 0, entry.seq)
-                    if best is None or key > best[0]:
-                        best = (key, group, entry)
+            last = max((max(calls) for calls in group.calls.values() if calls), default=None)
+            entered = {r: calls[last] for r, calls in group.calls.items() if last in calls}
+            # a hung collective holds every member that entered it: all of them waited
+            if entered and all(_waited(e, times.get(r, [])) for r, e in entered.items()):
+                entry = min(entered.values(), key=lambda e: e.time_created_ns or 0)
+                key = (entry.time_created_ns or 0, entry.seq)
+                if best is None or key > best[0]:
+                    best = (key, group, entry)
         if best is None:
             found.append(Culprit(rank, hosts.get(rank), None, None, None, "no_dump",
-                                 "no dump, and no dump of its groups names a collective"))
+                                 "no dump, and no member of its groups hung in a collective with "
+                                 "it: it stopped outside one (e.g. while a group was being created)"))
             continue
         _, group, entry = best
         waiting = sorted(r for r, calls in group.calls.items() if calls.get(entry.seq))
         found.append(_culprit(group, entry.seq, rank, "no_dump",
                               f"no dump; rank(s) {','.join(map(str, waiting))} entered this "
-                              "collective and wait on it (dead, frozen or killed before it dumped)",
+                              "collective and waited on it (dead, frozen or killed before it dumped)",
                               hosts))
     return found
 
@@ -249,7 +281,9 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
     groups = groups_of(dumps)
     expected = {r for d in dumps for _, ranks in d.groups.values() for r in ranks}
     expected |= {r for g in groups for r in g.members} | {d.rank for d in dumps}
-    expected |= set(range(world_size or 0))
+    # ranks are numbered from 0: a gap is a rank without a dump (those above the highest only
+    # `world_size` or the hosts can tell)
+    expected |= set(range(max(expected, default=-1) + 1)) | set(range(world_size or len(names)))
     _members(groups, expected)
     dumped = sorted(d.rank for d in dumps)
     missing = sorted(expected - set(dumped))
@@ -261,7 +295,8 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
         for rank, reason, detail in (found[1] if found else ()):
             culprits.setdefault(rank, _culprit(group, found[0], rank, reason, detail, names))
     if not culprits and missing:
-        culprits = {c.rank: c for c in _no_dump(groups, missing, names)}
+        times = {d.rank: sorted(e.time_created_ns for e in d.entries if e.time_created_ns) for d in dumps}
+        culprits = {c.rank: c for c in _no_dump(groups, missing, names, times)}
     notes = sorted({f"rank {d.rank}: {n}" if len(dumps) == 1 else n for d in dumps for n in d.notes})
     versions = sorted({d.version for d in dumps})
     if len(versions) > 1:
@@ -330,3 +365,22 @@ def summary(v: Verdict) -> str:
         lines.append(f"  no dump from rank(s) {ranges(v.missing_dumps)} (not needed for the verdict)")
     lines += [f"  note: {n}" for n in v.notes]
     return "\n".join(lines)
+
+
+def annotate_unreachable(doc: dict, found: Verdict) -> dict:
+    """health.json with each `unreachable` host's verdict saying on which collective its rank
+    hung (`collective`, and its `why` extended), from the dumps' verdict; the culprits kept as
+    `flight_recorder`."""
+    by_host: dict[str | None, Culprit] = {}
+    for culprit in found.culprits:
+        by_host.setdefault(culprit.host, culprit)
+    hosts = []
+    for verdict_of in doc.get("hosts", []):
+        c = by_host.get(verdict_of.get("host")) if verdict_of.get("verdict") == "unreachable" else None
+        if c is not None and c.collective:
+            verdict_of = {**verdict_of, "collective": {"collective": c.collective, "seq": c.seq,
+                                                       "group": c.group, "rank": c.rank, "reason": c.reason},
+                          "why": f"{verdict_of.get('why', '')}; hung in {c.collective} #{c.seq} of "
+                                 f"group {c.group} (rank {c.rank}: {c.reason}, flight recorder)"}
+        hosts.append(verdict_of)
+    return {**doc, "hosts": hosts, "flight_recorder": [asdict(c) for c in found.culprits]}

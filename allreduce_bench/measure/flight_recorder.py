@@ -1,7 +1,7 @@
 """`--flight-recorder`: PyTorch's Flight Recorder on every rank, dumped to OUT/flight-recorder.
 
-Before the process group exists each rank sets TORCH_FR_BUFFER_SIZE (and its older name
-TORCH_NCCL_TRACE_BUFFER_SIZE): torch then records every collective (group, sequence number, op, sizes,
+Before the process group exists each rank sets TORCH_FR_BUFFER_SIZE (TORCH_NCCL_TRACE_BUFFER_SIZE
+before torch 2.9): torch then records every collective (group, sequence number, op, sizes,
 dtypes, state, Python stack) in a ring buffer of that many entries, gloo's as well as NCCL's.
 With NCCL the watchdog also dumps on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE).
 Every rank dumps its buffer itself when a collective fails or times out and at its end, as
@@ -31,11 +31,24 @@ def folder(config) -> Path:
     return Path(tempfile.gettempdir()) / f"allreduce-bench-{DUMP_DIR}-{os.getuid()}"
 
 
+def buffer_variable(version: str | None = None) -> str:
+    """The buffer's variable this torch reads: TORCH_FR_BUFFER_SIZE from 2.9 (its older name
+    TORCH_NCCL_TRACE_BUFFER_SIZE then still works but warns on every rank), the older before."""
+    if version is None:
+        import torch
+        version = torch.__version__
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return "TORCH_FR_BUFFER_SIZE"
+    return "TORCH_FR_BUFFER_SIZE" if (major, minor) >= (2, 9) else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
 def recording_environment(where: Path, backend: str) -> dict[str, str]:
     """The variables torch reads when a process group is created."""
     size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") \
         or str(ENTRIES)
-    variables = {"TORCH_FR_BUFFER_SIZE": size, "TORCH_NCCL_TRACE_BUFFER_SIZE": size}
+    variables = {buffer_variable(): size}
     if backend == "nccl":  # the watchdog's own dump on a timeout, where our ranks cannot run
         prefix = str(where.resolve() / PREFIX)
         variables.update(TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_FR_DUMP_TEMP_FILE=prefix,
@@ -50,6 +63,21 @@ def enable(config) -> None:
     where = folder(config)
     where.mkdir(parents=True, exist_ok=True)
     os.environ.update(recording_environment(where, config.backend))
+
+
+def described(ranks) -> dict:
+    """new_group's `group_desc` naming the group's members ('ranks 0,3'): torch records it in
+    each of the group's Flight Recorder entries, where `hang` reads who belongs (gloo's dumps
+    list no group's members). {} for a torch whose new_group has no group_desc."""
+    import inspect
+
+    import torch.distributed as dist
+
+    from allreduce_bench.analysis.hang import members_desc
+
+    if "group_desc" not in inspect.signature(dist.new_group).parameters:
+        return {}
+    return {"group_desc": members_desc(ranks)}
 
 
 def _dump_api():
@@ -137,3 +165,24 @@ def after_failure(config, rank: int, world_size: int, local: bool) -> str:
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def name_collectives(doc: dict, config) -> dict:
+    """health.json's document with each unreachable host's verdict saying on which collective
+    its rank hung, from the dumps (with --flight-recorder; else unchanged)."""
+    if not getattr(config, "flight_recorder", False):
+        return doc
+    from allreduce_bench.analysis.hang import annotate_unreachable, verdict
+    from allreduce_bench.analysis.health.pairing import host_names
+    from allreduce_bench.errors import UsageError
+    from allreduce_bench.interop import flight_recorder as reader
+    from allreduce_bench.results.store import read_meta
+
+    try:
+        dumps = reader.read([folder(config)])
+    except UsageError:
+        return doc  # no dumps (the check never started), said by health itself
+    settings = getattr(config, "settings", None)
+    per_host = getattr(settings, "ranks_per_node", None) or config.ranks_per_node or 1
+    names = host_names(read_meta(config.out_dir).get("hostnames", []), per_host)
+    return annotate_unreachable(doc, verdict(dumps, names, world_size=len(names) or None))
