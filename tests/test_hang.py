@@ -148,3 +148,18 @@ def test_a_run_stopped_by_a_stalled_rank_names_it_from_the_dumps(tmp_path):
     line = next(x for x in done.stderr.splitlines() if "flight recorder:" in x)
     assert "rank 1" in line and "no_dump all_reduce" in line, line
     assert (out / "flight-recorder" / "rank0").exists() and not (out / "flight-recorder" / "rank1").exists()
+
+
+@pytest.mark.timeout(240)
+def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
+    from allreduce_bench.analysis.hang import annotate_unreachable
+
+    found = verdict(flight_recorder.read([dumps["no_dump"]]), [f"node{r}" for r in range(N)])
+    doc = {"hosts": [{"host": f"node{r}", "verdict": "unreachable" if r == CULPRIT else "ok",
+                      "why": "did not answer within the timeout in round 1" if r == CULPRIT else ""}
+                     for r in range(N)]}
+    hosts = annotate_unreachable(doc, found)["hosts"]
+    assert hosts[CULPRIT]["collective"]["collective"] == "all_reduce"
+    assert hosts[CULPRIT]["why"].endswith(f"hung in all_reduce #{SEQ} of group 0 (default_pg) (rank {CULPRIT}: "
+                                          "no_dump, flight recorder)")
+    assert "collective" not in hosts[0]

@@ -52,6 +52,7 @@ class Culprit:
     input_dtypes: list | None = None
     stack: list[str] = field(default_factory=list)  # the Python stack of `stack_of`'s call
     stack_of: str = ""  # 'rank R' (the culprit's own call) or 'ranks ...' (where the others wait)
+    group_desc: str = ""  # the group's description ('default_pg', 'ranks 2,3')
 
 
 @dataclass
@@ -220,7 +221,15 @@ def _culprit(group: Group, seq: int, rank: int, reason: str, detail: str, hosts:
                    input_sizes=[list(s) for s in shown.input_sizes] if shown else None,
                    input_dtypes=list(shown.input_dtypes) if shown else None,
                    stack=user_frames(shown.stack) if shown else [],
-                   stack_of=f"rank {rank}" if own else f"ranks {ranges(waiting)}" if shown else "")
+                   stack_of=f"rank {rank}" if own else f"ranks {ranges(waiting)}" if shown else "",
+                   group_desc=group.desc)
+
+
+def group_label(name: str | None, desc: str = "") -> str:
+    """'group 0 (default_pg)', 'group 804ea4b75856 (ranks 2,3)': torch names sub-groups by a
+    hash; its first 12 characters tell them apart."""
+    short = name if name is None or len(name) <= 12 else name[:12]
+    return f"group {short}" + (f" ({desc})" if desc else "")
 
 
 def user_frames(stack: tuple[str, ...]) -> list[str]:
@@ -343,7 +352,8 @@ def ranges(ranks: list[int]) -> str:
 def culprit_line(c: Culprit) -> str:
     """One line per culprit: 'rank 2 (node1) never_entered all_reduce #2 of group 0: ...'."""
     where = f" ({c.host})" if c.host else ""
-    what = f"{c.collective} #{c.seq} of group {c.group}" if c.collective else "no collective known"
+    what = f"{c.collective} #{c.seq} of {group_label(c.group, c.group_desc)}" if c.collective \
+        else "no collective known"
     return f"rank {c.rank}{where} {c.reason} {what}: {c.detail}"
 
 
@@ -377,10 +387,13 @@ def annotate_unreachable(doc: dict, found: Verdict) -> dict:
     hosts = []
     for verdict_of in doc.get("hosts", []):
         c = by_host.get(verdict_of.get("host")) if verdict_of.get("verdict") == "unreachable" else None
-        if c is not None and c.collective:
-            verdict_of = {**verdict_of, "collective": {"collective": c.collective, "seq": c.seq,
-                                                       "group": c.group, "rank": c.rank, "reason": c.reason},
-                          "why": f"{verdict_of.get('why', '')}; hung in {c.collective} #{c.seq} of "
-                                 f"group {c.group} (rank {c.rank}: {c.reason}, flight recorder)"}
+        if c is not None:
+            said = (f"hung in {c.collective} #{c.seq} of {group_label(c.group, c.group_desc)} "
+                    f"(rank {c.rank}: {c.reason}, flight recorder)" if c.collective else
+                    f"flight recorder: rank {c.rank} hung outside a collective (its partners waited "
+                    "on it while making a group)")
+            verdict_of = {**verdict_of, "why": f"{verdict_of.get('why', '')}; {said}",
+                          "collective": {"collective": c.collective, "seq": c.seq, "group": c.group,
+                                         "rank": c.rank, "reason": c.reason}}
         hosts.append(verdict_of)
     return {**doc, "hosts": hosts, "flight_recorder": [asdict(c) for c in found.culprits]}

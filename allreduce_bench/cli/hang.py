@@ -59,14 +59,16 @@ def hang(dumps, out_dir, world_size):
 
 
 def tables(verdict) -> str:
-    """Per group that parted ways (else the default group), its last collectives."""
-    from allreduce_bench.analysis.hang import ranges
+    """Per group that parted ways (else the culprits' groups, else the first), its last
+    collectives."""
+    from allreduce_bench.analysis.hang import group_label, ranges
 
-    shown = [g for g in verdict.groups if g["parted_at"] is not None] or verdict.groups[:1]
+    named = {c.group for c in verdict.culprits}
+    shown = ([g for g in verdict.groups if g["parted_at"] is not None]
+             or [g for g in verdict.groups if g["group"] in named] or verdict.groups[:1])
     lines = []
     for group in shown:
-        label = f" ({group['desc']})" if group["desc"] else ""
-        lines.append(f"group {group['group']}{label}, ranks {ranges(group['members'])}"
+        lines.append(f"{group_label(group['group'], group['desc'])}, ranks {ranges(group['members'])}"
                      + (f", no dump from {ranges(group['no_dump'])}" if group["no_dump"] else ""))
         lines.append(f"  {'seq':>6}  {'collective':<40} {'entered':<12} never reached")
         for row in group["collectives"]:
