@@ -190,10 +190,11 @@ def read(paths: list[Path]) -> list[Dump]:
 
 
 def hosts_beside(paths: list[Path]) -> list[str]:
-    """Every rank's hostname from a run's meta.json next to (or above) a folder of dumps."""
+    """Every rank's hostname from a run's meta.json in a dumps' folder or the folder above it
+    (OUT/flight-recorder's OUT), or [] where there is none."""
     for path in paths:
-        for folder in (path if path.is_dir() else path.parent, *(path if path.is_dir() else path.parent).parents[:1]):
-            meta = folder / "meta.json"
+        here = path if path.is_dir() else path.parent
+        for meta in (here / "meta.json", here.parent / "meta.json"):
             try:
                 names = json.loads(meta.read_text()).get("hostnames") if meta.is_file() else None
             except (OSError, ValueError, AttributeError):
