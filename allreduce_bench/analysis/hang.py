@@ -316,7 +316,8 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
 
 def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
     """A group's members and its last collectives (up to the one where they parted ways): per
-    seq, the op and sizes, which members entered it and which never reached it."""
+    seq, the op and sizes, which members entered it, completed it (where the backend records
+    completion: NCCL does, gloo's entries stay `scheduled`) and never reached it."""
     ranks = sorted(group.calls)
     seqs = sorted({s for calls in group.calls.values() for s in calls})
     end = parted_at if parted_at is not None else (seqs[-1] if seqs else 0)
@@ -327,6 +328,7 @@ def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
         common = Counter(describe(e) for e in entries.values()).most_common(1)
         rows.append({"seq": seq, "collective": common[0][0] if common else "?",
                      "entered": sorted(entries),
+                     "completed": sorted(r for r, e in entries.items() if e.state == "completed"),
                      "never_reached": [r for r in ranks if group.last(r) < seq],
                      "other_call": {str(r): describe(e) for r, e in entries.items()
                                     if describe(e) != common[0][0]},

@@ -70,11 +70,11 @@ def tables(verdict) -> str:
     for group in shown:
         lines.append(f"{group_label(group['group'], group['desc'])}, ranks {ranges(group['members'])}"
                      + (f", no dump from {ranges(group['no_dump'])}" if group["no_dump"] else ""))
-        lines.append(f"  {'seq':>6}  {'collective':<40} {'entered':<12} never reached")
+        lines.append(f"  {'seq':>6}  {'collective':<40} {'entered':<12} {'completed':<12} never reached")
         for row in group["collectives"]:
             mark = "  <- parted" if row["seq"] == group["parted_at"] else ""
             lines.append(f"  {row['seq']:>6}  {row['collective']:<40} {ranges(row['entered']):<12} "
-                         f"{ranges(row['never_reached'])}{mark}")
+                         f"{ranges(row['completed']):<12} {ranges(row['never_reached'])}{mark}")
             for rank, call in sorted(row["other_call"].items(), key=lambda kv: int(kv[0])):
                 lines.append(f"  {'':>6}  rank {rank} called {call}")
     return "\n".join(lines)
