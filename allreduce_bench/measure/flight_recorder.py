@@ -20,6 +20,10 @@ from pathlib import Path
 DUMP_DIR = "flight-recorder"
 ENTRIES = 2000  # per rank: a few KB each in memory, torch's usual advice
 PREFIX = "rank"
+# rank 0 under a launcher waits this long without a new dump: the survivors of one failure dump
+# within milliseconds of each other, and the launcher stops rank 0 once another rank has left
+# (each lingers faults.MIN_LINGER_S)
+WAIT_S = 0.5
 
 
 def folder(config) -> Path:
@@ -153,12 +157,12 @@ def verdict_line(where: Path, hosts: list[str] | None = None, world_size: int | 
 
 def after_failure(config, rank: int, world_size: int, local: bool) -> str:
     """On a rank whose collective failed or timed out: dump; under a launcher, rank 0 then
-    waits a moment for the other survivors' dumps and returns the verdict to add to its line
+    waits WAIT_S for the other survivors' dumps and returns the verdict to add to its line
     (a local run's driver reads the dumps itself, once every rank has ended)."""
     path = dump(config, rank)
     if path is None or local or rank != 0:
         return f"; flight recorder dump {path}" if path is not None and not local else ""
-    wait_for_dumps(path.parent, world_size, wait_s=3.0)
+    wait_for_dumps(path.parent, world_size, wait_s=WAIT_S)
     line = verdict_line(path.parent, world_size=world_size)
     return f"; {line}" if line else ""
 

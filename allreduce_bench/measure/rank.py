@@ -195,10 +195,10 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
             raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
-        recorded = flight_recorder.after_failure(config, env.rank, env.world_size,
-                                                 local=DRIVER_PID_ENV in os.environ)
-        exit_now(failure_line(env.rank, progress, error, config.timeout_s) + recorded,
-                 linger_s=LINGER_S if peer_died(error) else 0.0)
+        line = failure_line(env.rank, progress, error, config.timeout_s)
+        line += flight_recorder.after_failure(config, env.rank, env.world_size,
+                                              local=DRIVER_PID_ENV in os.environ)
+        exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
         exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
     dist.destroy_process_group()
