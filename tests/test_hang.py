@@ -163,3 +163,14 @@ def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
     assert hosts[CULPRIT]["why"].endswith(f"hung in all_reduce #{SEQ} of group 0 (default_pg) (rank {CULPRIT}: "
                                           "no_dump, flight recorder)")
     assert "collective" not in hosts[0]
+
+
+@pytest.mark.timeout(240)
+def test_dumps_are_read_without_torch(dumps):
+    code = ("import sys; from pathlib import Path; from allreduce_bench.interop import flight_recorder; "
+            "from allreduce_bench.analysis.hang import verdict; "
+            f"found = verdict(flight_recorder.read([Path({str(dumps['skip'])!r})])); "
+            "print([c.rank for c in found.culprits], 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == [f"[{CULPRIT}]", "False"], done.stdout + done.stderr

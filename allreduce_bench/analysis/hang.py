@@ -109,9 +109,9 @@ def groups_of(dumps: list[Dump]) -> list[Group]:
             desc, ranks = dump.groups.get(name, ("", ()))
             desc = desc or next((e.desc for e in dump.entries if e.group == name and e.desc), "")
             group = found.setdefault((name, ranks), Group(name, desc, ranks, {}))
-            if dump.rank in ranks or not ranks:
-                group.calls[dump.rank] = {e.seq: e for e in dump.entries
-                                          if e.group == name and not e.is_p2p}
+            calls = {e.seq: e for e in dump.entries if e.group == name and not e.is_p2p}
+            if calls and (dump.rank in ranks or not ranks):  # point-to-point only: no collective
+                group.calls[dump.rank] = calls
     return [g for _, g in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
 
 
