@@ -133,6 +133,9 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert hang(str(empty)).returncode == 2
+    (empty / "rank0").write_bytes(pickle.dumps({"version": "2.10", "pg_config": {}, "entries": []}))
+    done = hang(str(empty))
+    assert done.returncode == 2 and "hold no collective" in done.stderr
     assert hang(str(tmp_path / "nowhere")).returncode == 2
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.errors import UsageError
+
 HANG_FILE = "hang.json"
 
 
@@ -45,6 +47,10 @@ def hang(dumps, out_dir, world_size):
     if out_dir is not None:
         check_writable_dir(out_dir, "--out")  # before reading: a bad --out is one line, exit 2
     found = flight_recorder.read(list(dumps))
+    if not any(d.entries for d in found):
+        raise UsageError(f"the {len(found)} dump(s) hold no collective: set TORCH_FR_BUFFER_SIZE "
+                         "(TORCH_NCCL_TRACE_BUFFER_SIZE before torch 2.9) before the process group "
+                         "is created; a torch whose Flight Recorder records NCCL only has no gloo entries")
     verdict = analysis.verdict(found, flight_recorder.hosts_beside(list(dumps)), world_size)
     click.echo(f"read {len(found)} dump(s) of ranks {analysis.ranges(verdict.dumped)} "
                f"(Flight Recorder {', '.join(sorted({d.version for d in found}))}); "
