@@ -8,8 +8,8 @@ Every rank calls two AllReduces that agree, then the third is the fault's, on `c
            non-empty mismatch, which then leaves no dump)
   no_dump  dies before it without a dump (a crashed or killed rank)
 Every other rank's call fails (timeout or closed connection) and dumps; so does the culprit,
-except for no_dump. The dumps are torch's own, as `_dump_fr_trace()` returns them, in
-`<folder>/rank<R>`.
+except for no_dump. The dumps are torch's own, as `_dump_fr_trace()` returns them (pickle) in
+`<folder>/rank<R>`, and as `_dump_fr_trace_json()` returns them in `<folder>-json/rank<R>.json`.
 """
 from __future__ import annotations
 
@@ -51,6 +51,9 @@ def _rank(rank: int, world_size: int, store: str, kind: str, culprit: int, folde
     except RuntimeError:
         pass  # the hang's timeout, or a peer's closed connection: what --flight-recorder dumps on
     Path(folder, f"rank{rank}").write_bytes(c10d._dump_fr_trace(True, True, False))
+    json_dump = c10d._dump_fr_trace_json(True, True)  # collectives, only active: no (all of them)
+    Path(f"{folder}-json", f"rank{rank}.json").write_bytes(
+        json_dump if isinstance(json_dump, bytes) else json_dump.encode())
     if me and kind in ("skip", "size"):
         time.sleep(timeout_s + 0.5)  # alive: the others time out rather than lose the connection
     os._exit(0)
@@ -62,6 +65,7 @@ def make_dumps(kind: str, world_size: int, culprit: int, folder: Path, timeout_s
     ranks' exit codes (a rank still running after `limit_s` is killed: None)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    Path(f"{folder}-json").mkdir(exist_ok=True)
     store = folder / ".store"
     store.unlink(missing_ok=True)
     ctx = mp.get_context("spawn")
