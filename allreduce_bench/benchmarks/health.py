@@ -34,6 +34,7 @@ from allreduce_bench.analysis.health.decide import Measurement
 from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
+from allreduce_bench.measure import flight_recorder
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import throttle
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness, assemble
@@ -360,6 +361,7 @@ def finish_health(config) -> int:
         say(f"allreduce-bench health: the check did not complete: no {path}")
         return INCOMPLETE
     doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
+    doc = flight_recorder.name_collectives(doc, config)  # --flight-recorder: on which collective
     if config.settings.prometheus:
         write_prometheus(Path(config.settings.prometheus), doc)
         print(f"prometheus: {config.settings.prometheus}")

@@ -77,11 +77,11 @@ def main():
 
 # One module per command; a new command is a module and one line here. The modules are bound
 # by their own names (allreduce_bench.cli.run is the module), the commands live in COMMANDS.
-from allreduce_bench.cli import analysis, ddp, emulate, health, interop, links, model, nccl_log, run  # noqa: E402
+from allreduce_bench.cli import analysis, ddp, emulate, hang, health, interop, links, model, nccl_log, run  # noqa: E402
 
 COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model, emulate.emulate,
             links.links, health.health, interop.import_command, interop.compare_command,
-            nccl_log.nccl_log_command)
+            nccl_log.nccl_log_command, hang.hang)
 for command in COMMANDS:
     main.add_command(command)
 if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:

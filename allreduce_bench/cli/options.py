@@ -36,6 +36,11 @@ def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
                      "OUT/nccl-debug/, read at the end into meta.json's `nccl` block: which NICs, "
                      "transports and NCCL_* settings each host got (see `nccl-log`). For "
                      "diagnosis: NCCL then logs every call, which slows the smallest sizes."),
+        click.option("--flight-recorder", is_flag=True, help="Record every collective in "
+                     "PyTorch's Flight Recorder (TORCH_FR_BUFFER_SIZE=2000 entries per rank, gloo "
+                     "and NCCL); each rank dumps it to OUT/flight-recorder/rank<R> when a collective "
+                     "fails or times out and at its end, and a run stopped by a hung, frozen or "
+                     "dead rank names it and the collective from the dumps (see `hang`)."),
     ]
 
     return with_options(options)

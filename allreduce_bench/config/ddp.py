@@ -75,7 +75,7 @@ def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
 
 def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
-               command="", nccl_debug=False, bind="auto") -> DdpConfig:
+               command="", nccl_debug=False, bind="auto", flight_recorder=False) -> DdpConfig:
     from allreduce_bench.config.options import launch_config, resolve_world  # torch: GPU count
 
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
@@ -86,7 +86,7 @@ def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, ite
     check_ddp_memory(settings.params, world[0], world[2])
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, label="ddp", nccl_debug=nccl_debug,
-                           bind=bind)
+                           bind=bind, flight_recorder=flight_recorder)
     return DdpConfig(launch=launch, settings=settings)
 
 

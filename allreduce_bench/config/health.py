@@ -78,7 +78,8 @@ def health_sizes(sizes: str | None, device: str) -> tuple[int, ...]:
 def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, baseline=None,
                   prometheus=None, sizes=None, dtype="float32", samples=None, budget=None,
                   world_sizes=None, backend, device, ranks_per_node, tag, out_dir, timeout_s,
-                  no_plot, command="", dry_run=False, nccl_debug=False, bind="auto") -> HealthConfig:
+                  no_plot, command="", dry_run=False, nccl_debug=False, bind="auto",
+                  flight_recorder=False) -> HealthConfig:
     from allreduce_bench.config.options import launch_config, resolve_world
     from allreduce_bench.environment import launcher_env
 
@@ -92,6 +93,7 @@ def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, basel
     settings = health_settings(pairs=pairs, bisect=bisect, expect=expect, baseline=baseline,
                                prometheus=prometheus, ranks_per_node=per_host, sizes=chosen)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
-                           command=command, label="health", nccl_debug=nccl_debug, bind=bind)
+                           command=command, label="health", nccl_debug=nccl_debug, bind=bind,
+                           flight_recorder=flight_recorder)
     return HealthConfig(launch=launch, algorithms=("native",), sizes=chosen, dtype=parse_dtype(dtype),
                         sampling=health_sampling(world[2], samples, budget), settings=settings)

@@ -91,7 +91,8 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
 
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
-                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto") -> LaunchConfig:
+                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
+                  flight_recorder: bool = False) -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
     results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
@@ -105,7 +106,8 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
     return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
-                        nccl_debug=nccl_debug, **({"run_id": run_id} if run_id else {}))
+                        nccl_debug=nccl_debug, flight_recorder=flight_recorder,
+                        **({"run_id": run_id} if run_id else {}))
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
@@ -168,7 +170,7 @@ def collective_plan(algos: str | None, collectives: str, backend: str):
 def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None, nccl_debug=False, bind="auto",
+               command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce") -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`)."""
     env = launcher_env()
@@ -188,7 +190,7 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug, bind=bind)
+                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder)
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick), collectives=others)
     per_node = ranks_per_node or (env.local_world_size if env else None)

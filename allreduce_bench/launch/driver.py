@@ -13,6 +13,7 @@ from pathlib import Path
 
 from allreduce_bench.environment import is_writer, launcher_env
 from allreduce_bench.launch.environments import describe_failure, launch_local
+from allreduce_bench.launch.flight import flight_recorder_line
 from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.measure.rank import Benchmark, rank_main
 from allreduce_bench.results.lock import DirectoryLock
@@ -141,6 +142,8 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
             print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"
                   + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
                      if killed else ""), file=sys.stderr)
+            if recorded := flight_recorder_line(config):  # --flight-recorder: who hung, on what
+                print(recorded, file=sys.stderr)
             return 1
         except (SignalException, KeyboardInterrupt) as error:
             sig = getattr(error, "sigval", signal.SIGINT)

@@ -34,6 +34,8 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from allreduce_bench.measure import flight_recorder
+
 POLL_S = 0.05
 HEARTBEAT_S = 1.0
 
@@ -146,7 +148,8 @@ class Groups:
         while self.count() < self.base + slot:
             dist.new_group([dist.get_rank()], timeout=self.create, use_local_synchronization=True)
             self._made += 1
-        group = dist.new_group(sorted(ranks), timeout=self.create, use_local_synchronization=True)
+        group = dist.new_group(sorted(ranks), timeout=self.create, use_local_synchronization=True,
+                               **flight_recorder.described(ranks))  # its members, for `hang`
         self._made += 1
         if self.create != self.timeout:
             group.set_timeout(self.timeout)

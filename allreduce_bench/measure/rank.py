@@ -27,7 +27,7 @@ from allreduce_bench.environment import (
     launcher_env,
 )
 from allreduce_bench.errors import UsageError, is_out_of_memory
-from allreduce_bench.measure import binding, nccl_debug
+from allreduce_bench.measure import binding, flight_recorder, nccl_debug
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
@@ -61,6 +61,7 @@ def join_world(config, env: RankEnv | None):
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
+    flight_recorder.enable(config)  # before the process group: torch reads TORCH_FR_* then
     export_for_env_init(env)
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
@@ -188,13 +189,16 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
         hosts = _gather_meta(config, benchmark, env, device, placement)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
         nccl_debug.collect(config, env.rank, env.world_size)
+        flight_recorder.dump(config, env.rank)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
             raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
-        exit_now(failure_line(env.rank, progress, error, config.timeout_s),
-                 linger_s=LINGER_S if peer_died(error) else 0.0)
+        line = failure_line(env.rank, progress, error, config.timeout_s)
+        line += flight_recorder.after_failure(config, env.rank, env.world_size,
+                                              local=DRIVER_PID_ENV in os.environ)
+        exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
         exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
     dist.destroy_process_group()

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from allreduce_bench.errors import UsageError
 from allreduce_bench.layout import node_layout
+from allreduce_bench.measure import flight_recorder
 from allreduce_bench.measure.device import Device
 
 
@@ -91,7 +92,7 @@ def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | 
                          f"launch more ranks or choose smaller --world-sizes")
     per_node = node_layout(world_size, ranks_per_node)
     members = list(range(world_size))
-    pg = None if world_size == total else dist.new_group(members)
+    pg = None if world_size == total else dist.new_group(members, **flight_recorder.described(members))
     nodes = world_size // per_node
     intra = _subgroup([members[n * per_node:(n + 1) * per_node] for n in range(nodes)], me)
     inter = _subgroup([members[local::per_node] for local in range(per_node)], me)
