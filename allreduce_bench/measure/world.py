@@ -125,3 +125,122 @@ def end_phase(world: World | None, name: str, device: Device) -> None:
             store.set(name, "done")
         world.close()
     device.barrier(None)
+
+
+# ---- a world of the ranks that came ----------------------------------------------------------
+
+JOIN_POLL_S = 0.1
+JOIN_PREFIX = "allreduce-bench/join/"
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Who came when a world was formed from the ranks that arrived (`join_present`)."""
+
+    launched: int  # ranks the launcher started
+    members: tuple[int, ...]  # launched ranks in the world, in the order of their new ranks
+    hostnames: tuple[str | None, ...]  # per launched rank: its hostname, None if it never came
+    # (a rank that came too late, or whose host was short of a rank, has its name but sits out)
+    ranks_per_node: int
+    waited_s: float  # from this rank's arrival to the world's forming
+    env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
+
+    @property
+    def absent(self) -> tuple[int, ...]:
+        return tuple(r for r in range(self.launched) if r not in self.members)
+
+
+_presence: Presence | None = None
+_took_over = False
+
+
+def presence() -> Presence | None:
+    """This process's Presence, once `join_present` formed its world; None otherwise."""
+    return _presence
+
+
+def took_over() -> bool:
+    """Whether this rank leads a world formed without launched rank 0 (it then writes)."""
+    return _took_over
+
+
+def _launch_store(env, timeout: timedelta):
+    """The store every rank of the launch can reach without waiting for the others: torch's
+    elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
+    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s does."""
+    import os
+
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    try:
+        if agent:
+            return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+        return dist.TCPStore(addr, port, is_master=env.rank == 0, timeout=timeout,
+                             wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as error:  # DistStoreError, a refused or silent endpoint
+        who = "the launcher's agent" if agent else "rank 0"
+        raise RuntimeError(f"the launch's store at {addr}:{port}, served by {who}, did not answer "
+                           f"in {timeout.total_seconds():g} s" + ("" if agent or env.rank == 0 else
+                           ": rank 0 hung or died at start-up, and the others cannot meet without it")
+                           ) from error
+
+
+def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
+    """The arrived ranks of hosts every rank of which arrived: a host short of a rank is
+    judged as a whole (its other ranks sit out), so every host in the world has the same
+    ranks per node. Hosts are runs of `ranks_per_node` consecutive ranks."""
+    L = max(1, ranks_per_node)
+    return tuple(r for r in range(launched)
+                 if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
+
+
+def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
+                 ranks_per_node: int):
+    """Form the default process group from the launched ranks that arrive within `timeout_s`
+    instead of waiting for all (init_process_group over every launched rank waits, then fails,
+    when one hung at start-up). Every rank says it came on the launcher's store and waits
+    until all have come or `timeout_s` after its own arrival; the first to stop waiting
+    publishes the members (compare-and-set: one list wins, everyone reads it), and the world
+    is made of them, renumbered in launched order. Returns the Presence, whose `env` is this
+    rank's place in that world (None when it sits out: it came late or its host is short of
+    a rank).
+
+    The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
+    fails every rank here (one line each, within `timeout_s`); under torchrun and a local
+    run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
+    import dataclasses
+    import json
+    import time
+
+    global _presence, _took_over
+    timeout = timedelta(seconds=timeout_s)
+    store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timeout))
+    arrived_at = time.monotonic()
+    store.set(f"here/{env.rank}", hostname)
+    store.add("count", 1)
+    members = None
+    while members is None:
+        if store.check(["members"]):
+            members = json.loads(store.get("members"))
+            break
+        everyone = store.add("count", 0) >= env.world_size
+        if everyone or time.monotonic() - arrived_at > timeout_s:
+            came = {r for r in range(env.world_size) if store.check([f"here/{r}"])}
+            mine = json.dumps(list(whole_hosts(came, env.world_size, ranks_per_node)))
+            members = json.loads(store.compare_set("members", "", mine))
+            break
+        time.sleep(JOIN_POLL_S)
+    hostnames = tuple(store.get(f"here/{r}").decode() if r in members or store.check([f"here/{r}"])
+                      else None for r in range(env.world_size))
+    joined, L = None, max(1, ranks_per_node)
+    if env.rank in members:
+        joined = dataclasses.replace(env, rank=members.index(env.rank), world_size=len(members),
+                                     node_rank=len({r // L for r in members if r // L < env.rank // L}))
+    _presence = Presence(env.world_size, tuple(members), hostnames, L,
+                         round(time.monotonic() - arrived_at, 3), joined)
+    if joined is None:
+        return _presence
+    _took_over = joined.rank == 0 and env.rank != 0
+    dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
+                            world_size=joined.world_size, **options)
+    return _presence
