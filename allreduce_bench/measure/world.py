@@ -7,6 +7,7 @@ works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enum
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -172,17 +173,53 @@ def _launch_store(env, timeout: timedelta):
 
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    serves = env.rank == 0 and not agent
+    failed = RuntimeError(
+        f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
+        f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
+        ": rank 0 hung or died at start-up, and the others cannot meet without it"))
+    # wait for the listener with plain sockets: torch's client logs every retry, with a C++
+    # stack, for as long as it waits; it is then asked only once something listens
+    if not serves and not _listening(addr, port, timeout.total_seconds()):
+        raise failed
     try:
-        if agent:
-            return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
-        return dist.TCPStore(addr, port, is_master=env.rank == 0, timeout=timeout,
-                             wait_for_workers=False, multi_tenant=True)
-    except (RuntimeError, OSError) as error:  # DistStoreError, a refused or silent endpoint
-        who = "the launcher's agent" if agent else "rank 0"
-        raise RuntimeError(f"the launch's store at {addr}:{port}, served by {who}, did not answer "
-                           f"in {timeout.total_seconds():g} s" + ("" if agent or env.rank == 0 else
-                           ": rank 0 hung or died at start-up, and the others cannot meet without it")
-                           ) from error
+        with _quiet_stderr():
+            if agent:
+                return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+            return dist.TCPStore(addr, port, is_master=serves, timeout=timeout,
+                                 wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as error:  # DistStoreError: it listens but does not answer
+        raise failed from error
+
+
+def _listening(addr: str, port: int, within_s: float) -> bool:
+    import socket
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+
+@contextmanager
+def _quiet_stderr():
+    """fd 2 to /dev/null meanwhile (the C++ client's retry logs); our own line says what failed."""
+    import os
+
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
