@@ -251,7 +251,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
     if absent:
         check.never_came(absent)
         layout["never_joined"] = absent
-        say(f"health: {', '.join(absent)} never joined (no rank of {'it' if len(absent) == 1 else 'them'} "
+        say(f"health: {', '.join(absent)} never joined (not every rank of {'it' if len(absent) == 1 else 'them'} "
             f"came within --timeout {config.timeout_s:g} s): unreachable; the {len(rank.ranks_of)} "
             f"host(s) that came are checked among themselves")
     slot_base = k = 0

@@ -66,7 +66,7 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
     out = {"host": host, "partners": sorted(state.tried)}
     if state.status == "unreachable":
         return {**out, "verdict": "unreachable", "measured_GBps": None, "expected_GBps": None,
-                "why": "never joined: none of its ranks came within the timeout" if check.unreachable[host] == 0
+                "why": "never joined: not every rank of it came within the timeout" if check.unreachable[host] == 0
                 else f"did not answer within the timeout in round {check.unreachable[host]}"}
     if state.status == "faulty":
         # a slow rail slows the whole pair too: name the rail, the most specific finding
