@@ -200,11 +200,13 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
         if env is None:  # came after the world formed, or its host is short of a rank
             print(f"allreduce-bench: rank {launched.rank}: the world was formed without it "
                   f"(it came late, or a rank of its host never came): it sits out", file=sys.stderr, flush=True)
+            world.sit_out()
             return 0
     progress = Progress(env.rank, env.world_size)
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
+        world.end_world()
         nccl_debug.collect(config, env.rank, env.world_size)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):

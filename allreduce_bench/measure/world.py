@@ -152,7 +152,8 @@ class Presence:
 
 
 _presence: Presence | None = None
-_took_over = False
+_store = None  # the join's store, while this process is in a world `join_present` formed
+_serves = False  # this process serves that store (rank 0 under srun/mpirun)
 
 
 def presence() -> Presence | None:
@@ -160,9 +161,33 @@ def presence() -> Presence | None:
     return _presence
 
 
-def took_over() -> bool:
-    """Whether this rank leads a world formed without launched rank 0 (it then writes)."""
-    return _took_over
+def writes(writer: bool) -> bool:
+    """Whether this process finishes the run (summary, exit code): `writer` (the launcher's
+    rank 0), except in a world of the ranks that came, whose first rank does (rank 0 may have
+    never come, or sit out)."""
+    if _presence is None:
+        return writer
+    return _presence.env is not None and _presence.env.rank == 0
+
+
+def end_world() -> None:
+    """The world's first rank, once it is done: a store host sitting out may leave now."""
+    if _store is not None and _presence is not None and _presence.env is not None \
+            and _presence.env.rank == 0:
+        _store.set("ended", "1")
+
+
+def sit_out() -> None:
+    """A rank left out of the world: leave at once, unless it serves the store the world
+    meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
+    world's first rank says it is done."""
+    import time
+
+    if not _serves:
+        return
+    while not _store.check(["ended"]):
+        time.sleep(0.5)
+    time.sleep(2.0)  # the others read the last keys (health's end of rounds) meanwhile
 
 
 def _launch_store(env, timeout: timedelta):
@@ -249,9 +274,12 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     import json
     import time
 
-    global _presence, _took_over
+    import os
+
+    global _presence, _store, _serves
     timeout = timedelta(seconds=timeout_s)
-    store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timeout))
+    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timeout))
+    _serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
     arrived_at = time.monotonic()
     store.set(f"here/{env.rank}", hostname)
     store.add("count", 1)
@@ -277,7 +305,6 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
                          round(time.monotonic() - arrived_at, 3), joined)
     if joined is None:
         return _presence
-    _took_over = joined.rank == 0 and env.rank != 0
     dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
                             world_size=joined.world_size, **options)
     return _presence
