@@ -20,7 +20,7 @@ from allreduce_bench.measure.faults import Fault
 from allreduce_bench.measure.world import whole_hosts
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
-HEALTH = ["health", "--ranks-per-node", "1", "--sizes", "64K", "--samples", "3", "--timeout", "6",
+HEALTH = ["health", "--sizes", "64K", "--samples", "3", "--timeout", "6",
           "--no-plot"]
 
 
@@ -46,7 +46,7 @@ def test_a_rank_0_frozen_at_start_up_in_a_local_run_is_unreachable_the_others_ar
     # the store is the launcher agent's, so the others go on without rank 0: rank 1 leads
     out = tmp_path / "frozen-rank0"
     started = time.monotonic()
-    done = subprocess.run([*CLI, *HEALTH, "--hosts", "3", "--out", str(out)], capture_output=True,
+    done = subprocess.run([*CLI, *HEALTH, "--hosts", "3", "--ranks-per-node", "1", "--out", str(out)], capture_output=True,
                           text=True, timeout=240,
                           env={**os.environ, "ALLREDUCE_BENCH_FAULT": "rank=0,action=stop,at=start"})
     assert done.returncode == 3, done.stderr[-3000:]
@@ -65,17 +65,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _mpirun_like(n: int, out, frozen: int, timeout_s: float = 180) -> tuple[list, str]:
-    """n ranks with Open MPI's variables on loopback, rank `frozen` stopped as it starts; waits
-    until every rank but the frozen one has ended (as mpirun would then end the job)."""
+def _mpirun_like(n: int, out, frozen: int, per_host: int = 1, timeout_s: float = 180) -> tuple[list, str]:
+    """n ranks with Open MPI's variables on loopback (hosts of `per_host` ranks), rank `frozen`
+    stopped as it starts; waits until every rank but the frozen one has ended (as mpirun
+    would then end the job)."""
     port = _free_port()
     procs = []
+    command = [*CLI, *HEALTH, "--out", str(out), "--ranks-per-node", str(per_host)]
     for rank in range(n):
         env = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(n),
                "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(n),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
                "ALLREDUCE_BENCH_FAULT": f"rank={frozen},action=stop,at=start"}
-        procs.append(subprocess.Popen([*CLI, *HEALTH, "--out", str(out)], env=env,
+        procs.append(subprocess.Popen(command, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
         deadline = time.monotonic() + timeout_s
@@ -89,12 +91,15 @@ def _mpirun_like(n: int, out, frozen: int, timeout_s: float = 180) -> tuple[list
     return codes, "".join(p.stdout.read() for p in procs)
 
 
-def test_under_an_env_launcher_a_rank_frozen_at_start_up_is_unreachable(tmp_path):
-    codes, output = _mpirun_like(4, tmp_path / "mpi", frozen=2)
-    assert codes[0] == 3 and codes[1] == codes[3] == 0, output[-3000:]
-    assert "Traceback" not in output and "health: node2 never joined" in output
+def test_under_an_env_launcher_a_host_short_of_a_rank_is_unreachable(tmp_path):
+    # 3 hosts x 2 ranks, rank 1 frozen: node0 is left out whole; its rank 0, which serves the
+    # store, sits out but stays until the world (ranks 2-5) has ended; rank 2 leads and writes
+    codes, output = _mpirun_like(6, tmp_path / "mpi", frozen=1, per_host=2)
+    assert codes[0] == 0 and codes[2] == 3 and codes[3:] == [0, 0, 0], output[-3000:]
+    assert "Traceback" not in output and "health: node0 never joined" in output
+    assert "rank 0: the world was formed without it" in output
     found = verdicts(tmp_path / "mpi")
-    assert found.pop("node2") == "unreachable" and set(found) == {"node0", "node1", "node3"}
+    assert found.pop("node0") == "unreachable" and set(found) == {"node1", "node2"}
 
 
 def test_under_an_env_launcher_a_rank_0_frozen_at_start_up_is_one_line_per_rank(tmp_path):
