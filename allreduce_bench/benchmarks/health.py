@@ -1,6 +1,10 @@
 """`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
 sub-groups of the one world and coordinated through the store (measure/coordination.py).
 
+The world is made of the ranks that came within --timeout (measure/world.py `join_present`),
+not of all launched: a host that hung while it started is `unreachable` (never joined) and
+the hosts that came are checked among themselves; the world's first rank coordinates.
+
 Rank 0 coordinates on a thread of its own: it asks the pure plan (analysis/health/rounds.py)
 for the next round, publishes it on the store, then waits until every member of the round has
 reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
