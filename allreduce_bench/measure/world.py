@@ -4,9 +4,17 @@ Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers 
 the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
 ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
 works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`.
+
+`join_present` forms the default group from the launched ranks that arrive in time instead
+of all of them (health: a host that hangs while it starts is judged, not waited for).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import socket
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -138,22 +146,16 @@ JOIN_PREFIX = "allreduce-bench/join/"
 class Presence:
     """Who came when a world was formed from the ranks that arrived (`join_present`)."""
 
-    launched: int  # ranks the launcher started
     members: tuple[int, ...]  # launched ranks in the world, in the order of their new ranks
-    hostnames: tuple[str | None, ...]  # per launched rank: its hostname, None if it never came
-    # (a rank that came too late, or whose host was short of a rank, has its name but sits out)
-    ranks_per_node: int
-    waited_s: float  # from this rank's arrival to the world's forming
+    # per launched rank: its hostname, None if it never came (one that came too late, or whose
+    # host was short of a rank, has its name but sits out)
+    hostnames: tuple[str | None, ...]
     env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
-
-    @property
-    def absent(self) -> tuple[int, ...]:
-        return tuple(r for r in range(self.launched) if r not in self.members)
 
 
 _presence: Presence | None = None
-_store = None  # the join's store, while this process is in a world `join_present` formed
-_serves = False  # this process serves that store (rank 0 under srun/mpirun)
+_store = None  # the join's store
+_serves = False  # this process serves it (rank 0 under srun/mpirun)
 
 
 def presence() -> Presence | None:
@@ -172,8 +174,7 @@ def writes(writer: bool) -> bool:
 
 def end_world() -> None:
     """The world's first rank, once it is done: a store host sitting out may leave now."""
-    if _store is not None and _presence is not None and _presence.env is not None \
-            and _presence.env.rank == 0:
+    if _presence is not None and _presence.env is not None and _presence.env.rank == 0:
         _store.set("ended", "1")
 
 
@@ -181,8 +182,6 @@ def sit_out() -> None:
     """A rank left out of the world: leave at once, unless it serves the store the world
     meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
     world's first rank says it is done."""
-    import time
-
     if not _serves:
         return
     while not _store.check(["ended"]):
@@ -193,34 +192,29 @@ def sit_out() -> None:
 def _launch_store(env, timeout: timedelta):
     """The store every rank of the launch can reach without waiting for the others: torch's
     elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
-    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s does."""
-    import os
-
+    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
+    does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
-    serves = env.rank == 0 and not agent
     failed = RuntimeError(
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
         f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
         ": rank 0 hung or died at start-up, and the others cannot meet without it"))
     # wait for the listener with plain sockets: torch's client logs every retry, with a C++
-    # stack, for as long as it waits; it is then asked only once something listens
-    if not serves and not _listening(addr, port, timeout.total_seconds()):
+    # stack, for as long as it waits; it is asked only once something listens
+    if not _serves and not _listening(addr, port, timeout.total_seconds()):
         raise failed
     try:
         with _quiet_stderr():
             if agent:
                 return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
-            return dist.TCPStore(addr, port, is_master=serves, timeout=timeout,
+            return dist.TCPStore(addr, port, is_master=_serves, timeout=timeout,
                                  wait_for_workers=False, multi_tenant=True)
     except (RuntimeError, OSError) as error:  # DistStoreError: it listens but does not answer
         raise failed from error
 
 
 def _listening(addr: str, port: int, within_s: float) -> bool:
-    import socket
-    import time
-
     deadline = time.monotonic() + within_s
     while True:
         try:
@@ -235,8 +229,6 @@ def _listening(addr: str, port: int, within_s: float) -> bool:
 @contextmanager
 def _quiet_stderr():
     """fd 2 to /dev/null meanwhile (the C++ client's retry logs); our own line says what failed."""
-    import os
-
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as null:
@@ -256,55 +248,45 @@ def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[
                  if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
 
 
+def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
+    """Wait until every launched rank came or `timeout_s` passed since this one did; the first
+    rank to stop waiting sets the members (compare-and-set: one list wins, all read it)."""
+    arrived_at = time.monotonic()
+    while not store.check(["members"]):
+        if store.add("count", 0) >= env.world_size or time.monotonic() - arrived_at > timeout_s:
+            came = {r for r in range(env.world_size) if store.check([f"here/{r}"])}
+            mine = json.dumps(list(whole_hosts(came, env.world_size, ranks_per_node)))
+            return json.loads(store.compare_set("members", "", mine))
+        time.sleep(JOIN_POLL_S)
+    return json.loads(store.get("members"))
+
+
 def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
-                 ranks_per_node: int):
+                 ranks_per_node: int) -> Presence:
     """Form the default process group from the launched ranks that arrive within `timeout_s`
     instead of waiting for all (init_process_group over every launched rank waits, then fails,
     when one hung at start-up). Every rank says it came on the launcher's store and waits
-    until all have come or `timeout_s` after its own arrival; the first to stop waiting
-    publishes the members (compare-and-set: one list wins, everyone reads it), and the world
-    is made of them, renumbered in launched order. Returns the Presence, whose `env` is this
-    rank's place in that world (None when it sits out: it came late or its host is short of
-    a rank).
+    until all have come or `timeout_s` after its own arrival (`_members`); the world is made of
+    the members, renumbered in launched order. Returns the Presence, whose `env` is this rank's
+    place in that world (None when it sits out: it came late or its host is short of a rank).
 
     The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
     fails every rank here (one line each, within `timeout_s`); under torchrun and a local
     run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
-    import dataclasses
-    import json
-    import time
-
-    import os
-
     global _presence, _store, _serves
-    timeout = timedelta(seconds=timeout_s)
-    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timeout))
     _serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
-    arrived_at = time.monotonic()
+    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s)))
     store.set(f"here/{env.rank}", hostname)
     store.add("count", 1)
-    members = None
-    while members is None:
-        if store.check(["members"]):
-            members = json.loads(store.get("members"))
-            break
-        everyone = store.add("count", 0) >= env.world_size
-        if everyone or time.monotonic() - arrived_at > timeout_s:
-            came = {r for r in range(env.world_size) if store.check([f"here/{r}"])}
-            mine = json.dumps(list(whole_hosts(came, env.world_size, ranks_per_node)))
-            members = json.loads(store.compare_set("members", "", mine))
-            break
-        time.sleep(JOIN_POLL_S)
+    members = _members(store, env, timeout_s, ranks_per_node)
     hostnames = tuple(store.get(f"here/{r}").decode() if r in members or store.check([f"here/{r}"])
                       else None for r in range(env.world_size))
     joined, L = None, max(1, ranks_per_node)
     if env.rank in members:
         joined = dataclasses.replace(env, rank=members.index(env.rank), world_size=len(members),
                                      node_rank=len({r // L for r in members if r // L < env.rank // L}))
-    _presence = Presence(env.world_size, tuple(members), hostnames, L,
-                         round(time.monotonic() - arrived_at, 3), joined)
-    if joined is None:
-        return _presence
-    dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
-                            world_size=joined.world_size, **options)
+    _presence = Presence(tuple(members), hostnames, joined)
+    if joined is not None:
+        dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
+                                world_size=joined.world_size, **options)
     return _presence
