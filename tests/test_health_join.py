@@ -1,7 +1,7 @@
 """A host that hangs while it starts still gets a verdict: health forms its world from the ranks
 that arrive within --timeout (measure/world.py `join_present`). Real processes: a local run
-(torch's launcher, whose agent serves the store) and ranks started as mpirun starts them (env://,
-rank 0 serves the store). The rank is frozen by the test-only fault hook before it joins, so
+(torch's launcher, whose agent serves the store), ranks started as mpirun starts them (env://,
+rank 0 serves the store) and the emulated cluster (root only: torchrun per host). The rank is frozen by the test-only fault hook before it joins, so
 the freeze is always before the world forms. Behaviour only: nothing here is timed tightly
 (the deadlines below are far from what a loaded machine takes)."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 import time
 
 import pytest
+from test_emulate import em, needs_namespaces
 
 from allreduce_bench.analysis.health.pairing import launched_host_names
 from allreduce_bench.measure.faults import Fault
@@ -109,3 +110,22 @@ def test_under_an_env_launcher_a_rank_0_frozen_at_start_up_is_one_line_per_rank(
     lines = [line for line in output.splitlines() if "could not join" in line]
     assert len(lines) == 2 and all("served by rank 0, did not answer in 6 s" in line for line in lines)
     assert "Traceback" not in output and "socket.cpp" not in output
+
+
+@needs_namespaces
+def test_emulated_host_frozen_at_start_up_is_unreachable_no_traceback_exit_3(tmp_path):
+    out = tmp_path / "emulated"
+    driver = subprocess.Popen([*CLI, "emulate", "--nodes", "4", "--ranks-per-node", "1", "--inter-bandwidth",
+                               "200mbit", "--benchmarks", "health", "--sizes", "1M", "--timeout", "8",
+                               "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "ALLREDUCE_BENCH_FAULT": "rank=2,action=stop,at=start"})
+    try:
+        _, stderr = driver.communicate(timeout=300)
+    finally:
+        driver.kill()
+    assert driver.returncode == 3, stderr[-3000:]
+    assert "Traceback" not in stderr and "ChildFailedError" not in stderr
+    assert "health: node2 never joined" in stderr
+    found = verdicts(out)
+    assert found.pop("node2") == "unreachable" and set(found.values()) == {"ok"}
+    assert not [n for n in em.namespaces() if n.startswith(f"{em.PREFIX}{driver.pid}-")]
