@@ -11,13 +11,17 @@ with a fault put in on purpose on one random host, and the verdicts are scored:
 - freeze: one rank of that host (not the coordinator's) SIGSTOPped as round 1 is announced;
           target: named unreachable, the others get verdicts, exit 3, health.json final within
           --timeout + 10 s of the freeze.
+- startup: the last rank of that host (any host, node0's rank 0 included) SIGSTOPped 2 s after
+          its process appears, while torch starts, before the world forms; target: named
+          unreachable ("never joined"), the others judged among themselves, exit 3,
+          health.json final within --timeout + 30 s of the freeze.
 A hit names the faulty host; a miss does not; a false alarm is any other host flagged. Also
 printed: the quick check's wall time on 4 x 1 (target <= 60 s) against the dry-run plan's
 estimate (target within 25%). The link rate is the emulator's default (1/36 of the intra-node
 p2p measured here by a first clean run), then given explicitly so every trial has the same.
 
 Usage: sudo python scripts/perf_health.py [--layouts 4x1,8x1,4x2] [--trials 10]
-                                          [--kinds rate,cpu,clean,freeze] [--timeout 20]
+                                          [--kinds rate,cpu,clean,freeze,startup] [--timeout 20]
 The machine may be shared: say `uptime` beside the figures; CPU contention is noise here.
 """
 from __future__ import annotations
@@ -117,11 +121,49 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
                    and sum(v == "unreachable" for v in verdicts.values()) == 1}
 
 
+def startup_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int) -> dict:
+    """Freeze host `host`'s last rank 2 s after its process appears (torch is still starting)."""
+    proc = emulate(layout, out, rate, [], timeout_s, background=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    pids: list[int] = []
+    while proc.poll() is None and len(pids) < int(layout.split("x")[1]):
+        try:
+            pids = worker_pids(proc.pid, host)
+        except StopIteration:  # its namespace is not made yet
+            pass
+        time.sleep(0.05)
+    time.sleep(2.0)
+    os.kill(pids[-1], signal.SIGSTOP)
+    frozen_at, final_at = time.monotonic(), None
+    while proc.poll() is None:
+        doc = out / "health.json"
+        if final_at is None and doc.exists() and "finished" in doc.read_text():
+            final_at = time.monotonic()
+        time.sleep(0.2)
+    final_at = final_at or time.monotonic()
+    reader.join(timeout=5)
+    output = "".join(lines)
+    out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + output)
+    bad, doc = flagged(out)
+    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    target = f"node{host}"
+    return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,
+            "joined_before_freeze": "never joined" not in output,
+            "traceback": "Traceback" in output,
+            "hit": verdicts.get(target) == "unreachable" and proc.returncode == 3,
+            "miss": verdicts.get(target) != "unreachable",
+            "false": len((bad or set()) - {target})}
+
+
 def one_trial(kind: str, layout: str, out: Path, rate: str, bits: float, timeout_s: float, rng) -> dict:
     nodes = int(layout.split("x")[0])
     host = rng.randrange(1 if kind == "freeze" else 0, nodes)
     if kind == "freeze":
         return {"host": host, **freeze_trial(layout, out, rate, timeout_s, host)}
+    if kind == "startup":
+        return {"host": host, **startup_trial(layout, out, rate, timeout_s, host)}
     extra = {"rate": ["--host-bandwidth", f"node{host}={int(bits / 4)}bit"],
              "cpu": ["--host-cpu", f"node{host}=25%"], "clean": []}[kind]
     started = time.monotonic()
@@ -154,6 +196,15 @@ def report(kind: str, layout: str, trials: list[dict]) -> None:
         print(f"{layout:>4} freeze: unreachable named with exit 3 in {len(ok)}/{n}, the others got "
               f"verdicts in {others}/{n}; freeze to final verdict (s): {seconds}", flush=True)
         return
+    if kind == "startup":
+        hits = sum(t["hit"] for t in trials)
+        seconds = sorted(t["seconds"] for t in trials)
+        print(f"{layout:>4} startup: hits {hits}/{n}, misses {sum(t['miss'] for t in trials)}, false alarms "
+              f"{sum(t['false'] for t in trials)}, tracebacks {sum(t['traceback'] for t in trials)}, frozen "
+              f"after joining {sum(t['joined_before_freeze'] for t in trials)}; hosts frozen "
+              f"{[t['host'] for t in trials]}; freeze to final verdict (s): min {seconds[0]:.1f}, median "
+              f"{seconds[n // 2]:.1f}, max {seconds[-1]:.1f} (target <= --timeout + 30)", flush=True)
+        return
     hits = sum(t["hit"] for t in trials)
     misses = sum(t.get("miss", False) for t in trials)
     false = sum(t.get("false", 0) for t in trials)
@@ -165,7 +216,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", default="4x1,8x1,4x2")
     parser.add_argument("--trials", type=int, default=10)
-    parser.add_argument("--kinds", default="rate,cpu,clean,freeze")
+    parser.add_argument("--kinds", default="rate,cpu,clean,freeze,startup")
     parser.add_argument("--timeout", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", help="Write the trials here (kept) instead of a temporary folder.")

@@ -1,6 +1,10 @@
 """`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
 sub-groups of the one world and coordinated through the store (measure/coordination.py).
 
+The world is made of the ranks that came within --timeout (measure/world.py `join_present`),
+not of all launched: a host that hung while it started is `unreachable` (never joined) and
+the hosts that came are checked among themselves; the world's first rank coordinates.
+
 Rank 0 coordinates on a thread of its own: it asks the pure plan (analysis/health/rounds.py)
 for the next round, publishes it on the store, then waits until every member of the round has
 reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
@@ -34,15 +38,19 @@ from allreduce_bench.analysis.health.decide import Measurement
 from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
 from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
+from allreduce_bench.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
+from allreduce_bench.errors import UsageError
 from allreduce_bench.measure import flight_recorder
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import throttle
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.measure.rank import Benchmark
 from allreduce_bench.measure.timing import Measured
+from allreduce_bench.measure import world
 from allreduce_bench.measure.world import CommGroup, World
 from allreduce_bench.results.schema import samples_frame
 
+NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
 # beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
 # peer may not beat either (the call can hold the GIL) until its own --timeout fires
 MARGIN_S = 2.0
@@ -84,9 +92,11 @@ class Rank:
     """This rank's part in the rounds: make its groups, measure, report."""
 
     def __init__(self, session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
-                 ranks_per_node: int):
+                 ranks_per_node: int, hosts: list[str] | None = None):
         self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
         self.ranks_per_node = ranks_per_node
+        # every launched host in launch order: those of ranks_of, and those that never came
+        self.hosts = hosts or list(ranks_of)
         self.me = session.env.rank
         self.groups = Groups(session.config.timeout_s)
         self.cpu_at_start = throttle.cpu_throttle()
@@ -236,12 +246,19 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
     from allreduce_bench.results.health import write_health
 
     config, L = session.config, rank.ranks_per_node
-    hosts = list(rank.ranks_of)
+    hosts = rank.hosts
     check = HealthCheck(hosts, L, Reference(config.sizes, settings.expect, settings.baseline),
                         settings.pairs, settings.bisect)
+    absent = [h for h in hosts if h not in rank.ranks_of]
     layout = {"hosts": len(hosts), "ranks_per_node": L, "sizes": list(config.sizes),
               "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.backend,
               "device": session.device.kind, "timeout_s": config.timeout_s}
+    if absent:
+        check.never_came(absent)
+        layout["never_joined"] = absent
+        say(f"health: {', '.join(absent)} never joined (not every rank of {'it' if len(absent) == 1 else 'them'} "
+            f"came within --timeout {config.timeout_s:g} s): unreachable; the {len(rank.ranks_of)} "
+            f"host(s) that came are checked among themselves")
     slot_base = k = 0
     write_health(config.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
     while (planned := check.next_round()) is not None:
@@ -318,7 +335,10 @@ def measure_health(session) -> int:
 
     config, env = session.config, session.env
     L = config.ranks_per_node or env.local_world_size
-    names = pairing.host_names(list(session.hosts), L)
+    came = world.presence()  # health's world: the ranks that came (measure/world.py)
+    launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
+                                           local=DRIVER_PID_ENV in os.environ)
+    names = [launched[r] for r in came.members]
     ranks_of = pairing.host_ranks(names)
     problem = pairing.layout_problem(ranks_of, L)
     if problem:  # the same on every rank; rank 0 says it
@@ -327,7 +347,8 @@ def measure_health(session) -> int:
         os._exit(BAD_INPUT)
     session.hosts = names
     board = Board("health", env.rank)
-    rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L)
+    rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L,
+                list(dict.fromkeys(launched)))
     try:
         if session.lead:
             lead(session, rank, board)
@@ -339,6 +360,19 @@ def measure_health(session) -> int:
     finally:
         board.close()
     return 0
+
+
+def _nodelist() -> list[str]:
+    """The launcher's hosts in node-rank order, where it says them (Slurm; or
+    ALLREDUCE_BENCH_NODELIST in Slurm's notation for any launcher): the names of hosts whose
+    ranks never came."""
+    for name in (NODELIST_ENV, *SLURM_NODELISTS):
+        if os.environ.get(name):
+            try:
+                return expand_nodelist(os.environ[name])
+            except UsageError:
+                return []
+    return []
 
 
 def prepare(config) -> None:
@@ -380,4 +414,4 @@ def finish_health(config) -> int:
 
 
 BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, finish_health, prepare=prepare,
-                      world_sizes=whole_world)
+                      world_sizes=whole_world, joins_present=True)

@@ -16,6 +16,7 @@ from allreduce_bench.launch.environments import describe_failure, launch_local
 from allreduce_bench.launch.flight import flight_recorder_line
 from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.measure.rank import Benchmark, rank_main
+from allreduce_bench.measure.world import writes
 from allreduce_bench.results.lock import DirectoryLock
 from allreduce_bench.results.resume import kept
 
@@ -98,7 +99,8 @@ def drive(config, benchmark: Benchmark) -> int:
             benchmark.prepare(config)
         if env is not None:
             guarded(rank_main, config, benchmark, env)
-            return benchmark.finish(config) if writer else 0
+            # a world of the ranks that came (health) is finished by its first rank
+            return benchmark.finish(config) if writes(writer) else 0
         world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
                        else config.world_sizes)
         code = _drive_local(config, benchmark, world_sizes)

@@ -184,10 +184,12 @@ def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> No
 
 @dataclass(frozen=True)
 class Fault:
-    """ALLREDUCE_BENCH_FAULT='rank=1,after_rows=2,action=kill|stall|stop|delay[,seconds=600]'
-    (tests only): global rank `rank` SIGKILLs itself, sleeps `seconds`, or SIGSTOPs itself
-    (frozen, as a debugger or a hung kernel would leave it) after it has finished `after_rows`
-    measurements, between two measurements (never inside the timed region); `delay` instead
+    """ALLREDUCE_BENCH_FAULT='rank=1,after_rows=2,action=kill|stall|stop|delay[,seconds=600]
+    [,at=row|start]' (tests only): global rank `rank` SIGKILLs itself, sleeps `seconds`, or
+    SIGSTOPs itself (frozen, as a debugger or a hung kernel would leave it) after it has
+    finished `after_rows` measurements, between two measurements (never inside the timed
+    region), or with `at=start` as it starts, before it joins the world (a host that hangs
+    while it starts: no rank has heard of it); `delay` instead
     makes the rank start every sample `seconds` late (after the alignment, before its clock
     starts): a straggler the slowest-rank analysis must name."""
 
@@ -195,6 +197,7 @@ class Fault:
     after_rows: int
     action: str
     seconds: float = 600.0
+    at: str = "row"  # row: after `after_rows` measurements; start: before the rank joins the world
 
     @classmethod
     def from_env(cls, environ=os.environ) -> Fault | None:
@@ -203,10 +206,13 @@ class Fault:
             return None
         fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
         fault = cls(int(fields["rank"]), int(fields.get("after_rows", 0)), fields["action"],
-                    float(fields.get("seconds", 600)))
+                    float(fields.get("seconds", 600)), fields.get("at", "row"))
         if fault.action not in ("kill", "stall", "stop", "delay"):
             raise ValueError(f"{FAULT_ENV}: action must be kill, stall, stop or delay, not "
                              f"{fault.action!r}")
+        if fault.at not in ("row", "start") or (fault.at == "start" and fault.action == "delay"):
+            raise ValueError(f"{FAULT_ENV}: at must be row or start (start: kill, stall or stop), "
+                             f"not {fault.at!r}")
         return fault
 
     def before_clock(self, rank: int):
@@ -215,10 +221,17 @@ class Fault:
             return None
         return lambda: time.sleep(self.seconds)
 
+    def at_start(self, rank: int) -> None:
+        if self.at == "start" and rank == self.rank:
+            self._act(rank, "as it starts")
+
     def after_row(self, rank: int, rows_done: int) -> None:
-        if rank != self.rank or rows_done != self.after_rows or self.action == "delay":
+        if self.at != "row" or rank != self.rank or rows_done != self.after_rows or self.action == "delay":
             return
-        print(f"allreduce-bench: test fault: rank {rank} {self.action}s after {rows_done} rows "
+        self._act(rank, f"after {rows_done} rows")
+
+    def _act(self, rank: int, when: str) -> None:
+        print(f"allreduce-bench: test fault: rank {rank} {self.action}s {when} "
               f"at t={time.time():.3f}", file=sys.stderr, flush=True)
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import traceback
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from allreduce_bench.environment import (
     launcher_env,
 )
 from allreduce_bench.errors import UsageError, is_out_of_memory
-from allreduce_bench.measure import binding, flight_recorder, nccl_debug
+from allreduce_bench.measure import binding, flight_recorder, nccl_debug, world
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
@@ -53,11 +54,13 @@ def _quiet_interrupt(signum, frame) -> None:
     os._exit(130)
 
 
-def join_world(config, env: RankEnv | None):
+def join_world(config, env: RankEnv | None, present: bool = False):
     """(this rank's device, its Binder, where it runs) and its place in the default process group, the same
     way for every per-rank entry point (run, links, ddp) and every launcher. `config` needs
     backend, device, timeout_s and bind: the binding is applied before the process group's
-    threads start. A rank that cannot join exits with one line."""
+    threads start. A rank that cannot join exits with one line. `present`: the world is made
+    of the ranks that arrive within --timeout (measure/world.py `join_present`; this rank's
+    place in it is `world.presence().env`, None when it sits out)."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
@@ -72,14 +75,18 @@ def join_world(config, env: RankEnv | None):
     binder = binding.Binder.here(config.bind, started_here=DRIVER_PID_ENV in os.environ,
                                  gpu_index=device.torch_device.index if device.kind == "cuda" else None)
     placement = binder.bind(*here)
+    options = process_group_options(config.backend, device, config.timeout_s)
     try:
-        dist.init_process_group(config.backend, **process_group_options(config.backend, device,
-                                                                         config.timeout_s))
+        if present:
+            world.join_present(env, config.backend, options, config.timeout_s, socket.gethostname(),
+                               getattr(config, "ranks_per_node", None) or env.local_world_size)
+        else:
+            dist.init_process_group(config.backend, **options)
     except (RuntimeError, ValueError) as error:  # unreachable master, rendezvous timeout, ...
         where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
-                 f"({env.launcher}, master {where}): {first}")
+                 f"({env.launcher}, master {where}): {first}", **({"code": 1} if present else {}))
     return device, binder, placement
 
 
@@ -91,7 +98,8 @@ class Benchmark:
     is the meta.json a new run starts with. On the writer (the local driver, or rank 0 under a
     launcher): `prepare(config)` before any rank starts, `world_sizes(config)` the local worlds
     still to start (None: every world size of the config), `finish(config) -> exit code` after
-    the ranks (summary, figures). `resumable`: a stopped run says how to continue it. Every
+    the ranks (summary, figures). `resumable`: a stopped run says how to continue it.
+    `joins_present`: its world is made of the ranks that arrive, not of all launched. Every
     field is a module-level function, so spawned ranks receive the declaration by reference."""
 
     name: str
@@ -101,6 +109,7 @@ class Benchmark:
     prepare: Callable[[object], None] | None = None
     world_sizes: Callable[[object], list[int]] | None = None
     resumable: bool = False
+    joins_present: bool = False  # its world: the ranks that arrive in --timeout (health)
 
 
 class Session:
@@ -183,11 +192,22 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     line naming the step and the missing rank (see faults.py); rows already written stay.
     """
     env = env or launcher_env()
-    device, binder, placement = join_world(config, env)
+    fault = Fault.from_env()
+    if fault and env is not None:
+        fault.at_start(env.rank)  # test-only: a rank that hangs while it starts
+    device, binder, placement = join_world(config, env, present=benchmark.joins_present)
+    if benchmark.joins_present:
+        launched, env = env, world.presence().env
+        if env is None:  # came after the world formed, or its host is short of a rank
+            print(f"allreduce-bench: rank {launched.rank}: the world was formed without it "
+                  f"(it came late, or a rank of its host never came): it sits out", file=sys.stderr, flush=True)
+            world.sit_out()
+            return 0
     progress = Progress(env.rank, env.world_size)
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
+        world.end_world()
         nccl_debug.collect(config, env.rank, env.world_size)
         flight_recorder.dump(config, env.rank)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError

@@ -4,9 +4,18 @@ Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers 
 the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
 ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
 works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`.
+
+`join_present` forms the default group from the launched ranks that arrive in time instead
+of all of them (health: a host that hangs while it starts is judged, not waited for).
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -126,3 +135,159 @@ def end_phase(world: World | None, name: str, device: Device) -> None:
             store.set(name, "done")
         world.close()
     device.barrier(None)
+
+
+# ---- a world of the ranks that came ----------------------------------------------------------
+
+JOIN_POLL_S = 0.1
+JOIN_PREFIX = "allreduce-bench/join/"
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Who came when a world was formed from the ranks that arrived (`join_present`)."""
+
+    members: tuple[int, ...]  # launched ranks in the world, in the order of their new ranks
+    # per launched rank: its hostname, None if it never came (one that came too late, or whose
+    # host was short of a rank, has its name but sits out)
+    hostnames: tuple[str | None, ...]
+    env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
+
+
+_presence: Presence | None = None
+_store = None  # the join's store
+_serves = False  # this process serves it (rank 0 under srun/mpirun)
+
+
+def presence() -> Presence | None:
+    """This process's Presence, once `join_present` formed its world; None otherwise."""
+    return _presence
+
+
+def writes(writer: bool) -> bool:
+    """Whether this process finishes the run (summary, exit code): `writer` (the launcher's
+    rank 0), except in a world of the ranks that came, whose first rank does (rank 0 may have
+    never come, or sit out)."""
+    if _presence is None:
+        return writer
+    return _presence.env is not None and _presence.env.rank == 0
+
+
+def end_world() -> None:
+    """The world's first rank, once it is done: a store host sitting out may leave now."""
+    if _presence is not None and _presence.env is not None and _presence.env.rank == 0:
+        _store.set("ended", "1")
+
+
+def sit_out() -> None:
+    """A rank left out of the world: leave at once, unless it serves the store the world
+    meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
+    world's first rank says it is done."""
+    if not _serves:
+        return
+    while not _store.check(["ended"]):
+        time.sleep(0.5)
+    time.sleep(2.0)  # the others read the last keys (health's end of rounds) meanwhile
+
+
+def _launch_store(env, timeout: timedelta):
+    """The store every rank of the launch can reach without waiting for the others: torch's
+    elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
+    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
+    does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    failed = RuntimeError(
+        f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
+        f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
+        ": rank 0 hung or died at start-up, and the others cannot meet without it"))
+    # wait for the listener with plain sockets: torch's client logs every retry, with a C++
+    # stack, for as long as it waits; it is asked only once something listens
+    if not _serves and not _listening(addr, port, timeout.total_seconds()):
+        raise failed
+    try:
+        with _quiet_stderr():
+            if agent:
+                return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+            return dist.TCPStore(addr, port, is_master=_serves, timeout=timeout,
+                                 wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as error:  # DistStoreError: it listens but does not answer
+        raise failed from error
+
+
+def _listening(addr: str, port: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+
+@contextmanager
+def _quiet_stderr():
+    """fd 2 to /dev/null meanwhile (the C++ client's retry logs); our own line says what failed."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
+    """The arrived ranks of hosts every rank of which arrived: a host short of a rank is
+    judged as a whole (its other ranks sit out), so every host in the world has the same
+    ranks per node. Hosts are runs of `ranks_per_node` consecutive ranks."""
+    L = max(1, ranks_per_node)
+    return tuple(r for r in range(launched)
+                 if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
+
+
+def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
+    """Wait until every launched rank came or `timeout_s` passed since this one did; the first
+    rank to stop waiting sets the members (compare-and-set: one list wins, all read it)."""
+    arrived_at = time.monotonic()
+    while not store.check(["members"]):
+        if store.add("count", 0) >= env.world_size or time.monotonic() - arrived_at > timeout_s:
+            came = {r for r in range(env.world_size) if store.check([f"here/{r}"])}
+            mine = json.dumps(list(whole_hosts(came, env.world_size, ranks_per_node)))
+            return json.loads(store.compare_set("members", "", mine))
+        time.sleep(JOIN_POLL_S)
+    return json.loads(store.get("members"))
+
+
+def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
+                 ranks_per_node: int) -> Presence:
+    """Form the default process group from the launched ranks that arrive within `timeout_s`
+    instead of waiting for all (init_process_group over every launched rank waits, then fails,
+    when one hung at start-up). Every rank says it came on the launcher's store and waits
+    until all have come or `timeout_s` after its own arrival (`_members`); the world is made of
+    the members, renumbered in launched order. Returns the Presence, whose `env` is this rank's
+    place in that world (None when it sits out: it came late or its host is short of a rank).
+
+    The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
+    fails every rank here (one line each, within `timeout_s`); under torchrun and a local
+    run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
+    global _presence, _store, _serves
+    _serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
+    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s)))
+    store.set(f"here/{env.rank}", hostname)
+    store.add("count", 1)
+    members = _members(store, env, timeout_s, ranks_per_node)
+    hostnames = tuple(store.get(f"here/{r}").decode() if r in members or store.check([f"here/{r}"])
+                      else None for r in range(env.world_size))
+    joined, L = None, max(1, ranks_per_node)
+    if env.rank in members:
+        joined = dataclasses.replace(env, rank=members.index(env.rank), world_size=len(members),
+                                     node_rank=len({r // L for r in members if r // L < env.rank // L}))
+    _presence = Presence(tuple(members), hostnames, joined)
+    if joined is not None:
+        dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
+                                world_size=joined.world_size, **options)
+    return _presence

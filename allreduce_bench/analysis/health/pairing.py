@@ -88,3 +88,48 @@ def layout_problem(ranks_of: dict[str, list[int]], ranks_per_node: int) -> str |
     shown = ", ".join(f"{h} has {n}" for h, n in list(odd.items())[:4])
     return (f"every host must hold {ranks_per_node} rank(s), but {shown}: duplicate hostnames? "
             "Two nodes with one hostname cannot be told apart; give each node its own hostname")
+
+
+def launched_host_names(hostnames: Sequence[str | None], ranks_per_node: int,
+                        nodelist: Sequence[str] = (), local: bool = False) -> list[str]:
+    """The host of every launched rank, also of the ranks that never came (None: no rank has
+    heard its name). A rank that never came takes its node's name from a rank of the same node
+    that came, else from the launcher's nodelist (Slurm's, or ALLREDUCE_BENCH_NODELIST) by node
+    rank, else from the names of the others when they count up with the node rank (node0,
+    node1, .. node3: node2), else `host-of-rank<R>`. Simulated hosts of one machine (a
+    local run, or ranks of two nodes or more with one hostname) are node<k>, as host_names."""
+    L = max(1, ranks_per_node)
+    known = [h for h in hostnames if h]
+    nodes_known = {r // L for r, h in enumerate(hostnames) if h}
+    if len(set(known)) == 1 and len(hostnames) > L and (local or len(nodes_known) > 1):
+        return host_names([known[0]] * len(hostnames), L)
+    node_names: dict[int, str] = {}
+    for rank, host in enumerate(hostnames):
+        if host:
+            node_names.setdefault(rank // L, host)
+    counted = _counting(node_names)
+    names = []
+    for rank, host in enumerate(hostnames):
+        node = rank // L
+        names.append(host or node_names.get(node)
+                     or (nodelist[node] if len(nodelist) * L >= len(hostnames) else None)
+                     or (counted(node) if counted else None) or f"host-of-rank{rank}")
+    return names
+
+
+def _counting(node_names: dict[int, str]):
+    """name(node) when every known name is one prefix and a number that is the node rank plus
+    one offset (node0..node3, gpu01..gpu04), else None."""
+    import re
+
+    found = [(node, re.fullmatch(r"(.*?)(\d+)", name)) for node, name in node_names.items()]
+    if len(found) < 2 or not all(m for _, m in found):
+        return None
+    prefixes = {m.group(1) for _, m in found}
+    offsets = {int(m.group(2)) - node for node, m in found}
+    widths = {len(m.group(2)) for _, m in found}
+    if len(prefixes) != 1 or len(offsets) != 1:
+        return None
+    prefix, offset = prefixes.pop(), offsets.pop()
+    width = widths.pop() if len(widths) == 1 else 1
+    return lambda node: f"{prefix}{node + offset:0{width}d}"

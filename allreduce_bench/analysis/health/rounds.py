@@ -125,6 +125,11 @@ class HealthCheck:
         if found:
             self.holdbacks.setdefault(host, {})[rank] = found
 
+    def never_came(self, hosts: Sequence[str]) -> None:
+        """Hosts none of whose ranks joined the world: unreachable before round 1 ("round 0")."""
+        for host in hosts:
+            self.unreachable.setdefault(host, 0)
+
     def record(self, measured: Round, measurements: Sequence[Measurement],
                unreachable: Sequence[str] = ()) -> None:
         """What `measured` found: its measurements, and the hosts that did not answer in it."""
@@ -191,7 +196,8 @@ class HealthCheck:
             if planned is not None:
                 return planned
             self._fit()  # 2 or 3 hosts: every pair measured, still too few for a median
-        lost = len(set(self.unreachable.values()))  # a round that lost a host may cost one more
+        # a round that lost a host may cost one more (not those that never came: unpaired)
+        lost = len(set(self.unreachable.values()) - {0})
         if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost:
             return None
         states = self.states()

@@ -66,7 +66,8 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
     out = {"host": host, "partners": sorted(state.tried)}
     if state.status == "unreachable":
         return {**out, "verdict": "unreachable", "measured_GBps": None, "expected_GBps": None,
-                "why": f"did not answer within the timeout in round {check.unreachable[host]}"}
+                "why": "never joined: not every rank of it came within the timeout" if check.unreachable[host] == 0
+                else f"did not answer within the timeout in round {check.unreachable[host]}"}
     if state.status == "faulty":
         # a slow rail slows the whole pair too: name the rail, the most specific finding
         named = [c for c in state.channels if c[0] == "rail"] or list(state.channels)
