@@ -38,9 +38,18 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from allreduce_bench.emulate.cluster import SUBNET, EmulatedCluster, pid_alive
+from allreduce_bench.emulate.cluster import (
+    SUBNET,
+    EmulatedCluster,
+    check_can_emulate,
+    pid_alive,
+    remove_namespaces,
+    stale_namespaces,
+)
 from allreduce_bench.errors import UsageError
 
 CONTROL_ADDRESS = f"{SUBNET}.254"  # the root namespace's end of the uplink into the switch
@@ -159,9 +168,7 @@ class SlurmDaemons:
         self.conf.write_text("\n".join(self.config_lines(socket_path)))
         self._run([_binary("slurmctld"), "-f", str(self.conf)])
         for node in self.nodes:
-            (root / f"spool-{node}").mkdir(exist_ok=True)
-            self._run([*self.slurmd_prefix(node), _binary("slurmd"), "-f", str(self.conf),
-                       "-N", node])
+            self.start_slurmd(node)
         self.wait_idle(wait_s)
 
     def states(self) -> dict[str, str]:
@@ -189,6 +196,11 @@ class SlurmDaemons:
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n" + p.read_text(errors="replace")[-2000:]
                          for p in sorted(self.root.glob("*.log")))
+
+    def start_slurmd(self, node: str) -> None:
+        """Start (again) one node's slurmd where the node is."""
+        (self.root / f"spool-{node}").mkdir(exist_ok=True)
+        self._run([*self.slurmd_prefix(node), _binary("slurmd"), "-f", str(self.conf), "-N", node])
 
     def stop_slurmd(self, node: str) -> None:
         """Stop one node's slurmd (a host whose daemon died); its jobs' tasks stay."""
@@ -389,3 +401,21 @@ def stale_slurm() -> int:
             if folder.name not in live:
                 shutil.rmtree(folder, ignore_errors=True)
     return cleaned
+
+
+@contextmanager
+def slurm_cluster(nodes: int, rate_bps: float, latency_s: float = 0.0,
+                  host_rates: dict[int, float] | None = None, cpus: int = 8,
+                  slurmd_timeout_s: int = 300) -> Iterator[EmulatedSlurm]:
+    """An emulated cluster of `nodes` hosts, links shaped, as a running Slurm cluster; all of it
+    removed on leaving, also on errors (tests, scripts/perf_launchers.py, `emulate --slurm`)."""
+    check_can_emulate()
+    reason = slurm_missing()
+    if reason:
+        raise UsageError(f"emulate --slurm: {reason}")
+    remove_namespaces(stale_namespaces())
+    stale_slurm()
+    with EmulatedCluster(nodes, 1, switch=True) as cluster:
+        cluster.shape(rate_bps, latency_s, host_rates)
+        with EmulatedSlurm(cluster, cpus, slurmd_timeout_s) as slurm:
+            yield slurm
