@@ -323,9 +323,11 @@ class EmulatedSlurm(SlurmDaemons):
         return "\n".join([
             f"export SLURM_CONF={self.conf}",
             "unset GLOO_SOCKET_IFNAME  # each host binds the address of its own name",
-            f"export ALLREDUCE_BENCH_RSH_AGENT={self.agent}",
-            f"# mpirun {shlex.join(self.openmpi_options())} -H {','.join(self.names)} ...",
-            f"# mpiexec {shlex.join(self.mpich_options())} -hosts {','.join(self.names)} ...",
+            "export TORCH_CPP_LOG_LEVEL=ERROR  # c10d warns on every reverse lookup of 10.231.0.x",
+            "export UCX_TLS=tcp,self  # MPICH/UCX: never shared memory past the shaped link",
+            f"# rsh-agent HOST COMMAND runs COMMAND on an emulated host: {self.agent}",
+            f"export OPENMPI_AGENT='{shlex.join(self.openmpi_options())}'  # mpirun $OPENMPI_AGENT -H node0,...",
+            f"export MPICH_AGENT='{shlex.join(self.mpich_options())}'  # mpiexec $MPICH_AGENT -hosts node0,...",
             ""])
 
 
