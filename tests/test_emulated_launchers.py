@@ -126,6 +126,34 @@ def sbatch(slurm, tmp_path: Path, options: list[str], run_options: list[str], **
     return output
 
 
+def test_emulate_slurm_holds_a_cluster_until_sigterm(tmp_path):
+    """The command users start (runs first, before the module's cluster: one at a time)."""
+    reason = _why_not()
+    if reason:
+        pytest.skip(f"no Slurm-emulated cluster here: {reason}")
+    log = tmp_path / "emulate.log"
+    with log.open("w") as sink:
+        driver = subprocess.Popen([*BENCH, "emulate", "--slurm", "--nodes", "3", "--inter-bandwidth",
+                                   "200mbit"], stdout=sink, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "Ctrl-C stops it" not in log.read_text() and time.monotonic() < deadline:
+            assert driver.poll() is None, log.read_text()
+            time.sleep(0.2)
+        conf = re.search(r"^export SLURM_CONF=(\S+)$", log.read_text(), re.M).group(1)
+        env = {**os.environ, "SLURM_CONF": conf}
+        done = subprocess.run(["srun", "-N", "3", "hostname"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0 and sorted(done.stdout.split()) == HOSTS[:3], done.stderr
+    finally:
+        driver.terminate()
+        rc = driver.wait(timeout=60)
+    assert rc == 0 and "every namespace and daemon removed" in log.read_text()
+    assert not Path(conf).parent.exists()
+    assert not subprocess.run(["pgrep", "-f", str(Path(conf).parent)], capture_output=True).stdout
+
+
 def test_srun_run_spans_the_four_hosts(slurm, tmp_path):
     out = tmp_path / "run"
     rc, output = launch(["srun", "-N", "4", "--kill-on-bad-exit=1", *BENCH, "run",
