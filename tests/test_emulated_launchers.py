@@ -242,9 +242,9 @@ def test_mpi_across_namespaces_through_the_agent(slurm, mpi, tmp_path):
 
 def test_a_host_whose_slurmd_is_down(slurm, tmp_path):
     """Slurm's own answer (runs last: node3 stays out): before slurmctld notices, srun -N 4
-    gets node3 and its launch fails at once, naming node3, before any rank could write; the
-    three others then run under --exclude=node3. (After SlurmdTimeout the node is down*, and a
-    4-node srun waits for it: doc/cluster.md.)"""
+    gets node3 and its launch fails at once, naming node3, before any rank could write.
+    (The job then stays COMPLETING on the other hosts for ~45 s, and after SlurmdTimeout the
+    node is down*: doc/cluster.md; `sbatch --exclude` is tested with the health loop.)"""
     slurm.stop_slurmd("node3")
     out = tmp_path / "dead"
     started = time.monotonic()
@@ -253,8 +253,4 @@ def test_a_host_whose_slurmd_is_down(slurm, tmp_path):
                          "--out", str(out)], rank_env(slurm), timeout=90)
     assert rc != 0 and "failed on node node3" in output, output
     assert time.monotonic() - started < 60, output
-    assert not (out / "health.json").exists()
-    rc, output = launch(["srun", "-N", "3", "--exclude=node3", *BENCH, "run", "--algos", "native",
-                         *TINY, "--out", str(tmp_path / "rest")], rank_env(slurm))
-    assert rc == 0, output
-    across_hosts(tmp_path / "rest", "slurm", hosts=["node0", "node1", "node2"], rows=1)
+    assert not (out / "health.json").exists() and not (out / "results.csv").exists()
