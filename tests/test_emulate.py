@@ -280,3 +280,46 @@ def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
     assert set(map(tuple, frame[["link", "operation"]].values)) == {
         ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
     assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
+
+
+# ---------------------------------------------------------------- emulate --slurm (pure parts)
+
+@pytest.mark.parametrize("args, message", [
+    (["--sizes", "4K"], "runs nothing itself"),
+    (["--benchmarks", "health"], "drop --benchmarks"),
+    (["--host-cpu", "node1=50%"], "drop --host-cpu"),
+    (["--nodes", "1"], "--nodes must be at least 2"),
+    (["--inter-bandwidth", "fast"], "--inter-bandwidth"),
+    (["--host-bandwidth", "node9=1mbit"], "node9"),
+])
+def test_bad_emulate_slurm_input_is_one_line_exit_2(args, message):
+    result = CliRunner().invoke(main, ["emulate", "--slurm", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and result.output.strip().count("\n") == 0
+
+
+def test_the_rsh_agent_maps_hosts_to_namespaces_and_skips_ssh_options(tmp_path):
+    from allreduce_bench.emulate.slurm import agent_script
+
+    agent = tmp_path / "agent"
+    # `ip` replaced by echo: the agent's last line shows what it would run
+    agent.write_text(agent_script({"node0": "arb-1-a-h0", "node1": "arb-1-a-h1"}).replace(
+        "exec ip netns exec", "exec echo ip netns exec"))
+    agent.chmod(0o755)
+    done = subprocess.run([str(agent), "-x", "node1.cluster", "orted", "--arg", "two words"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.split()[:4] == ["ip", "netns", "exec", "arb-1-a-h1"]
+    assert "node1 orted --arg two words" in done.stdout
+    done = subprocess.run([str(agent), "node7", "true"], capture_output=True, text=True)
+    assert done.returncode == 255 and "no emulated host node7" in done.stderr
+
+
+def test_slurmd_sees_every_cgroup_hierarchy_of_the_machine():
+    from allreduce_bench.emulate.slurm import cgroup_mounts
+
+    v1 = cgroup_mounts("9:name=systemd:/\n2:cpuacct:/\n1:cpu:/\n0::/\n")
+    assert v1.startswith("mount -t tmpfs cgroup /sys/fs/cgroup")
+    assert "mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd" in v1
+    assert "mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu" in v1
+    assert cgroup_mounts("0::/\n") == "mount -t cgroup2 cgroup2 /sys/fs/cgroup"
+    assert cgroup_mounts("") == ""

@@ -153,6 +153,24 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
                 host_rates, host_cpu)
 
 
+def slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
+                  host_bandwidth, host_cpu, out_dir, benchmark_args) -> int:
+    """`emulate --slurm`: checked here, held by emulate/session.py."""
+    from allreduce_bench.emulate.faults import parse_host_rates
+    from allreduce_bench.emulate.session import hold_slurm
+
+    given = [name for name, value in (("--host-cpu", host_cpu), ("--out", out_dir),
+                                      ("benchmark options", benchmark_args)) if value]
+    if given or click.get_current_context().get_parameter_source("benchmarks").name != "DEFAULT":
+        raise UsageError(f"emulate --slurm holds a cluster for srun/sbatch and runs nothing itself; "
+                         f"drop {', '.join(given) or '--benchmarks'} and give them to the command "
+                         "you start with srun")
+    rate, latency = parse_links(nodes, ranks_per_node or 1, inter_bandwidth, inter_ratio,
+                                inter_latency)
+    cpus = max(8, ranks_per_node or 1)  # tasks per host Slurm may start
+    return hold_slurm(nodes, rate, latency, inter_ratio, parse_host_rates(host_bandwidth, nodes), cpus)
+
+
 def clean_up() -> int:
     """`emulate --cleanup`: remove the namespaces of emulate runs that no longer exist."""
     from allreduce_bench.emulate.cluster import (
@@ -162,11 +180,15 @@ def clean_up() -> int:
         stale_namespaces,
     )
 
+    from allreduce_bench.emulate.slurm import stale_slurm
+
     check_can_emulate()
     stale = stale_namespaces()
     remove_namespaces(stale)
     left = [n for n in stale if n in namespaces()]
+    clusters = stale_slurm()
     click.echo(f"emulate: removed {len(stale) - len(left)} stale namespace(s)"
+               + (f" and the daemons of {clusters} emulated Slurm cluster(s)" if clusters else "")
                + (f"; could not remove {', '.join(left)}" if left else ""))
     return 1 if left else 0
 
@@ -198,11 +220,16 @@ def clean_up() -> int:
                    "(the cgroup cpu controller's quota), e.g. node2=25% (repeatable).")
 @click.option("--out", "out_dir", type=OUTPUT_PATH,
               help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
+@click.option("--slurm", is_flag=True,
+              help="Instead of running benchmarks: make the emulated hosts a Slurm cluster "
+                   "(slurmd per host, slurmctld here), print what another shell sources to "
+                   "use it (srun -N, sbatch, mpirun/mpiexec through an rsh agent), and hold "
+                   "it until Ctrl-C. See cluster.md, \"Try it on an emulated cluster\".")
 @click.option("--cleanup", is_flag=True,
               help="Only remove namespaces left by emulate runs that no longer exist, and exit.")
 @click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED)
 def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, benchmarks,
-            host_bandwidth, host_cpu, out_dir, cleanup, benchmark_args):
+            host_bandwidth, host_cpu, out_dir, slurm, cleanup, benchmark_args):
     """Emulate a multi-node cluster on this machine (root) and run the benchmark on it.
 
     \b
@@ -220,6 +247,9 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     """
     if cleanup:
         sys.exit(clean_up())
+    if slurm:
+        sys.exit(slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
+                               host_bandwidth, host_cpu, out_dir, benchmark_args))
     chosen = [b.strip() for b in benchmarks.split(",") if b.strip()]
     unknown = [b for b in chosen if b not in REGISTRY]
     if unknown or not chosen:

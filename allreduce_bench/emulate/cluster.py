@@ -141,11 +141,13 @@ def stale_namespaces() -> list[str]:
 class EmulatedCluster:
     """M hosts (namespaces), their links and shaping; a context manager that always cleans up."""
 
-    def __init__(self, nodes: int, ranks_per_node: int):
+    def __init__(self, nodes: int, ranks_per_node: int, switch: bool = False):
+        """`switch`: a bridge even for 2 hosts (emulate/slurm.py plugs the root namespace in)."""
         self.nodes, self.ranks_per_node = nodes, ranks_per_node
         self.token = f"{os.getpid()}-{secrets.token_hex(3)}"
         self.hosts = [f"{PREFIX}{self.token}-h{i}" for i in range(nodes)]
-        self.switch = f"{PREFIX}{self.token}-sw" if nodes > 2 else None
+        self.switch = f"{PREFIX}{self.token}-sw" if nodes > 2 or switch else None
+        self.latency_s = 0.0
         self.created: list[str] = []
 
     @staticmethod
@@ -192,8 +194,14 @@ class EmulatedCluster:
     def shape(self, rate_bps: float, latency_s: float, host_rates: dict[int, float] | None = None) -> None:
         """Rate-limit (and delay) each host's outgoing inter-node traffic; `host_rates` gives
         some hosts another rate (emulate/faults.py)."""
+        self.latency_s = latency_s
         for i, host in enumerate(self.hosts):
             self._shape_host(i, host, (host_rates or {}).get(i, rate_bps), latency_s)
+
+    def set_host_rate(self, i: int, rate_bps: float) -> None:
+        """Host i's link at another rate from now on (its qdiscs replaced; the delay kept)."""
+        _sh("tc", "-n", self.hosts[i], "qdisc", "del", "dev", f"node{i}", "root", check=False)
+        self._shape_host(i, self.hosts[i], rate_bps, self.latency_s)
 
     def _shape_host(self, i: int, host: str, rate_bps: float, latency_s: float) -> None:
         rate = f"{int(rate_bps)}bit"

@@ -52,10 +52,14 @@ def _say(line: str) -> None:
 
 
 def clean_stale() -> None:
+    from allreduce_bench.emulate.slurm import stale_slurm
+
     stale = stale_namespaces()
     if stale:
         remove_namespaces(stale)
         _say(f"removed {len(stale)} namespace(s) left by an earlier run")
+    if stale_slurm():
+        _say("stopped the daemons of an emulated Slurm cluster left by an earlier run")
     remove_cgroups(stale_cgroups(pid_alive))  # --host-cpu's, once their processes are gone
 
 
@@ -127,3 +131,32 @@ def _faults(plan: Plan) -> str:
     said = [f"node{i} at {units.format_tc_rate(r)}" for i, r in plan.host_rates.items()]
     said += [f"node{i} at {share:.0%} of a CPU" for i, share in plan.host_cpu.items()]
     return f"; faults put in: {', '.join(said)}" if said else ""
+
+
+def hold_slurm(nodes: int, rate_bps: float | None, latency_s: float, inter_ratio: float,
+               host_rates: dict[int, float], cpus: int) -> int:
+    """`emulate --slurm`: the emulated cluster as a Slurm cluster, held until Ctrl-C/SIGTERM;
+    what another shell needs is printed and written to <state>/env.sh."""
+    from allreduce_bench.emulate.slurm import slurm_cluster
+
+    if rate_bps is None:  # auto: measured on a bare cluster first, as `emulate` does
+        check_can_emulate()
+        with EmulatedCluster(2, 2) as probe:
+            rate_bps = probe.probe_intra_p2p() * 8e9 / inter_ratio
+    with terminate_as_interrupt():
+        try:
+            with slurm_cluster(nodes, rate_bps, latency_s, host_rates, cpus) as slurm:
+                env_file = slurm.root / "env.sh"
+                env_file.write_text(slurm.exports())
+                slowed = "".join(f", node{i} at {units.format_tc_rate(r)}" for i, r in host_rates.items())
+                _say(f"Slurm cluster node[0-{nodes - 1}] up: {nodes} hosts in namespaces "
+                     f"{slurm.cluster.hosts[0]}.., inter-node link {units.format_tc_rate(rate_bps)}"
+                     f"{slowed}; slurmctld on {slurm.control_host}")
+                print(slurm.exports(), flush=True)
+                _say(f"in another shell: source {env_file}; srun -N {nodes} python -m "
+                     "allreduce_bench run --quick. Ctrl-C stops it and removes everything.")
+                while True:
+                    time.sleep(3600)
+        except (KeyboardInterrupt, SystemExit) as stop:
+            _say("stopped; every namespace and daemon removed")
+            return 0 if isinstance(stop, KeyboardInterrupt) or stop.code in (130, 143) else 1
