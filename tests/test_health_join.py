@@ -1,8 +1,9 @@
 """A host that hangs while it starts still gets a verdict: health forms its world from the ranks
 that arrive within --timeout (measure/world.py `join_present`). Real processes: a local run
 (torch's launcher, whose agent serves the store), ranks started as mpirun starts them (env://,
-rank 0 serves the store) and the emulated cluster (root only: torchrun per host). The rank is frozen by the test-only fault hook before it joins, so
-the freeze is always before the world forms. Behaviour only: nothing here is timed tightly
+rank 0 serves the store) and the emulated cluster (root only: torchrun per host). The rank is
+frozen by the test-only fault hook before it joins, so the freeze is always before the world
+forms. Behaviour only: nothing here is timed tightly
 (the deadlines below are far from what a loaded machine takes)."""
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ def test_a_rank_0_frozen_at_start_up_in_a_local_run_is_unreachable_the_others_ar
     # the store is the launcher agent's, so the others go on without rank 0: rank 1 leads
     out = tmp_path / "frozen-rank0"
     started = time.monotonic()
-    done = subprocess.run([*CLI, *HEALTH, "--hosts", "3", "--ranks-per-node", "1", "--out", str(out)], capture_output=True,
-                          text=True, timeout=240,
+    done = subprocess.run([*CLI, *HEALTH, "--hosts", "3", "--ranks-per-node", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240,
                           env={**os.environ, "ALLREDUCE_BENCH_FAULT": "rank=0,action=stop,at=start"})
     assert done.returncode == 3, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

@@ -40,13 +40,11 @@ from allreduce_bench.benchmarks.allreduce import make_row, measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
 from allreduce_bench.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.errors import UsageError
-from allreduce_bench.measure import flight_recorder
+from allreduce_bench.measure import flight_recorder, throttle, world
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import throttle
 from allreduce_bench.measure.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.measure.rank import Benchmark
 from allreduce_bench.measure.timing import Measured
-from allreduce_bench.measure import world
 from allreduce_bench.measure.world import CommGroup, World
 from allreduce_bench.results.schema import samples_frame
 

@@ -179,7 +179,6 @@ def clean_up() -> int:
         remove_namespaces,
         stale_namespaces,
     )
-
     from allreduce_bench.emulate.slurm import stale_slurm
 
     check_can_emulate()

@@ -19,7 +19,8 @@ class LaunchConfig:
     plot: bool = True
     bind: str = "auto"  # --bind: where each rank runs (measure/binding.py)
     nccl_debug: bool = False  # NCCL's log per rank into OUT/nccl-debug and meta.json (measure/nccl_debug.py)
-    flight_recorder: bool = False  # every rank dumps torch's Flight Recorder to OUT/flight-recorder (measure/flight_recorder.py)
+    # every rank dumps torch's Flight Recorder to OUT/flight-recorder (measure/flight_recorder.py)
+    flight_recorder: bool = False
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     command: str = ""
 
