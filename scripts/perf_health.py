@@ -88,6 +88,18 @@ def worker_pids(driver: int, host: int) -> list[int]:
     return sorted(found)
 
 
+def final_verdict_at(proc, out: Path) -> float:
+    """When health.json first said `finished` (or the run ended without it), waiting for the
+    run to end."""
+    final_at = None
+    while proc.poll() is None:
+        doc = out / "health.json"
+        if final_at is None and doc.exists() and "finished" in doc.read_text():
+            final_at = time.monotonic()
+        time.sleep(0.2)
+    return final_at or time.monotonic()
+
+
 def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int) -> dict:
     # the check's own sampling: the later rounds then cost what they cost a user (with
     # --samples 50 each re-pairing round took 2.9 s instead of 0.7). Frozen as round 1 is
@@ -105,13 +117,7 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
     # the rest of its output read as it comes (a full pipe would stall the run) and kept
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
-    final_at = None
-    while proc.poll() is None:
-        doc = out / "health.json"
-        if final_at is None and doc.exists() and "finished" in doc.read_text():
-            final_at = time.monotonic()
-        time.sleep(0.2)
-    final_at = final_at or time.monotonic()
+    final_at = final_verdict_at(proc, out)
     reader.join(timeout=5)
     out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + "".join(lines))
     _, doc = flagged(out)
@@ -136,13 +142,8 @@ def startup_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int
         time.sleep(0.05)
     time.sleep(2.0)
     os.kill(pids[-1], signal.SIGSTOP)
-    frozen_at, final_at = time.monotonic(), None
-    while proc.poll() is None:
-        doc = out / "health.json"
-        if final_at is None and doc.exists() and "finished" in doc.read_text():
-            final_at = time.monotonic()
-        time.sleep(0.2)
-    final_at = final_at or time.monotonic()
+    frozen_at = time.monotonic()
+    final_at = final_verdict_at(proc, out)
     reader.join(timeout=5)
     output = "".join(lines)
     out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + output)
