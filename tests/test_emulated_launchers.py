@@ -240,6 +240,24 @@ def test_mpi_across_namespaces_through_the_agent(slurm, mpi, tmp_path):
     across_hosts(out, mpi, rows=2)
 
 
+def test_srun_health_with_a_host_frozen_at_start_up(slurm, tmp_path):
+    """node2's rank stopped while it starts (before the world forms): the three others are
+    judged among themselves and node2 is unreachable; --kill-on-bad-exit ends the step (the
+    frozen task never exits), so the check's own exit code is read from health.json."""
+    out = tmp_path / "frozen"
+    started = time.monotonic()
+    rc, output = launch(["srun", "-N", "4", "--kill-on-bad-exit=1", *BENCH, "health",
+                         "--sizes", "4K,256K", "--budget", "0.05", "--no-plot", "--timeout",
+                         "10", "--out", str(out)],
+                        rank_env(slurm, ALLREDUCE_BENCH_FAULT="rank=2,action=stop,at=start"),
+                        timeout=120)
+    doc = json.loads((out / "health.json").read_text())
+    assert {h["host"]: h["verdict"] for h in doc["hosts"]} == {
+        "node0": "ok", "node1": "ok", "node2": "unreachable", "node3": "ok"}, output
+    assert doc["exit_code"] == 3 and rc != 0 and "Traceback" not in output, output
+    assert time.monotonic() - started < 10 + 60, output  # a hang check, not a speed target
+
+
 def test_a_host_whose_slurmd_is_down(slurm, tmp_path):
     """Slurm's own answer (runs last: node3 stays out): before slurmctld notices, srun -N 4
     gets node3 and its launch fails at once, naming node3, before any rank could write.
