@@ -14,7 +14,9 @@
    medians harness / loop (target 0.95-1.05 at 4M-64M; below 4M the harness's median inside the
    loop's own min-max over runs), the run-to-run spread (max - min) / median of busbw (target
    at N = 2: harness <= loop), and the rows' skew_share (how much of a sample was the barrier's
-   exit skew: median and max over runs).
+   exit skew: median and max over runs). Beside them the same two figures from the rows'
+   time_us_mean (the mean over the same samples, the loop's own statistic), which tells what
+   the samples hold from what the median makes of them.
 4. The default run bound (`--bind auto`) and unbound (`--bind none`): the placement meta.json
    records, and the speed-up of binding at <= 1M side by side.
 5. The default run's wall time (target < 30 s).
@@ -183,12 +185,16 @@ def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
                 rows = pd.read_csv(run_dir / "results.csv").set_index("size_bytes")
                 for size in LOOP_SIZES:
                     busbw.setdefault((kind, size), []).append(float(rows.loc[size, "busbw_GBps"]))
+                    if kind == "harness":  # the same samples' mean, the statistic the loop takes
+                        busbw.setdefault(("mean", size), []).append(
+                            busbw_GBps(size, float(rows.loc[size, "time_us_mean"]), n))
                     if kind == "harness" and "skew_share" in rows.columns:
                         skew.setdefault(size, []).append(float(rows.loc[size, "skew_share"]))
             print(f"   round {k}: done ({load()})")
         extra = f" {'baseline':>9} {'ratio b':>8} {'spread b':>9}" if baseline else ""
         print(f"   {'size':>6} {'harness GB/s':>13} {'loop GB/s':>10} {'loop range':>13} {'ratio':>6} "
-              f"{'spread h':>9} {'spread l':>9} {'skew med/max':>13}{extra}  verdict")
+              f"{'spread h':>9} {'spread l':>9} {'skew med/max':>13} {'mean ratio':>10} {'spread m':>9}"
+              f"{extra}  verdict")
         for size in LOOP_SIZES:
             h, m = busbw[("harness", size)], busbw[("loop", size)]
             ratio = statistics.median(h) / statistics.median(m)
@@ -198,6 +204,8 @@ def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
             line = (f"   {size >> 10:>5}K {statistics.median(h):>13.3f} {statistics.median(m):>10.3f} "
                     f"{min(m):>6.3f}-{max(m):<6.3f} {ratio:>6.2f} {spread(h):>9.2f} {spread(m):>9.2f} "
                     f"{statistics.median(skews):>6.1%}/{max(skews):<6.1%}")
+            a = busbw[("mean", size)]
+            line += f" {statistics.median(a) / statistics.median(m):>10.2f} {spread(a):>9.2f}"
             if baseline:
                 b = busbw[("baseline", size)]
                 middle = statistics.median(b)

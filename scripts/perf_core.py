@@ -7,7 +7,8 @@
    nccl-tests' method), R alternating rounds in the same processes: the ratio of medians over
    rounds within 0.95-1.05 at 4M-64M (N=2 and N=4); at 64K-1M the harness's median inside the
    minimal loop's own range over its rounds.
-3. Run-to-run spread over those rounds, (max - min) / median: the harness's <= the loop's.
+3. Run-to-run spread over those rounds, (max - min) / median: the harness's <= the loop's
+   (`spread m`: the same of the mean over the harness's samples, the loop's own statistic).
 4. Every row carries its coefficient of variation and an unstable flag (checked on the default
    run's rows), and the report lists the flagged ones.
 5. The default `allreduce-bench run`: < 30 s wall, every figure drawn.
@@ -78,8 +79,9 @@ def rounds(count: int) -> dict:
             measured, wrong = measure(algorithms.get("native"), world, size // 4, torch.float32,
                                       sampling)
             assert wrong == 0
-            found.setdefault(("harness", size), []).append(
-                metrics.sample_stats(measured.per_rank_us)["time_us_median"])
+            stats = metrics.sample_stats(measured.per_rank_us)
+            found.setdefault(("harness", size), []).append(stats["time_us_median"])
+            found.setdefault(("mean", size), []).append(stats["time_us_mean"])
             # as many calls as the harness timed, at least nccl-tests' default 20 below 4M
             calls = max(measured.samples * measured.loops, 20 if size < 4 << 20 else 5)
             found.setdefault(("loop", size), []).append(minimal_loop_us(size, min(calls, 400)))
@@ -110,7 +112,7 @@ def main() -> int:
     print(f"\n2./3. harness (calibrated samples) against a minimal back-to-back loop, {args.rounds} "
           "alternating rounds")
     print(f"{'N':>3} {'size':>6} {'harness us':>11} {'loop us':>9} {'ratio':>6} {'loop range us':>17} "
-          f"{'spread h':>9} {'spread l':>9}  verdict")
+          f"{'spread h':>9} {'spread l':>9} {'spread m':>9}  verdict")
     for n in (2, 4):
         results = launch_local(n, rounds, args.rounds)[0]
         for size in LOOP_SIZES:
@@ -125,7 +127,7 @@ def main() -> int:
             label = f"{size >> 20}M" if size >= 1 << 20 else f"{size >> 10}K"
             print(f"{n:>3} {label:>6} {statistics.median(h):>11.1f} {statistics.median(loop):>9.1f} "
                   f"{ratio:>6.2f} {min(loop):>8.0f}-{max(loop):<8.0f} {spread(h):>9.2f} "
-                  f"{spread(loop):>9.2f}  {'OK' if good else 'MISS'}"
+                  f"{spread(loop):>9.2f} {spread(results[('mean', size)]):>9.2f}  {'OK' if good else 'MISS'}"
                   f"{'' if spread_ok else ' (harness spread larger)'}")
 
     if not args.skip_default_run:
