@@ -31,6 +31,19 @@ BUSBW_FACTORS = {
 }
 # collectives whose buffer is N per-rank parts: nccl-tests counts one rank's part
 PER_RANK = ("all_gather", "reduce_scatter", "alltoall")
+# collectives measured in a second, in-place half besides the out-of-place one (`run --in-place`,
+# nccl-tests' in-place columns); AllReduce, Broadcast and Reduce are in place already, AllToAll
+# and SendRecv have no in-place mode. An in-place half's rows are benchmark <name>-in-place.
+IN_PLACE_HALVES = ("all_gather", "reduce_scatter")
+IN_PLACE = "-in-place"
+
+
+def benchmark_of(collective: str, in_place: bool = False) -> str:
+    """A row's `benchmark`: allreduce for AllReduce (what every AllReduce analysis reads), else
+    the collective's name; `-in-place` marks an in-place half measured beside an out-of-place one
+    (`run --in-place`, and `import` of a nccl-tests table with both columns)."""
+    name = "allreduce" if collective == "all_reduce" else collective
+    return name + IN_PLACE if in_place else name
 
 
 def busbw_factor(world_size: int, collective: str = "all_reduce") -> float:

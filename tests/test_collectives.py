@@ -252,9 +252,37 @@ def cli(*args, timeout=300):
                           text=True, timeout=timeout)
 
 
+def test_decomposition_prefers_the_in_place_halves():
+    import pandas as pd
+
+    from allreduce_bench.analysis.collectives import decomposition, peak_table
+
+    def row(benchmark, algorithm, time_us, size=16 << 20):
+        return {"benchmark": benchmark, "algorithm": algorithm, "world_size": 2, "size_bytes": size,
+                "time_us_median": time_us, "busbw_GBps": size / time_us / 2e3, "runs_as": None}
+
+    out_of_place = [row("allreduce", "ring", 13553), row("reduce_scatter", "ring", 8221),
+                    row("all_gather", "ring", 7578), row("allreduce", "native", 9000),
+                    row("reduce_scatter", "native", 5000), row("all_gather", "native", 4000)]
+    in_place = [row("reduce_scatter-in-place", "ring", 7198), row("all_gather-in-place", "ring", 6627),
+                row("all_gather-in-place", "native", 3000)]  # native lacks an in-place RS
+    table = decomposition(pd.DataFrame(out_of_place + in_place)).set_index("algorithm")
+    ring, native = table.loc["ring"], table.loc["native"]
+    assert ring["halves"] == "in place" and ring["sum_us"] == 7198 + 6627
+    assert ring["ratio"] == pytest.approx(13553 / (7198 + 6627))
+    assert ring["ratio_out_of_place"] == pytest.approx(13553 / (8221 + 7578))
+    assert native["halves"] == "out of place" and native["ratio"] == pytest.approx(9000 / 9000)
+    before = decomposition(pd.DataFrame(out_of_place)).set_index("algorithm")  # as before --in-place
+    assert set(before["halves"]) == {"out of place"} and before.loc["ring", "sum_us"] == 8221 + 7578
+    peaks = peak_table(pd.DataFrame(out_of_place + in_place))
+    assert ("all_gather", "ring (in place)") in peaks.index and ("all_gather", "ring") in peaks.index
+    assert ("all_reduce", "ring") not in peaks.index  # AllReduce has its own table
+
+
 @pytest.mark.parametrize("args, says", [
     (["--collectives", "unknown"], "unknown collective unknown"),
     (["--collectives", "all_gather,alltoall", "--algos", "ring"], "unknown algorithm 'ring' for alltoall"),
+    (["--collectives", "all_reduce,alltoall", "--in-place"], "--in-place measures the in-place half"),
 ])
 def test_bad_collectives_are_one_line_and_exit_2(args, says):
     result = cli("run", *args, "--quick", "--no-plot", timeout=60)
@@ -269,13 +297,18 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     out = tmp_path / "run"
     args = ["run", "--collectives", "all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce,sendrecv",
             "--algos", "native", "--world-sizes", "2", "--sizes", "4K,64K", "--samples", "2", "--loops", "1",
-            "--warmup", "0", "--out", str(out)]
+            "--warmup", "0", "--in-place", "--out", str(out)]
     result = cli(*args)
     assert result.returncode == 0, result.stderr
     rows = pd.read_csv(out / "results.csv")
     assert list(dict.fromkeys(rows["collective"])) == list(metrics.COLLECTIVES)
-    assert (rows["wrong"] == 0).all() and len(rows) == 2 * 7
-    assert set(rows["benchmark"]) == {"allreduce", *metrics.COLLECTIVES} - {"all_reduce"}
+    # every collective once, AllGather and ReduceScatter also in place (--in-place), all checked
+    assert (rows["wrong"] == 0).all() and len(rows) == 2 * (7 + 2)
+    assert set(rows["benchmark"]) == {"allreduce", *metrics.COLLECTIVES, "all_gather-in-place",
+                                      "reduce_scatter-in-place"} - {"all_reduce"}
+    halves = rows[rows["benchmark"].str.endswith("-in-place")]
+    assert sorted(set(halves["collective"])) == ["all_gather", "reduce_scatter"] and len(halves) == 4
+    assert "all_gather-in-place/native: world size 2" in result.stderr + result.stdout
     rs = rows[rows["collective"] == "reduce_scatter"]
     assert set(rs["runs_as"]) == {"all_reduce"} and rows[rows["collective"] != "reduce_scatter"]["runs_as"].isna().all()
     ag = rows[rows["collective"] == "all_gather"].iloc[0]
@@ -284,6 +317,7 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     assert "Peak busbw (GB/s) per collective" in result.stdout and "in disguise" in result.stdout
     report = (out / "plots" / "report.md").read_text()
     assert "## Other collectives" in report and "## Cost model per collective" in report
+    assert "| all_gather | native (in place) |" in report
     assert (out / "plots" / "collectives_peak.png").exists() and (out / "plots" / "bandwidth_alltoall.png").exists()
     again = cli(*args[:-2], "--resume", str(out))
     assert again.returncode == 0, again.stderr

@@ -1,13 +1,20 @@
 """Figures of the collectives beside AllReduce: bandwidth and latency against size per
-collective (one panel per world size, one line per algorithm), and a summary of the peak busbw
-of every collective (AllReduce included) per world size, its best algorithm named on the bar."""
+collective (one panel per world size, one line per algorithm, an in-place half (`run
+--in-place`) dashed as `<algorithm> (in place)`), and a summary of the peak busbw of every
+collective (AllReduce included) per world size, its best algorithm named on the bar (out of
+place, the half nccl-tests users quote)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.analysis.collectives import best_per_collective, collective_rows
+from allreduce_bench.analysis.collectives import (
+    IN_PLACE_LABEL,
+    best_per_collective,
+    collective_rows,
+    named_halves,
+)
 from allreduce_bench.analysis.style import legend, log_y_axis, plt, save, size_axis
 from allreduce_bench.metrics import COLLECTIVES
 
@@ -20,11 +27,15 @@ def size_figure(rows: pd.DataFrame, collective: str, column: str, ylabel: str, l
     fig, axes = plt.subplots(1, len(world_sizes), figsize=(5 * len(world_sizes), 4), squeeze=False)
     for ax, world_size in zip(axes[0], world_sizes):
         at = rows[rows["world_size"] == world_size]
+        colors = {}  # an in-place half in its out-of-place line's colour, dashed
         for algorithm, line in at.groupby("algorithm", sort=False):
             curve = line.groupby("size_bytes")[column].median()
             ran = line["runs_as"].iloc[0]
-            ax.plot(curve.index, curve.values, marker="o", markersize=3,
-                    label=f"{algorithm} (ran {ran})" if ran else algorithm)
+            base = algorithm.removesuffix(IN_PLACE_LABEL)
+            drawn = ax.plot(curve.index, curve.values, marker="o", markersize=3, color=colors.get(base),
+                            linestyle="--" if base != algorithm else "-",
+                            label=f"{algorithm} (ran {ran})" if ran else algorithm)
+            colors.setdefault(base, drawn[0].get_color())
         size_axis(ax)
         ax.set_xlabel(SIZE_LABEL)
         if logy:
@@ -65,7 +76,7 @@ def peak_figure(frame: pd.DataFrame):
 def draw(frame: pd.DataFrame, out_dir: Path, fmt: str = "png") -> dict[str, Path]:
     """Save the collectives' figures as out_dir/<name>.<fmt>; name -> path (none without rows
     of another collective)."""
-    rows = collective_rows(frame).dropna(subset=["busbw_GBps", "time_us_median"])
+    rows = named_halves(collective_rows(frame, in_place=True)).dropna(subset=["busbw_GBps", "time_us_median"])
     if rows.empty:
         return {}
     drawn = {}

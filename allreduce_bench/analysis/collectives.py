@@ -6,29 +6,47 @@ and the section of report.md and of the terminal summary that shows them.
 Rows of another collective carry benchmark = its name (as `import` writes nccl-tests'
 all_gather_perf rows) and busbw with its own nccl-tests factor; the AllReduce-only analyses skip
 them (results.schema.allreduce_rows) and this module reads them.
+
+In-place halves (benchmark <collective>-in-place: `run --in-place`, or both columns of an
+imported nccl-tests table) are lines of their own, `<algorithm> (in place)`, in the peak table
+and the per-collective figures; the decomposition compares them where a size has both in-place
+halves (the like-for-like comparison with an AllReduce, which is in place); the summary of the
+best algorithm per collective and the cost model per collective read the out-of-place half
+(nccl-tests' quoted column; the declared steps are the out-of-place algorithm's).
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from allreduce_bench.metrics import COLLECTIVES
+from allreduce_bench.metrics import COLLECTIVES, IN_PLACE, benchmark_of
 from allreduce_bench.units import format_size
 
 DECOMPOSED_FROM = 1 << 20  # the decomposition table's smallest size: below it latency rules
+IN_PLACE_LABEL = " (in place)"  # after the algorithm, on an in-place half's line
 
 
-def collective_rows(frame: pd.DataFrame, with_allreduce: bool = False) -> pd.DataFrame:
-    """Out-of-place rows of every collective but AllReduce (and AllReduce's, when asked), each
-    with `collective` and `runs_as` filled."""
+def collective_rows(frame: pd.DataFrame, with_allreduce: bool = False,
+                    in_place: bool = False) -> pd.DataFrame:
+    """Out-of-place rows of every collective but AllReduce (and AllReduce's, when asked; and
+    the in-place halves, when asked), each with `collective`, `runs_as` and `in_place` filled.
+    (`run`'s AllReduce rows are in place but benchmark = allreduce: the out-of-place name.)"""
     if "benchmark" not in frame.columns:
-        return frame.iloc[0:0]
+        return frame.iloc[0:0].assign(in_place=pd.Series(dtype=bool))
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
-    names = [c for c in COLLECTIVES if c != "all_reduce"] + (["allreduce"] if with_allreduce else [])
-    rows = frame[benchmark.isin(names)].copy()
-    rows["collective"] = benchmark[rows.index].replace({"allreduce": "all_reduce"})
+    chosen = [c for c in COLLECTIVES if c != "all_reduce" or with_allreduce]
+    names = {benchmark_of(c, half): c for c in chosen for half in ((False, True) if in_place else (False,))}
+    rows = frame[benchmark.isin(list(names))].copy()
+    rows["collective"] = benchmark[rows.index].map(names)
+    rows["in_place"] = benchmark[rows.index].str.endswith(IN_PLACE)
     runs_as = rows["runs_as"].astype(object) if "runs_as" in rows.columns else pd.Series(index=rows.index)
     rows["runs_as"] = runs_as.where(runs_as.notna(), "").astype(str)
     return rows
+
+
+def named_halves(rows: pd.DataFrame) -> pd.DataFrame:
+    """`algorithm` with ` (in place)` on the in-place halves' rows, so they are lines of their own."""
+    return rows.assign(algorithm=rows["algorithm"].astype(str) + rows["in_place"].map(
+        {True: IN_PLACE_LABEL, False: ""}))
 
 
 def _order(index: pd.Index) -> pd.Index:
@@ -37,8 +55,8 @@ def _order(index: pd.Index) -> pd.Index:
 
 def peak_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Peak busbw (GB/s) per (collective, algorithm) and world size, collectives in nccl-tests'
-    order, algorithms as measured."""
-    rows = collective_rows(frame)
+    order, algorithms as measured, an in-place half as `<algorithm> (in place)`."""
+    rows = named_halves(collective_rows(frame, in_place=True))
     if rows.empty:
         return pd.DataFrame()
     rows = rows.assign(algorithm=rows["algorithm"] + rows["runs_as"].map(
@@ -62,21 +80,38 @@ def best_per_collective(frame: pd.DataFrame) -> pd.DataFrame:
 
 def decomposition(frame: pd.DataFrame) -> pd.DataFrame:
     """Per world size, size and algorithm family (ring, native): the AllReduce's median time
-    next to ReduceScatter + AllGather at the same size (the whole buffer), and their ratio."""
-    rows = collective_rows(frame, with_allreduce=True)
+    next to ReduceScatter + AllGather at the same size (the whole buffer), and their ratio.
+
+    `halves` says which halves the sum is of: "in place" where the size has both in-place
+    halves (`run --in-place`: the like-for-like comparison, as the AllReduce works in place on
+    one buffer; an imported nccl-tests table's in-place AllReduce is taken then), else "out of
+    place". `ratio_out_of_place` is the out-of-place halves' ratio beside it (the same as
+    `ratio` without in-place rows)."""
+    rows = collective_rows(frame, with_allreduce=True, in_place=True)
     rows = rows[rows["collective"].isin(["all_reduce", "reduce_scatter", "all_gather"])
                 & rows["algorithm"].isin(["ring", "native"]) & (rows["size_bytes"] >= DECOMPOSED_FROM)]
     if rows.empty:
         return pd.DataFrame()
-    times = rows.pivot_table(index=["world_size", "size_bytes", "algorithm"], columns="collective",
+    rows = rows.assign(half=rows["collective"] + rows["in_place"].map({True: IN_PLACE, False: ""}))
+    times = rows.pivot_table(index=["world_size", "size_bytes", "algorithm"], columns="half",
                              values="time_us_median", aggfunc="median")
     if not {"all_reduce", "reduce_scatter", "all_gather"} <= set(times.columns):
         return pd.DataFrame()
     times = times.dropna(subset=["all_reduce", "reduce_scatter", "all_gather"]).reset_index()
+    out_of_place = times["all_reduce"] / (times["reduce_scatter"] + times["all_gather"])
+    for name in ("all_reduce", "reduce_scatter", "all_gather"):
+        if name + IN_PLACE not in times.columns:
+            times[name + IN_PLACE] = float("nan")
+    both = times["reduce_scatter" + IN_PLACE].notna() & times["all_gather" + IN_PLACE].notna()
+    times["halves"] = both.map({True: "in place", False: "out of place"})
+    for name in ("reduce_scatter", "all_gather"):
+        times[name] = times[name + IN_PLACE].where(both, times[name])
+    times["all_reduce"] = times["all_reduce" + IN_PLACE].where(both, float("nan")).fillna(times["all_reduce"])
     times["sum_us"] = times["reduce_scatter"] + times["all_gather"]
     times["ratio"] = times["all_reduce"] / times["sum_us"]
-    return times[["world_size", "size_bytes", "algorithm", "all_reduce", "reduce_scatter",
-                  "all_gather", "sum_us", "ratio"]]
+    times["ratio_out_of_place"] = out_of_place
+    return times[["world_size", "size_bytes", "algorithm", "halves", "all_reduce", "reduce_scatter",
+                  "all_gather", "sum_us", "ratio", "ratio_out_of_place"]]
 
 
 def stand_ins(frame: pd.DataFrame) -> list[str]:
@@ -90,11 +125,14 @@ def stand_ins(frame: pd.DataFrame) -> list[str]:
 
 
 def _decomposition_markdown(table: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({"N": table["world_size"], "size": table["size_bytes"].map(format_size),
-                         "algorithm": table["algorithm"],
-                         "AllReduce (us)": table["all_reduce"].round(0),
-                         "ReduceScatter + AllGather (us)": table["sum_us"].round(0),
-                         "ratio": table["ratio"].round(2)})
+    shown = pd.DataFrame({"N": table["world_size"], "size": table["size_bytes"].map(format_size),
+                          "algorithm": table["algorithm"], "halves": table["halves"],
+                          "AllReduce (us)": table["all_reduce"].round(0),
+                          "ReduceScatter + AllGather (us)": table["sum_us"].round(0),
+                          "ratio": table["ratio"].round(2)})
+    if (table["halves"] == "in place").any():
+        shown["ratio, out-of-place halves"] = table["ratio_out_of_place"].round(2)
+    return shown
 
 
 def terminal_text(frame: pd.DataFrame) -> str:
@@ -110,6 +148,8 @@ def terminal_text(frame: pd.DataFrame) -> str:
         largest = table[table["size_bytes"] == table["size_bytes"].max()]
         lines.append("AllReduce vs ReduceScatter + AllGather at " + format_size(int(largest["size_bytes"].iloc[0]))
                      + ": " + ", ".join(f"{r.algorithm} N={r.world_size} {r.ratio:.2f}"
+                                        + (f" (in-place halves; out of place {r.ratio_out_of_place:.2f})"
+                                           if r.halves == "in place" else "")
                                         for r in largest.itertuples()))
     return "\n".join(lines)
 
@@ -131,7 +171,10 @@ def markdown_parts(frame: pd.DataFrame, markdown_table) -> list[str]:
                   "The seed's decomposition: the median time of each AllReduce next to the sum "
                   "of its ReduceScatter and its AllGather of the same buffer (ratio near 1: the "
                   "AllReduce is its two halves; gloo's native ReduceScatter is itself an "
-                  "AllReduce, so its native sum is not a decomposition).", "",
+                  "AllReduce, so its native sum is not a decomposition). `halves`: in place "
+                  "where the run measured them (`run --in-place`), the like-for-like comparison "
+                  "with the AllReduce, which works in place on one buffer; out of place, each "
+                  "half also copies or writes a buffer of its own.", "",
                   markdown_table(_decomposition_markdown(table)), ""]
     return parts + model_parts(frame, markdown_table)
 

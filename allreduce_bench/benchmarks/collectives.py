@@ -5,7 +5,10 @@ size its GetCollByteCount gives (metrics.collective_counts), so AllGather, Reduc
 AllToAll measure N parts of one rank's count (16-byte aligned) and rows line up with an imported
 nccl-tests log size for size. A size too small for one element per rank is skipped. Rows are
 out of place (Broadcast and Reduce in place, as torch's calls are), named benchmark = the
-collective, and say in `runs_as` when the backend ran another collective in its place.
+collective, and say in `runs_as` when the backend ran another collective in its place. With
+`--in-place`, AllGather and ReduceScatter are measured a second time in place (nccl-tests'
+in-place columns), each algorithm's sizes after its out-of-place ones, in rows named
+benchmark = <collective>-in-place.
 """
 from __future__ import annotations
 
@@ -19,10 +22,13 @@ from allreduce_bench.measure.world import World
 from allreduce_bench.results.schema import samples_frame
 
 
-def label(collective: str, name: str) -> str:
+def label(collective: str, name: str, in_place: bool = False) -> str:
     """How progress, the console and resume name a measurement: ring of AllGather is
-    all_gather/ring (AllReduce's algorithms keep their bare names)."""
-    return name if collective == "all_reduce" else f"{collective}/{name}"
+    all_gather/ring, its in-place half all_gather-in-place/ring (AllReduce's algorithms keep
+    their bare names): `<benchmark>/<algorithm>`, as results/resume.py reads rows back."""
+    if collective == "all_reduce":
+        return name
+    return f"{metrics.benchmark_of(collective, in_place)}/{name}"
 
 
 def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int, int]]:
@@ -33,7 +39,8 @@ def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int,
     for collective, names in config.collectives:
         for size in config.sizes:
             count, size_bytes = metrics.collective_counts(collective, size, config.itemsize, world_size)
-            keys += [(label(collective, a), world_size, size_bytes) for a in names] if count else []
+            keys += [(label(collective, a, half), world_size, size_bytes)
+                     for a in names for half in config.halves(collective)] if count else []
     return keys
 
 
@@ -41,22 +48,28 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           on_row: Callable[..., None], on_algorithm: Callable[[str, World], None],
           should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
           before_clock=None) -> int:
-    """Measure each named algorithm of `collective` at every size; #wrong summed."""
+    """Measure each named algorithm of `collective` at every size, in each of its halves
+    (out of place, then in place with --in-place); #wrong summed."""
     wrong_total = 0
-    in_place = measuring.MODES[collective][0]
     for name in names:
         algorithm = algorithms.lookup(name, collective)
-        on_algorithm(label(collective, name), world)
-        for size in config.sizes:
-            count, size_bytes = metrics.collective_counts(collective, size, config.itemsize, world.size)
-            if count == 0 or not should_measure(label(collective, name), size_bytes):
-                continue
-            measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype,
-                                                config.sampling, in_place, before_clock)
-            wrong_total += wrong
-            row = make_row(config, world, name, count, measured, wrong, collective=collective,
-                           size_bytes=size_bytes)
-            ran = algorithm.ran_as(config.backend)
-            row["runs_as"] = "" if ran == collective else ran
-            on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
+        for in_place_half in config.halves(collective):  # the first half, then --in-place's
+            # the first half is out of place where the collective has it (Broadcast and Reduce
+            # are in place, as torch's calls are); the second is in place
+            in_place = in_place_half or measuring.MODES[collective][0]
+            named = label(collective, name, in_place_half)
+            on_algorithm(named, world)
+            for size in config.sizes:
+                count, size_bytes = metrics.collective_counts(collective, size, config.itemsize,
+                                                              world.size)
+                if count == 0 or not should_measure(named, size_bytes):
+                    continue
+                measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype,
+                                                    config.sampling, in_place, before_clock)
+                wrong_total += wrong
+                row = make_row(config, world, name, count, measured, wrong, collective=collective,
+                               size_bytes=size_bytes, in_place=in_place_half)
+                ran = algorithm.ran_as(config.backend)
+                row["runs_as"] = "" if ran == collective else ran
+                on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
     return wrong_total

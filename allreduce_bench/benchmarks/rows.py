@@ -13,10 +13,11 @@ from allreduce_bench.measure.world import World
 
 def make_row(config: RunConfig, world: World, algorithm: str, count: int,
              measured: timing.Measured, wrong: int, ranks=None, collective: str = "all_reduce",
-             size_bytes: int | None = None) -> dict:
+             size_bytes: int | None = None, in_place: bool = False) -> dict:
     """One results row. `ranks`: the global rank of each of measured.per_rank_us's rows
     (default: the world's members in group-rank order). `size_bytes`: the whole buffer, as
-    nccl-tests prints it (default: the AllReduce's count elements)."""
+    nccl-tests prints it (default: the AllReduce's count elements). `in_place`: the in-place
+    half of a collective measured in both (benchmark <collective>-in-place)."""
     size_bytes = count * config.itemsize if size_bytes is None else size_bytes
     stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
     stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
@@ -24,7 +25,7 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
     return {
         "run_id": config.run_id,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tag": config.tag, "benchmark": "allreduce" if collective == "all_reduce" else collective,
+        "tag": config.tag, "benchmark": metrics.benchmark_of(collective, in_place),
         "collective": collective, "algorithm": algorithm,
         "backend": config.backend, "device": world.device.kind, "dtype": config.dtype,
         "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,

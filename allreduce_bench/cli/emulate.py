@@ -236,10 +236,10 @@ def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, 
     inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
     namespace (gloo bound to that host's interface; traffic between ranks of one host stays
     on its loopback), each with its own hostname node0..node<M-1>. Other options (--sizes,
-    --algos, --collectives, --iters, --quick, --tag, --bind, --rounds, --params, --bucket-mb,
-    --pairs, ...) are passed on to each benchmark's command that has them; a benchmark's own
-    exit code (health: 0/3/1) is passed on. Everything is removed at the end, also on errors.
-    Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
+    --algos, --collectives, --in-place, --iters, --quick, --tag, --bind, --rounds, --params,
+    --bucket-mb, --pairs, ...) are passed on to each benchmark's command that has them; a
+    benchmark's own exit code (health: 0/3/1) is passed on. Everything is removed at the end,
+    also on errors. Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
     all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
     parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
     AllReduce takes as long as the backward pass measured here, so the overlap shows.

@@ -50,7 +50,9 @@ def describe(config) -> str:
     if not config.collectives:
         return ",".join(config.algorithms)
     plan = ((("all_reduce", config.algorithms),) if config.algorithms else ()) + config.collectives
-    return "; ".join(f"{c} {','.join(names)}" for c, names in plan)
+    return "; ".join(f"{c} {','.join(names)}" + (" (out of place + in place)"
+                                                  if len(config.halves(c)) > 1 else "")
+                     for c, names in plan)
 
 
 @click.command()
@@ -60,6 +62,14 @@ def describe(config) -> str:
               help="Comma-separated collectives, or all: all_reduce, all_gather, reduce_scatter, "
               "alltoall, broadcast, reduce, sendrecv (nccl-tests' names; sizes are the whole "
               "buffer, as nccl-tests prints them). Each named --algos must implement each.")
+@click.option("--in-place", is_flag=True,
+              help="Also measure the in-place half of AllGather and ReduceScatter (nccl-tests' "
+              "in-place columns: AllGather's input is this rank's part of its output, "
+              "ReduceScatter's output its part of the input), checked like the out-of-place "
+              "half, in rows of benchmark all_gather-in-place / reduce_scatter-in-place. The "
+              "decomposition AllReduce vs ReduceScatter + AllGather then compares the in-place "
+              "halves, as the AllReduce is in place. AllReduce, Broadcast and Reduce are in place "
+              "already; AllToAll and SendRecv have no in-place mode.")
 @sweep_options
 @measuring_options()
 @click.option("--rounds", type=int, help="Passes over (algorithm, size), forward then backward, "

@@ -9,6 +9,7 @@ from pathlib import Path
 from allreduce_bench.config.checks import check_finite, check_writable_dir
 from allreduce_bench.config.launch import LaunchConfig, Launched
 from allreduce_bench.errors import UsageError
+from allreduce_bench.metrics import IN_PLACE_HALVES
 from allreduce_bench.units import parse_size, parse_size_list, size_sweep
 
 # name -> bytes per element; the torch dtype of the same name is looked up only on the ranks,
@@ -67,11 +68,19 @@ class RunConfig(Launched):
     rounds: int = 1  # --rounds: interleaved passes over (algorithm, size) (measure/rounds.py)
     # every other collective of --collectives, with its algorithms, in the order measured
     collectives: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # --in-place: AllGather's and ReduceScatter's in-place half too (metrics.IN_PLACE_HALVES)
+    in_place: bool = False
+
+    def halves(self, collective: str) -> tuple[bool, ...]:
+        """The in-place flags `collective` is measured with: (False,) or, with --in-place for
+        AllGather and ReduceScatter, (False, True); AllReduce's own rows are in place already."""
+        return (False, True) if self.in_place and collective in IN_PLACE_HALVES else (False,)
 
     @property
     def measurements_per_size(self) -> int:
-        """(collective, algorithm) pairs measured at each size and world size."""
-        return len(self.algorithms) + sum(len(names) for _, names in self.collectives)
+        """(collective, algorithm, half) triples measured at each size and world size."""
+        return len(self.algorithms) + sum(len(names) * len(self.halves(c))
+                                          for c, names in self.collectives)
 
     @property
     def torch_dtype(self):

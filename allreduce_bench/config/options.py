@@ -34,6 +34,7 @@ from allreduce_bench.environment import is_writer, launcher_env
 from allreduce_bench.errors import UsageError
 from allreduce_bench.layout import node_layout
 from allreduce_bench.measure.device import resolve_backend
+from allreduce_bench.metrics import IN_PLACE_HALVES
 from allreduce_bench.units import format_size
 
 
@@ -171,8 +172,9 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
-               rounds: int | None = 1, collectives="all_reduce") -> RunConfig:
-    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`)."""
+               rounds: int | None = 1, collectives="all_reduce", in_place=False) -> RunConfig:
+    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
+    AllGather's and ReduceScatter's in-place halves too (`run --in-place`)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -181,6 +183,10 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
     names, others = collective_plan(algos, collectives, backend)
+    if in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
+        raise UsageError(f"--in-place measures the in-place half of {' and '.join(IN_PLACE_HALVES)}, "
+                         f"and --collectives {collectives} has neither; add them (e.g. --collectives "
+                         "all_reduce,reduce_scatter,all_gather) or drop --in-place")
     if names:
         check_allreduce_memory(names, chosen, swept, device, env)
     out_dir, stored = resumed_run(resume_dir, out_dir)
@@ -192,7 +198,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder)
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
-                       rounds=run_rounds(rounds, device, quick), collectives=others)
+                       rounds=run_rounds(rounds, device, quick), collectives=others,
+                       in_place=bool(in_place))
     per_node = ranks_per_node or (env.local_world_size if env else None)
     for collective, listed in (("all_reduce", names), *others):  # before any process starts
         algorithms.check_supported(listed, chosen, per_node, backend, collective)

@@ -2,7 +2,10 @@
 
 A resumed run keeps the stored run id and appends the rows it lacks (results/resume.py), so the
 finished directory holds the same set of rows an uninterrupted run would. Extending the sweep
-(more sizes, algorithms or world sizes) is allowed; changing how each row is measured is not.
+(more sizes, algorithms, collectives, world sizes, or --in-place's second halves) is allowed;
+changing how each row is measured is not. --in-place adds rows of their own benchmark and
+leaves the out-of-place rows as they were, so it is no MEASUREMENT_FIELDS entry: a run resumed
+without it measures the out-of-place rows it lacks, as one resumed with fewer --collectives.
 """
 from __future__ import annotations
 
@@ -15,8 +18,7 @@ from pathlib import Path
 from allreduce_bench import units
 from allreduce_bench.environment import EMULATION_ENV
 from allreduce_bench.errors import UsageError
-from allreduce_bench.metrics import COLLECTIVES
-from allreduce_bench.results.resume import benchmarks_of, count_rows
+from allreduce_bench.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
 from allreduce_bench.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.results.store import read_meta
 
@@ -42,7 +44,7 @@ def stored_run(resume_dir: Path) -> dict:
 def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
     """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows."""
     try:
-        others = benchmarks_of(resume_dir, meta["run_id"]) - {"allreduce", *COLLECTIVES}
+        others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
     except (UnicodeDecodeError, csv.Error):
         raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
                          "readable CSV file; resume only a directory written by allreduce-bench") from None

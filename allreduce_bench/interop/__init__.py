@@ -21,6 +21,7 @@ from allreduce_bench.interop.collectives import FACTORS, TYPES, count_ratio, fac
 from allreduce_bench.interop.lines import ParseError
 from allreduce_bench.interop.nccl_lines import LogLines, read_lines
 from allreduce_bench.interop.run import ImportedRun
+from allreduce_bench.metrics import benchmark_of
 from allreduce_bench.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
 
 FORMATS = (nccl_tests_json, nccl_tests_text, param_comms, pybench)  # detection order
@@ -118,9 +119,8 @@ def _benchmark(run: ImportedRun, in_place: bool) -> str:
     """`allreduce` for AllReduce rows (what every analysis reads), else the collective's name;
     `-in-place` marks the in-place half of a table that has both, so analyses read the
     out-of-place rows (the column nccl-tests users quote) and both stay in the file."""
-    name = "allreduce" if run.collective == "all_reduce" else run.collective
     both = {bool(r["in_place"]) for r in run.rows} == {False, True}
-    return f"{name}-in-place" if both and in_place else name
+    return benchmark_of(run.collective, both and in_place)  # as `run --in-place` names its rows
 
 
 def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:

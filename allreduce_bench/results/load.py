@@ -67,8 +67,8 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
     """The rows of one or more runs (directories, results.csv / results.parquet files, folders
     of runs) as one DataFrame, with `source` naming each row's run directory.
 
-    With `explain_skips`, rows the AllReduce analyses leave out (other collectives, the in-place
-    half of an imported nccl-tests table) are counted in one note on stderr."""
+    With `explain_skips`, rows no analysis reads (unknown benchmarks) and the in-place half of an
+    imported nccl-tests AllReduce table are counted in one note on stderr."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames = []
@@ -135,11 +135,13 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
                 "them; `compare` reads them")
     else:
         text = ""
-    in_place = benchmark.str.endswith("-in-place")
-    parts = [f"{count} {name.replace('-in-place', '')}" for name, count in benchmark[in_place].value_counts().items()]
-    if parts:
-        text += ("; " if text else "") + (f"in-place rows ({', '.join(parts)}: nccl-tests' second "
-                                          "half) are kept; the analyses read the out-of-place half")
+    # the other collectives' in-place halves are lines of their own in their tables and figures
+    # (analysis/collectives.py); AllReduce's (an imported nccl-tests table) are not
+    in_place = benchmark == "allreduce-in-place"
+    if in_place.any():
+        text += ("; " if text else "") + (f"in-place rows ({int(in_place.sum())} allreduce: "
+                                          "nccl-tests' second half) are kept; the AllReduce "
+                                          "analyses read the out-of-place half")
     return text or None
 
 

@@ -8,11 +8,13 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from allreduce_bench.metrics import COLLECTIVES
+from allreduce_bench.metrics import COLLECTIVES, IN_PLACE, IN_PLACE_HALVES
 from allreduce_bench.results.schema import RESULTS_FILE
 from allreduce_bench.results.store import drop_partial_last_row, whole_lines
 
 Key = tuple[str, int, int]  # (algorithm, world_size, size_bytes)
+# the benchmarks of `run`'s rows: AllReduce's, the other collectives' and their --in-place halves
+RUN_BENCHMARKS = ("allreduce", *COLLECTIVES, *(c + IN_PLACE for c in IN_PLACE_HALVES))
 
 
 def benchmarks_of(out_dir: Path, run_id: str) -> set[str]:
@@ -32,8 +34,9 @@ def repair_tail(out_dir: Path) -> bool:
 
 
 def _name(row: dict) -> str:
-    """AllReduce rows by their algorithm; other collectives' as collective/algorithm, the label
-    benchmarks/collectives.py asks about (ring of AllGather is not ring of AllReduce)."""
+    """AllReduce rows by their algorithm; other collectives' as benchmark/algorithm, the label
+    benchmarks/collectives.py asks about (ring of AllGather is not ring of AllReduce, nor of
+    AllGather in place: all_gather-in-place/ring)."""
     benchmark = row.get("benchmark") or "allreduce"
     return row["algorithm"] if benchmark == "allreduce" else f"{benchmark}/{row['algorithm']}"
 
@@ -48,7 +51,7 @@ def done_keys(out_dir: Path, run_id: str) -> set[Key]:
         return {(_name(row), int(row["world_size"]), int(row["size_bytes"]))
                 for row in csv.DictReader(f)
                 if row.get("run_id") == run_id and None not in row.values()  # a whole row
-                and row.get("benchmark", "allreduce") in ("allreduce", "", *COLLECTIVES)
+                and row.get("benchmark", "allreduce") in ("", *RUN_BENCHMARKS)
                 and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
 
 
