@@ -297,13 +297,14 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     out = tmp_path / "run"
     args = ["run", "--collectives", "all_reduce,all_gather,reduce_scatter,alltoall,broadcast,reduce,sendrecv",
             "--algos", "native", "--world-sizes", "2", "--sizes", "4K,64K", "--samples", "2", "--loops", "1",
-            "--warmup", "0", "--in-place", "--out", str(out)]
+            "--warmup", "0", "--in-place", "--rounds", "2", "--out", str(out)]
     result = cli(*args)
     assert result.returncode == 0, result.stderr
     rows = pd.read_csv(out / "results.csv")
     assert list(dict.fromkeys(rows["collective"])) == list(metrics.COLLECTIVES)
     # every collective once, AllGather and ReduceScatter also in place (--in-place), all checked
     assert (rows["wrong"] == 0).all() and len(rows) == 2 * (7 + 2)
+    assert (rows["rounds"] == 2).all() and (rows["samples"] == 2).all()  # every collective in rounds
     assert set(rows["benchmark"]) == {"allreduce", *metrics.COLLECTIVES, "all_gather-in-place",
                                       "reduce_scatter-in-place"} - {"all_reduce"}
     halves = rows[rows["benchmark"].str.endswith("-in-place")]

@@ -12,15 +12,13 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable
 
-import numpy as np
-import pandas as pd
 import torch
 import torch.distributed as dist
 
 from allreduce_bench import algorithms
 from allreduce_bench.benchmarks import collectives
 from allreduce_bench.benchmarks.finish import finish
-from allreduce_bench.benchmarks.rows import make_row
+from allreduce_bench.benchmarks.rows import pooled_row
 from allreduce_bench.config import RunConfig
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import patterns, rounds, timing
@@ -29,7 +27,6 @@ from allreduce_bench.measure.faults import DONE
 from allreduce_bench.measure.rank import Benchmark, Session
 from allreduce_bench.measure.world import World, end_phase, make_world
 from allreduce_bench.results import resume
-from allreduce_bench.results.schema import samples_frame
 from allreduce_bench.results.store import read_meta, start_meta, update_meta
 
 
@@ -95,23 +92,6 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
         wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
                                          should_measure, hosts, before_clock)
     return wrong_total
-
-
-def pooled_row(config: RunConfig, world: World, algorithm: str, count: int,
-               per_round: list[timing.Measured], wrong: int, hosts) -> tuple[dict, pd.DataFrame]:
-    """One row from all rounds of a measurement (statistics over the pooled samples, and how
-    much the rounds' medians differ) and its raw samples with their `round`."""
-    times = [m.per_rank_us for m in per_round]
-    pooled = timing.Measured(rounds.pooled(times), per_round[0].loops,
-                             sum(m.samples for m in per_round))
-    row = make_row(config, world, algorithm, count, pooled, wrong)
-    agreement = rounds.round_columns(times)
-    row.update(rounds=agreement["rounds"], round_spread=agreement["round_spread"],
-               unstable=row["unstable"] or agreement["rounds_disagree"])
-    firsts = np.cumsum([0] + [m.samples for m in per_round[:-1]])
-    samples = pd.concat([samples_frame(row, m.per_rank_us, world.group.ranks, hosts, k, int(first))
-                         for k, (m, first) in enumerate(zip(per_round, firsts))], ignore_index=True)
-    return row, samples
 
 
 # --- the per-rank entry point ----------------------------------------------------------------

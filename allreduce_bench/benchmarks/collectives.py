@@ -8,18 +8,21 @@ out of place (Broadcast and Reduce in place, as torch's calls are), named benchm
 collective, and say in `runs_as` when the backend ran another collective in its place. With
 `--in-place`, AllGather and ReduceScatter are measured a second time in place (nccl-tests'
 in-place columns), each algorithm's sizes after its out-of-place ones, in rows named
-benchmark = <collective>-in-place.
+benchmark = <collective>-in-place. As AllReduce's, every measurement runs in `--rounds`
+interleaved passes and its row pools them (before, these rows were one pass of the whole budget
+beside AllReduce rows of four: a decomposition compared differently sampled rows, and `compare`
+saw one round).
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from allreduce_bench import algorithms, metrics
-from allreduce_bench.benchmarks.rows import make_row
+from allreduce_bench.benchmarks.rows import pooled_row
 from allreduce_bench.config import RunConfig
 from allreduce_bench.measure import collective as measuring
+from allreduce_bench.measure import rounds
 from allreduce_bench.measure.world import World
-from allreduce_bench.results.schema import samples_frame
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:
@@ -49,27 +52,44 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
           before_clock=None) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
-    (out of place, then in place with --in-place); #wrong summed."""
-    wrong_total = 0
+    (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
+    AllReduce's sweep does (measure/rounds.py: a row pools its rounds' samples, and only the
+    last round's call is checked); #wrong summed."""
+    items = []  # (algorithm, in-place half, count, size_bytes) in the order rows come
     for name in names:
-        algorithm = algorithms.lookup(name, collective)
         for in_place_half in config.halves(collective):  # the first half, then --in-place's
-            # the first half is out of place where the collective has it (Broadcast and Reduce
-            # are in place, as torch's calls are); the second is in place
-            in_place = in_place_half or measuring.MODES[collective][0]
-            named = label(collective, name, in_place_half)
-            on_algorithm(named, world)
             for size in config.sizes:
                 count, size_bytes = metrics.collective_counts(collective, size, config.itemsize,
                                                               world.size)
-                if count == 0 or not should_measure(named, size_bytes):
-                    continue
-                measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype,
-                                                    config.sampling, in_place, before_clock)
-                wrong_total += wrong
-                row = make_row(config, world, name, count, measured, wrong, collective=collective,
-                               size_bytes=size_bytes, in_place=in_place_half)
-                ran = algorithm.ran_as(config.backend)
-                row["runs_as"] = "" if ran == collective else ran
-                on_row(row, samples_frame(row, measured.per_rank_us, world.group.ranks, hosts))
+                if count:
+                    items.append((name, in_place_half, count, size_bytes))
+    wrong_total, last = 0, config.rounds - 1
+    skipped, taken, current = set(), {}, None
+    for index, item in rounds.order(items, config.rounds):
+        name, in_place_half, count, size_bytes = item
+        named = label(collective, name, in_place_half)
+        if item in skipped or not should_measure(named, size_bytes):
+            skipped.add(item)
+            continue
+        if index == last and named != current:  # the rows come in the last pass
+            on_algorithm(named, world)
+            current = named
+        # the first half is out of place where the collective has it (Broadcast and Reduce are
+        # in place, as torch's calls are); the second is in place
+        in_place = in_place_half or measuring.MODES[collective][0]
+        earlier = taken.setdefault(item, [])
+        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
+                                         earlier[0] if earlier else None)
+        algorithm = algorithms.lookup(name, collective)
+        measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype, sampling,
+                                            in_place, before_clock, check_result=index == last)
+        earlier.append(measured)
+        if index == last:
+            wrong_total += wrong
+            row, samples = pooled_row(config, world, name, count, taken.pop(item), wrong, hosts,
+                                      collective=collective, size_bytes=size_bytes,
+                                      in_place=in_place_half)
+            ran = algorithm.ran_as(config.backend)
+            row["runs_as"] = "" if ran == collective else ran
+            on_row(row, samples)
     return wrong_total

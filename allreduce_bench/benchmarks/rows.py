@@ -4,11 +4,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 
+import numpy as np
+import pandas as pd
+
 from allreduce_bench import metrics
 from allreduce_bench.config import RunConfig
 from allreduce_bench.environment import EMULATION_ENV
-from allreduce_bench.measure import timing
+from allreduce_bench.measure import rounds, timing
 from allreduce_bench.measure.world import World
+from allreduce_bench.results.schema import samples_frame
 
 
 def make_row(config: RunConfig, world: World, algorithm: str, count: int,
@@ -38,3 +42,21 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
         # set by `emulate` in every rank's environment; empty on real hardware
         "emulation": os.environ.get(EMULATION_ENV, ""),
     }
+
+
+def pooled_row(config: RunConfig, world: World, algorithm: str, count: int,
+               per_round: list[timing.Measured], wrong: int, hosts, **row_fields) -> tuple[dict, pd.DataFrame]:
+    """One row from all rounds of a measurement (statistics over the pooled samples, and how
+    much the rounds' medians differ) and its raw samples with their `round`. `row_fields`:
+    make_row's collective, size_bytes and in_place."""
+    times = [m.per_rank_us for m in per_round]
+    pooled = timing.Measured(rounds.pooled(times), per_round[0].loops,
+                             sum(m.samples for m in per_round))
+    row = make_row(config, world, algorithm, count, pooled, wrong, **row_fields)
+    agreement = rounds.round_columns(times)
+    row.update(rounds=agreement["rounds"], round_spread=agreement["round_spread"],
+               unstable=row["unstable"] or agreement["rounds_disagree"])
+    firsts = np.cumsum([0] + [m.samples for m in per_round[:-1]])
+    samples = pd.concat([samples_frame(row, m.per_rank_us, world.group.ranks, hosts, k, int(first))
+                         for k, (m, first) in enumerate(zip(per_round, firsts))], ignore_index=True)
+    return row, samples
