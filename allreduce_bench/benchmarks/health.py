@@ -36,8 +36,9 @@ from allreduce_bench.algorithms import native
 from allreduce_bench.analysis.health import pairing
 from allreduce_bench.analysis.health.decide import Measurement
 from allreduce_bench.analysis.health.verdicts import BAD_INPUT, INCOMPLETE
-from allreduce_bench.benchmarks.allreduce import make_row, measure
+from allreduce_bench.benchmarks.allreduce import measure
 from allreduce_bench.benchmarks.finish import start_meta_unless_launched
+from allreduce_bench.benchmarks.rows import make_row
 from allreduce_bench.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.errors import UsageError
 from allreduce_bench.measure import flight_recorder, throttle, world
