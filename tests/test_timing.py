@@ -357,3 +357,23 @@ def test_the_skew_never_stretches_a_sample_beyond_the_budgets_share():
     loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000,
                                          max_skew_share=0.01, max_sample_s=timing.longest_sample_s(first))
     assert 0.0125 <= took <= 0.0125 * 1.3
+
+
+class TwoStateClock(FakeClock):
+    """gloo's two states: the first call slow (2.5 ms), every later one fast (0.3 ms)."""
+
+    def __call__(self, loops: int) -> tuple[float, float]:
+        self.asked.append(loops)
+        first = len(self.asked) == 1
+        return (2.5e-3 if first else 0.0) + (loops - first) * 0.3e-3, 0.0
+
+
+def test_one_slow_first_call_does_not_fix_loops_at_one():
+    """A slow first call alone reached 2 ms, and loops stayed 1 in gloo's slow state: a second
+    call confirms, and the faster pace sets loops."""
+    clock = TwoStateClock(0.0)
+    loops, took = timing.calibrate_loops(clock, min_sample_s=2e-3, max_loops=10_000)
+    assert clock.asked[:2] == [1, 1] and loops * 0.3e-3 >= 2e-3 and took >= 2e-3
+    steady = FakeClock(2.5e-3)  # a call that is long every time: one call, confirmed once
+    assert timing.calibrate_loops(steady, min_sample_s=2e-3, max_loops=10_000)[0] == 1
+    assert steady.asked == [1, 1]

@@ -51,17 +51,31 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
     minus fastest rank's seconds), the same on every rank. From a first sample of one call,
     jump to the estimate (with 20% headroom), then confirm; at most a few samples are spent,
     and they double as warm-up. Each sample's own skew sets what the next must reach; the
-    estimate counts the skew once per sample and the calls at the fastest rank's pace
-    (took - skew: the late rank's interval, which holds the calls and no waiting)."""
-    loops = 1
+    estimate counts the skew once per sample and the calls at the fastest pace seen so far
+    (took - skew: the late rank's interval, which holds the calls and no waiting).
+
+    One call that reaches the minimum alone is not trusted: gloo has two states (a 256K
+    AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
+    slow state, so the median of a row jumped between the states from run to run (doc/
+    agreement.md). A second call confirms it; the faster pace of the two decides."""
+    loops, pace, ones = 1, math.inf, 0
     for _ in range(8):
         took, skew = sample(loops)
+        pace = min(pace, max(took - skew, 1e-9) / loops)
+        ones += loops == 1
         wanted = min_sample_s
         if max_skew_share:
             wanted = max(wanted, min(max_sample_s, skew / max_skew_share))
-        if took >= wanted or loops >= max_loops:
+        if loops >= max_loops:
             return loops, took
-        estimate = math.ceil(loops * 1.2 * (wanted - skew) / max(took - skew, 1e-9))
+        if loops > 1 and took >= wanted:
+            return loops, took
+        if loops == 1 and took >= wanted:
+            if ones == 1:
+                continue  # one call reached it: confirm with a second
+            if pace + skew >= wanted:
+                return loops, took  # and so did the faster of two
+        estimate = math.ceil(1.2 * (wanted - skew) / pace)
         loops = min(max_loops, max(loops * 2, estimate))
     return loops, took
 
