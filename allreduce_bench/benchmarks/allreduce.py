@@ -16,12 +16,12 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench import algorithms
-from allreduce_bench.benchmarks import collectives
+from allreduce_bench.benchmarks import collectives, passes
 from allreduce_bench.benchmarks.finish import finish
 from allreduce_bench.benchmarks.rows import pooled_row
 from allreduce_bench.config import RunConfig
 from allreduce_bench.measure import meta as run_meta
-from allreduce_bench.measure import patterns, rounds, timing
+from allreduce_bench.measure import patterns, timing
 from allreduce_bench.measure.console import Console
 from allreduce_bench.measure.faults import DONE
 from allreduce_bench.measure.rank import Benchmark, Session
@@ -55,39 +55,31 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
     return measured, int(wrong.item())
 
 
+def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts,
+                   before_clock) -> passes.Item:
+    """One AllReduce measurement; sizes are whole elements (options.run_config)."""
+    def measure_once(sampling: timing.Sampling, check: bool):
+        return measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
+                       before_clock, check=check)
+
+    return passes.Item(name, count * config.itemsize, measure_once,
+                       lambda taken, wrong: pooled_row(config, world, name, count, taken, wrong, hosts))
+
+
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           on_algorithm: Callable[[str, World], None] = lambda a, w: None,
           should_measure: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
           hosts: list[str] | None = None, before_clock=None) -> int:
     """Measure every algorithm at every size, in `config.rounds` interleaved passes
-    (measure/rounds.py); `on_row(row, samples)` gets each row, after its last round, and its raw
-    samples (only rank 0's matter).
+    (benchmarks/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
+    raw samples (only rank 0's matter).
 
     `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
     """
-    wrong_total, itemsize, last = 0, config.itemsize, config.rounds - 1
-    items = [(name, size // itemsize) for name in config.algorithms for size in config.sizes]
-    skipped, taken, current = set(), {}, None
-    for index, (name, count) in rounds.order(items, config.rounds):
-        # sizes are whole elements (options.run_config); a resumed run's rows are skipped
-        if (name, count) in skipped or not should_measure(name, count * itemsize):
-            skipped.add((name, count))
-            continue
-        if index == last and name != current:  # the rows come in the last pass
-            on_algorithm(name, world)
-            current = name
-        earlier = taken.setdefault((name, count), [])
-        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
-                                         earlier[0] if earlier else None)
-        measured, wrong = measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
-                                  before_clock, check=index == last)
-        earlier.append(measured)
-        if index == last:
-            wrong_total += wrong
-            row, samples = pooled_row(config, world, name, count, taken.pop((name, count)), wrong,
-                                      hosts)
-            on_row(row, samples)
+    items = [allreduce_item(config, world, name, size // config.itemsize, hosts, before_clock)
+             for name in config.algorithms for size in config.sizes]
+    wrong_total = passes.run(config, world, items, on_row, on_algorithm, should_measure)
     for collective, names in config.collectives:  # --collectives beyond AllReduce
         wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
                                          should_measure, hosts, before_clock)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from allreduce_bench import algorithms, metrics
+from allreduce_bench.benchmarks import passes
 from allreduce_bench.benchmarks.rows import pooled_row
 from allreduce_bench.config import RunConfig
 from allreduce_bench.measure import collective as measuring
-from allreduce_bench.measure import rounds
 from allreduce_bench.measure.world import World
 
 
@@ -53,43 +53,40 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           before_clock=None) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
     (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
-    AllReduce's sweep does (measure/rounds.py: a row pools its rounds' samples, and only the
+    AllReduce's sweep does (benchmarks/passes.py: a row pools its rounds' samples, and only the
     last round's call is checked); #wrong summed."""
-    items = []  # (algorithm, in-place half, count, size_bytes) in the order rows come
+    items = []  # in the order rows come
     for name in names:
+        algorithm = algorithms.lookup(name, collective)
         for in_place_half in config.halves(collective):  # the first half, then --in-place's
             for size in config.sizes:
                 count, size_bytes = metrics.collective_counts(collective, size, config.itemsize,
                                                               world.size)
                 if count:
-                    items.append((name, in_place_half, count, size_bytes))
-    wrong_total, last = 0, config.rounds - 1
-    skipped, taken, current = set(), {}, None
-    for index, item in rounds.order(items, config.rounds):
-        name, in_place_half, count, size_bytes = item
-        named = label(collective, name, in_place_half)
-        if item in skipped or not should_measure(named, size_bytes):
-            skipped.add(item)
-            continue
-        if index == last and named != current:  # the rows come in the last pass
-            on_algorithm(named, world)
-            current = named
-        # the first half is out of place where the collective has it (Broadcast and Reduce are
-        # in place, as torch's calls are); the second is in place
-        in_place = in_place_half or measuring.MODES[collective][0]
-        earlier = taken.setdefault(item, [])
-        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
-                                         earlier[0] if earlier else None)
-        algorithm = algorithms.lookup(name, collective)
-        measured, wrong = measuring.measure(algorithm, world, count, config.torch_dtype, sampling,
-                                            in_place, before_clock, check_result=index == last)
-        earlier.append(measured)
-        if index == last:
-            wrong_total += wrong
-            row, samples = pooled_row(config, world, name, count, taken.pop(item), wrong, hosts,
-                                      collective=collective, size_bytes=size_bytes,
-                                      in_place=in_place_half)
-            ran = algorithm.ran_as(config.backend)
-            row["runs_as"] = "" if ran == collective else ran
-            on_row(row, samples)
-    return wrong_total
+                    items.append(collective_item(config, world, collective, name, algorithm,
+                                                 in_place_half, count, size_bytes, hosts,
+                                                 before_clock))
+    return passes.run(config, world, items, on_row, on_algorithm, should_measure)
+
+
+def collective_item(config: RunConfig, world: World, collective: str, name: str, algorithm,
+                    in_place_half: bool, count: int, size_bytes: int, hosts,
+                    before_clock) -> passes.Item:
+    """One measurement of `collective` by `algorithm` in one half."""
+    # the first half is out of place where the collective has it (Broadcast and Reduce are in
+    # place, as torch's calls are); the second is in place
+    in_place = in_place_half or measuring.MODES[collective][0]
+
+    def measure_once(sampling, check: bool):
+        return measuring.measure(algorithm, world, count, config.torch_dtype, sampling, in_place,
+                                 before_clock, check_result=check)
+
+    def row(taken, wrong: int):
+        made, samples = pooled_row(config, world, name, count, taken, wrong, hosts,
+                                   collective=collective, size_bytes=size_bytes,
+                                   in_place=in_place_half)
+        ran = algorithm.ran_as(config.backend)
+        made["runs_as"] = "" if ran == collective else ran
+        return made, samples
+
+    return passes.Item(label(collective, name, in_place_half), size_bytes, measure_once, row)
