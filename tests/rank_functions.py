@@ -190,3 +190,24 @@ def skew_amortised(late_s: float) -> list[tuple[int, float, float]]:
         found.append((measured.loops, stats["skew_share"],
                       stats["time_us_median"] * measured.loops / 1e6))
     return found
+
+
+def slow_calibration_calls() -> tuple[int, float]:
+    """A call of 100 us whose first three (the warm-up and both calibration calls) take 5 ms,
+    as gloo's slow state does on a VM: (loops, the median sample's seconds)."""
+    import time
+
+    from allreduce_bench.measure import timing
+
+    made = []
+
+    def call() -> None:
+        made.append(1)
+        timing.busy_wait_call(5e-3 if len(made) <= 3 else 1e-4)()
+
+    sampling = Sampling(budget_s=0.05, min_sample_s=0.002, min_samples=3, max_samples=8)
+    started = time.perf_counter()
+    measured = timing.sample(call, Device(), None, sampling)
+    assert time.perf_counter() - started < 30
+    per_sample = sorted(max(times) for times in zip(*measured.per_rank_us))
+    return measured.loops, per_sample[len(per_sample) // 2] * measured.loops / 1e6

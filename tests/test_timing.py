@@ -377,3 +377,26 @@ def test_one_slow_first_call_does_not_fix_loops_at_one():
     steady = FakeClock(2.5e-3)  # a call that is long every time: one call, confirmed once
     assert timing.calibrate_loops(steady, min_sample_s=2e-3, max_loops=10_000)[0] == 1
     assert steady.asked == [1, 1]
+
+
+def test_samples_far_shorter_than_the_minimum_ask_for_more_loops():
+    """Two slow calibration calls (2.5 ms) fixed loops at 1, but the samples' median call took
+    0.27 ms: the samples are retaken with the loops the median asks; long enough ones are kept."""
+    from allreduce_bench.config import Sampling
+
+    sampling = Sampling(min_sample_s=2e-3)
+    loops, took = timing.recalibrated([270.0] * 20 + [2500.0] * 4, 1, sampling)
+    assert loops * 270e-6 >= 2e-3 and took == pytest.approx(loops * 270e-6)
+    assert timing.recalibrated([2500.0] * 24, 1, sampling) is None
+    assert timing.recalibrated([150.0] * 8, 12, sampling) is None  # 1.8 ms: over half the minimum
+    assert timing.recalibrated([1.0] * 8, 10_000, sampling) is None  # max_loops reached
+
+
+def test_slow_calibration_calls_do_not_leave_the_samples_one_call_long():
+    """Both calibration calls slow (5 ms), every later one 0.1 ms: the samples taken with the
+    loops = 1 that the calibration chose are retaken with as many calls as 2 ms asks."""
+    from distributed import run_world
+    from rank_functions import slow_calibration_calls
+
+    for loops, sample_s in run_world(2, slow_calibration_calls):
+        assert loops >= 8 and sample_s >= 1e-3, (loops, sample_s)

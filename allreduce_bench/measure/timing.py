@@ -182,7 +182,28 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
                                              sampling.max_samples)
     mine = take_samples(call, device, aligned, loops, count, sampling.host_launch, before_clock)
+    if sampling.loops is None:
+        again = recalibrated(slowest(mine, agree, device), loops, sampling)
+        if again:  # the calibration saw slow calls: retake the samples with the loops they ask
+            loops, took = again
+            count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
+                                                     sampling.max_samples)
+            mine = take_samples(call, device, aligned, loops, count, sampling.host_launch,
+                                before_clock)
     return Measured(gather(mine, kept, device), loops, count)
+
+
+def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
+    """(loops, seconds a sample of them takes) where the median of the samples taken (`per_call_us`,
+    the slowest rank's time per call in each) lasted under half of min_sample_s: the calibration
+    saw slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
+    the samples hold fewer calls than they should. None where they are long enough (or max_loops
+    is reached). Decided from the median, which one or two calibration calls cannot mislead."""
+    median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
+    if median_s * loops >= sampling.min_sample_s / 2 or loops >= sampling.max_loops:
+        return None
+    again = min(sampling.max_loops, max(loops * 2, math.ceil(1.2 * sampling.min_sample_s / max(median_s, 1e-9))))
+    return again, again * median_s
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:
