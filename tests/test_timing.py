@@ -388,7 +388,8 @@ def test_samples_far_shorter_than_the_minimum_ask_for_more_loops():
     loops, took = timing.recalibrated([270.0] * 20 + [2500.0] * 4, 1, sampling)
     assert loops * 270e-6 >= 2e-3 and took == pytest.approx(loops * 270e-6)
     assert timing.recalibrated([2500.0] * 24, 1, sampling) is None
-    assert timing.recalibrated([150.0] * 8, 12, sampling) is None  # 1.8 ms: over half the minimum
+    assert timing.recalibrated([180.0] * 8, 12, sampling) is None  # 2.16 ms: long enough
+    assert timing.recalibrated([150.0] * 8, 12, sampling)[0] == 16  # 1.8 ms: 1.2 x 2 ms / 0.15
     assert timing.recalibrated([1.0] * 8, 10_000, sampling) is None  # max_loops reached
 
 

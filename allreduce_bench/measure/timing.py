@@ -195,14 +195,14 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
 
 def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
     """(loops, seconds a sample of them takes) where the median of the samples taken (`per_call_us`,
-    the slowest rank's time per call in each) lasted under half of min_sample_s: the calibration
-    saw slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
+    the slowest rank's time per call in each) lasted under min_sample_s: the calibration saw
+    slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
     the samples hold fewer calls than they should. None where they are long enough (or max_loops
     is reached). Decided from the median, which one or two calibration calls cannot mislead."""
     median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
-    if median_s * loops >= sampling.min_sample_s / 2 or loops >= sampling.max_loops:
+    if median_s * loops >= sampling.min_sample_s or loops >= sampling.max_loops:
         return None
-    again = min(sampling.max_loops, max(loops * 2, math.ceil(1.2 * sampling.min_sample_s / max(median_s, 1e-9))))
+    again = min(sampling.max_loops, max(loops + 1, math.ceil(1.2 * sampling.min_sample_s / max(median_s, 1e-9))))
     return again, again * median_s
 
 
