@@ -17,7 +17,9 @@ it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only a
 machine's skew needs. A sample is never stretched beyond `max_sample_s`, nor beyond the
 budget's share of one of `min_samples` samples, for the skew's sake (a rank descheduled for
 milliseconds would ask for seconds, and the run's length would follow): there the row's
-`skew_share` says how much of a sample was skew. The number of samples then fits a time budget: small sizes get
+`skew_share` says how much of a sample was skew. Samples whose median falls short of
+`min_sample_s` (the calibration saw slow calls) are taken again with the loops that median asks.
+The number of samples then fits a time budget: small sizes get
 many, large ones at least `min_samples`. Both can be fixed by hand.
 
 Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
