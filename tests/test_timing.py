@@ -336,14 +336,16 @@ def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_time
 def test_loops_amortise_a_large_exit_skew_and_the_row_says_how_much_was_left():
     """A rank 2 ms late after every barrier: with the 1% rule loops grow until the sample is
     long (up to max_sample_s, 50 ms here, which the budget allows) and skew_share is small;
-    with min_sample_s alone (2 ms) the skew would be most of each sample. (Loose bounds: the
+    with min_sample_s alone (2 ms) the skew would be a large part of each sample. (Loose bounds: the
     calibration's estimate undershoots on a loaded machine, 17 ms of the 50 once in CI.)"""
     from distributed import run_world
     from rank_functions import skew_amortised
 
     (loops, share, sample_s), (loops_without, share_without, _) = run_world(2, skew_amortised, 0.002)[0]
     assert sample_s >= 0.01 and share < 0.2, (loops, share, sample_s)
-    assert loops_without < loops and share_without > 0.3, (loops_without, share_without)
+    # relative, not absolute: under load a call takes ms and even 1-2 calls dilute the skew
+    # (0.26 once, with loops 2, beside the whole suite)
+    assert loops_without < loops and share_without > 2 * share, (loops_without, share_without, share)
 
 
 def test_the_skew_never_stretches_a_sample_beyond_the_budgets_share():
