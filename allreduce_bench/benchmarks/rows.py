@@ -59,6 +59,6 @@ def pooled_row(config: RunConfig, world: World, algorithm: str, count: int,
     # one frame of the pooled samples (numbered on across rounds), each tagged with its round:
     # a frame per round and a concat cost ~20 ms a row
     samples = samples_frame(row, pooled.per_rank_us, world.group.ranks, hosts)
-    of_round = np.repeat(np.arange(len(per_round)), [len(m.per_rank_us[0]) for m in per_round])
+    of_round = np.repeat(np.arange(len(per_round)), [m.samples for m in per_round])
     samples["round"] = np.tile(of_round, len(pooled.per_rank_us))
     return row, samples

@@ -60,23 +60,18 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
     AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
     slow state, so the median of a row jumped between the states from run to run (doc/
     agreement.md). A second call confirms it; the faster pace of the two decides."""
-    loops, pace, ones = 1, math.inf, 0
-    for _ in range(8):
+    loops, pace = 1, math.inf
+    for attempt in range(8):
         took, skew = sample(loops)
         pace = min(pace, max(took - skew, 1e-9) / loops)
-        ones += loops == 1
         wanted = min_sample_s
         if max_skew_share:
             wanted = max(wanted, min(max_sample_s, skew / max_skew_share))
-        if loops >= max_loops:
+        # loops is 1 only in the first two attempts (every jump is to 2 or more)
+        if loops >= max_loops or (took >= wanted and (loops > 1 or (attempt and pace + skew >= wanted))):
             return loops, took
-        if loops > 1 and took >= wanted:
-            return loops, took
-        if loops == 1 and took >= wanted:
-            if ones == 1:
-                continue  # one call reached it: confirm with a second
-            if pace + skew >= wanted:
-                return loops, took  # and so did the faster of two
+        if loops == 1 and attempt == 0 and took >= wanted:
+            continue  # one call reached it: confirm with a second
         estimate = math.ceil(1.2 * (wanted - skew) / pace)
         loops = min(max_loops, max(loops * 2, estimate))
     return loops, took
@@ -181,17 +176,17 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         loops, took = sampling.loops, one_sample(sampling.loops)[0]
     else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
         loops, took = sampling.loops, 0.0
-    count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
-                                             sampling.max_samples)
-    mine = take_samples(call, device, aligned, loops, count, sampling.host_launch, before_clock)
-    if sampling.loops is None:
-        again = recalibrated(slowest(mine, agree, device), loops, sampling)
-        if again:  # the calibration saw slow calls: retake the samples with the loops they ask
-            loops, took = again
-            count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
-                                                     sampling.max_samples)
-            mine = take_samples(call, device, aligned, loops, count, sampling.host_launch,
-                                before_clock)
+    def take(loops: int, took: float) -> tuple[list[float], int]:
+        count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
+                                                 sampling.max_samples)
+        return take_samples(call, device, aligned, loops, count, sampling.host_launch,
+                            before_clock), count
+
+    mine, count = take(loops, took)
+    again = recalibrated(slowest(mine, agree, device), loops, sampling) if sampling.loops is None else None
+    if again:  # the calibration saw slow calls: retake the samples with the loops they ask
+        loops = again[0]
+        mine, count = take(*again)
     return Measured(gather(mine, kept, device), loops, count)
 
 
