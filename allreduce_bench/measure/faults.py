@@ -165,6 +165,37 @@ def peer_silent(error: BaseException) -> bool:
     return explain(error, 0).startswith("no answer within")
 
 
+# One end line per process: the main thread's own failure, or the SIGTERM watcher's (stopped.py),
+# whichever claims it first; the other waits for that line and leaves.
+_claim_lock = threading.Lock()
+_claimed = threading.Event()
+_written = threading.Event()
+
+
+def claim_report() -> bool:
+    """True for the first caller only: it writes this process's end line (exit_now)."""
+    with _claim_lock:
+        if _claimed.is_set():
+            return False
+        _claimed.set()
+        return True
+
+
+def claim_or_wait() -> None:
+    """The main thread's claim; lost, the watcher is writing the line and ends the process."""
+    if not claim_report():
+        time.sleep(60)
+        os._exit(PEER_LOST_EXIT)
+
+
+def report_claimed(within_s: float) -> bool:
+    return _claimed.wait(within_s)
+
+
+def report_written(within_s: float) -> bool:
+    return _written.wait(within_s)
+
+
 def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
     """Print one line and leave at once: after a failed collective, tearing the process group
     down cleanly can itself block.
@@ -176,6 +207,7 @@ def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> No
     sys.stdout.flush()
     sys.stderr.flush()
     os.write(2, (line + "\n").encode())  # one write: lines of several ranks never interleave
+    _written.set()
     time.sleep(max(linger_s, MIN_LINGER_S) if code == PEER_LOST_EXIT else linger_s)
     os._exit(code)
 

@@ -28,11 +28,19 @@ from allreduce_bench.environment import (
     launcher_env,
 )
 from allreduce_bench.errors import UsageError, is_out_of_memory
-from allreduce_bench.measure import binding, flight_recorder, nccl_debug, world
+from allreduce_bench.measure import binding, flight_recorder, nccl_debug, stopped, world
 from allreduce_bench.measure import meta as run_meta
 from allreduce_bench.measure import peaks as link_peaks
 from allreduce_bench.measure.device import PeerTimeout, make_device, process_group_options
-from allreduce_bench.measure.faults import Fault, Progress, exit_now, failure_line, peer_died, peer_silent
+from allreduce_bench.measure.faults import (
+    Fault,
+    Progress,
+    claim_or_wait,
+    exit_now,
+    failure_line,
+    peer_died,
+    peer_silent,
+)
 from allreduce_bench.results import resume
 from allreduce_bench.results.schema import COLUMNS, PEAK_COLUMNS, RESULTS_FILE
 from allreduce_bench.results.store import (
@@ -204,6 +212,9 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
             world.sit_out()
             return 0
     progress = Progress(env.rank, env.world_size)
+    # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
+    watch = None if DRIVER_PID_ENV in os.environ else \
+        stopped.watch(env.rank, env.world_size, progress, config)
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
@@ -213,6 +224,7 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
             raise  # not a lost peer: launch/reasons.py says "out of memory" in one line
+        claim_or_wait()
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         line = failure_line(env.rank, progress, error, config.timeout_s)
@@ -220,7 +232,10 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
                                               local=DRIVER_PID_ENV in os.environ)
         exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
+        claim_or_wait()
         exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
+    if watch is not None:
+        watch.close()
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(config.out_dir)
