@@ -107,7 +107,8 @@ def test_a_sigterm_after_the_rank_saw_its_peer_die_gives_one_line(tmp_path):
 
 
 def test_a_finished_rank_no_longer_catches_sigterm():
-    """The watch is undone when the rank's measurements end: the signal's handling is restored."""
+    """The watch is undone when the rank's measurements end: the signal's handling and the
+    wakeup fd are restored, and the relay thread is gone."""
     import threading
 
     from allreduce_bench.measure import stopped
@@ -116,11 +117,26 @@ def test_a_finished_rank_no_longer_catches_sigterm():
         where = "start-up"
 
     before = signal.getsignal(signal.SIGTERM)
-    watch = stopped.watch(0, 1, Quiet(), None)
-    assert watch is not None
-    assert signal.getsignal(signal.SIGTERM) is not before
-    watch.close()
+    with stopped.watch(0, 1, Quiet(), None):
+        assert signal.getsignal(signal.SIGTERM) is not before
+        assert [t for t in threading.enumerate() if t.name == "allreduce-bench-signals"]
     assert signal.getsignal(signal.SIGTERM) is before
     assert signal.set_wakeup_fd(-1) == -1
-    time.sleep(0.2)
-    assert not [t for t in threading.enumerate() if t.name == "allreduce-bench-sigterm"]
+    assert not [t for t in threading.enumerate() if t.name == "allreduce-bench-signals"]
+
+
+def test_signals_reach_the_relay_while_the_main_thread_is_busy():
+    """A signal with a Python handler is handed to the relay thread as it arrives, before the
+    main thread runs any Python signal handler."""
+    import threading
+
+    from allreduce_bench.measure import stopped
+
+    seen = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    try:
+        with stopped.signals_seen(lambda signum: signum == signal.SIGUSR1 and seen.set()):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert seen.wait(5)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

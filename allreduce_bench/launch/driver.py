@@ -7,7 +7,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from allreduce_bench.environment import is_writer, launcher_env
 from allreduce_bench.launch.environments import describe_failure, launch_local
 from allreduce_bench.launch.flight import flight_recorder_line
 from allreduce_bench.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
+from allreduce_bench.measure import stopped
 from allreduce_bench.measure.rank import Benchmark, rank_main
 from allreduce_bench.measure.world import writes
 from allreduce_bench.results.lock import DirectoryLock
@@ -38,35 +38,20 @@ def _ranks_ignore_ctrl_c(scratch: str):
     wrapper.chmod(0o755)
     previous = mp_spawn.get_executable()
     mp_spawn.set_executable(str(wrapper))
-    read_fd, write_fd = os.pipe()
-    os.set_blocking(write_fd, False)
-    old_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=_stop_ranks_on_sigint, args=(read_fd,), daemon=True)
-    watcher.start()
     try:
-        yield
+        with stopped.signals_seen(_stop_ranks_on_sigint):
+            yield
     finally:
-        signal.set_wakeup_fd(old_wakeup)
-        os.close(write_fd)  # the watcher reads EOF and ends
-        watcher.join(timeout=5)
-        os.close(read_fd)
         mp_spawn.set_executable(previous)
 
 
-def _stop_ranks_on_sigint(read_fd: int) -> None:
-    while True:
-        try:
-            data = os.read(read_fd, 64)
-        except OSError:
-            return
-        if not data:
-            return
-        if signal.SIGINT in data:
-            for pid in spawned_ranks():
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+def _stop_ranks_on_sigint(signum: int) -> None:
+    if signum == signal.SIGINT:
+        for pid in spawned_ranks():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
 
 def spawned_ranks(parent: int | None = None) -> list[int]:

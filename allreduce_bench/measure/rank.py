@@ -15,6 +15,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -213,8 +214,18 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
             return 0
     progress = Progress(env.rank, env.world_size)
     # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
-    watch = None if DRIVER_PID_ENV in os.environ else \
-        stopped.watch(env.rank, env.world_size, progress, config)
+    with nullcontext() if DRIVER_PID_ENV in os.environ else \
+            stopped.watch(env.rank, env.world_size, progress, config):
+        wrong = _measure_or_exit(config, benchmark, env, device, placement, binder, progress)
+    dist.destroy_process_group()
+    if env.rank == 0:
+        _write_parquet(config.out_dir)
+    return wrong
+
+
+def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placement, binder,
+                     progress: Progress) -> int:
+    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
         wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
@@ -234,11 +245,6 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
         claim_or_wait()
         exit_now(f"allreduce-bench: rank {env.rank}: interrupted at {progress.where}", 130)
-    if watch is not None:
-        watch.close()
-    dist.destroy_process_group()
-    if env.rank == 0:
-        _write_parquet(config.out_dir)
     return wrong
 
 

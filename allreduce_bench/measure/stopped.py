@@ -12,13 +12,16 @@ failure of its own, which is the truer cause. Otherwise it writes one line,
 `stopped at <step>: ended by its launcher (SIGTERM); missing ...`, dumps the Flight Recorder
 (with --flight-recorder), and exits with 143. Each rank writes one end line: the main thread
 and the watcher claim it through faults.claim_report. A local run's ranks are not watched,
-because the local driver reports their end itself.
+because the local driver reports their end itself. The driver watches its own signals the
+same way (`signals_seen`): Ctrl-C must reach ranks that still ignore it while they start.
 """
 from __future__ import annotations
 
 import os
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from allreduce_bench.measure import faults, flight_recorder
 
@@ -27,40 +30,26 @@ GRACE_S = 0.5  # the main thread's own failure, already on its way, goes first
 WRITTEN_WAIT_S = 5.0  # once claimed by the main thread: how long its line may take to come out
 
 
-class Watch:
-    """Installed by `watch`; `close()` restores the signal's previous handling."""
-
-    def __init__(self, read_fd: int, write_fd: int, previous_fd: int, previous_handler):
-        self.read_fd, self.write_fd = read_fd, write_fd
-        self.previous_fd, self.previous_handler = previous_fd, previous_handler
-
-    def close(self) -> None:
-        signal.set_wakeup_fd(self.previous_fd)
-        signal.signal(signal.SIGTERM, self.previous_handler)
-        os.close(self.write_fd)  # the watcher reads EOF and ends; it closes the read end
-
-
-def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Watch | None:
-    """Report this rank's end on SIGTERM (see the module's text). Call it from the main thread.
-    Returns None where SIGTERM is ignored on purpose, or another wakeup fd is in use."""
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
-        return None
+@contextmanager
+def signals_seen(handle: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, hand `handle(signum)`, on a thread, every signal that has a Python
+    handler, as it arrives, even while the main thread is blocked in C++ (Python's wakeup fd).
+    Call it from the main thread."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    if previous_fd != -1:  # someone else's: leave it alone
-        signal.set_wakeup_fd(previous_fd)
-        os.close(read_fd)
-        os.close(write_fd)
-        return None
-    # a Python handler, so that the signal no longer ends the process; the watcher acts on it
-    previous_handler = signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    threading.Thread(target=_watch, args=(read_fd, rank, world_size, progress, config),
-                     name="allreduce-bench-sigterm", daemon=True).start()
-    return Watch(read_fd, write_fd, previous_fd, previous_handler)
+    previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    relay = threading.Thread(target=_relay, args=(read_fd, handle), name="allreduce-bench-signals",
+                             daemon=True)
+    relay.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(write_fd)  # the relay reads EOF, closes the read end and ends
+        relay.join(timeout=5)
 
 
-def _watch(read_fd: int, rank: int, world_size: int, progress: faults.Progress, config) -> None:
+def _relay(read_fd: int, handle: Callable[[int], None]) -> None:
     try:
         while True:
             try:
@@ -69,10 +58,31 @@ def _watch(read_fd: int, rank: int, world_size: int, progress: faults.Progress, 
                 return
             if not data:
                 return
-            if signal.SIGTERM in data:
-                _end(rank, world_size, progress, config)
+            for signum in data:
+                handle(signum)
     finally:
         os.close(read_fd)
+
+
+@contextmanager
+def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iterator[None]:
+    """Within the block, report this rank's end on SIGTERM (see the module's text). Call it
+    from the main thread. Nothing where SIGTERM is ignored on purpose."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        yield
+        return
+
+    def on_signal(signum: int) -> None:
+        if signum == signal.SIGTERM:
+            _end(rank, world_size, progress, config)
+
+    with signals_seen(on_signal):
+        # a Python handler, so that the signal no longer ends the process; the relay acts on it
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, previous)  # before the wakeup fd goes: none is lost
 
 
 def _end(rank: int, world_size: int, progress: faults.Progress, config) -> None:
