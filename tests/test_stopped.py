@@ -106,6 +106,49 @@ def test_a_sigterm_after_the_rank_saw_its_peer_die_gives_one_line(tmp_path):
     assert rank0.returncode in (TERMINATED_EXIT, 3), output
 
 
+def test_a_scancel_reaches_every_rank_and_none_blames_the_store_host(tmp_path):
+    """Every rank gets SIGTERM at once (a time limit, scancel): rank 0, which serves the store,
+    stays until the others have asked it, so none of them says rank 0 is gone."""
+    started = start_ranks(tmp_path, "rank=1,after_rows=2,action=stall,seconds=600", "--timeout", "90")
+    (rank0, log0), (rank1, log1) = started
+    try:
+        wait_for(log1, "test fault:")
+        time.sleep(1.0)
+        for process, _ in started:
+            process.send_signal(signal.SIGTERM)
+        for process, _ in started:
+            process.wait(timeout=30)
+    finally:
+        stop_all(started)
+    output = log0.read_text() + log1.read_text()
+    assert [rank0.returncode, rank1.returncode] == [TERMINATED_EXIT] * 2, output
+    assert "is gone" not in output, output
+    assert re.search(r"rank 1: stopped at \S+, world size 2, 8192 B: ended by its launcher "
+                     r"\(SIGTERM\)$", output, re.M), output  # stalled: nobody it waits on
+    assert "rank 0: stopped at ring, world size 2, 4096 B: ended by its launcher (SIGTERM); " \
+           "missing rank 1" in output, output
+
+
+def test_one_end_line_per_process():
+    """The watcher and the main thread never both write: the first to claim writes, and
+    exit_now from the other thread waits for the process to end."""
+    code = """if True:
+        import threading, time
+        from allreduce_bench.measure import faults
+        def watcher():
+            faults.claim_report()
+            time.sleep(0.3)
+            faults.exit_now("from the watcher", 5)
+        threading.Thread(target=watcher).start()
+        time.sleep(0.1)
+        faults.exit_now("from the main thread", 7)
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 5, done.stderr
+    assert "from the watcher" in done.stderr and "from the main thread" not in done.stderr
+
+
 def test_a_finished_rank_no_longer_catches_sigterm():
     """The watch is undone when the rank's measurements end: the signal's handling and the
     wakeup fd are restored, and the relay thread is gone."""

@@ -170,19 +170,22 @@ def peer_silent(error: BaseException) -> bool:
 _claim_lock = threading.Lock()
 _claimed = threading.Event()
 _written = threading.Event()
+_owner: int | None = None  # the thread that claimed
 
 
 def claim_report() -> bool:
-    """True for the first caller only: it writes this process's end line (exit_now)."""
+    """True for the thread that claims first (and on its later calls): it writes this
+    process's end line (exit_now)."""
+    global _owner
     with _claim_lock:
-        if _claimed.is_set():
-            return False
-        _claimed.set()
-        return True
+        if _owner is None:
+            _owner = threading.get_ident()
+            _claimed.set()
+        return _owner == threading.get_ident()
 
 
 def claim_or_wait() -> None:
-    """The main thread's claim; lost, the watcher is writing the line and ends the process."""
+    """Claim the end line; lost, the other thread is writing it and ends the process."""
     if not claim_report():
         time.sleep(60)
         os._exit(PEER_LOST_EXIT)
@@ -192,21 +195,29 @@ def report_claimed(within_s: float) -> bool:
     return _claimed.wait(within_s)
 
 
-def report_written(within_s: float) -> bool:
-    return _written.wait(within_s)
+def report_written() -> None:
+    """Until the claimed line is out (the launcher's SIGKILL bounds the wait)."""
+    _written.wait()
 
 
 def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
     """Print one line and leave at once: after a failed collective, tearing the process group
-    down cleanly can itself block.
+    down cleanly can itself block. One line per process: a second thread's call waits.
 
     `linger_s`: when a peer died, stay a moment before exiting, so a launcher that watches every
     rank (torchrun, a local run) sees the rank that died first and reports it, rather than
     this one; it stops us itself in the meantime.
     """
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.write(2, (line + "\n").encode())  # one write: lines of several ranks never interleave
+    claim_or_wait()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: the line below still goes to fd 2
+            pass
+    try:
+        os.write(2, (line + "\n").encode())  # one write: lines of several ranks never interleave
+    except OSError:
+        pass
     _written.set()
     time.sleep(max(linger_s, MIN_LINGER_S) if code == PEER_LOST_EXIT else linger_s)
     os._exit(code)

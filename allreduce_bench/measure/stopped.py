@@ -27,7 +27,6 @@ from allreduce_bench.measure import faults, flight_recorder
 
 TERMINATED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 GRACE_S = 0.5  # the main thread's own failure, already on its way, goes first
-WRITTEN_WAIT_S = 5.0  # once claimed by the main thread: how long its line may take to come out
 
 
 @contextmanager
@@ -46,7 +45,7 @@ def signals_seen(handle: Callable[[int], None]) -> Iterator[None]:
     finally:
         signal.set_wakeup_fd(previous)
         os.close(write_fd)  # the relay reads EOF, closes the read end and ends
-        relay.join(timeout=5)
+        relay.join()  # a relay inside `handle` (a rank's end line) ends the process itself
 
 
 def _relay(read_fd: int, handle: Callable[[int], None]) -> None:
@@ -74,7 +73,10 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iter
 
     def on_signal(signum: int) -> None:
         if signum == signal.SIGTERM:
-            _end(rank, world_size, progress, config)
+            try:
+                _end(rank, world_size, progress, config)
+            finally:  # whatever went wrong, the launcher asked this rank to end
+                os._exit(TERMINATED_EXIT)
 
     with signals_seen(on_signal):
         # a Python handler, so that the signal no longer ends the process; the relay acts on it
@@ -88,11 +90,14 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iter
 def _end(rank: int, world_size: int, progress: faults.Progress, config) -> None:
     if faults.report_claimed(GRACE_S) or not faults.claim_report():
         # the main thread is writing its own line: let it out, then leave without lingering
-        faults.report_written(WRITTEN_WAIT_S)
+        faults.report_written()
         os._exit(TERMINATED_EXIT)
     line = f"allreduce-bench: rank {rank}: stopped at {progress.where}: ended by its launcher (SIGTERM)"
     who = progress.missing()
     if who != "missing rank unknown":  # a time limit or scancel: nobody is missing
         line += f"; {who}"
     line += flight_recorder.after_failure(config, rank, world_size, local=False)
-    faults.exit_now(line, TERMINATED_EXIT)
+    # Under srun and mpirun rank 0 serves the store: on a scancel every rank got the signal at
+    # once, and the others still ask it who is missing; leaving first, it would be blamed.
+    stays = faults.MIN_LINGER_S if rank == 0 and faults.store_host() == "rank 0" else 0.0
+    faults.exit_now(line, TERMINATED_EXIT, linger_s=stays)
