@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 PEER_LOST_EXIT = 3  # a rank whose collective failed or timed out exits with this code
+TERMINATED_EXIT = 143  # a rank its launcher ended (SIGTERM), as a shell reports 128 + 15
 
 
 class UsageError(Exception):

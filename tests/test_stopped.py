@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from allreduce_bench.errors import TERMINATED_EXIT
 from allreduce_bench.measure.faults import FAULT_ENV
-from allreduce_bench.measure.stopped import TERMINATED_EXIT
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)

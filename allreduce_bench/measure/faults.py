@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch.distributed as dist
 
 from allreduce_bench.environment import process_state
-from allreduce_bench.errors import PEER_LOST_EXIT
+from allreduce_bench.errors import PEER_LOST_EXIT, TERMINATED_EXIT
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
 FAULT_ENV = "ALLREDUCE_BENCH_FAULT"
@@ -219,7 +219,9 @@ def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> No
     except OSError:
         pass
     _written.set()
-    time.sleep(max(linger_s, MIN_LINGER_S) if code == PEER_LOST_EXIT else linger_s)
+    # a rank that gave up (or was ended) may serve the store its peers still read
+    gave_up = code in (PEER_LOST_EXIT, TERMINATED_EXIT)
+    time.sleep(max(linger_s, MIN_LINGER_S) if gave_up else linger_s)
     os._exit(code)
 
 

@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from allreduce_bench.errors import TERMINATED_EXIT
 from allreduce_bench.measure import faults, flight_recorder
 
-TERMINATED_EXIT = 128 + signal.SIGTERM  # what a shell reports for a process ended by SIGTERM
 GRACE_S = 0.5  # the main thread's own failure, already on its way, goes first
 
 
@@ -97,7 +97,6 @@ def _end(rank: int, world_size: int, progress: faults.Progress, config) -> None:
     if who != "missing rank unknown":  # a time limit or scancel: nobody is missing
         line += f"; {who}"
     line += flight_recorder.after_failure(config, rank, world_size, local=False)
-    # Under srun and mpirun rank 0 serves the store: on a scancel every rank got the signal at
-    # once, and the others still ask it who is missing; leaving first, it would be blamed.
-    stays = faults.MIN_LINGER_S if rank == 0 and faults.store_host() == "rank 0" else 0.0
-    faults.exit_now(line, TERMINATED_EXIT, linger_s=stays)
+    # lingers like any rank that gives up: on a scancel every rank got the signal at once, and
+    # under srun and mpirun the others still ask rank 0's store who is missing
+    faults.exit_now(line, TERMINATED_EXIT)

@@ -67,11 +67,13 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
         wanted = min_sample_s
         if max_skew_share:
             wanted = max(wanted, min(max_sample_s, skew / max_skew_share))
-        # loops is 1 only in the first two attempts (every jump is to 2 or more)
-        if loops >= max_loops or (took >= wanted and (loops > 1 or (attempt and pace + skew >= wanted))):
+        if loops >= max_loops:
             return loops, took
-        if loops == 1 and attempt == 0 and took >= wanted:
-            continue  # one call reached it: confirm with a second
+        if took >= wanted:  # loops is 1 only in the first two attempts (every jump is to 2+)
+            if loops > 1 or (attempt and pace + skew >= wanted):
+                return loops, took
+            if not attempt:
+                continue  # one call reached it: confirm with a second
         estimate = math.ceil(1.2 * (wanted - skew) / pace)
         loops = min(max_loops, max(loops * 2, estimate))
     return loops, took
