@@ -7,6 +7,6 @@ def __getattr__(name: str):
     """`allreduce_bench.load_results`, imported on first use: the CLI starts without pandas
     (and so a Ctrl-C while it starts is one line, see cli/__init__.py)."""
     if name == "load_results":
-        from allreduce_bench.results.load import load_results
+        from allreduce_bench.core.results.load import load_results
         return load_results
     raise AttributeError(f"module 'allreduce_bench' has no attribute {name!r}")

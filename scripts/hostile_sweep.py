@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from allreduce_bench.cli import main  # noqa: E402
-from allreduce_bench.config import Sampling  # noqa: E402
+from allreduce_bench.core.config import Sampling  # noqa: E402
 
 BAD_NUMBERS = ["nan", "inf", "-inf", "1e400", "0", "-1", "", " ", "abc", "1.5", "0x10", "1e-400"]
 BAD_SIZES = ["0", "-4K", "", "1T", "1P", "12XB", "4.5", "1e3", "nan", "9" * 40, "1,,2", ","]
@@ -166,7 +166,7 @@ def sweep(verbose: bool) -> tuple[int, int, list]:
         os.chdir(tmp)  # default output directories land here
         unclean = []
         try:
-            with mock.patch("allreduce_bench.launch.driver.drive", stub), \
+            with mock.patch("allreduce_bench.core.launch.driver.drive", stub), \
                  mock.patch("allreduce_bench.emulate.session.check_can_emulate",
                             side_effect=SystemExit(0)):
                 all_cases = cases(tmp)

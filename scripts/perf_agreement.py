@@ -103,7 +103,7 @@ def identical(out: Path, runs: int) -> list[Path]:
 def relabel(run: Path, size: str, as_size: str) -> None:
     """Rows and samples of `size` in `run` renamed `as_size`: the run then reads as a build in
     which `as_size` moves twice the bytes (a real regression, of known size)."""
-    from allreduce_bench.units import parse_size
+    from allreduce_bench.core.units import parse_size
 
     old, new = parse_size(size, "size"), parse_size(as_size, "size")
     rows = pd.read_csv(run / "results.csv")
@@ -142,7 +142,7 @@ def minimal_loop_rank(sizes: list[int]) -> dict[int, float]:
     call per size, about 0.1 s of calls each (the harness's default budget)."""
     import torch.distributed as dist
 
-    from allreduce_bench.measure.binding import bind_rank
+    from allreduce_bench.core.measure.binding import bind_rank
 
     spec = importlib.util.spec_from_file_location("perf_core", HERE / "perf_core.py")
     perf_core = importlib.util.module_from_spec(spec)
@@ -164,8 +164,8 @@ def spread(values: list[float]) -> float:
 
 
 def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
-    from allreduce_bench.launch.environments import launch_local
-    from allreduce_bench.metrics import busbw_GBps
+    from allreduce_bench.core.launch.environments import launch_local
+    from allreduce_bench.core.metrics import busbw_GBps
 
     sizes = ",".join(f"{s >> 10}K" for s in LOOP_SIZES)
     kinds = ["harness", "loop"] + (["baseline"] if baseline else [])

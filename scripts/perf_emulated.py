@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.results.load import load_results
-from allreduce_bench.results.store import read_meta
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.results.store import read_meta
 
 SIZES = [16 << 20, 64 << 20]
 TARGET_SPEEDUP, RATIO_TOLERANCE = 1.35, 0.30

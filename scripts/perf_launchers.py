@@ -34,7 +34,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from allreduce_bench import units  # noqa: E402
+from allreduce_bench.core import units  # noqa: E402
 from allreduce_bench.emulate.slurm import slurm_cluster  # noqa: E402
 
 CLI = [sys.executable, "-m", "allreduce_bench"]

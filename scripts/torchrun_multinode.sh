@@ -32,7 +32,7 @@ GPUS=$(gpu_count)
 if (( GPUS > 0 )); then RUNS=(nvlink ib); else RUNS=(cpu); fi
 if (( GPUS > 0 )); then NPROC_PER_NODE=${NPROC_PER_NODE:-$GPUS}; fi
 if [[ -z ${RDZV_HOST:-} && -n ${SLURM_JOB_NODELIST:-} ]]; then
-  RDZV_HOST=$("$PYTHON" -m allreduce_bench.launch first-host "$SLURM_JOB_NODELIST")
+  RDZV_HOST=$("$PYTHON" -m allreduce_bench.core.launch first-host "$SLURM_JOB_NODELIST")
 fi
 RDZV_ID=${RDZV_ID:-${SLURM_JOB_ID:+slurm-$SLURM_JOB_ID}}
 NODE_RANK=${NODE_RANK:-${SLURM_NODEID:-0}}

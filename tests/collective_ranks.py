@@ -4,12 +4,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms
-from allreduce_bench.config import Sampling
-from allreduce_bench.measure import collective
-from allreduce_bench.measure.device import Device
-from allreduce_bench.measure.world import end_phase, make_world
-from allreduce_bench.metrics import COLLECTIVES
+from allreduce_bench.core import algorithms
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.measure import collective
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import end_phase, make_world
+from allreduce_bench.core.metrics import COLLECTIVES
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 OTHERS = [c for c in COLLECTIVES if c != "all_reduce"]

@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from allreduce_bench.benchmarks.ddp import (
+from allreduce_bench.ddp.benchmark import (
     DdpSettings,
     NoOverlapTrainer,
     Trainer,
@@ -17,8 +17,8 @@ from allreduce_bench.benchmarks.ddp import (
     synthetic_batch,
     wrap_ddp,
 )
-from allreduce_bench.measure.device import Device
-from allreduce_bench.measure.world import make_world
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import make_world
 
 
 def _world():

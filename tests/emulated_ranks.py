@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 
-from allreduce_bench.environment import export_for_env_init, launcher_env
-from allreduce_bench.measure import nccl_debug
+from allreduce_bench.core.environment import export_for_env_init, launcher_env
+from allreduce_bench.core.measure import nccl_debug
 
 LINES = [  # the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_debug.py)
     "{host}:{pid}:{pid} [0] NCCL INFO NET/Socket : Using [0]{host}:10.231.0.1<0>",

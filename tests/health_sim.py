@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from allreduce_bench.analysis.health.decide import Measurement
-from allreduce_bench.analysis.health.reference import Reference
-from allreduce_bench.analysis.health.rounds import HealthCheck, Round
-from allreduce_bench.analysis.health.verdicts import verdicts
+from allreduce_bench.health.decide import Measurement
+from allreduce_bench.health.reference import Reference
+from allreduce_bench.health.rounds import HealthCheck, Round
+from allreduce_bench.health.verdicts import verdicts
 
 SIZES = (4 << 10, 4 << 20)
 NOMINAL_GBPS = {"intra": 100.0, "pair": 20.0, "rail": 20.0, "bisect": 20.0}

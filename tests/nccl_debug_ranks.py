@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 
-from allreduce_bench.measure import nccl_debug
+from allreduce_bench.core.measure import nccl_debug
 
 
 def write_like_nccl_then_collect(out_dirs: list[str], lines: list[str], made: list[bool]) -> list[str]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from allreduce_bench import algorithms
-from allreduce_bench.benchmarks.allreduce import measure
-from allreduce_bench.config import Sampling
-from allreduce_bench.measure import patterns
-from allreduce_bench.measure.device import Device
-from allreduce_bench.measure.world import end_phase, make_world
+from allreduce_bench.core import algorithms
+from allreduce_bench.core.sweep.allreduce import measure
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.measure import patterns
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import end_phase, make_world
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 
@@ -121,7 +121,7 @@ def check_counts(names: list[str], counts: list[int]) -> list[str]:
 def rails_in_lockstep(count: int) -> tuple[int, int, int, list[int]]:
     """Two groups side by side ({0,1} and {2,3}), each sampling in lockstep over the world:
     (loops, samples, ranks in its times, the world barriers each rank took)."""
-    from allreduce_bench.measure import timing
+    from allreduce_bench.core.measure import timing
 
     rank = dist.get_rank()
     device = Device()
@@ -151,7 +151,7 @@ def late_member_of_a_group(timeout_s: float, late_s: float) -> tuple[float, floa
     collective: (the creation timeout, the summed result) on each rank."""
     import time
 
-    from allreduce_bench.measure.coordination import Groups
+    from allreduce_bench.health.coordination import Groups
 
     groups = Groups(timeout_s)
     group = groups.new([0, 1], 0)
@@ -168,8 +168,8 @@ def skew_amortised(late_s: float) -> list[tuple[int, float, float]]:
     calibrated with the 1% rule, then without it (min_sample_s alone)."""
     import time
 
-    from allreduce_bench import metrics
-    from allreduce_bench.measure import timing
+    from allreduce_bench.core import metrics
+    from allreduce_bench.core.measure import timing
 
     device = Device()
     align = device.align
@@ -197,7 +197,7 @@ def slow_calibration_calls() -> tuple[int, float]:
     as gloo's slow state does on a VM: (loops, the median sample's seconds)."""
     import time
 
-    from allreduce_bench.measure import timing
+    from allreduce_bench.core.measure import timing
 
     made = []
 

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from allreduce_bench.measure import binding
-from allreduce_bench.measure.binding import (
+from allreduce_bench.core.measure import binding
+from allreduce_bench.core.measure.binding import (
     core_block,
     format_cpulist,
     gpu_numa_node,
@@ -154,7 +154,7 @@ def test_bind_rank_applies_to_every_thread_and_records_it():
 
 
 def test_the_report_says_where_ranks_ran():
-    from allreduce_bench.analysis.placement import placement_lines, placement_warnings
+    from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 
     meta = {"binding": {"4": {"summary": "ranks unbound; sharing CPUs with another rank: rank(s) 0-3"},
                         "2": {"summary": "ranks bound by core"}}}

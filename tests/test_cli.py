@@ -10,9 +10,9 @@ import torch
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
-from allreduce_bench.errors import UsageError
-from allreduce_bench.measure import device as device_module
-from allreduce_bench.results.schema import COLUMNS
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure import device as device_module
+from allreduce_bench.core.results.schema import COLUMNS
 
 
 @pytest.mark.parametrize("args,message", [
@@ -132,7 +132,7 @@ def test_ranks_sitting_out_a_sub_world_outwait_the_timeout(tmp_path):
 
 
 def test_sizes_are_whole_elements(monkeypatch):
-    from allreduce_bench.config.options import run_config
+    from allreduce_bench.core.config.run import run_config
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     config = run_config(algos="ring", world_sizes="2", sizes="4,6,8", min_bytes=None, max_bytes=None,

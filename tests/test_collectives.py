@@ -11,9 +11,10 @@ from distributed import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allreduce_bench import algorithms, interop, metrics
-from allreduce_bench.algorithms.base import INTER, INTRA
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core import algorithms, metrics
+from allreduce_bench import interop
+from allreduce_bench.core.algorithms.base import INTER, INTRA
+from allreduce_bench.core.errors import UsageError
 
 S = 1 << 20
 
@@ -210,7 +211,7 @@ def test_measure_counts_wrong_like_nccl_tests():
 def test_collective_model_recovers_links_and_names_the_best():
     import pandas as pd
 
-    from allreduce_bench.analysis import collective_model
+    from allreduce_bench.model import collectives as collective_model
 
     alpha, bandwidth = 20e-6, 2e9
     rows = []
@@ -255,7 +256,7 @@ def cli(*args, timeout=300):
 def test_decomposition_prefers_the_in_place_halves():
     import pandas as pd
 
-    from allreduce_bench.analysis.collectives import decomposition, peak_table
+    from allreduce_bench.core.analysis.collective_tables import decomposition, peak_table
 
     def row(benchmark, algorithm, time_us, size=16 << 20):
         return {"benchmark": benchmark, "algorithm": algorithm, "world_size": 2, "size_bytes": size,

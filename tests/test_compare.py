@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench.analysis.compare import compare_runs, differing_settings, parse_threshold, rounds_of
-from allreduce_bench.analysis.significance import bootstrap_medians
+from allreduce_bench.interop.compare import compare_runs, differing_settings, parse_threshold, rounds_of
+from allreduce_bench.interop.significance import bootstrap_medians
 from allreduce_bench.cli import main
-from allreduce_bench.errors import UsageError
-from allreduce_bench.results.load import load_results, load_samples
-from allreduce_bench.results.schema import COLUMNS, SAMPLE_COLUMNS
-from allreduce_bench.results.store import SamplesWriter, write_meta
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.results.load import load_results, load_samples
+from allreduce_bench.core.results.schema import COLUMNS, SAMPLE_COLUMNS
+from allreduce_bench.core.results.store import SamplesWriter, write_meta
 
 SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
 
@@ -163,7 +163,7 @@ def test_bootstrap_draws_rounds_then_samples():
 
 def test_max_over_ranks_makes_the_sample():
     samples = _samples("a", n=5)
-    from allreduce_bench.analysis.compare import collective_times
+    from allreduce_bench.interop.compare import collective_times
     times = collective_times(samples)
     assert len(times) == 5 * len(SIZES)
     first = samples[(samples["size_bytes"] == SIZES[0]) & (samples["sample"] == 0)]["time_us"].max()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from allreduce_bench.measure.coordination import Absent, assemble
+from allreduce_bench.health.coordination import Absent, assemble
 
 
 class Board:

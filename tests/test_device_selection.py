@@ -7,11 +7,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from allreduce_bench.config.options import run_config
-from allreduce_bench.environment import RankEnv
-from allreduce_bench.errors import UsageError
-from allreduce_bench.measure import meta
-from allreduce_bench.measure.device import (
+from allreduce_bench.core.config.run import run_config
+from allreduce_bench.core.environment import RankEnv
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure import meta
+from allreduce_bench.core.measure.device import (
     NCCL_GRACE_S,
     CudaDevice,
     Device,

@@ -106,7 +106,7 @@ def test_the_emulated_table_is_the_committed_example():
     the example is measured again, the table must follow."""
     import pandas as pd
 
-    from allreduce_bench.units import parse_size
+    from allreduce_bench.core.units import parse_size
 
     rows = pd.read_csv(ROOT / "results" / "example-emulated-2x2" / "results.csv")
     rows = rows[(rows.benchmark == "allreduce") & (rows.world_size == 4)]

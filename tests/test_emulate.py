@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import units
-from allreduce_bench.cli import emulate as emulate_command  # the module
+from allreduce_bench.core import units
+from allreduce_bench.emulate import cli as emulate_command  # the module
 from allreduce_bench.cli import main
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate import pacing
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core.errors import UsageError
 
 
 def _namespaces_permitted() -> str | None:
@@ -82,7 +82,7 @@ def test_each_benchmark_gets_the_options_its_command_has():
 
 
 def test_ddp_link_is_paced_to_the_backward_pass():
-    from allreduce_bench.config.ddp import DdpSettings
+    from allreduce_bench.ddp.config import DdpSettings
     settings = DdpSettings(params=24_000_000, layers=24, batch_size=256, bucket_mbs=(25.0,),
                            accum=4, iters=5, warmup=1)
     gradient_bits = 4 * 24 * (1000 * 1000 + 1000) * 8

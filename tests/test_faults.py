@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
-from allreduce_bench.measure.faults import FAULT_ENV
-from allreduce_bench.results.resume import repair_tail
+from allreduce_bench.core.measure.faults import FAULT_ENV
+from allreduce_bench.core.results.resume import repair_tail
 
 ROOT = Path(__file__).resolve().parents[1]
 ALGOS, SIZES = ["ring", "native"], [4096, 8192]
@@ -169,15 +169,15 @@ def test_repair_tail_drops_half_a_row(tmp_path):
     ("shape mismatch: [4] vs [8]\nmore", "shape mismatch: [4] vs [8]"),
 ])
 def test_failures_are_explained_in_words(message, expected):
-    from allreduce_bench.measure.faults import explain
+    from allreduce_bench.core.measure.faults import explain
     assert explain(RuntimeError(message), 5) == expected
 
 
 def test_fault_hook_and_failure_description():
     from types import SimpleNamespace
 
-    from allreduce_bench.launch.environments import describe_failure
-    from allreduce_bench.measure.faults import Fault
+    from allreduce_bench.core.launch.environments import describe_failure
+    from allreduce_bench.core.measure.faults import Fault
     assert Fault.from_env({}) is None
     assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
         Fault(1, 2, "stall", 9.0)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from hang_ranks import KINDS, SEQ, make_dumps, named_correctly
 
-from allreduce_bench.analysis.hang import verdict
-from allreduce_bench.interop import flight_recorder
-from allreduce_bench.measure.faults import FAULT_ENV
+from allreduce_bench.hang.verdict import verdict
+from allreduce_bench.hang import dumps as flight_recorder
+from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 N, CULPRIT = 3, 1
@@ -147,7 +147,7 @@ def test_a_run_stopped_by_a_stalled_rank_names_it_from_the_dumps(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
-    from allreduce_bench.analysis.hang import annotate_unreachable
+    from allreduce_bench.hang.verdict import annotate_unreachable
 
     found = verdict(flight_recorder.read([dumps["no_dump"]]), [f"node{r}" for r in range(N)])
     doc = {"hosts": [{"host": f"node{r}", "verdict": "unreachable" if r == CULPRIT else "ok",
@@ -163,7 +163,7 @@ def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
 @pytest.mark.timeout(240)
 def test_dumps_are_read_without_torch(dumps):
     code = ("import sys; from pathlib import Path; from allreduce_bench.interop import flight_recorder; "
-            "from allreduce_bench.analysis.hang import verdict; "
+            "from allreduce_bench.hang.verdict import verdict; "
             f"found = verdict(flight_recorder.read([Path({str(dumps['skip'])!r})])); "
             "print([c.rank for c in found.culprits], 'torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},

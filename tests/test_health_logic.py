@@ -10,8 +10,8 @@ import pytest
 from health_sim import SIZES, SimCluster, names, random_faults
 from prometheus_client.parser import text_string_to_metric_families
 
-from allreduce_bench.analysis.health import pairing
-from allreduce_bench.analysis.health.outputs import (
+from allreduce_bench.health import pairing
+from allreduce_bench.health.outputs import (
     baseline_thresholds,
     document,
     exclude,
@@ -19,13 +19,13 @@ from allreduce_bench.analysis.health.outputs import (
     summary,
     write_prometheus,
 )
-from allreduce_bench.analysis.health.plan import Costs, describe, plan, rounds_to_fit
-from allreduce_bench.analysis.health.reference import TOLERANCE_FLOOR, Reference, fleet_threshold, parse_expect
-from allreduce_bench.analysis.health.rounds import HealthCheck
-from allreduce_bench.analysis.health.verdicts import HEALTHY, UNHEALTHY, exit_code, verdicts
-from allreduce_bench.config import Sampling
-from allreduce_bench.errors import UsageError
-from allreduce_bench.results.health import read_health, write_health
+from allreduce_bench.health.plan import Costs, describe, plan, rounds_to_fit
+from allreduce_bench.health.reference import TOLERANCE_FLOOR, Reference, fleet_threshold, parse_expect
+from allreduce_bench.health.rounds import HealthCheck
+from allreduce_bench.health.verdicts import HEALTHY, UNHEALTHY, exit_code, verdicts
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.health.store import read_health, write_health
 
 
 def _flagged(v: dict) -> set[str]:
@@ -313,7 +313,7 @@ def test_a_link_slow_once_is_noise_when_fine_again():
 
 
 def test_slow_on_another_check_each_time_is_not_a_fault():
-    from allreduce_bench.analysis.health.decide import PairResult, _status
+    from allreduce_bench.health.decide import PairResult, _status
     a = PairResult(1, ("x", "g1"), slow={("rail", 0, 4096)})
     b = PairResult(2, ("x", "g2"), slow={("rail", 1, 4096)})
     assert _status([], False, [a, b], True) == ("unconfirmed", set())
@@ -337,7 +337,7 @@ def test_a_slow_host_is_explained_by_how_its_nccl_setup_differs():
 
 
 def test_throttle_counters_are_read_from_the_cgroup_with_the_quota(tmp_path):
-    from allreduce_bench.measure.throttle import cpu_throttle, since
+    from allreduce_bench.health.throttle import cpu_throttle, since
 
     v1 = tmp_path / "v1"
     limited = v1 / "cpu" / "arb-1-h2"
@@ -365,7 +365,7 @@ def test_throttle_counters_are_read_from_the_cgroup_with_the_quota(tmp_path):
 
 
 def test_a_throttled_host_is_slow_though_its_timing_looked_fine():
-    from allreduce_bench.analysis.health.verdicts import held_back_why, holdback
+    from allreduce_bench.health.verdicts import held_back_why, holdback
 
     cluster = SimCluster(names(4), noise=0.02)
     check, clean = cluster.run()

@@ -22,16 +22,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allreduce_bench import errors
+from allreduce_bench.core import errors
 from allreduce_bench.cli import main
-from allreduce_bench.config import DTYPES, Sampling, default_out_dir
+from allreduce_bench.core.config import DTYPES, Sampling, default_out_dir
 from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
-from allreduce_bench.errors import UsageError
-from allreduce_bench.launch import driver, reasons  # noqa: F401
-from allreduce_bench.results import resume
-from allreduce_bench.results.load import load_results
-from allreduce_bench.results.lock import DirectoryLock
-from allreduce_bench.results.store import DiskFullError, ResultsWriter
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.launch import driver, reasons  # noqa: F401
+from allreduce_bench.core.results import resume
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.results.lock import DirectoryLock
+from allreduce_bench.core.results.store import DiskFullError, ResultsWriter
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
@@ -93,7 +93,7 @@ def cli(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     stub = Stub()
     modules = sys.modules  # cli/__init__ binds `ddp` and `emulate` to commands: go by module
-    monkeypatch.setattr(modules["allreduce_bench.launch.driver"], "drive", stub)
+    monkeypatch.setattr(modules["allreduce_bench.core.launch.driver"], "drive", stub)
 
     def no_namespaces():  # emulate validated everything: stop before building namespaces
         raise SystemExit(0)
@@ -389,7 +389,7 @@ def test_impossible_worlds_and_sizes_are_refused_with_what_they_need(cli):
 
 
 def test_naive_root_memory_counts_every_peer_buffer():
-    from allreduce_bench.config.checks import allreduce_bytes_per_rank
+    from allreduce_bench.core.config.checks import allreduce_bytes_per_rank
     size = 1 << 20
     assert allreduce_bytes_per_rank("naive", size, 8) == 4 * size + 7 * size
     assert allreduce_bytes_per_rank("ring", size, 8) == 4 * size + size // 8
@@ -398,7 +398,7 @@ def test_naive_root_memory_counts_every_peer_buffer():
 def test_out_of_memory_in_a_rank_is_named(tmp_path):
     """A rank that runs out of memory leaves "out of memory" for the driver's line, exit 1."""
     code = ("import os, sys; sys.path.insert(0, %r); os.environ[%r] = %r\n"
-            "from allreduce_bench.launch.reasons import guarded\n"
+            "from allreduce_bench.core.launch.reasons import guarded\n"
             "def entry(config):\n    raise MemoryError('cannot allocate 1 TB')\n"
             "guarded(entry, None)\n") % (str(ROOT), reasons.REASON_DIR_ENV, str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -423,7 +423,7 @@ def test_a_full_disk_never_leaves_a_torn_row(tmp_path, monkeypatch):
             return real_write(fd, data[: len(data) // 2])
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("allreduce_bench.results.store.os.write", half_then_full)
+    monkeypatch.setattr("allreduce_bench.core.results.store.os.write", half_then_full)
     with pytest.raises(DiskFullError) as caught:
         writer.append(row)
     assert caught.value.filename == str(tmp_path / "results.csv")
@@ -489,7 +489,7 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
 
 def test_only_resumable_commands_promise_resume(tmp_path):
 
-    from allreduce_bench.results.resume import kept
+    from allreduce_bench.core.results.resume import kept
     assert kept(tmp_path, f"--resume {tmp_path}") == f"no rows were written to {tmp_path}"
     write_run(tmp_path)
     assert "--resume" in kept(tmp_path, f"--resume {tmp_path}")
@@ -536,7 +536,7 @@ def test_silent_surprises_are_said_or_refused(cli, tmp_path):
 
 
 def test_emulate_resume_keeps_its_links(tmp_path):
-    from allreduce_bench.config.resume import resumed_dir, same_emulation
+    from allreduce_bench.core.config.resume_checks import resumed_dir, same_emulation
     run = write_run(tmp_path / "e", meta={**GOOD_META, "emulation": {
         "nodes": 2, "ranks_per_node": 2, "inter_rate_bps": 2e7, "inter_latency_s": 0.0,
         "label": "2x2@20Mbit"}})
@@ -547,7 +547,7 @@ def test_emulate_resume_keeps_its_links(tmp_path):
 
 
 def test_report_tells_runs_of_different_dtypes_apart(tmp_path):
-    from allreduce_bench.analysis.tables import label_runs
+    from allreduce_bench.core.analysis.tables import label_runs
     a = write_run(tmp_path / "a")
     b = write_run(tmp_path / "b", "\n".join([HEADER, *good_rows("r2", "float64")]) + "\n",
                   {**GOOD_META, "run_id": "r2"})

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from allreduce_bench import interop
 from allreduce_bench.cli import main
 from allreduce_bench.interop.lines import ParseError
-from allreduce_bench.results.load import load_results, load_samples
+from allreduce_bench.core.results.load import load_results, load_samples
 
 
 def _shared() -> Path:

@@ -1,14 +1,14 @@
 """Reading rank layouts from torchrun, Slurm, Open MPI and MPICH/PMI environments."""
 import pytest
 
-from allreduce_bench.environment import (
+from allreduce_bench.core.environment import (
     RankEnv,
     expand_nodelist,
     export_for_env_init,
     launcher_env,
     parse_tasks_per_node,
 )
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core.errors import UsageError
 
 SRUN = {"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4242"}  # what makes a Slurm step, not the batch shell
 

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import units
-from allreduce_bench.analysis import ddp_model as ddp
-from allreduce_bench.analysis.model import (
+from allreduce_bench.core import units
+from allreduce_bench.model import step as ddp
+from allreduce_bench.model.cost import (
     CostModel,
     Link,
     Links,
@@ -20,7 +20,7 @@ from allreduce_bench.analysis.model import (
     median_abs_error,
 )
 from allreduce_bench.cli import main
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core.errors import UsageError
 
 FAST = Links(Link(1e-6, 100e9), Link(10e-6, 1e9))  # intra: 1 us, 100 GB/s; inter: 10 us, 1 GB/s
 MB = 1e6

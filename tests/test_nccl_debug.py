@@ -13,7 +13,7 @@ from distributed import run_world
 from nccl_debug_ranks import write_like_nccl_then_collect
 
 from allreduce_bench.cli import main
-from allreduce_bench.measure import meta, nccl_debug
+from allreduce_bench.core.measure import meta, nccl_debug
 
 # the lines of one rank, in the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_log.py)
 RANK_LINES = [

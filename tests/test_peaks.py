@@ -5,11 +5,11 @@ import os
 import pandas as pd
 import pytest
 
-from allreduce_bench.analysis.peaks import judge, normal_rows
-from allreduce_bench.measure import peaks
-from allreduce_bench.measure.rank import Session
-from allreduce_bench.results.load import load_results
-from allreduce_bench.results.store import write_meta, write_parquet
+from allreduce_bench.core.analysis.published import judge, normal_rows
+from allreduce_bench.core.measure import link_peaks as peaks
+from allreduce_bench.core.measure.rank import Session
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.results.store import write_meta, write_parquet
 
 NVLINK_S = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)
 \t Link 0: 26.562 GB/s

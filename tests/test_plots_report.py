@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import metrics
-from allreduce_bench.analysis import plots, report, style
+from allreduce_bench.core import metrics
+from allreduce_bench.core.analysis import plots, report, style
 from allreduce_bench.cli import main
-from allreduce_bench.results.load import load_results
-from allreduce_bench.results.schema import COLUMNS
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.results.schema import COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 K, M = 1 << 10, 1 << 20
@@ -261,7 +261,7 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
 
 
 def test_terminal_summary_from_a_synthetic_frame():
-    from allreduce_bench.analysis.report import terminal_summary
+    from allreduce_bench.core.analysis.report import terminal_summary
     text = terminal_summary(model_frame())
     assert "Peak busbw (GB/s) per algorithm and world size:" in text
     assert "ring vs native (busbw ratio at the largest size both measured" in text

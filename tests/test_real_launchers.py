@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
 
-from allreduce_bench.measure.faults import FAULT_ENV
+from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]

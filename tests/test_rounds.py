@@ -1,8 +1,8 @@
 """--rounds: the order of the passes, the sampling of each round, pooling and the spread."""
 import pytest
 
-from allreduce_bench.config import Sampling
-from allreduce_bench.measure import rounds
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.measure import rounds
 
 
 def test_passes_alternate_direction():
@@ -19,7 +19,7 @@ def test_passes_alternate_direction():
 
 
 def test_each_round_gets_its_share_and_later_rounds_reuse_the_first():
-    from allreduce_bench.measure.timing import Measured
+    from allreduce_bench.core.measure.timing import Measured
 
     base = Sampling(budget_s=0.3, min_samples=5, max_samples=50, warmup=2)
     assert rounds.round_sampling(base, 1, 0, None) == base
@@ -56,7 +56,7 @@ def test_a_run_in_rounds_pools_them_and_keeps_each_rounds_samples(tmp_path):
     import subprocess
     import sys
 
-    from allreduce_bench.results.load import load_results, load_samples
+    from allreduce_bench.core.results.load import load_results, load_samples
 
     done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--out", str(tmp_path),
                            "--world-sizes", "2", "--sizes", "4K,64K", "--algos", "native,ring",

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from allreduce_bench.errors import TERMINATED_EXIT
-from allreduce_bench.measure.faults import FAULT_ENV
+from allreduce_bench.core.errors import TERMINATED_EXIT
+from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -134,7 +134,7 @@ def test_one_end_line_per_process():
     exit_now from the other thread waits for the process to end."""
     code = """if True:
         import threading, time
-        from allreduce_bench.measure import faults
+        from allreduce_bench.core.measure import faults
         def watcher():
             faults.claim_report()
             time.sleep(0.3)
@@ -154,7 +154,7 @@ def test_a_finished_rank_no_longer_catches_sigterm():
     wakeup fd are restored, and the relay thread is gone."""
     import threading
 
-    from allreduce_bench.measure import stopped
+    from allreduce_bench.core.measure import stopped
 
     class Quiet:
         where = "start-up"
@@ -173,7 +173,7 @@ def test_signals_reach_the_relay_while_the_main_thread_is_busy():
     main thread runs any Python signal handler."""
     import threading
 
-    from allreduce_bench.measure import stopped
+    from allreduce_bench.core.measure import stopped
 
     seen = threading.Event()
     previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)

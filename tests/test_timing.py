@@ -14,12 +14,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench import metrics
-from allreduce_bench.analysis import ranks
+from allreduce_bench.core import metrics
+from allreduce_bench.core.analysis import ranks
 from allreduce_bench.cli import main
-from allreduce_bench.measure import timing
-from allreduce_bench.results.load import load_results, load_samples, upgrade
-from allreduce_bench.results.schema import SAMPLE_COLUMNS, SCHEMA_VERSION
+from allreduce_bench.core.measure import timing
+from allreduce_bench.core.results.load import load_results, load_samples, upgrade
+from allreduce_bench.core.results.schema import SAMPLE_COLUMNS, SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "results" / "example-cpu-gloo"
@@ -165,7 +165,7 @@ def test_each_sample_is_aligned_then_timed_around_loops_calls_only():
 def test_cuda_align_spins_for_the_queued_calls(monkeypatch):
     import torch
 
-    from allreduce_bench.measure import device as device_module
+    from allreduce_bench.core.measure import device as device_module
     slept, barriers = [], []
     monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
     cuda = object.__new__(device_module.CudaDevice)  # no GPU: skip __init__'s device checks
@@ -184,7 +184,7 @@ def test_cuda_align_spins_for_the_queued_calls(monkeypatch):
 def test_cuda_timer_reads_events_after_the_last_one(monkeypatch):
     import torch
 
-    from allreduce_bench.measure import device as device_module
+    from allreduce_bench.core.measure import device as device_module
 
     class Event:
         clock = 0.0
@@ -310,7 +310,7 @@ def test_plot_report_and_model_run_where_torch_cannot_be_imported(tmp_path):
 
 def test_schema_2_late_rank_columns_are_read_under_their_schema_3_names(tmp_path):
     """Schema 2 called the rank that started last `slowest_rank`; loading renames it."""
-    from allreduce_bench.results.load import load_results
+    from allreduce_bench.core.results.load import load_results
 
     old = pd.DataFrame({"algorithm": ["ring"], "world_size": [4], "size_bytes": [1024],
                         "time_us_median": [10.0], "busbw_GBps": [1.0], "timing": ["samples"],
@@ -350,8 +350,8 @@ def test_loops_amortise_a_large_exit_skew_and_the_row_says_how_much_was_left():
 
 def test_the_skew_never_stretches_a_sample_beyond_the_budgets_share():
     """The default CPU run's first round (budget 25 ms, 2 samples at least): 12.5 ms at most."""
-    from allreduce_bench.config import CPU_DEFAULTS, ROUNDS
-    from allreduce_bench.measure import rounds
+    from allreduce_bench.core.config import CPU_DEFAULTS, ROUNDS
+    from allreduce_bench.core.measure import rounds
 
     first = rounds.round_sampling(CPU_DEFAULTS["sampling"], ROUNDS, 0)
     assert timing.longest_sample_s(first) == pytest.approx(0.0125)
@@ -384,7 +384,7 @@ def test_one_slow_first_call_does_not_fix_loops_at_one():
 def test_samples_far_shorter_than_the_minimum_ask_for_more_loops():
     """Two slow calibration calls (2.5 ms) fixed loops at 1, but the samples' median call took
     0.27 ms: the samples are retaken with the loops the median asks; long enough ones are kept."""
-    from allreduce_bench.config import Sampling
+    from allreduce_bench.core.config import Sampling
 
     sampling = Sampling(min_sample_s=2e-3)
     loops, took = timing.recalibrated([270.0] * 20 + [2500.0] * 4, 1, sampling)

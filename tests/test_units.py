@@ -6,14 +6,15 @@ import pandas as pd
 import pytest
 import torch
 
-from allreduce_bench import load_results, metrics
-from allreduce_bench.algorithms.ring import chunk_bounds
-from allreduce_bench.errors import UsageError
-from allreduce_bench.layout import node_layout
-from allreduce_bench.measure import patterns
-from allreduce_bench.results.schema import COLUMNS
-from allreduce_bench.results.store import ResultsWriter
-from allreduce_bench.units import format_size, parse_size, parse_size_list, size_sweep
+from allreduce_bench import load_results
+from allreduce_bench.core import metrics
+from allreduce_bench.core.algorithms.ring import chunk_bounds
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure import patterns
+from allreduce_bench.core.results.schema import COLUMNS
+from allreduce_bench.core.results.store import ResultsWriter
+from allreduce_bench.core.units import format_size, parse_size, parse_size_list, size_sweep
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -127,7 +128,7 @@ def test_appending_to_a_file_with_an_older_header(tmp_path):
 
 
 def test_a_half_written_last_row_is_not_done_and_is_dropped(tmp_path):
-    from allreduce_bench.results import resume
+    from allreduce_bench.core.results import resume
     ResultsWriter(tmp_path).append({c: 1 for c in COLUMNS} | {
         "run_id": "r", "benchmark": "allreduce", "algorithm": "ring", "world_size": 2, "size_bytes": 4096})
     with open(tmp_path / "results.csv", "a") as f:
@@ -139,7 +140,7 @@ def test_a_half_written_last_row_is_not_done_and_is_dropped(tmp_path):
 
 
 def test_a_new_run_in_the_same_directory_keeps_the_earlier_meta(tmp_path):
-    from allreduce_bench.results.store import read_meta, start_meta
+    from allreduce_bench.core.results.store import read_meta, start_meta
     start_meta(tmp_path, {"run_id": "a", "tag": "nvlink"})
     start_meta(tmp_path, {"run_id": "b", "tag": "ib"})
     start_meta(tmp_path, {"run_id": "c"})

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from rank_functions import check_counts
 from zoo_plugin import PLUGIN_MODULE
 
-from allreduce_bench import algorithms
-from allreduce_bench.algorithms import nccl
-from allreduce_bench.algorithms.base import INTER, INTRA, traffic
-from allreduce_bench.analysis.model import Link, Links, allreduce_time
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core import algorithms
+from allreduce_bench.core.algorithms import nccl
+from allreduce_bench.core.algorithms.base import INTER, INTRA, traffic
+from allreduce_bench.model.cost import Link, Links, allreduce_time
+from allreduce_bench.core.errors import UsageError
 
 S = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def plugin_env(tmp_path):
     info = site / "zoo_plugin_pkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zoo-plugin-pkg\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[allreduce_bench.algorithms]\nsum-by-plugin = zoo_plugin_pkg\n")
+    (info / "entry_points.txt").write_text("[allreduce_bench.core.algorithms]\nsum-by-plugin = zoo_plugin_pkg\n")
     env = dict(os.environ)
     env.pop(algorithms.NO_PLUGINS_ENV, None)  # this test's plug-in is the point
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT), env.get("PYTHONPATH", "")])
@@ -194,7 +194,7 @@ def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_pa
 def test_fit_of_every_builtin_recovers_its_links_and_names_the_winners():
     from test_model import TRUE, synthetic
 
-    from allreduce_bench.analysis.model import best_table, compare, crossovers, fit, median_abs_error
+    from allreduce_bench.model.cost import best_table, compare, crossovers, fit, median_abs_error
 
     names = [n for n in algorithms.names_for("gloo") if n != "native"]
     truth = Links(TRUE.intra, TRUE.inter, reduce_Bps=4e9)

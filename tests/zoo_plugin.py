@@ -1,5 +1,5 @@
 """A third-party algorithm for the plug-in test: installed into a temporary directory as the
-package `zoo_plugin_pkg` with an entry point in `allreduce_bench.algorithms` (see test_zoo.py)."""
+package `zoo_plugin_pkg` with an entry point in `allreduce_bench.core.algorithms` (see test_zoo.py)."""
 
 PLUGIN_MODULE = '''"""Sum by the backend's all_reduce, with no cost declared."""
 DESCRIPTION = "test plug-in: the backend's all_reduce, no cost declared"

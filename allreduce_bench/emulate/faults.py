@@ -8,8 +8,8 @@ import re
 import time
 from pathlib import Path
 
-from allreduce_bench import units
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core import units
+from allreduce_bench.core.errors import UsageError
 
 CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
 CGROUP_V2 = Path("/sys/fs/cgroup")

@@ -18,10 +18,10 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
     import torch
     import torch.distributed as dist
 
-    from allreduce_bench import metrics
-    from allreduce_bench.benchmarks.links import p2p_measure
-    from allreduce_bench.config import Sampling
-    from allreduce_bench.measure.device import Device
+    from allreduce_bench.core import metrics
+    from allreduce_bench.links.benchmark import p2p_measure
+    from allreduce_bench.core.config import Sampling
+    from allreduce_bench.core.measure.device import Device
     dist.init_process_group("gloo", timeout=_dt.timedelta(seconds=120))
     try:
         measured, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(),
@@ -40,7 +40,7 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     import torch
     from torch import nn
 
-    from allreduce_bench.benchmarks.ddp import build_model, synthetic_batch
+    from allreduce_bench.ddp.benchmark import build_model, synthetic_batch
     model = build_model(params, layers, torch.device("cpu"))
     x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
     times = []
@@ -54,7 +54,7 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
 
 
 if __name__ == "__main__":
-    from allreduce_bench.launch.environments import launch_local
+    from allreduce_bench.core.launch.environments import launch_local
     if sys.argv[1] == "backward":
         from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
         ranks, params, layers, batch = map(int, sys.argv[2:6])

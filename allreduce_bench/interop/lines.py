@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from allreduce_bench.errors import UsageError
+from allreduce_bench.core.errors import UsageError
 
 # `12: ` (srun --label, right-aligned), `[1,0]<stdout>: ` (Open MPI --tag-output)
 _PREFIX = re.compile(r"^(?:\d+:\s|\[\d+,\d+\]<std(?:out|err)>:\s?)")

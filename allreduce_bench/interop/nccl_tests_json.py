@@ -15,7 +15,7 @@ import json
 
 import pandas as pd
 
-from allreduce_bench.interop.collectives import TYPES, collective_of_program, guess_collective
+from allreduce_bench.interop.collective_names import TYPES, collective_of_program, guess_collective
 from allreduce_bench.interop.lines import ParseError
 from allreduce_bench.interop.run import ImportedRun, nccl_version_of_code
 

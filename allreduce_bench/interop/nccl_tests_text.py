@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 
 from allreduce_bench.interop import interleaved
-from allreduce_bench.interop.collectives import TYPES, collective_of_program, guess_collective
+from allreduce_bench.interop.collective_names import TYPES, collective_of_program, guess_collective
 from allreduce_bench.interop.lines import ParseError, clean_lines
-from allreduce_bench.interop.nccl_lines import hosts_by_pid, read_lines, torn_text
+from allreduce_bench.nccl_log.lines import hosts_by_pid, read_lines, torn_text
 from allreduce_bench.interop.run import ImportedRun, nccl_version_of_code
 
 TOOL = "nccl-tests"

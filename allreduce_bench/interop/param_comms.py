@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from allreduce_bench.interop.collectives import FACTORS, factor_of, world_size_from_factor
+from allreduce_bench.interop.collective_names import FACTORS, factor_of, world_size_from_factor
 from allreduce_bench.interop.lines import ParseError, clean_lines
 from allreduce_bench.interop.run import ImportedRun
 

@@ -1,0 +1,99 @@
+"""The command line: `allreduce-bench` (and `python -m allreduce_bench`)."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _interrupted_while_starting(signum, frame):
+    os.write(2, b"allreduce-bench: interrupted\n")  # Ctrl-C while the CLI imports: no traceback
+    os._exit(130)
+
+
+_default_sigint = signal.getsignal(signal.SIGINT)
+if _default_sigint is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import click  # noqa: E402  (after the handler above: this import is the slow part)
+
+from allreduce_bench.core.errors import UsageError  # noqa: E402
+
+
+class OneLineErrors(click.Group):
+    """Bad input: one line on stderr saying what is wrong, exit code 2, never a traceback."""
+
+    def main(self, args=None, prog_name=None, **kwargs):
+        kwargs.pop("standalone_mode", None)
+        from allreduce_bench.core.launch.reasons import flush_or_exit, reason
+
+        try:
+            code = super().main(args=args, prog_name=prog_name, standalone_mode=False, **kwargs) or 0
+            flush_or_exit()
+            return code
+        except SystemExit:
+            flush_or_exit()  # stdout to /dev/full: one line, not Python's "Exception ignored"
+            raise
+        except UsageError as error:
+            click.echo(f"allreduce-bench: error: {error}", err=True)
+            sys.exit(2)
+        except click.exceptions.NoArgsIsHelpError as error:
+            click.echo(error.ctx.get_help())
+            sys.exit(0)
+        except click.UsageError as error:
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+            click.echo(f"allreduce-bench: error: {error.format_message()}{hint}", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("allreduce-bench: interrupted", err=True)
+            sys.exit(130)
+        except click.ClickException as error:
+            click.echo(f"allreduce-bench: error: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C before a run started (while torch imports, ...)
+            _say("allreduce-bench: interrupted")
+            sys.exit(130)
+        except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
+            _say(f"allreduce-bench: error: {reason(error, 0)}")
+            sys.exit(1)
+
+
+def _say(line: str) -> None:
+    try:
+        sys.stdout.flush()
+    except OSError:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  (stdout is broken: keep exit quiet)
+    os.write(2, (line + "\n").encode("utf-8", "replace"))
+
+
+@click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="allreduce-bench")
+def main():
+    """Measure AllReduce algorithms (native, ring, naive, hierarchical) like nccl-tests.
+
+    Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
+    """
+
+
+# One module per command; a new command is a module and one line here. The modules are bound
+# by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
+from allreduce_bench.core.cli import report as analysis, run
+from allreduce_bench.ddp import cli as ddp
+from allreduce_bench.emulate import cli as emulate
+from allreduce_bench.hang import cli as hang
+from allreduce_bench.health import cli as health
+from allreduce_bench.interop import cli as interop
+from allreduce_bench.links import cli as links
+from allreduce_bench.model import cli as model
+from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
+
+COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model, emulate.emulate,
+            links.links, health.health, interop.import_command, interop.compare_command,
+            nccl_log.nccl_log_command, hang.hang)
+for command in COMMANDS:
+    main.add_command(command)
+if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+    signal.signal(signal.SIGINT, _default_sigint)  # imported: Ctrl-C is KeyboardInterrupt again
+
+if __name__ == "__main__":
+    main()

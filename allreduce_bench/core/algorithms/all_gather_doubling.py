@@ -1,0 +1,76 @@
+"""Recursive-doubling AllGather: log2 p steps, each doubling the window a rank holds.
+
+The p ranks of the power-of-two part (other N: the first 2r ranks fold in pairs, `base.fold`)
+retrace the recursive-halving windows backwards (m = 1, 2, ..., p/2): virtual ranks v and
+v XOR m swap the windows they hold, received straight into place. A folded pair's virtual rank
+stands for both its real ranks' chunks: the even rank sends its part to the odd one before the
+steps and receives the whole result after them. log2 p latencies instead of the ring's N-1, the
+same (p-1)/p of the buffer received.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from allreduce_bench.core.algorithms import p2p
+from allreduce_bench.core.algorithms.base import (
+    Algorithm,
+    Step,
+    chunk_bounds,
+    fold,
+    real_rank,
+    traffic,
+    window_ranks,
+)
+from allreduce_bench.core.algorithms.halving_doubling import every_rank_windows, partner_windows
+from allreduce_bench.core.algorithms.ring import same_memory
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.core.measure.world import World
+
+
+def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
+    group, n, me = world.group, world.size, world.rank
+    bounds = chunk_bounds(recv.numel(), n)
+
+    def chunk(q: int) -> torch.Tensor:
+        return recv[bounds[q][0]:bounds[q][1]]
+
+    _, extra = fold(n)
+    calls = [] if same_memory(send, chunk(me)) else [partial(chunk(me).copy_, send)]
+    if me < 2 * extra and me % 2 == 0:  # folded out: hand my part over, get everything back
+        return p2p.hand_over(group, send, recv, group.ranks[me + 1])
+    if me < 2 * extra:
+        calls.append(partial(p2p.run, p2p.step(group, [], [(chunk(me - 1), group.ranks[me - 1])])))
+    for peer, keep, give in reversed(partner_windows(group, me, n)):  # I hold `keep`, the partner `give`
+        ops = p2p.step(group, [(chunk(q), peer) for q in keep], [(chunk(q), peer) for q in give])
+        calls.append(partial(p2p.run, ops))
+    if me < 2 * extra:
+        calls.append(partial(p2p.run, p2p.step(group, [(recv, group.ranks[me - 1])], [])))
+    return p2p.in_order(calls)
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Fold in (S/N), log2 p doubling steps (each virtual rank sends the window it holds, S/N per
+    real chunk), fold out (the whole S)."""
+    n, s = world_size, float(size_bytes)
+    if n < 2:
+        return []
+    p, extra = fold(n)
+    part = s / n
+    pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
+    steps = [traffic([(a, b, part) for a, b in pairs], ranks_per_node)] if extra else []
+    for v_windows in reversed(every_rank_windows(p)):
+        steps.append(traffic([(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part)
+                              for v, (m, keep, _) in enumerate(v_windows)], ranks_per_node))
+    if extra:
+        steps.append(traffic([(b, a, s) for a, b in pairs], ranks_per_node))
+    return steps
+
+
+ALGORITHM = Algorithm("recursive-doubling", "log2 N steps with rank XOR 2^j, each doubling the "
+                      "window held: fewest latencies, the ring's bandwidth (power of two)",
+                      build, cost, collective="all_gather")

@@ -1,0 +1,57 @@
+"""Hierarchical AllReduce: ReduceScatter inside the node, AllReduce across nodes, AllGather inside.
+
+(a) the ring's ReduceScatter on the node's group leaves each local rank with the node's sum of
+one shard (1/L of the tensor, L = ranks per node); (b) the backend's AllReduce of that shard
+among the ranks with the same local rank on every node; (c) the ring's AllGather inside the
+node. Only 1/L of the tensor crosses the inter-node link per rank, where a flat ring sends
+about twice the tensor over it. One node: (b) is skipped. One rank per node: (a) and (c) are
+empty and (b) is the whole AllReduce.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from allreduce_bench.core.algorithms.base import INTER, INTRA, Algorithm, Step
+from allreduce_bench.core.algorithms.ring import RingPlan
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.core.measure.world import World
+
+
+def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    import torch.distributed as dist
+
+    node = RingPlan(tensor, world.intra)
+    shard, inter = node.owned, world.inter
+    across_nodes = inter.size > 1 and shard.numel() > 0  # same shard size on every inter peer
+
+    def allreduce() -> None:
+        node.reduce_scatter()
+        if across_nodes:
+            dist.all_reduce(shard, group=inter.pg)
+        node.all_gather()
+
+    return allreduce
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Intra ring ReduceScatter + AllGather: 2(L-1) steps of S/L; inter: a ring AllReduce of each
+    S/L shard over the M nodes, the L shards sharing the node's uplink, so S/M through it per
+    step, 2(M-1) steps."""
+    s, per_node = float(size_bytes), ranks_per_node
+    nodes = world_size // per_node
+    out = []
+    if per_node > 1:
+        out += [Step(per_node - 1, {INTRA: (1.0, s / per_node)}, s / per_node),
+                Step(per_node - 1, {INTRA: (1.0, s / per_node)})]
+    if nodes > 1:
+        out += [Step(nodes - 1, {INTER: (1.0, s / nodes)}, s / (per_node * nodes)),
+                Step(nodes - 1, {INTER: (1.0, s / nodes)})]
+    return out
+
+
+ALGORITHM = Algorithm("hierarchical", "ReduceScatter inside each node, AllReduce of each shard "
+                      "across nodes, AllGather inside: 1/L of the tensor crosses nodes", build, cost)

@@ -1,0 +1,139 @@
+"""Point-to-point steps: sends and receives posted together and waited on together.
+
+Every step goes through `batch_isend_irecv`, which NCCL runs as one group (separate isend/irecv
+can deadlock NCCL at 4 and 8 ranks) and gloo as plain isend/irecv. Receives are listed first so
+a receive is already posted when the matching send arrives.
+
+torch is imported inside the functions, not at the top, so that the algorithm modules (which
+import this one) can be read for their name and cost without torch, as the analysis does.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from allreduce_bench.core.algorithms.base import chunk_bounds, fold
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.core.measure.world import CommGroup, World
+
+Ops = list  # one step's torch.distributed.P2POp operations (a cost's step is base.Step)
+_dist = _torch = None  # torch.distributed and torch, bound by `step` at build time so the timed
+# calls import nothing
+
+
+def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
+         recvs: list[tuple[torch.Tensor, int]]) -> Ops:
+    """Build one step's ops (tensors with their global peer ranks); empty tensors are skipped.
+
+    Built once per size, outside the timed region; `run` only posts and waits.
+    """
+    global _dist, _torch
+    import torch
+    import torch.distributed as dist
+
+    _dist, _torch = dist, torch
+    ops = [dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel()]
+    ops += [dist.P2POp(dist.isend, t, peer, group=group.pg) for t, peer in sends if t.numel()]
+    return ops
+
+
+def start(ops: Ops) -> list:
+    """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
+    return _dist.batch_isend_irecv(ops) if ops else []
+
+
+def in_order(calls: list) -> Callable[[], None]:
+    """One call that runs the built steps one after another: what an algorithm times."""
+    def allreduce() -> None:
+        for call in calls:
+            call()
+    return allreduce
+
+
+def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
+    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
+    `back` from it."""
+    return in_order([partial(run, step(group, [(out, partner)], [])),
+                     partial(run, step(group, [], [(back, partner)]))])
+
+
+def run(ops: Ops) -> None:
+    for request in start(ops):
+        request.wait()
+
+
+# Reducing steps are cut into segments of about this size, so that where the backend gives
+# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
+SEGMENT_BYTES = 1 << 20
+MAX_SEGMENTS = 8
+
+
+def segments(view: torch.Tensor) -> list[torch.Tensor]:
+    parts = max(1, min(MAX_SEGMENTS, view.numel() * view.element_size() // SEGMENT_BYTES))
+    return [view[a:b] for a, b in chunk_bounds(view.numel(), parts)]
+
+
+class ReduceStep:
+    """One step that receives views into buffers and adds them into place, while sending.
+
+    `receives` are (view to add into, buffer of the same length, peer), or (addend, buffer, peer,
+    out) to write addend + buffer into `out` and leave the addend as it is (an out-of-place
+    ReduceScatter keeps its input); `sends` are (view, peer); `plain` are receives (view, peer)
+    that land in place with nothing to add. Each receive is cut into segments (sender and
+    receiver cut the same range, so they match one to one), and with one request per receive
+    each segment is added as soon as it has arrived.
+    """
+
+    def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
+                 receives: list[tuple[torch.Tensor, torch.Tensor, int]],
+                 plain: list[tuple[torch.Tensor, int]] = ()):
+        recvs, self.pairs = list(plain), []
+        self.plain = sum(1 for view, _ in plain if view.numel())
+        for into, buffer, peer, *out in receives:
+            addends = segments(into)
+            for i, b, o in zip(addends, segments(buffer), segments(out[0]) if out and out[0] is not into else addends):
+                recvs.append((b, peer))
+                if b.numel():
+                    self.pairs.append((i, b, o))
+        self.ops = step(group, [(s, peer) for view, peer in sends for s in segments(view)], recvs)
+
+    def __call__(self) -> None:
+        requests = start(self.ops)
+        if len(requests) == len(self.ops):  # receives come first, one request each
+            adding = requests[self.plain:self.plain + len(self.pairs)]
+            for request, pair in zip(adding, self.pairs):
+                request.wait()
+                _add(*pair)
+            for request in requests[:self.plain] + requests[self.plain + len(self.pairs):]:
+                request.wait()
+        else:  # one request for the whole batch (NCCL): the adds queue behind it
+            for request in requests:
+                request.wait()
+            for pair in self.pairs:
+                _add(*pair)
+
+
+def _add(addend: torch.Tensor, buffer: torch.Tensor, out: torch.Tensor) -> None:
+    if out is addend:
+        addend.add_(buffer)
+    else:
+        _torch.add(addend, buffer, out=out)
+
+
+def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:
+    """(fold-in, fold-out) calls of this rank for any N: empty for a power of two; see base.fold."""
+    group, n, me = world.group, world.size, world.rank
+    _, extra = fold(n)
+    if me >= 2 * extra:
+        return [], []
+    partner = group.ranks[me + 1 if me % 2 == 0 else me - 1]
+    if me % 2 == 0:  # folded out: hand the vector over, get the sum back
+        return ([partial(run, step(group, [(flat, partner)], []))],
+                [partial(run, step(group, [], [(flat, partner)]))])
+    into = ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
+    back = step(group, [(flat, partner)], [])
+    return [into], [partial(run, back)]

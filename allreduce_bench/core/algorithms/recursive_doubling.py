@@ -1,0 +1,71 @@
+"""Recursive doubling: log2 N exchanges of the whole vector, each followed by an add.
+
+In step j, rank v exchanges its whole (partly summed) vector with rank v XOR 2^j and adds what it
+received; after log2 N steps every rank holds the sum. Both partners add the same two values
+(a + b = b + a exactly), so every rank ends with the same bits. N not a power of two: the first
+2r ranks (r = N - p, p the largest power of two <= N) pair up, the even one folds its vector into
+the odd one before the exchanges and gets the result back after them (`base.fold`).
+
+log2 N latencies instead of the ring's 2(N-1), at the price of S bytes per step instead of S/N:
+it wins at small sizes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from allreduce_bench.core.algorithms import p2p
+from allreduce_bench.core.algorithms.base import (
+    Algorithm,
+    Step,
+    fold,
+    fold_steps,
+    real_rank,
+    traffic,
+    virtual_rank,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.core.measure.world import World
+
+
+def exchange(ops: p2p.Ops, flat: torch.Tensor, buffer: torch.Tensor) -> Callable[[], None]:
+    def call() -> None:
+        p2p.run(ops)  # the send reads `flat`: add only once it has left
+        flat.add_(buffer)
+    return call
+
+
+def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    flat = tensor.view(-1)
+    group, n = world.group, world.size
+    fold_in, fold_out = p2p.folded(flat, world)
+    p, _ = fold(n)
+    v = virtual_rank(world.rank, n)
+    steps = []
+    if v is not None and p > 1:
+        buffer = flat.new_empty(flat.numel())
+        for j in range(p.bit_length() - 1):
+            peer = group.ranks[real_rank(v ^ (1 << j), n)]
+            steps.append(exchange(p2p.step(group, [(flat, peer)], [(buffer, peer)]), flat, buffer))
+    calls = fold_in + steps + fold_out
+
+    return p2p.in_order(calls)
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Fold in (S sent and added by the odd ranks), log2 p exchanges of S (each added), fold out."""
+    s, n = float(size_bytes), world_size
+    p, _ = fold(n)
+    into, back = fold_steps(s, n, ranks_per_node)
+    exchanges = []
+    for j in range(p.bit_length() - 1):
+        pairs = [(real_rank(v, n), real_rank(v ^ (1 << j), n), s) for v in range(p)]
+        exchanges.append(traffic(pairs, ranks_per_node, reduced=s))
+    return into + exchanges + back
+
+
+ALGORITHM = Algorithm("recursive-doubling", "log2 N exchanges of the whole vector with rank "
+                      "XOR 2^j: fewest latencies, wins at small sizes", build, cost)

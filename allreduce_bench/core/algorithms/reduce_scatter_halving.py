@@ -1,0 +1,89 @@
+"""Recursive-halving ReduceScatter: log2 p steps, each halving the window a rank is summing.
+
+The p ranks of the power-of-two part (other N: the first 2r ranks fold in pairs, `base.fold`)
+work on windows of chunks. In the step with distance m = p/2, ..., 1, virtual rank v and v XOR m
+hold the same window; the one with bit m clear keeps the lower half and sends the upper half,
+the other the reverse, and each adds the half it receives (`halving_doubling.windows`). A folded
+pair's virtual rank stands for both its real ranks' chunks, so windows are lists of real chunks:
+the even rank hands its whole input to the odd one before the steps and gets its own summed
+chunk back after them. Sums build up in a scratch buffer, so the input is kept (out of place).
+log2 p latencies, (p-1)/p of the buffer sent: the ring's bandwidth term in fewer steps.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from allreduce_bench.core.algorithms import p2p
+from allreduce_bench.core.algorithms.base import (
+    Algorithm,
+    Step,
+    chunk_bounds,
+    fold,
+    real_rank,
+    traffic,
+    window_ranks,
+)
+from allreduce_bench.core.algorithms.halving_doubling import every_rank_windows, partner_windows
+from allreduce_bench.core.algorithms.ring import same_memory
+
+if TYPE_CHECKING:
+    import torch
+
+    from allreduce_bench.core.measure.world import World
+
+
+def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
+    group, n, me = world.group, world.size, world.rank
+    bounds = chunk_bounds(send.numel(), n)
+
+    def chunk(t: torch.Tensor, q: int) -> torch.Tensor:
+        return t[bounds[q][0]:bounds[q][1]]
+
+    _, extra = fold(n)
+    if n == 1:
+        return (lambda: None) if same_memory(send, recv) else partial(recv.copy_, send)
+    if me < 2 * extra and me % 2 == 0:  # folded out: hand the input over, get my chunk back
+        return p2p.hand_over(group, send, recv, group.ranks[me + 1])
+    acc, buffer = send.new_empty(send.numel()), send.new_empty(send.numel())
+    calls, source = [], send
+    if me < 2 * extra:  # the odd one of a pair: add the partner's whole input first
+        calls.append(p2p.ReduceStep(group, [], [(send, buffer, group.ranks[me - 1], acc)]))
+        source = acc
+    steps = partner_windows(group, me, n)
+    for index, (peer, keep, give) in enumerate(steps):
+        last = index == len(steps) - 1  # the chunk kept last is this rank's: into `recv`
+        out = {q: recv if last and q == me else chunk(acc, q) for q in keep}
+        calls.append(p2p.ReduceStep(
+            group, [(chunk(source, q), peer) for q in give],
+            [(chunk(source, q), chunk(buffer, q), peer, out[q]) for q in keep]))
+        source = acc
+    if me < 2 * extra:  # the even partner's summed chunk
+        calls.append(partial(p2p.run, p2p.step(group, [(chunk(acc, me - 1), group.ranks[me - 1])], [])))
+    return p2p.in_order(calls)
+
+
+def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
+    """Fold in (S sent and added), log2 p halving steps (each virtual rank sends the half it
+    gives up, S/N per real chunk, and adds the half it keeps), fold out (S/N)."""
+    n, s = world_size, float(size_bytes)
+    if n < 2:
+        return []
+    p, extra = fold(n)
+    part = s / n
+    pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
+    steps = [traffic([(a, b, s) for a, b in pairs], ranks_per_node, reduced=s)] if extra else []
+    for v_windows in every_rank_windows(p):
+        transfers = [(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(give, n)) * part)
+                     for v, (m, keep, give) in enumerate(v_windows)]
+        kept = max(len(window_ranks(keep, n)) for _, keep, _ in v_windows) * part
+        steps.append(traffic(transfers, ranks_per_node, reduced=kept))
+    if extra:
+        steps.append(traffic([(b, a, part) for a, b in pairs], ranks_per_node))
+    return steps
+
+
+ALGORITHM = Algorithm("recursive-halving", "log2 N steps with rank XOR 2^j, each halving the "
+                      "window summed: fewest latencies, the ring's bandwidth (power of two)",
+                      build, cost, collective="reduce_scatter")

@@ -1,0 +1,304 @@
+"""Figures drawn from a results DataFrame alone: anyone can redraw them from results/.
+
+Each `*_figure(frame, footnote=...)` returns a matplotlib Figure (or None when the rows cannot
+show it) so callers and tests can inspect it; `draw_all` saves every figure that applies.
+Colours name algorithms and line styles name series (runs told apart by tag, or links), the
+same in every figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import pandas as pd  # noqa: E402
+
+from allreduce_bench.core.analysis import collective_plots  # noqa: E402
+from allreduce_bench.ddp.analysis import ddp_rows  # noqa: E402
+from allreduce_bench.ddp.plots import (  # noqa: E402
+    accumulation_figure,
+    overlap_figure,
+    timeline_figure,
+)
+from allreduce_bench.core.analysis.style import (  # noqa: E402
+    LINE_STYLES,
+    MARKERS,
+    legend,
+    log_y_axis,
+    plt,
+    save,
+    size_axis,
+    world_size_axis,
+)
+from allreduce_bench.core.analysis.tables import (  # noqa: E402
+    LINKS,
+    algorithm_rank,
+    chosen_size,
+    curves,
+    footnote,
+    has_ddp_rows,
+    has_links,
+    label_runs,
+    link_ratio,
+    scaling_efficiency,
+)
+from allreduce_bench.core.units import format_size  # noqa: E402
+
+
+class Styles:
+    """Colour per algorithm, line style and marker per series, stable across figures."""
+
+    def __init__(self, frame: pd.DataFrame):
+        ordered = sorted(set(frame["algorithm"].astype(str)), key=algorithm_rank)
+        cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        self.colours = {a: cycle[i % len(cycle)] for i, a in enumerate(ordered)}
+        self.series = sorted(set(label_runs(frame)["series"]))
+
+    def order(self, points: pd.DataFrame) -> list[tuple[str, str]]:
+        """(series, algorithm) pairs present in `points`, series first, then algorithms in the
+        order native, ring, naive, hierarchical, others: legends read the same everywhere."""
+        pairs = set(zip(points.index.get_level_values("series"),
+                        points.index.get_level_values("algorithm")))
+        rank = {a: i for i, a in enumerate(self.colours)}
+        return sorted(pairs, key=lambda p: (self.series.index(p[0]) if p[0] in self.series else 0,
+                                            rank.get(p[1], len(rank))))
+
+    def __call__(self, algorithm: str, series: str = "") -> dict:
+        i = self.series.index(series) if series in self.series else 0
+        label = f"{algorithm} [{series}]" if len(self.series) > 1 and series else algorithm
+        return dict(color=self.colours.get(algorithm, "black"), linestyle=LINE_STYLES[i % 6],
+                    marker=MARKERS[i % 6], markersize=3, label=label)
+
+
+def _panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
+    columns = min(count, 3)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
+                             squeeze=False)
+    axes = list(axes.flat)
+    for ax in axes[count:]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    return fig, axes[:count]
+
+
+def _finish(fig, note: str):
+    """Footnote (backend, device, hosts, date) under the axes, layout that leaves room for it."""
+    lines = note.count("\n") + 1 if note else 0
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.75, va="bottom", ha="left")
+    bottom = (0.06 + 0.15 * lines) / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return fig
+
+
+def _world_title(frame: pd.DataFrame, world_size: int) -> str:
+    rows = frame[frame["world_size"] == world_size]
+    if {"nodes", "ranks_per_node"} <= set(rows.columns):
+        # the first row that has both (a damaged file may leave one empty)
+        known = rows[["nodes", "ranks_per_node"]].dropna()
+        if len(known):
+            return (f"N = {world_size} ({int(known['nodes'].iloc[0])} node(s) x "
+                    f"{int(known['ranks_per_node'].iloc[0])} ranks)")
+    return f"N = {world_size}"
+
+
+def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None):
+    points = curves(frame)
+    if points.empty:
+        return None
+    styles = Styles(frame)
+    world_sizes = sorted(points.index.get_level_values("world_size").unique())
+    fig, axes = _panels(len(world_sizes), title)
+    for ax, world_size in zip(axes, world_sizes):
+        at = points.xs(world_size, level="world_size")
+        for series, algorithm in styles.order(at):
+            curve = at.loc[(series, algorithm)]
+            draw(ax, curve, styles(algorithm, series), algorithm, series, at)
+        if reference is not None:
+            ax.axhline(reference, color="grey", linewidth=0.8, linestyle="--")
+        size_axis(ax)
+        if logy:
+            log_y_axis(ax)
+        ax.set_title(_world_title(frame, world_size), fontsize=10)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.get_lines():
+            legend(ax, fontsize=7)
+    return _finish(fig, note)
+
+
+def bandwidth_figure(frame: pd.DataFrame, footnote: str = ""):
+    """busbw against size, one line per algorithm (and series), one panel per world size."""
+    def draw(ax, curve, style, *_):
+        ax.plot(curve.index, curve["busbw_GBps"], **style)
+    return _per_world_size(frame, "AllReduce bus bandwidth against size", "busbw (GB/s)", draw,
+                           footnote)
+
+
+def latency_figure(frame: pd.DataFrame, footnote: str = ""):
+    """Median time against size, log-log, shaded up to p95: flat while latency-bound."""
+    def draw(ax, curve, style, *_):
+        ax.plot(curve.index, curve["time_us_median"], **style)
+        if "time_us_p95" in curve.columns:
+            ax.fill_between(curve.index, curve["time_us_median"], curve["time_us_p95"],
+                            color=style["color"], alpha=0.15, linewidth=0)
+    return _per_world_size(frame, "AllReduce time against size (line: median, band: to p95)",
+                           "time per AllReduce (us)", draw, footnote, logy=True)
+
+
+def speedup_figure(frame: pd.DataFrame, footnote: str = ""):
+    """Each algorithm's time over native's at the same size, world size and series."""
+    if "native" not in set(frame["algorithm"]):
+        return None
+
+    def draw(ax, curve, style, algorithm, series, at):
+        if algorithm == "native" or (series, "native") not in at.index.droplevel("size_bytes"):
+            return
+        native = at.loc[(series, "native"), "time_us_median"]
+        ratio = (curve["time_us_median"] / native).dropna()
+        ax.plot(ratio.index, ratio.values, **style)
+    return _per_world_size(frame, "Time relative to native (< 1: faster than the backend's own)",
+                           "time / time(native)", draw, footnote, logy=True, reference=1.0)
+
+
+def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | None = None):
+    """Left: busbw(N) / busbw(N_min) per algorithm at one size, ideal 1. Right: time(N) /
+    time(N_min), with the naive baseline's (N-1)/(N_min-1) for reference."""
+    size_bytes = chosen_size(frame, size_bytes)
+    scaling = scaling_efficiency(frame, size_bytes)
+    if scaling.empty:
+        return None
+    styles = Styles(frame)
+    world_sizes = sorted(scaling.index.get_level_values("world_size").unique())
+    fig, (left, right) = _panels(2, f"Scaling with world size at {format_size(size_bytes)} per rank")
+    for series, algorithm in styles.order(scaling):
+        rows = scaling.loc[(series, algorithm)]
+        left.plot(rows.index, rows["efficiency"], **styles(algorithm, series))
+        right.plot(rows.index, rows["time_ratio"], **styles(algorithm, series))
+    smallest = world_sizes[0]
+    left.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="ideal (flat busbw)")
+    right.axhline(1.0, color="grey", linestyle="--", linewidth=1, label="flat time (ideal ring)")
+    if "naive" in scaling.index.get_level_values("algorithm") and len(world_sizes) > 1:
+        right.plot(world_sizes, [(n - 1) / (smallest - 1) for n in world_sizes], color="grey",
+                   linestyle=":", linewidth=1, label="naive theory (N-1)/(N_min-1)")
+    left.set_ylabel("scaling efficiency busbw(N) / busbw(N_min)")
+    right.set_ylabel("time(N) / time(N_min)")
+    left.set_title("busbw efficiency (1 = ideal)", fontsize=10)
+    right.set_title("time growth", fontsize=10)
+    for ax in (left, right):
+        world_size_axis(ax, world_sizes)
+        ax.grid(True, alpha=0.3)
+        legend(ax, fontsize=7)
+    left.set_ylim(bottom=0)
+    return _finish(fig, footnote)
+
+
+def links_figure(frame: pd.DataFrame, footnote: str = ""):
+    """busbw over intra-node and inter-node links against size, with intra/inter written on."""
+    if not has_links(frame):
+        return None
+    frame = label_runs(frame)
+    frame = frame[frame["link"].isin(LINKS)].dropna(subset=["busbw_GBps"])
+    points = frame.groupby(["world_size", "run", "algorithm", "link", "size_bytes"])[
+        "busbw_GBps"].median()
+    ratios = link_ratio(frame)
+    styles = Styles(frame)
+    runs = sorted(set(frame["run"]))
+    world_sizes = sorted(points.index.get_level_values("world_size").unique())
+    fig, axes = _panels(len(world_sizes), "Intra-node against inter-node bus bandwidth")
+    for ax, world_size in zip(axes, world_sizes):
+        at = points.xs(world_size, level="world_size")
+        pairs = sorted(set(zip(at.index.get_level_values("run"),
+                               at.index.get_level_values("algorithm"))),
+                       key=lambda p: (p[0], algorithm_rank(p[1])))
+        for run, algorithm in pairs:
+            for link, linestyle in zip(LINKS, ("-", "--")):
+                if (run, algorithm, link) not in at.index.droplevel("size_bytes"):
+                    continue
+                curve = at.loc[(run, algorithm, link)]
+                who = f"{algorithm} [{run}]" if len(runs) > 1 else algorithm
+                ax.plot(curve.index, curve.values, color=styles.colours.get(algorithm, "black"),
+                        linestyle=linestyle, marker=MARKERS[runs.index(run) % 6], markersize=3,
+                        label=f"{who}, {link}")
+        notes = [f"{(f'{a} [{r}]' if len(runs) > 1 else a)}: {row.intra_inter_ratio:.1f}x at "
+                 f"{format_size(row.size_bytes)}"
+                 for (r, a, n), row in ratios.iterrows() if n == world_size]
+        if notes:
+            ax.text(0.02, 0.98, "intra/inter busbw\n" + "\n".join(notes), transform=ax.transAxes,
+                    va="top", fontsize=8, bbox=dict(boxstyle="round", facecolor="white", alpha=0.8))
+        size_axis(ax)
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(_world_title(frame, world_size), fontsize=10)
+        ax.grid(True, alpha=0.3)
+        legend(ax, fontsize=7, loc="lower right")
+    return _finish(fig, footnote)
+
+
+def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None = None) -> dict:
+    """name -> Figure for every figure the rows can show."""
+    note = footnote(frame) if note is None else note
+    made = {
+        "bandwidth": bandwidth_figure(frame, note),
+        "latency": latency_figure(frame, note),
+        "scaling": scaling_figure(frame, note, size_bytes),
+        "speedup": speedup_figure(frame, note),
+        "links": links_figure(frame, note),
+    }
+    return {name: fig for name, fig in made.items() if fig is not None}
+
+
+def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = ""):
+    """Every rank's time per call at the largest size of each world size (median, p5-p95 bar),
+    one line per algorithm; the rank each row names as most often late is ringed."""
+    from allreduce_bench.core.analysis.ranks import per_rank_times
+
+    times = per_rank_times(samples) if len(samples) else pd.DataFrame()
+    if times.empty:
+        return None
+    styles = Styles(frame)
+    world_sizes = sorted(times.index.get_level_values("world_size").unique())
+    fig, axes = _panels(len(world_sizes), "Per-rank time per call at the largest size")
+    for ax, world_size in zip(axes, world_sizes):
+        at = times.xs(world_size, level="world_size")
+        size = at.index.get_level_values("size_bytes")[0]
+        for algorithm in sorted(at.index.get_level_values("algorithm").unique(), key=algorithm_rank):
+            curve = at.xs((size, algorithm), level=("size_bytes", "algorithm"))
+            colour = styles.colours.get(algorithm, "black")
+            ax.errorbar(curve.index, curve["median_us"],
+                        yerr=[curve["median_us"] - curve["p5_us"], curve["p95_us"] - curve["median_us"]],
+                        color=colour, marker="o", markersize=4, capsize=3, label=algorithm)
+        ax.set_xticks(sorted(at.index.get_level_values("rank").unique()))
+        ax.set_xlabel("rank (the shortest time started last: the others waited for it)", fontsize=8)
+        ax.set_ylabel("time per call (us), median and p5-p95")
+        ax.set_title(f"N = {world_size} at {format_size(size)}", fontsize=10)
+        ax.grid(True, alpha=0.3)
+        legend(ax, fontsize=7)
+    return _finish(fig, footnote)
+
+
+def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
+             size_bytes: int | None = None) -> dict[str, Path]:
+    """Save every figure that applies as out_dir/<name>.<fmt>; name -> path."""
+    out_dir = Path(out_dir)
+    size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
+    drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
+             for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
+    if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)
+        from allreduce_bench.core.results.load import load_samples
+        samples = load_samples(sorted(set(frame["source"].dropna())))
+        if "run_id" in frame.columns and len(samples):
+            samples = samples[samples["run_id"].isin(set(frame["run_id"]))]
+        fig = ranks_figure(samples, frame, footnote(frame))
+        if fig is not None:
+            drawn["ranks"] = save(fig, out_dir / f"ranks.{fmt}")
+    drawn.update(collective_plots.draw(frame, out_dir, fmt))  # the other collectives, if any
+    if has_ddp_rows(frame):  # DDP runs: step split, measured timeline, accumulation comparison
+        rows, note = ddp_rows(frame), footnote(frame)
+        for name, draw in (("ddp_overlap", overlap_figure), ("ddp_timeline", timeline_figure),
+                           ("ddp_accumulation", accumulation_figure)):
+            path = draw(rows, out_dir / f"{name}.{fmt}", note)
+            if path:
+                drawn[name] = path
+    return drawn

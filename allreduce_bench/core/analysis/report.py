@@ -1,0 +1,326 @@
+"""report.md and the terminal's tables: the numbers of `tables`, written out, with the figures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.nccl_log import setup as nccl_setup
+from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
+from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
+from allreduce_bench.core.analysis.ranks import rank_table, unstable_rows
+from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported for callers)
+    algorithm_rank,
+    chosen_size,
+    describe_run,
+    footnote,
+    half_peak_size,
+    has_ddp_rows,
+    has_links,
+    label_runs,
+    link_ratio,
+    naive_penalty,
+    peak_busbw,
+    ratio_at_largest,
+    run_metas,
+    scaling_efficiency,
+)
+from allreduce_bench.core.metrics import ROUNDS_DISAGREE, UNSTABLE_CV
+from allreduce_bench.core.results.schema import allreduce_rows
+from allreduce_bench.core.units import format_size
+
+
+def terminal_summary(frame: pd.DataFrame) -> str:
+    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, the other
+    collectives' peaks and decomposition (analysis/collectives.py), #wrong."""
+    others = collective_rows(frame, in_place=True)  # --in-place's halves are checked too
+    lines = allreduce_summary(frame) if len(allreduce_rows(frame)) else []
+    lines += [terminal_text(frame)] if len(others) else []
+    wrong = int(allreduce_rows(frame)["wrong"].sum() + others["wrong"].sum()) if "wrong" in frame.columns else 0
+    lines.append(f"#wrong in total: {wrong}")
+    return "\n".join(lines)
+
+
+def allreduce_summary(frame: pd.DataFrame) -> list[str]:
+    peaks = peak_busbw(frame)["peak_busbw_GBps"]
+    if peaks.index.get_level_values("series").nunique() == 1:
+        peaks = peaks.droplevel("series")
+    table = peaks.unstack("world_size").sort_index(  # algorithms in the registry's order
+        key=lambda level: level.map(algorithm_rank) if level.name == "algorithm" else level)
+    lines = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
+    for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
+        ratios = ratio_at_largest(frame, numerator, denominator)
+        if not ratios.empty:
+            named = ratios.index.get_level_values("series").nunique() > 1
+            parts = ", ".join(f"{f'{series} ' if named else ''}N={world_size} at "
+                              f"{format_size(row.size_bytes)}: {row.busbw_ratio:.2f}"
+                              for (series, world_size), row in ratios.iterrows())
+            lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
+                         f"measured, > 1: {numerator} faster): {parts}")
+    flagged = unstable_rows(frame)
+    if len(flagged):
+        lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
+                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes, or rounds "
+                     f"disagreed by > {100 * ROUNDS_DISAGREE:.0f}%); see "
+                     "report.md, or rerun on a quiet machine")
+    lines += placement_warnings(run_metas(frame))
+    return lines
+
+
+def _gbps(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """Index levels as columns, `series` dropped where there is only one, columns renamed."""
+    table = table.reset_index()
+    if "algorithm" in table.columns:  # native, ring, naive, hierarchical, then by name
+        keys = [c for c in ("series", "run", "algorithm", "world_size") if c in table.columns]
+        table = table.sort_values(keys, key=lambda c: c.map(algorithm_rank) if c.name ==
+                                  "algorithm" else c, kind="stable", ignore_index=True)
+    for column in ("series", "run"):
+        if column in table.columns and table[column].nunique() <= 1:
+            table = table.drop(columns=column)
+    return table.rename(columns=names)
+
+
+Table = tuple[str, str, pd.DataFrame]  # (title, how to read it, table of strings)
+WORLD = {"world_size": "world size"}
+
+
+def _peak_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    peaks = peak_busbw(frame).join(half_peak_size(frame))
+    return [(
+        "Peak bus bandwidth",
+        "Highest busbw over the sizes measured, the size reaching it, and the half-peak size: the "
+        "smallest size whose busbw reaches half the peak (below it, latency dominates).",
+        _readable(pd.DataFrame({
+            "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
+            "at size": peaks["peak_size_bytes"].map(format_size),
+            "half-peak size": peaks["half_peak_size_bytes"].map(
+                lambda size: format_size(size) if pd.notna(size) else "-")}), WORLD))]
+
+
+def _comparison_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    present = set(allreduce_rows(frame)["algorithm"].astype(str))
+    pairs = [("ring", "native")] + [(a, "ring") for a in sorted(present, key=algorithm_rank)
+                                    if a not in ("ring", "native", "naive")]
+    compared = [ratio_at_largest(frame, a, b)["busbw_ratio"].rename(f"{a}/{b}") for a, b in pairs]
+    sizes = [ratio_at_largest(frame, a, b)["size_bytes"] for a, b in pairs]
+    if not any(len(c) for c in compared):
+        return []
+    table = pd.concat([c.map(_ratio) for c in compared], axis=1).fillna("-")
+    table.insert(0, "size", pd.concat(sizes).groupby(level=[0, 1]).max().map(format_size))
+    return [(
+        "Algorithm comparison at the largest size",
+        "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
+        "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
+        "against the backend's own.", _readable(table, WORLD))]
+
+
+def _naive_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    penalty = naive_penalty(frame)
+    if not len(penalty):
+        return []
+    return [(
+        "Naive baseline: rank-0 penalty",
+        "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
+        "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
+        _readable(pd.DataFrame({
+            "N_ref": penalty["reference_world_size"],
+            "size": penalty["size_bytes"].map(format_size),
+            "measured": penalty["time_ratio"].map(_ratio),
+            "theory (N-1)/(N_ref-1)": penalty["predicted_ratio"].map(_ratio)}),
+            {"world_size": "N"}))]
+
+
+def _scaling_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    scaling = scaling_efficiency(frame, size_bytes)
+    if not len(scaling):
+        return []
+    return [(
+        f"Scaling efficiency at {format_size(size_bytes)}",
+        "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
+        "time ratio = time(N) / time(N_min).",
+        _readable(pd.DataFrame({
+            "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
+            "efficiency": scaling["efficiency"].map(_ratio),
+            "time ratio": scaling["time_ratio"].map(_ratio)}), WORLD))]
+
+
+def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    late = rank_table(frame)
+    if not len(late):
+        return []
+    return [(
+        "Ranks: who starts last",
+        "Per world size, the rank most often last to start a sample (a late rank measures the "
+        "shortest interval: the others wait for it inside the collective), in how many rows it "
+        "was named, its median share of samples and how late it started (per sample). "
+        "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
+        _readable(pd.DataFrame({
+            "rank": late["rank"], "host": late["host"],
+            "rows": [f"{a}/{b}" for a, b in zip(late["rows_named"], late["rows"])],
+            "share of samples": late["share_of_samples"].map(_ratio),
+            "late by (us)": late["lag_us"].map(lambda x: f"{x:.0f}"),
+            "stands out": late["stands_out"].map({True: "yes", False: "no"})}), WORLD))]
+
+
+def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    flagged = unstable_rows(frame)
+    if not len(flagged):
+        return []
+    return [(
+        "Unstable measurements",
+        f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
+        "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
+        "machine, or with a larger --budget.",
+        _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
+            size=lambda f: f["size_bytes"].map(format_size),
+            cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
+            median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
+            ["size", "median_us", "cv"]], {**WORLD, "median_us": "median (us)"}))]
+
+
+def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    links = link_ratio(frame)
+    if not len(links):
+        return []
+    return [(
+        "Intra- vs inter-node links",
+        "busbw over each link at the largest size both measured, and intra/inter.",
+        _readable(pd.DataFrame({
+            "size": links["size_bytes"].map(format_size),
+            "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
+            "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
+            "intra/inter": links["intra_inter_ratio"].map(_ratio)}), WORLD))]
+
+
+def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    from allreduce_bench.core.analysis.published import normal_table  # is this normal? (published figures)
+
+    return normal_table(frame)
+
+
+# The report's tables in order; each builder returns its table, or none when the rows lack it.
+TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
+          _unstable_table, _links_table, _published_tables)
+
+
+def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    """(title, how to read it, table of strings) for the terminal and report.md."""
+    return [table for build in TABLES for table in build(frame, size_bytes)]
+
+
+def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    wrong = (label_runs(frame).groupby("run")["wrong"].sum() if "wrong" in frame.columns
+             else pd.Series(dtype="int64"))
+    for run, meta in run_metas(frame).items():
+        rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
+                     "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                     "placement": "; ".join(placement_lines(meta)) or "-",
+                     "#wrong": int(wrong.get(run, 0))})
+    table = pd.DataFrame(rows)
+    return table.drop(columns="run") if (table["run"] == "-").all() else table
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    header = "| " + " | ".join(map(str, table.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in table.columns) + "|"
+    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
+                    out_dir: Path) -> str:
+    parts = ["# AllReduce benchmark report", "",
+             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
+             "the median over samples of the slowest rank's time per call (a sample times `loops` "
+             "back-to-back calls; see doc/methodology.md).", "", "## Runs", "",
+             markdown_table(runs_table(frame)), ""]
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+        parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+    parts += winner_parts(frame, out_dir)
+    parts += markdown_parts(frame, markdown_table)
+    parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
+    parts += nccl_setup.report_parts(run_metas(frame))  # per host NICs, transports, who differs
+    figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
+    if figures:
+        parts += ["## Figures", ""]
+        for name, path in figures.items():
+            relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
+            parts += [f"![{name}]({relative.as_posix()})", ""]
+    return "\n".join(parts)
+
+
+def winner_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
+    where `model fit` left a model.json in the run directory (the parent of plots/)."""
+    from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compare, crossovers
+
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+                 if (p / MODEL_FILE).exists()), None)
+    if path is None:
+        return []
+    model = CostModel.load(path)
+    comparison = compare(frame, model)
+    if comparison.empty:
+        return []
+    best = best_table(comparison)
+    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
+                          "measured best": best["measured"], "predicted best": best["predicted"],
+                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
+                              "{:.1f}%".format)})
+    cross = crossovers(model, comparison)
+    lines = ["## Which algorithm wins where", "",
+             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
+             "algorithm measured and the one the model predicts, among those measured at each "
+             "point; the last column is how much slower the predicted one measured.", "",
+             markdown_table(table), ""]
+    if len(cross):
+        lines += ["Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()), ""]
+    figure = Path(out_dir) / "model_best.png"
+    if figure.exists():
+        lines += ["![fastest algorithm](model_best.png)", ""]
+    return lines
+
+
+def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
+    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
+    from allreduce_bench.ddp.analysis import ddp_markdown
+
+    if not has_ddp_rows(frame):
+        return []
+    rows = frame[frame["benchmark"] == "ddp"]
+    meta = next(iter(run_metas(rows).values()), {})
+    figures = {name: file for name, file in (("overlap", "ddp_overlap.png"),
+                                             ("timeline", "ddp_timeline.png"),
+                                             ("accumulation", "ddp_accumulation.png"))
+               if (Path(out_dir) / file).exists()}
+    return [ddp_markdown(rows, meta, figures)]
+
+
+def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
+    echo("Runs:\n" + runs_table(frame).to_string(index=False))
+    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+        echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
+
+
+def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
+                 fmt: str = "png") -> tuple[dict[str, Path], Path]:
+    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir."""
+    from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
+
+    size_bytes = chosen_size(frame, size)
+    out_dir = Path(out_dir)
+    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes)
+    path = out_dir / "report.md"
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir))
+    return figures, path

@@ -1,0 +1,73 @@
+"""What every figure shares: matplotlib without a display, size and world-size axes, and
+`save` (small, byte-reproducible files)."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display needed
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
+
+from allreduce_bench.core.units import format_size  # noqa: E402
+
+LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+MARKERS = ("o", "s", "^", "D", "v", "P")
+SIZE_LABEL = "tensor size per rank (bytes)"
+DPI = 100
+# No version or date stamped in files, so regenerating unchanged results changes no bytes.
+STABLE_METADATA = {".png": {"Software": None}, ".svg": {"Date": None},
+                   ".pdf": {"CreationDate": None}}
+
+
+def size_axis(ax) -> None:
+    """log2 size axis labelled 1K, 1M, 1G."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(LogLocator(base=4))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: format_size(x)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel(SIZE_LABEL)
+
+
+def world_size_axis(ax, world_sizes) -> None:
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(sorted(world_sizes)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("world size N (ranks)")
+
+
+def log_y_axis(ax) -> None:
+    """log y axis with plain labels (1, 2, 5, 10, 20, ..., 1,000,000), not 2x10^4."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
+
+
+def legend(ax, **options) -> None:
+    """A legend where some artist has a label (matplotlib warns about an empty one: an imported
+    run's single unlabelled line would print that warning to the user)."""
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(**options)
+
+
+def save(fig, path: Path) -> Path:
+    """Write and close `fig`. PNGs go through a 256-colour palette: a third of the bytes, the
+    same look (line plots use few colours), so committed figures stay small."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".png":
+        from PIL import Image  # matplotlib's own dependency
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=DPI, metadata=STABLE_METADATA[".png"])
+        image = Image.open(buffer).convert("RGB")  # method 0: median cut, in every Pillow
+        image.quantize(colors=256, method=0).save(path, optimize=True)
+    else:
+        fig.savefig(path, dpi=DPI, metadata=STABLE_METADATA.get(path.suffix))
+    plt.close(fig)
+    return path

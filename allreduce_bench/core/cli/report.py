@@ -1,0 +1,73 @@
+"""`allreduce-bench plot` and `report`: figures and report.md from stored results alone."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from allreduce_bench.core.config.checks import OUTPUT_PATH
+from allreduce_bench.core.results.load import load_results
+
+PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
+                       help="Where figures go. [plots/ of the first run]")
+FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
+                      show_default=True, help="Figure file format.")
+SIZE = click.option("--size", help="Size the scaling figure and table compare world sizes at, "
+                    "e.g. 64M; one that was measured. [the largest measured]")
+
+
+def default_out_dir(paths: tuple[Path, ...]) -> Path:
+    first = paths[0]
+    return (first if first.is_dir() else first.parent) / "plots"
+
+
+def _load(paths: tuple[Path, ...], out_dir: Path | None):
+    """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
+    to write figures."""
+    from allreduce_bench.core.analysis.report import chosen_size
+    from allreduce_bench.core.config.checks import check_writable_dir
+    frame = load_results(paths)
+    chosen_size(frame)  # no AllReduce rows at all: say so before drawing anything
+    check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
+    return frame
+
+
+@click.command()
+@PATHS
+@OUT_DIR
+@FORMAT
+@SIZE
+def plot(paths, out_dir, fmt, size):
+    """Draw every figure (bandwidth, latency, scaling, speedup, links) from stored results.
+
+    PATHS are run directories or results.csv files; several runs are merged and told apart
+    by their tag (and run id where tags repeat).
+    """
+    from allreduce_bench.core.analysis.plots import draw_all
+    from allreduce_bench.core.analysis.report import chosen_size
+
+    frame = _load(paths, out_dir)
+    figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
+                       size_bytes=chosen_size(frame, size))
+    for path in figures.values():
+        click.echo(f"figure: {path}")
+
+
+@click.command()
+@PATHS
+@OUT_DIR
+@FORMAT
+@SIZE
+def report(paths, out_dir, fmt, size):
+    """Print the summary tables and write report.md with every figure beside it.
+
+    PATHS are run directories or results.csv files, merged as for `plot`.
+    """
+    from allreduce_bench.core.analysis.report import chosen_size, print_tables, write_report
+
+    frame = _load(paths, out_dir)
+    size_bytes = chosen_size(frame, size)
+    print_tables(frame, size_bytes, echo=click.echo)
+    figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt)
+    click.echo(f"\nreport: {path} ({len(figures)} figures beside it)")

@@ -1,0 +1,101 @@
+"""`allreduce-bench run`: the AllReduce sweep."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from allreduce_bench.core.algorithms import help_text as algorithms_help
+from allreduce_bench.core.cli.options import measuring_options
+from allreduce_bench.core.cli.types import DTYPE
+from allreduce_bench.core.config import ROUNDS
+from allreduce_bench.core.config.checks import OUTPUT_PATH
+
+
+def sweep_options(command):
+    """What `run` and `links` sweep and how each size is sampled."""
+    for option in reversed([
+        click.option("--sizes", help="Comma-separated per-rank tensor sizes, e.g. 1M,8M "
+                     "(instead of a sweep)."),
+        click.option("--min-bytes", help="Smallest size of the sweep, K/M/G binary suffixes. "
+                     "[4K on CPU, 1K on GPU]"),
+        click.option("--max-bytes", help="Largest size of the sweep. [16M on CPU, 1G on GPU]"),
+        click.option("--factor", type=float, help="Multiply the size by this each step. "
+                     "[4 on CPU, 2 on GPU]"),
+        click.option("--dtype", type=DTYPE, default="float32", show_default=True,
+                     help="Element type."),
+        click.option("--loops", type=int, help="Back-to-back calls per sample. [calibrated per "
+                     "size so a sample lasts >= 2 ms on CPU, 1 ms on GPU]"),
+        click.option("--samples", type=int, help="Samples per size. [as many as fit --budget: "
+                     "5-50 on CPU, 10-200 on GPU]"),
+        click.option("--budget", type=float, help="Seconds of samples per algorithm and size (a "
+                     "guide: at least the minimum samples are taken). [0.1 on CPU, 0.5 on GPU, "
+                     "0.05 with --quick]"),
+        click.option("--warmup", type=int, help="Untimed calls before calibrating. "
+                     "[5 on GPU, 1 on CPU]"),
+        click.option("--iters", type=int, hidden=True, help="Schema-1 name: N timed calls one at "
+                     "a time, i.e. --samples N --loops 1."),
+        click.option("--host-launch", is_flag=True, help="GPU: keep the host's launch time inside "
+                     "the timed interval (no device-side spin before the start event)."),
+        click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, a few samples): "
+                     "a smoke test."),
+    ]):
+        command = option(command)
+    return command
+
+
+def describe(config) -> str:
+    """The algorithms of the run, per collective where there are others than AllReduce."""
+    if not config.collectives:
+        return ",".join(config.algorithms)
+    plan = ((("all_reduce", config.algorithms),) if config.algorithms else ()) + config.collectives
+    return "; ".join(f"{c} {','.join(names)}" + (" (out of place + in place)"
+                                                  if len(config.halves(c)) > 1 else "")
+                     for c, names in plan)
+
+
+@click.command()
+@click.option("--algos", help=algorithms_help() + " [AllReduce: native,ring,naive,hierarchical; "
+              "other collectives: every algorithm of theirs]")
+@click.option("--collectives", default="all_reduce", show_default=True,
+              help="Comma-separated collectives, or all: all_reduce, all_gather, reduce_scatter, "
+              "alltoall, broadcast, reduce, sendrecv (nccl-tests' names; sizes are the whole "
+              "buffer, as nccl-tests prints them). Each named --algos must implement each.")
+@click.option("--in-place", is_flag=True,
+              help="Also measure the in-place half of AllGather and ReduceScatter (nccl-tests' "
+              "in-place columns: AllGather's input is this rank's part of its output, "
+              "ReduceScatter's output its part of the input), checked like the out-of-place "
+              "half, in rows of benchmark all_gather-in-place / reduce_scatter-in-place. The "
+              "decomposition AllReduce vs ReduceScatter + AllGather then compares the in-place "
+              "halves, as the AllReduce is in place. AllReduce, Broadcast and Reduce are in place "
+              "already; AllToAll and SendRecv have no in-place mode.")
+@sweep_options
+@measuring_options()
+@click.option("--rounds", type=int, help="Passes over (algorithm, size), forward then backward, "
+              "each with --budget / R; a row pools its rounds' samples and records how much their "
+              "medians differ (`compare` judges runs by that). "
+              f"[{ROUNDS}; 1 with --quick]")
+@click.option("--resume", "resume_dir", type=OUTPUT_PATH,
+              help="Continue the interrupted run in this directory: skip its finished rows, append "
+              "the rest (same options as the original run).")
+def run(**options):
+    """Measure AllReduce (or any collective) over a sweep of sizes and world sizes, check
+    every result.
+
+    \b
+    Without a launcher, starts one local world of the largest world size (gloo on loopback,
+    or NCCL with one GPU per rank) whose first k ranks measure world size k; under torchrun /
+    srun / mpirun it uses that world the same way.
+    Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
+    """
+    from allreduce_bench.emulate import benchmarks
+    from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.launch.driver import drive
+    from allreduce_bench.core.launch.environments import announce
+
+    config = run_config(command=shlex.join(sys.argv), **options)
+    announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
+             f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
+             f"algorithms {describe(config)} -> {config.out_dir}")
+    sys.exit(drive(config, benchmarks.get("allreduce")))

@@ -1,0 +1,175 @@
+"""The validated configuration of a run: parsed once from the CLI, then passed to every rank."""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from allreduce_bench.core.config.checks import check_finite, check_writable_dir
+from allreduce_bench.core.config.launch import LaunchConfig, Launched
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.metrics import IN_PLACE_HALVES
+from allreduce_bench.core.units import parse_size, parse_size_list, size_sweep
+
+# name -> bytes per element; the torch dtype of the same name is looked up only on the ranks,
+# so parsing options (and every analysis command) needs no torch.
+DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int32": 4}
+
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each measurement is sampled (measure/timing.py): `samples` samples of `loops`
+    back-to-back calls each; None means calibrated (loops: a sample lasts >= min_sample_s and
+    the barrier's exit skew is <= max_skew_share of it, up to max_sample_s; samples: as many
+    as fit budget_s, within [min_samples, max_samples])."""
+
+    loops: int | None = None
+    samples: int | None = None
+    budget_s: float = 0.1
+    min_sample_s: float = 0.002
+    max_skew_share: float | None = 0.01  # None: loops ignore the skew (min_sample_s only)
+    max_sample_s: float = 0.02  # the skew never stretches a sample beyond this
+    min_samples: int = 5
+    max_samples: int = 50
+    max_loops: int = 10_000
+    warmup: int = 1  # untimed calls first (calibration samples warm up too)
+    host_launch: bool = False  # GPU: keep host launch time inside the interval (no spin)
+
+
+# --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
+# `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/agreement.md).
+ROUNDS = 4
+# Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
+# nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us. gloo on loopback
+# reaches its bus bandwidth plateau by 4M-16M; 64M added 10 s of 37 to the default run on 2
+# cores (26 s without it) and no new information: --max-bytes 64M where it is wanted.
+CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="16M", factor=4,
+                    sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
+                                      max_samples=50, warmup=1), rounds=ROUNDS)
+GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
+                    sampling=Sampling(budget_s=0.5, min_sample_s=0.001, max_sample_s=0.05, min_samples=10,
+                                      max_samples=200, warmup=5), rounds=ROUNDS)
+QUICK = dict(sizes=(4 << 10, 256 << 10),
+             sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,
+                               warmup=1), rounds=1)
+
+
+@dataclass(frozen=True)
+class RunConfig(Launched):
+    """`run` and `links`: where and how they launch, and what each rank sweeps."""
+
+    launch: LaunchConfig
+    algorithms: tuple[str, ...]  # the AllReduce's; empty when --collectives leaves it out
+    sizes: tuple[int, ...]
+    dtype: str
+    sampling: Sampling
+    rounds: int = 1  # --rounds: interleaved passes over (algorithm, size) (measure/rounds.py)
+    # every other collective of --collectives, with its algorithms, in the order measured
+    collectives: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # --in-place: AllGather's and ReduceScatter's in-place half too (metrics.IN_PLACE_HALVES)
+    in_place: bool = False
+
+    def halves(self, collective: str) -> tuple[bool, ...]:
+        """The in-place flags `collective` is measured with: (False,) or, with --in-place for
+        AllGather and ReduceScatter, (False, True); AllReduce's own rows are in place already."""
+        return (False, True) if self.in_place and collective in IN_PLACE_HALVES else (False,)
+
+    @property
+    def measurements_per_size(self) -> int:
+        """(collective, algorithm, half) triples measured at each size and world size."""
+        return len(self.algorithms) + sum(len(names) * len(self.halves(c))
+                                          for c, names in self.collectives)
+
+    @property
+    def torch_dtype(self):
+        import torch
+        return getattr(torch, self.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype]
+
+    @property
+    def timing(self) -> str:
+        """The timing method, written in every row: model fits refuse to pool methods."""
+        return "samples"
+
+
+def parse_world_sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise UsageError(f"--world-sizes {text!r} must be a comma-separated list of integers, "
+                         "e.g. 2,4,8") from None
+    if not sizes or sizes[0] < 1:
+        raise UsageError(f"--world-sizes {text!r} must list world sizes of at least 1")
+    return tuple(sizes)
+
+
+def parse_dtype(name: str) -> str:
+    if name not in DTYPES:
+        raise UsageError(f"unknown --dtype {name!r}; choose from {', '.join(DTYPES)}")
+    return name
+
+
+def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
+    """results/<UTC timestamp>[-<tag>]. With `claim`, the directory is created here, atomically,
+    with -2, -3, ... appended when another run took the name first (two runs in one second)."""
+    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-.")[:64]  # a file name, never too long
+    base = Path("results") / (f"{stamp}-{safe}" if safe else stamp)
+    if not claim:
+        return base
+    check_writable_dir(base.parent, "the default output directory")
+    for n in range(1, 10_000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UsageError(f"cannot create {path} ({error.strerror}); give --out") from None
+    raise UsageError(f"too many runs named {base}*; give --out")
+
+
+def resolve_sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None,
+                  factor: float | None, defaults: dict) -> tuple[int, ...]:
+    if sizes is not None:  # --sizes '' is an error, never the default sweep
+        if min_bytes is not None or max_bytes is not None or factor is not None:
+            raise UsageError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
+        return tuple(parse_size_list(sizes))
+    lo = parse_size(defaults["min_bytes"] if min_bytes is None else min_bytes, "--min-bytes")
+    hi = parse_size(defaults["max_bytes"] if max_bytes is None else max_bytes, "--max-bytes")
+    return tuple(size_sweep(lo, hi, factor if factor is not None else defaults["factor"]))
+
+
+def check_sizes_fit_dtype(sizes: tuple[int, ...], dtype: str) -> None:
+    itemsize = DTYPES[dtype]
+    if sizes[0] < itemsize:
+        raise UsageError(f"size {sizes[0]} B is smaller than one {dtype} element ({itemsize} B); "
+                         f"raise --min-bytes to at least {itemsize}")
+
+
+def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
+                     budget_s: float | None, warmup: int | None, host_launch: bool) -> Sampling:
+    """The run's Sampling: the device's (or --quick's) defaults, with what was given by hand."""
+    for name, value in (("--loops", loops), ("--samples", samples)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}")
+    if warmup is not None and warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {warmup}")
+    if budget_s is not None and not (0 < budget_s < 3600):  # also refuses nan and inf
+        raise UsageError(f"--budget must be a number of seconds above 0 (and below an hour), got "
+                         f"{budget_s}")
+    given = {"loops": loops, "samples": samples, "budget_s": budget_s, "warmup": warmup}
+    return replace(default, host_launch=host_launch,
+                   **{k: v for k, v in given.items() if v is not None})
+
+
+def check_timeout(timeout_s: float) -> None:
+    check_finite(timeout_s, "--timeout")
+    if not timeout_s > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")

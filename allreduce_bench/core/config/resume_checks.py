@@ -1,0 +1,125 @@
+"""Checks before continuing an interrupted run: is it a run of this command, measured the same way?
+
+A resumed run keeps the stored run id and appends the rows it lacks (results/resume.py), so the
+finished directory holds the same set of rows an uninterrupted run would. Extending the sweep
+(more sizes, algorithms, collectives, world sizes, or --in-place's second halves) is allowed;
+changing how each row is measured is not. --in-place adds rows of their own benchmark and
+leaves the out-of-place rows as they were, so it is no MEASUREMENT_FIELDS entry: a run resumed
+without it measures the out-of-place rows it lacks, as one resumed with fewer --collectives.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+from allreduce_bench.core import units
+from allreduce_bench.core.environment import EMULATION_ENV
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
+from allreduce_bench.core.results.schema import META_FILE, RESULTS_FILE
+from allreduce_bench.core.results.store import read_meta
+
+# What makes two rows comparable: change one and the old rows measure something else.
+MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
+                      "backend": "--backend", "device": "--device",
+                      "ranks_per_node": "--ranks-per-node", "tag": "--tag", "rounds": "--rounds"}
+
+
+def stored_run(resume_dir: Path) -> dict:
+    """meta.json of the run to resume; a clear error when there is none."""
+    if not (Path(resume_dir) / META_FILE).exists():
+        raise UsageError(f"--resume {resume_dir}: no {META_FILE} there; give the directory of an "
+                         "earlier run (the --out it wrote to)")
+    meta = read_meta(resume_dir)
+    if "run_id" not in meta or not isinstance(meta.get("config"), dict):
+        raise UsageError(f"--resume {resume_dir}: {META_FILE} has no run_id/config; it was not "
+                         "written by allreduce-bench run")
+    check_is_allreduce_run(meta, resume_dir)
+    return meta
+
+
+def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
+    """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows."""
+    try:
+        others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
+    except (UnicodeDecodeError, csv.Error):
+        raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
+                         "readable CSV file; resume only a directory written by allreduce-bench") from None
+    if "ddp" in meta or others:
+        kind = "ddp" if "ddp" in meta else sorted(others)[0]
+        raise UsageError(f"--resume {resume_dir} is a `{kind}` run, not one of `run`; rerun "
+                         f"`allreduce-bench {kind}` with a new --out instead")
+    if "emulation" in meta and EMULATION_ENV not in os.environ:
+        raise UsageError(f"--resume {resume_dir} is an emulated run; continue it with "
+                         f"`allreduce-bench emulate --resume {resume_dir} ...`")
+
+
+def note_earlier_runs(out_dir: Path) -> None:
+    """Say so when a new run's rows will go beside an earlier run's (no --resume given)."""
+    rows = count_rows(out_dir)
+    if rows:
+        print(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "
+              "row(s) of an earlier run; this run adds its rows beside them under a new run_id "
+              f"(to continue that run instead, use --resume {out_dir})", file=sys.stderr)
+
+
+def _plain(value):
+    """A config field as meta.json stores it (dataclasses as dicts)."""
+    return asdict(value) if is_dataclass(value) else value
+
+
+def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
+    """Refuse to mix rows measured differently into one run."""
+    old = stored.get("config", {})
+    if "sampling" not in old:
+        raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (one call "
+                         "per timed iteration); its rows and new ones would mix timing methods. "
+                         "Start a new --out (plot and report still read the old run)")
+    now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
+    if isinstance(old.get("sampling"), dict) and set(now_fields["sampling"]) - set(old["sampling"]):
+        raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (before "
+                         "schema 4 its loops ignored the barrier's exit skew); its rows and new "
+                         "ones would mix calibrations. Start a new --out (plot, report and "
+                         "compare still read the old run)")
+    differ = [(flag, old.get(field), now_fields[field])
+              for field, flag in MEASUREMENT_FIELDS.items()
+              if field in old and old.get(field) != now_fields[field]]
+    if differ:
+        was = " ".join(f"{flag} {value!r}" for flag, value, _ in differ)
+        now = " ".join(f"{flag} {value!r}" for flag, _, value in differ)
+        raise UsageError(f"--resume {resume_dir} was measured with {was} but this run has {now}; "
+                         "rerun with the original options or write to a new --out")
+
+
+# --- emulated runs ---------------------------------------------------------------------------
+
+def resumed_dir(args: list[str]) -> Path | None:
+    """The --resume DIR among the options passed on to `run`, if any."""
+    for i, arg in enumerate(args):
+        if arg == "--resume" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--resume="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
+                   latency: float) -> float:
+    """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
+    the stored rate (a new measurement would differ a little and mix rows of two rates)."""
+    stored = read_meta(resume_dir).get("emulation")
+    if not isinstance(stored, dict):
+        raise UsageError(f"--resume {resume_dir} is not an emulated run (its meta.json has no "
+                         "emulation); continue it with `allreduce-bench run --resume` instead")
+    was = (stored.get("nodes"), stored.get("ranks_per_node"), stored.get("inter_rate_bps"),
+           stored.get("inter_latency_s", 0.0))
+    now = (nodes, ranks_per_node, was[2] if rate is None else rate, latency)
+    if was != now:
+        raise UsageError(f"--resume {resume_dir} was emulated as {stored.get('label', was)}; give "
+                         f"the same --nodes {was[0]} --ranks-per-node {was[1]} --inter-bandwidth "
+                         f"{units.format_tc_rate(was[2] or 0).lower()} --inter-latency "
+                         f"{(was[3] or 0) * 1e3:g}ms, or write to a new --out")
+    return was[2]

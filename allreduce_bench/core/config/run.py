@@ -1,0 +1,228 @@
+"""From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from allreduce_bench.core import algorithms
+from allreduce_bench.core.config import (
+    CPU_DEFAULTS,
+    DTYPES,
+    GPU_DEFAULTS,
+    QUICK,
+    RunConfig,
+    check_sizes_fit_dtype,
+    check_timeout,
+    default_out_dir,
+    parse_dtype,
+    parse_world_sizes,
+    resolve_sampling,
+    resolve_sizes,
+)
+from allreduce_bench.core.config import resume_checks as resume
+from allreduce_bench.core.config.checks import (
+    allreduce_world_bytes,
+    check_local_world,
+    check_memory,
+    check_positive_int,
+    check_tag,
+    check_writable_dir,
+)
+from allreduce_bench.core.config.launch import LaunchConfig
+from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure.device import resolve_backend
+from allreduce_bench.core.metrics import IN_PLACE_HALVES
+from allreduce_bench.core.units import format_size
+
+
+def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
+    """2, 4, 8, ... up to the GPU count, and the count itself."""
+    sizes, k = [], 2
+    while k <= gpus:
+        sizes.append(k)
+        k *= 2
+    return tuple(sorted(set(sizes + [gpus])))
+
+
+def resolve_world(world_sizes: str | None, backend: str, device: str | None,
+                  ranks_per_node: int | None) -> tuple[tuple[int, ...], str, str, int | None]:
+    """(world sizes, backend, device, ranks per node) from the options and this host.
+
+    Shared by every command that starts worlds (`run`, `ddp`): the launcher's world or a local
+    one per world size, nccl when every local rank has a GPU, two ranks per simulated node on a
+    local CPU run where every world size splits that way.
+    """
+    env = launcher_env()
+    check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    wants_gpu = device != "cpu" and backend in ("auto", "nccl")
+    if world_sizes is not None:
+        chosen = parse_world_sizes(world_sizes)
+    elif env is not None:
+        chosen = (env.world_size,)
+    elif wants_gpu and gpus >= 2:
+        chosen = gpu_world_sizes(gpus)
+    else:
+        chosen = CPU_DEFAULTS["world_sizes"]
+    per_host = env.local_world_size if env else max(chosen)
+    if env is not None and gpus == 1:
+        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
+    backend, device = resolve_backend(backend, device, per_host)
+
+    if env is not None:
+        for k in chosen:
+            if k > env.world_size:
+                raise UsageError(f"world size {k} is larger than the {env.world_size} ranks "
+                                 "launched; launch more ranks or choose smaller --world-sizes")
+    elif ranks_per_node is None and device == "cpu":
+        default = CPU_DEFAULTS["ranks_per_node"]
+        # Two ranks per node simulates two levels; a world it cannot split is one node.
+        if all(k <= default or k % default == 0 for k in chosen):
+            ranks_per_node = default
+    if env is None:
+        check_local_world(chosen)
+    layout = ranks_per_node or (env.local_world_size if env else None)
+    for k in chosen:
+        node_layout(k, layout or k)
+    return chosen, backend, device, ranks_per_node
+
+
+def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
+                  command: str = "", label: str = "", run_id: str | None = None,
+                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
+                  flight_recorder: bool = False) -> LaunchConfig:
+    """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
+    shared options. The writer (the driver, or rank 0) checks --out and claims the default
+    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
+    chosen, backend, device, ranks_per_node = world
+    check_timeout(timeout_s)
+    tag = check_tag(tag)
+    writer = is_writer(launcher_env())
+    if out_dir is not None and writer and check_out:
+        check_writable_dir(out_dir, "--out")
+    out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
+    return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
+                        ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
+                        timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
+                        nccl_debug=nccl_debug, flight_recorder=flight_recorder,
+                        **({"run_id": run_id} if run_id else {}))
+
+
+def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
+    """The sweep's sizes in whole elements: 6 B of float32 is measured as 4 B."""
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    if quick and not (sizes or min_bytes or max_bytes or factor):
+        swept = QUICK["sizes"]
+    else:
+        swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults)
+    check_sizes_fit_dtype(swept, dtype)
+    itemsize = DTYPES[dtype]
+    return tuple(sorted({size // itemsize * itemsize for size in swept}))
+
+
+def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_launch, iters):
+    """The Sampling of `run`: the device's or --quick's defaults and what was given by hand;
+    --iters N is the old spelling of --samples N --loops 1."""
+    if iters is not None:
+        if loops is not None or samples is not None:
+            raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
+                             "--samples/--loops")
+        if iters < 1:
+            raise UsageError(f"--iters must be at least 1, got {iters}")
+        loops, samples = 1, iters
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    return resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
+                            warmup, host_launch)
+
+
+def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
+    """--rounds, or the device's (--quick's) default."""
+    if rounds is None:
+        return (QUICK if quick else GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS)["rounds"]
+    if rounds < 1:
+        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    return rounds
+
+
+def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | None, dict]:
+    """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
+    if resume_dir is None:
+        return out_dir, {}
+    if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
+        raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
+    stored = resume.stored_run(resume_dir) if is_writer(launcher_env()) else {}
+    return Path(resume_dir), stored
+
+
+def collective_plan(algos: str | None, collectives: str, backend: str):
+    """(the AllReduce's algorithm names, ((collective, names), ...) of the others) from --algos
+    and --collectives: without --algos each collective's defaults; with it, every named
+    algorithm must implement every collective asked for (one line, exit 2, if not)."""
+    chosen = algorithms.parse_collectives(collectives)
+    plan = {c: algorithms.parse(algos, backend, c) if algos else algorithms.default_names(c)
+            for c in chosen}
+    allreduce = plan.pop("all_reduce", ())
+    return tuple(allreduce), tuple(plan.items())
+
+
+def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
+               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
+               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
+               command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
+               rounds: int | None = 1, collectives="all_reduce", in_place=False) -> RunConfig:
+    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
+    AllGather's and ReduceScatter's in-place halves too (`run --in-place`)."""
+    env = launcher_env()
+    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    chosen, backend, device, ranks_per_node = world
+    dtype = parse_dtype(dtype)
+    swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
+    sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
+    check_timeout(timeout_s)
+    names, others = collective_plan(algos, collectives, backend)
+    if in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
+        raise UsageError(f"--in-place measures the in-place half of {' and '.join(IN_PLACE_HALVES)}, "
+                         f"and --collectives {collectives} has neither; add them (e.g. --collectives "
+                         "all_reduce,reduce_scatter,all_gather) or drop --in-place")
+    if names:
+        check_allreduce_memory(names, chosen, swept, device, env)
+    out_dir, stored = resumed_run(resume_dir, out_dir)
+    if out_dir is not None and is_writer(env):
+        check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
+        if resume_dir is None:
+            resume.note_earlier_runs(out_dir)
+    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+                           command=command, run_id=stored.get("run_id"), check_out=False,
+                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder)
+    config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
+                       rounds=run_rounds(rounds, device, quick), collectives=others,
+                       in_place=bool(in_place))
+    per_node = ranks_per_node or (env.local_world_size if env else None)
+    for collective, listed in (("all_reduce", names), *others):  # before any process starts
+        algorithms.check_supported(listed, chosen, per_node, backend, collective)
+    if stored:
+        resume.check_same_measurement(stored, config, resume_dir)
+    return config
+
+
+def links_config(collective: str = "all_reduce", **options) -> RunConfig:
+    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
+    backend's call of --collective (exactly one)."""
+    if "," in collective or collective == "all":
+        raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
+    return run_config(algos="native", collectives=collective, **options)
+
+
+def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
+    """Refuse a sweep whose largest size cannot fit, before any rank allocates it."""
+    largest_world, largest = max(world_sizes), max(sizes)
+    ranks_here = env.local_world_size if env is not None else largest_world
+    busiest, world = allreduce_world_bytes(algorithms, largest, largest_world)
+    here = world if env is None else busiest + (ranks_here - 1) * 5 * largest
+    check_memory(here, busiest, ranks_here, f"--max-bytes {format_size(largest)} at world size "
+                 f"{largest_world} ({', '.join(algorithms)})", device,
+                 "choose a smaller --max-bytes (or --sizes), fewer ranks, or drop naive "
+                 "(its root holds (N-1) x size)")

@@ -1,0 +1,143 @@
+"""The driver every measuring command shares: it is handed a benchmark's declaration and runs it
+on a launcher's world or on local worlds, then hands back to the benchmark's `finish` (summary,
+figures, exit code). It names no benchmark."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.launch.environments import describe_failure, launch_local
+from allreduce_bench.core.launch.flight import flight_recorder_line
+from allreduce_bench.core.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
+from allreduce_bench.core.measure import stopped
+from allreduce_bench.core.measure.rank import Benchmark, rank_main
+from allreduce_bench.core.measure.world import writes
+from allreduce_bench.core.results.lock import DirectoryLock
+from allreduce_bench.core.results.resume import kept
+
+
+@contextmanager
+def _ranks_ignore_ctrl_c(scratch: str):
+    """Ctrl-C goes to the driver only: local ranks start with SIGINT ignored, so one pressed
+    while they import torch prints no KeyboardInterrupt tracebacks; the driver prints one line.
+    An ignored signal stays ignored through exec, and Python then installs no KeyboardInterrupt
+    handler; multiprocessing's spawn starts its children through this tiny wrapper, which
+    ignores SIGINT and execs the same Python. torch's launcher stops its ranks with the signal it
+    got (SIGINT), which a starting rank ignores: a watcher sees every signal this process gets
+    (Python's wakeup fd) and sends the ranks SIGTERM at once instead."""
+    import multiprocessing.spawn as mp_spawn
+    import shlex
+
+    wrapper = Path(scratch) / "python-ignoring-sigint"
+    wrapper.write_text(f"#!/bin/sh\ntrap '' INT\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+    wrapper.chmod(0o755)
+    previous = mp_spawn.get_executable()
+    mp_spawn.set_executable(str(wrapper))
+    try:
+        with stopped.signals_seen(_stop_ranks_on_sigint):
+            yield
+    finally:
+        mp_spawn.set_executable(previous)
+
+
+def _stop_ranks_on_sigint(signum: int) -> None:
+    if signum == signal.SIGINT:
+        for pid in spawned_ranks():
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+
+def spawned_ranks(parent: int | None = None) -> list[int]:
+    """The children of `parent` (default: this process) started by multiprocessing's spawn
+    (not its resource tracker), in pid order (rank order: they start one after the other)."""
+    found = []
+    for children in Path(f"/proc/{parent or os.getpid()}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
+            except OSError:
+                continue
+    return sorted(found)
+
+
+def drive(config, benchmark: Benchmark) -> int:
+    """Run `benchmark`: under a launcher on this rank of its world; else on one local world of
+    the largest world size `benchmark.world_sizes(config)` leaves to do (asked once the
+    directory is locked), whose first k ranks measure world size k, as under a launcher: one
+    start of ranks and torch instead of one per world size. Then `benchmark.finish(config)`
+    where rows are written. The writer holds the output directory's lock throughout and runs
+    `benchmark.prepare(config)` first. A rank that dies or Ctrl-C ends a local run with one
+    line, the rows kept."""
+    env = launcher_env()
+    writer = is_writer(env)
+    lock = DirectoryLock(config.out_dir).acquire() if writer else None
+    try:
+        if benchmark.prepare is not None and writer:
+            benchmark.prepare(config)
+        if env is not None:
+            guarded(rank_main, config, benchmark, env)
+            # a world of the ranks that came (health) is finished by its first rank
+            return benchmark.finish(config) if writes(writer) else 0
+        world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
+                       else config.world_sizes)
+        code = _drive_local(config, benchmark, world_sizes)
+        return benchmark.finish(config) if code is None else code
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _abandoned_ranks(error) -> str:
+    """'1,3': the ranks the watcher killed as stopped after the others had returned."""
+    pids = set(getattr(error, "abandoned", ()))
+    failures = getattr(error, "failures", {}) or {}
+    return ",".join(str(rank) for rank, failure in sorted(failures.items())
+                    if getattr(failure, "pid", None) in pids)
+
+
+def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
+    """None when every world finished, else the exit code after the one line saying why not."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    how_to_continue = f"--resume {config.out_dir}" if benchmark.resumable else None
+    with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
+        os.environ[REASON_DIR_ENV] = reasons  # the ranks inherit it
+        os.environ[DRIVER_PID_ENV] = str(os.getpid())
+        try:
+            with _ranks_ignore_ctrl_c(reasons):
+                if world_sizes:
+                    launch_local(max(world_sizes), guarded, rank_main,
+                                 config.with_world_sizes(tuple(world_sizes)), benchmark)
+        except ChildFailedError as error:
+            if stopped := _abandoned_ranks(error):
+                print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
+                      f"rank had finished: killed them", file=sys.stderr)
+                return None
+            found = first_reason(reasons)
+            why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
+            killed = not found and any(f.exitcode == -signal.SIGKILL
+                                       for f in (getattr(error, "failures", {}) or {}).values())
+            print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"
+                  + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
+                     if killed else ""), file=sys.stderr)
+            if recorded := flight_recorder_line(config):  # --flight-recorder: who hung, on what
+                print(recorded, file=sys.stderr)
+            return 1
+        except (SignalException, KeyboardInterrupt) as error:
+            sig = getattr(error, "sigval", signal.SIGINT)
+            print(f"allreduce-bench: interrupted ({sig.name}); "
+                  f"{kept(config.out_dir, how_to_continue)}", file=sys.stderr)
+            return 128 + int(sig)  # 130 for Ctrl-C, as shells report it
+        finally:
+            os.environ.pop(REASON_DIR_ENV, None)
+            os.environ.pop(DRIVER_PID_ENV, None)
+    return None

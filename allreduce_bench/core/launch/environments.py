@@ -1,0 +1,175 @@
+"""How ranks come to exist locally: a world of ranks started on this host with torch's launcher,
+and the line that says why one failed."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env, process_state
+from allreduce_bench.core.errors import PEER_LOST_EXIT, UsageError
+from allreduce_bench.core.launch.reasons import REASON_DIR_ENV
+
+LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
+
+
+# ---- a local world -------------------------------------------------------------------------
+
+def quiet_elastic_logs() -> None:
+    """torch's launcher logs every start, stop and teardown; keep what breaks it only (our
+    own lines say what happened). Its loggers set their own levels, so each is set here."""
+    prefixes = ("torch.distributed.elastic", "torch.distributed.launcher",
+                "torch.multiprocessing.spawn")
+    for name in list(logging.root.manager.loggerDict) + list(prefixes):
+        if name.startswith(prefixes):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _rank_children(parent: int) -> set[int]:
+    """Pids of `parent`'s children that are ranks: started by multiprocessing's spawn (not its
+    resource tracker, nor any other helper a library may start)."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            if ppid == parent:
+                with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                    if b"spawn_main" in cmdline.read():
+                        found.add(int(name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int]) -> None:
+    """Watch a local world's ranks (their /proc entries, twice a second, once all are known)
+    for one that was stopped (SIGSTOP) and will not be waited for:
+
+    - when a sibling has ended, wake it (SIGCONT). torch's launcher then sends SIGTERM to the
+      survivors and waits before SIGKILL; a stopped process never sees the SIGTERM, so a frozen
+      rank held the run for the whole grace after its peers had given up (Slurm wakes a
+      stopped job the same way on a cancel);
+    - when every other rank has returned (the mark `guarded` leaves), kill it (SIGKILL) and add
+      it to `killed`: no rank waits on it any more (health names it unreachable and goes on),
+      but torch's launcher would wait for it for ever. The driver then finishes the run.
+    """
+    if not os.path.isdir("/proc"):
+        return
+    marks = Path(os.environ.get(REASON_DIR_ENV) or os.devnull)
+    pids: set[int] = set()
+    left_before = False
+    while not done.wait(0.5):
+        if len(pids) < nprocs:
+            pids |= _rank_children(os.getpid())
+        states = {pid: process_state(pid) for pid in pids}
+        frozen = [pid for pid, state in states.items() if state == "frozen"]
+        if frozen and "gone" in states.values():
+            _send(frozen, signal.SIGCONT)
+            continue
+        returned = {pid for pid in pids if (marks / f"returned-{pid}").exists()}
+        left = bool(frozen and returned) and len(pids) == nprocs and set(frozen) | returned == pids
+        if left and left_before:  # twice in a row: not a stop that passes
+            killed.extend(frozen)
+            _send(frozen, signal.SIGKILL)
+        left_before = left
+
+
+def _send(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
+    """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
+
+    The rendezvous store listens on 127.0.0.1 with a port the OS picks, so concurrent runs never
+    collide; gloo is pinned to the loopback interface unless the user chose one. Returns each
+    rank's return value. When a rank fails, the launcher stops the others (SIGTERM, then
+    SIGKILL) before raising torch's ChildFailedError; on SIGINT/SIGTERM it stops them and raises
+    its SignalException.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: ranks share the cores
+    # Ranks stopped by the launcher after a failure leave their queues' semaphores to
+    # multiprocessing's tracker, which would warn about them at exit: nothing is lost.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
+    quiet_elastic_logs()
+    options = {}
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        # The agent's SIGTERM never reaches a stopped (SIGSTOP) rank; its SIGKILL comes only after
+        # this grace (30 s by default). Our ranks hold nothing worth a longer wait: rows are
+        # flushed as they finish.
+        options["shutdown_timeout"] = LOCAL_SHUTDOWN_S
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+        monitor_interval=0.1, start_method="spawn", **options)
+    done, killed = threading.Event(), []
+    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done, killed), daemon=True).start()
+    try:
+        return elastic_launch(config, entrypoint)(*args)
+    except ChildFailedError as error:
+        error.abandoned = sorted(killed)  # the pids the watcher killed (the driver says so)
+        raise
+    finally:
+        done.set()
+
+
+def describe_failure(error: BaseException) -> str:
+    """One line for a failed local world: which rank died first and how."""
+    failures = getattr(error, "failures", {}) or {}
+    if not failures:
+        return f"a rank failed: {error}"
+
+    def how(failure) -> str:
+        if failure.exitcode < 0:
+            try:
+                return f"was killed by {signal.Signals(-failure.exitcode).name}"
+            except ValueError:
+                return f"was killed by signal {-failure.exitcode}"
+        if failure.exitcode == PEER_LOST_EXIT:
+            return "gave up on a peer that stopped answering (see its line above)"
+        return f"exited with code {failure.exitcode}"
+
+    # A rank killed by a signal is the cause; the others failed because it vanished.
+    ordered = sorted(failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[1].timestamp, kv[0]))
+    first_rank, first = ordered[0]
+    line = f"rank {first_rank} (pid {first.pid}) {how(first)}"
+    others = [str(r) for r, _ in ordered[1:]]
+    if others:
+        line += f"; rank(s) {','.join(others)} stopped after it"
+    return line
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m allreduce_bench.core.launch first-host NODELIST`: for the shell scripts."""
+    if len(argv) == 2 and argv[0] == "first-host":
+        try:
+            print(expand_nodelist(argv[1])[0])
+        except UsageError as error:
+            print(f"allreduce-bench: error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    print("usage: python -m allreduce_bench.core.launch first-host NODELIST", file=sys.stderr)
+    return 2
+
+
+def announce(line: str) -> None:
+    """Print a start line once per run: by rank 0 under a launcher, else by this driver."""
+    if is_writer(launcher_env()):
+        print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,70 @@
+"""One measurement of a collective other than AllReduce: buffers laid out as nccl-tests lays
+them out, the timed loop, then the check of the very call that was timed.
+
+`count` is one rank's part for AllGather, ReduceScatter and AllToAll and the whole buffer for
+the others (metrics.collective_counts). In place is nccl-tests' layout: AllGather's input is
+rank r's part of the output, ReduceScatter's output is rank r's part of the input; Broadcast and
+Reduce are always in place (torch's calls are); AllToAll and SendRecv only out of place. Timed
+buffers hold zeros, as the AllReduce's: sums stay zero over any number of calls.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core.algorithms import Algorithm
+from allreduce_bench.core.measure import patterns, timing
+from allreduce_bench.core.measure.world import World
+
+# collective -> the in-place modes it is measured and checked in (False: out of place)
+MODES = {"all_gather": (False, True), "reduce_scatter": (False, True), "alltoall": (False,),
+         "broadcast": (True,), "reduce": (True,), "sendrecv": (False,)}
+
+
+def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
+            in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(send, recv), zeros, for one rank."""
+    n, r, device = world.size, world.rank, world.device.torch_device
+    whole = count * n
+    if collective == "all_gather":
+        recv = torch.zeros(whole, dtype=dtype, device=device)
+        send = recv[r * count:(r + 1) * count] if in_place else torch.zeros(count, dtype=dtype, device=device)
+    elif collective == "reduce_scatter":
+        send = torch.zeros(whole, dtype=dtype, device=device)
+        recv = send[r * count:(r + 1) * count] if in_place else torch.zeros(count, dtype=dtype, device=device)
+    elif collective == "alltoall":
+        send, recv = (torch.zeros(whole, dtype=dtype, device=device) for _ in range(2))
+    elif collective == "sendrecv":
+        send, recv = (torch.zeros(count, dtype=dtype, device=device) for _ in range(2))
+    else:  # broadcast, reduce: one tensor
+        send = recv = torch.zeros(count, dtype=dtype, device=device)
+    return send, recv
+
+
+def check(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
+          world: World) -> int:
+    """Fill the output with junk, then the input pattern (in place, over its part of the output),
+    run the call once and count this rank's wrong elements."""
+    n, r = world.size, world.rank
+    device, dtype = send.device, send.dtype
+    patterns.junk(recv)
+    send.copy_(patterns.collective_input(collective, count, r, n, dtype, device))
+    call()
+    expected = patterns.collective_expected(collective, count, r, n, dtype, device)
+    return 0 if expected is None else patterns.count_wrong(recv, expected)
+
+
+def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
+            sampling: timing.Sampling, in_place: bool = False, before_clock=None,
+            agree_over=None, check_result: bool = True) -> tuple[timing.Measured, int]:
+    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
+    `check_result` (a round before a row's last) nothing is checked and #wrong is 0."""
+    send, recv = buffers(algorithm.collective, count, world, dtype, in_place)
+    call = algorithm.build(send, recv, world)
+    measured = timing.sample(call, world.device, world.group.pg, sampling, before_clock, agree_over)
+    if not check_result:
+        return measured, 0
+    wrong = torch.tensor([check(algorithm.collective, call, send, recv, count, world)],
+                         dtype=torch.int64, device=world.device.torch_device)
+    dist.all_reduce(wrong, group=world.group.pg)
+    return measured, int(wrong.item())

@@ -1,0 +1,252 @@
+"""Device and timer, chosen once per rank: the only place that knows CPU from CUDA.
+
+Everything else (algorithms, sweep, checks) calls these methods, so the CPU tests exercise all
+of it but the CUDA calls themselves.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+import time
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core.errors import UsageError
+
+
+class CpuTimer:
+    """Monotonic clock around each iteration; gloo calls return when the work is done."""
+
+    def __init__(self, iters: int):
+        self.starts = [0] * iters
+        self.stops = [0] * iters
+
+    def start(self, i: int) -> None:
+        self.starts[i] = time.perf_counter_ns()
+
+    def stop(self, i: int) -> None:
+        self.stops[i] = time.perf_counter_ns()
+
+    def times_us(self) -> list[float]:
+        return [(b - a) / 1e3 for a, b in zip(self.starts, self.stops)]
+
+
+class CudaTimer:
+    """CUDA events on the current stream: the GPU's own clock, no host sync per iteration."""
+
+    def __init__(self, iters: int, timeout_s: float = 300.0):
+        self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        self.stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        self.timeout_s = timeout_s
+
+    def start(self, i: int) -> None:
+        self.starts[i].record()
+
+    def stop(self, i: int) -> None:
+        self.stops[i].record()
+
+    def times_us(self) -> list[float]:
+        wait_for(self.stops[-1], self.timeout_s, "the timed iterations")
+        return [a.elapsed_time(b) * 1e3 for a, b in zip(self.starts, self.stops)]
+
+
+class Device:
+    """CPU device for gloo."""
+
+    kind = "cpu"
+    timer_class = CpuTimer
+
+    def __init__(self) -> None:
+        self.torch_device = torch.device("cpu")
+
+    @property
+    def name(self) -> str:
+        return cpu_model()
+
+    def synchronize(self) -> None:
+        pass
+
+    def barrier(self, group: dist.ProcessGroup | None) -> None:
+        dist.barrier(group=group)
+
+    def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
+        """Line the ranks up before a sample, outside the clock."""
+        self.barrier(group)
+
+    def launch_spin_s(self, loops: int) -> float:
+        """Device-side spin to queue before a sample's start event (none on CPU: gloo calls
+        return when done, so the host clock is the only clock)."""
+        return 0.0
+
+    def note_launch(self, host_s: float, loops: int) -> None:
+        """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
+
+    def timer(self, iters: int):
+        return self.timer_class(iters)
+
+
+class PeerTimeout(RuntimeError):
+    """A GPU collective did not complete within --timeout (a peer stopped answering)."""
+
+
+def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
+    """Wait for `event` on the host, but give up after `timeout_s`.
+
+    torch.cuda.synchronize() would block forever on a collective whose peer is gone; polling
+    lets the sweep report where it stopped before NCCL's watchdog (given a few seconds more)
+    aborts the process. Never used inside the timed region.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not event.query():
+        if time.monotonic() > deadline:
+            raise PeerTimeout(f"{what} did not complete within {timeout_s:g} s")
+        time.sleep(0)
+
+
+def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
+    """The GPU this rank uses: its local rank, or the only GPU it sees when the scheduler bound
+    one GPU to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES set per rank)."""
+    if visible >= local_world_size and local_rank < visible:
+        return local_rank
+    if visible == 1:
+        return 0
+    raise UsageError(f"local rank {local_rank} of {local_world_size} has no GPU of its own (only "
+                     f"{visible} visible); launch at most one rank per GPU")
+
+
+class CudaDevice(Device):
+    """One GPU per rank, chosen by local rank before the process group exists."""
+
+    kind = "cuda"
+    timer_class = CudaTimer
+
+    def __init__(self, local_rank: int, local_world_size: int | None = None,
+                 timeout_s: float = 300.0) -> None:
+        if not torch.cuda.is_available():
+            raise UsageError("CUDA was asked for but no CUDA device is visible; use --backend gloo "
+                             "or run on a GPU node")
+        index = gpu_index(local_rank, local_world_size or local_rank + 1, torch.cuda.device_count())
+        torch.cuda.set_device(index)
+        self.torch_device = torch.device("cuda", index)
+        self.timeout_s = timeout_s
+        self._flag = None  # allocated on first use, after the process group exists
+        self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
+        self._cycles_per_ms: float | None = None
+
+    @property
+    def name(self) -> str:
+        return torch.cuda.get_device_name(self.torch_device)
+
+    def synchronize(self) -> None:
+        event = torch.cuda.Event()
+        event.record()
+        wait_for(event, self.timeout_s, "the GPU work")
+
+    def barrier(self, group: dist.ProcessGroup | None) -> None:
+        # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses
+        # the device from the rank, which is wrong for sub-groups.
+        if self._flag is None:
+            self._flag = torch.zeros(1, device=self.torch_device)
+        dist.all_reduce(self._flag, group=group)
+        self.synchronize()
+
+    def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
+        """Barrier (host-synchronised), then a device-side spin on this rank's stream: the host
+        queues the sample's calls while the GPU spins, so the start event (recorded after the
+        spin) fires with the work already queued, and the interval holds no launch overhead."""
+        self.barrier(group)
+        if spin_s > 0:
+            torch.cuda._sleep(int(spin_s * 1e3 * self.cycles_per_ms()))
+
+    def launch_spin_s(self, loops: int) -> float:
+        # twice the host's queueing time, plus a margin; bounded so a slow first launch
+        # (lazy initialisation) cannot stall a sample for long
+        return min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)
+
+    def note_launch(self, host_s: float, loops: int) -> None:
+        self._launch_s_per_call = host_s / max(loops, 1)
+
+    def cycles_per_ms(self) -> float:
+        """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's
+        own tests do): the spin is given in cycles."""
+        if self._cycles_per_ms is None:
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(1_000_000)
+            stop.record()
+            wait_for(stop, self.timeout_s, "the spin calibration")
+            self._cycles_per_ms = 1_000_000 / max(start.elapsed_time(stop), 1e-6)
+        return self._cycles_per_ms
+
+    def timer(self, iters: int) -> CudaTimer:
+        return CudaTimer(iters, self.timeout_s)
+
+
+NCCL_GRACE_S = 5.0  # NCCL watchdog timeout = --timeout + this
+
+
+def process_group_options(backend: str, device: Device, timeout_s: float) -> dict:
+    """Keyword arguments for init_process_group.
+
+    NCCL: bind the communicator to this rank's GPU (`device_id`, torch >= 2.3) so it is created
+    eagerly on the right device; its watchdog gets a few seconds more than --timeout, so the
+    sweep's own timeout (see `wait_for`) reports first and says where it stopped.
+    """
+    options = {"timeout": _dt.timedelta(seconds=timeout_s)}
+    if backend == "nccl":
+        options["timeout"] = _dt.timedelta(seconds=timeout_s + NCCL_GRACE_S)
+        if "device_id" in inspect.signature(dist.init_process_group).parameters:
+            options["device_id"] = device.torch_device
+    return options
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def resolve_backend(backend: str, device: str | None, gpus_needed: int) -> tuple[str, str]:
+    """(backend, device kind) from the user's choice and what this host has.
+
+    auto: nccl on cuda when every local rank can have a GPU of its own, gloo on cpu otherwise.
+    """
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} is not known; use cpu or cuda")
+    if backend == "auto":
+        if device == "cpu" or (device is None and gpus < max(gpus_needed, 1)):
+            backend = "gloo"
+        else:
+            backend = "nccl"
+    if backend not in ("gloo", "nccl"):
+        raise UsageError(f"--backend {backend!r} is not known; use auto, gloo or nccl")
+    kind = device or ("cuda" if backend == "nccl" else "cpu")
+    if backend == "nccl" and kind == "cpu":
+        raise UsageError("nccl runs on GPUs only; drop --device cpu or use --backend gloo")
+    if backend == "gloo" and kind == "cuda":
+        # gloo's send/recv have no CUDA path, and the hand-written algorithms are made of them
+        raise UsageError("gloo cannot send GPU tensors point to point; use --backend nccl on "
+                         "GPUs or --device cpu")
+    if kind == "cuda":
+        if gpus == 0:
+            raise UsageError(f"--backend {backend} needs a CUDA device and none is visible; "
+                             "use --backend gloo to run on the CPU")
+        if gpus_needed > gpus:
+            raise UsageError(f"{gpus_needed} GPU ranks per host were asked for but only {gpus} GPUs "
+                             "are visible; choose smaller --world-sizes or more nodes")
+    return backend, kind
+
+
+def make_device(kind: str, local_rank: int, local_world_size: int | None = None,
+                timeout_s: float = 300.0) -> Device:
+    if kind == "cuda":
+        return CudaDevice(local_rank, local_world_size, timeout_s)
+    return Device()

@@ -1,0 +1,192 @@
+"""`--flight-recorder`: PyTorch's Flight Recorder on every rank, dumped to OUT/flight-recorder.
+
+Before the process group exists each rank sets TORCH_FR_BUFFER_SIZE (TORCH_NCCL_TRACE_BUFFER_SIZE
+before torch 2.9): torch then records every collective (group, sequence number, op, sizes,
+dtypes, state, Python stack) in a ring buffer of that many entries, gloo's as well as NCCL's.
+With NCCL the watchdog also dumps on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE).
+Every rank dumps its buffer itself when a collective fails or times out and at its end, as
+torch names the files (`rank<R>`, the prefix torch's own analyzer `torchfrtrace` reads);
+`allreduce-bench hang OUT/flight-recorder` (analysis/hang.py) names the rank that hung and
+the collective. A frozen or dead rank leaves no dump: that absence is the finding.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DUMP_DIR = "flight-recorder"
+ENTRIES = 2000  # per rank: a few KB each in memory, torch's usual advice
+PREFIX = "rank"
+# rank 0 under a launcher waits this long without a new dump: the survivors of one failure dump
+# within milliseconds of each other, and the launcher stops rank 0 once another rank has left
+# (each lingers faults.MIN_LINGER_S)
+WAIT_S = 0.5
+
+
+def folder(config) -> Path:
+    """OUT/flight-recorder where OUT is here (a local run, rank 0, a shared file system), else
+    a scratch folder on this host (said in the rank's failure line)."""
+    out = Path(config.out_dir)
+    if out.is_dir():
+        return out / DUMP_DIR
+    return Path(tempfile.gettempdir()) / f"allreduce-bench-{DUMP_DIR}-{os.getuid()}"
+
+
+def buffer_variable(version: str | None = None) -> str:
+    """The buffer's variable this torch reads: TORCH_FR_BUFFER_SIZE from 2.9 (its older name
+    TORCH_NCCL_TRACE_BUFFER_SIZE then still works but warns on every rank), the older before."""
+    if version is None:
+        import torch
+        version = torch.__version__
+    try:
+        major, minor = (int(part) for part in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return "TORCH_FR_BUFFER_SIZE"
+    return "TORCH_FR_BUFFER_SIZE" if (major, minor) >= (2, 9) else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
+def recording_environment(where: Path, backend: str) -> dict[str, str]:
+    """The variables torch reads when a process group is created."""
+    size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") \
+        or str(ENTRIES)
+    variables = {buffer_variable(): size}
+    if backend == "nccl":  # the watchdog's own dump on a timeout, where our ranks cannot run
+        prefix = str(where.resolve() / PREFIX)
+        variables.update(TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_FR_DUMP_TEMP_FILE=prefix,
+                         TORCH_NCCL_DEBUG_INFO_TEMP_FILE=prefix)
+    return variables
+
+
+def enable(config) -> None:
+    """Before this rank's process group is created, with --flight-recorder."""
+    if not getattr(config, "flight_recorder", False):
+        return
+    where = folder(config)
+    where.mkdir(parents=True, exist_ok=True)
+    os.environ.update(recording_environment(where, config.backend))
+
+
+def described(ranks) -> dict:
+    """new_group's `group_desc` naming the group's members ('ranks 0,3'): torch records it in
+    each of the group's Flight Recorder entries, where `hang` reads who belongs (gloo's dumps
+    list no group's members). {} for a torch whose new_group has no group_desc."""
+    import inspect
+
+    import torch.distributed as dist
+
+    from allreduce_bench.hang.verdict import members_desc
+
+    if "group_desc" not in inspect.signature(dist.new_group).parameters:
+        return {}
+    return {"group_desc": members_desc(ranks)}
+
+
+def _dump_api():
+    """torch's dump call: `_dump_fr_trace`, else the older NCCL-only `_dump_nccl_trace`; None
+    where this torch has neither."""
+    from torch._C import _distributed_c10d as c10d
+
+    for name in ("_dump_fr_trace", "_dump_nccl_trace"):
+        if hasattr(c10d, name):
+            return getattr(c10d, name)
+    return None
+
+
+def dump(config, rank: int) -> Path | None:
+    """This rank's Flight Recorder buffer to OUT/flight-recorder/rank<R> (written whole, then
+    renamed: a reader never sees half a dump). None without --flight-recorder; a torch without
+    the dump call, or a write that fails, is one line on stderr, never an error."""
+    if not getattr(config, "flight_recorder", False):
+        return None
+    call = _dump_api()
+    if call is None:
+        import torch
+        _say(f"allreduce-bench: rank {rank}: --flight-recorder: torch {torch.__version__} has no "
+             "Flight Recorder dump call (_dump_fr_trace, or the older _dump_nccl_trace): nothing dumped")
+        return None
+    try:
+        data = call(True, True, False)  # collectives, stack traces, every entry (not only active)
+        where = folder(config)
+        where.mkdir(parents=True, exist_ok=True)
+        path = where / f"{PREFIX}{rank}"
+        scratch = path.with_name(f".{path.name}.{os.getpid()}")
+        scratch.write_bytes(data if isinstance(data, bytes) else str(data).encode())
+        os.replace(scratch, path)
+        return path
+    except (OSError, RuntimeError, TypeError) as error:
+        _say(f"allreduce-bench: rank {rank}: --flight-recorder: no dump ({error})")
+        return None
+
+
+def wait_for_dumps(where: Path, world_size: int, wait_s: float) -> int:
+    """The number of dumps in `where` once every rank's is there or `wait_s` passed without a
+    new one (the survivors of a failure dump within moments of each other)."""
+    seen, last_change = -1, time.monotonic()
+    while True:
+        count = sum(1 for r in range(world_size) if (where / f"{PREFIX}{r}").exists())
+        if count != seen:
+            seen, last_change = count, time.monotonic()
+        if count >= world_size or time.monotonic() - last_change >= wait_s:
+            return count
+        time.sleep(0.1)
+
+
+def verdict_line(where: Path, hosts: list[str] | None = None, world_size: int | None = None) -> str | None:
+    """'flight recorder: rank 2 (node1) never_entered all_reduce #7 of group 0: ...' from the
+    dumps in `where`, or None when there are none (or they cannot be read)."""
+    from allreduce_bench.hang.verdict import culprit_line, ranges, verdict
+    from allreduce_bench.core.errors import UsageError
+    from allreduce_bench.hang import dumps as flight_recorder
+
+    try:
+        dumps = flight_recorder.read([where]) if where.is_dir() else []
+    except UsageError as error:
+        return f"flight recorder: dumps in {where} unreadable ({error})"
+    if not dumps:
+        return None
+    found = verdict(dumps, hosts or flight_recorder.hosts_beside([where]), world_size)
+    if not found.culprits:
+        return (f"flight recorder: the {len(dumps)} dumps agree (ranks {ranges(found.dumped)}); "
+                f"see `allreduce-bench hang {where}`")
+    return ("flight recorder: " + "; ".join(culprit_line(c) for c in found.culprits)
+            + f" (`allreduce-bench hang {where}`)")
+
+
+def after_failure(config, rank: int, world_size: int, local: bool) -> str:
+    """On a rank whose collective failed or timed out: dump; under a launcher, rank 0 then
+    waits WAIT_S for the other survivors' dumps and returns the verdict to add to its line
+    (a local run's driver reads the dumps itself, once every rank has ended)."""
+    path = dump(config, rank)
+    if path is None or local or rank != 0:
+        return f"; flight recorder dump {path}" if path is not None and not local else ""
+    wait_for_dumps(path.parent, world_size, wait_s=WAIT_S)
+    line = verdict_line(path.parent, world_size=world_size)
+    return f"; {line}" if line else ""
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def name_collectives(doc: dict, config) -> dict:
+    """health.json's document with each unreachable host's verdict saying on which collective
+    its rank hung, from the dumps (with --flight-recorder; else unchanged)."""
+    if not getattr(config, "flight_recorder", False):
+        return doc
+    from allreduce_bench.hang.verdict import annotate_unreachable, verdict
+    from allreduce_bench.health.pairing import host_names
+    from allreduce_bench.core.errors import UsageError
+    from allreduce_bench.hang import dumps as reader
+    from allreduce_bench.core.results.store import read_meta
+
+    try:
+        dumps = reader.read([folder(config)])
+    except UsageError:
+        return doc  # no dumps (the check never started), said by health itself
+    settings = getattr(config, "settings", None)
+    per_host = getattr(settings, "ranks_per_node", None) or config.ranks_per_node or 1
+    names = host_names(read_meta(config.out_dir).get("hostnames", []), per_host)
+    return annotate_unreachable(doc, verdict(dumps, names, world_size=len(names) or None))

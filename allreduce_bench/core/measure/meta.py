@@ -1,0 +1,146 @@
+"""What a run was measured on, collected apart from the measuring (as pyperf does)."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+
+import torch
+
+from allreduce_bench.core.measure.device import cpu_model
+
+ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_THREADS",
+                "CUDA_VISIBLE_DEVICES", "SLURM_JOB_", "SLURM_NNODES", "SLURM_NTASKS",
+                "SLURM_STEP_", "MASTER_", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "UCX_")
+
+
+def versions() -> dict:
+    """Python, torch and, with CUDA, the CUDA runtime torch was built with, the NCCL it loaded
+    (torch.cuda.nccl.version()) and the NVIDIA driver."""
+    found = {"python": platform.python_version(), "torch": torch.__version__}
+    if torch.cuda.is_available():
+        found["cuda"] = torch.version.cuda
+        try:
+            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # torch built without NCCL
+            pass
+        driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
+        if driver and not driver.startswith("nvidia-smi"):
+            found["nvidia_driver"] = driver.splitlines()[0].strip()
+    for name in ("pandas", "matplotlib", "numpy"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found[name] = getattr(module, "__version__", "?")
+    return found
+
+
+def gpus() -> list[dict]:
+    """Name and memory of every GPU this process sees (empty without CUDA)."""
+    if not torch.cuda.is_available():
+        return []
+    found = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        found.append({"index": index, "name": props.name,
+                      "memory_GiB": round(props.total_memory / 2**30, 1),
+                      "uuid": str(getattr(props, "uuid", "")) or None})
+    return found
+
+
+def _nvidia_smi(*args: str, timeout_s: float = 20.0) -> str | None:
+    """nvidia-smi's output, a line saying why it failed, or None without nvidia-smi."""
+    command = shutil.which("nvidia-smi")
+    if command is None:
+        return None
+    what = " ".join(("nvidia-smi", *args))
+    try:
+        done = subprocess.run([command, *args], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"{what} failed: {error}"
+    return done.stdout if done.returncode == 0 else f"{what} failed: {done.stderr.strip()}"
+
+
+def gpu_topology() -> str | None:
+    """`nvidia-smi topo -m` (which GPUs talk over NVLink, PCIe, which NIC is near), if present."""
+    return _nvidia_smi("topo", "-m")
+
+
+TOPOLOGY_FILE = "nvidia-smi-topo.{host}.txt"
+
+
+def save_topologies(out_dir, topologies: dict[str, str]) -> list:
+    """Each host's `nvidia-smi topo -m` beside the run, as printed (meta.json keeps it too)."""
+    written = []
+    for host, text in (topologies or {}).items():
+        if text.startswith("nvidia-smi"):  # "nvidia-smi topo -m failed: ...": only in meta.json
+            continue
+        path = Path(out_dir) / TOPOLOGY_FILE.format(host=host.replace("/", "_"))
+        path.write_text(text if text.endswith("\n") else text + "\n")
+        written.append(path)
+    return written
+
+
+def environment() -> dict:
+    """The variables that change how collectives run (NCCL_*, GLOO_*, ...) and the job layout."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def host_meta(config) -> dict:
+    """Facts about the run and the host rank 0 runs on."""
+    return {
+        "run_id": config.run_id,
+        "tag": config.tag,
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": config.command,
+        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)
+                   for k, v in config.flat().items()},
+        "backend": config.backend,
+        "device": config.device,
+        "versions": versions(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "gpus": gpus(),
+        "environment": environment(),
+    }
+
+
+def rank_info(device, env=None) -> dict:
+    """Per rank: where it ran and on what; gathered to rank 0.
+
+    The first rank of each node also brings its node's GPU topology.
+    """
+    info = {"hostname": socket.gethostname(), "device": device.name, "pid": os.getpid()}
+    if env is not None:
+        info.update(rank=env.rank, local_rank=env.local_rank, node_rank=env.node_rank,
+                    launcher=env.launcher)
+    if device.kind == "cuda":
+        index = device.torch_device.index
+        props = torch.cuda.get_device_properties(index)
+        info.update(gpu_index=index, gpu_memory_GiB=round(props.total_memory / 2**30, 1),
+                    cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if env is None or env.local_rank == 0:
+            info["gpu_topology"] = gpu_topology()
+    return info
+
+
+def world_meta(infos: list[dict]) -> dict:
+    """meta.json fields from every rank's `rank_info`, in rank order."""
+    found = {"hostnames": [i["hostname"] for i in infos],
+             "device_names": [i["device"] for i in infos], "device_name": infos[0]["device"],
+             "nodes_seen": len(dict.fromkeys(i["hostname"] for i in infos))}
+    if infos[0].get("launcher"):
+        found["launcher"] = infos[0]["launcher"]
+    if "gpu_index" in infos[0]:
+        found["gpu_per_rank"] = [{k: i.get(k) for k in ("hostname", "gpu_index", "gpu_memory_GiB",
+                                                         "cuda_visible_devices")} for i in infos]
+    topologies = {i["hostname"]: i["gpu_topology"] for i in infos if i.get("gpu_topology")}
+    if topologies:
+        found["gpu_topology"] = topologies
+    return found

@@ -1,0 +1,96 @@
+"""`--nccl-debug`: NCCL's own log of a run, one file per rank, read into meta.json's `nccl` block.
+
+Every rank sets NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING (what NCCL's
+maintainers ask for on "my bandwidth is low" reports) and NCCL_DEBUG_FILE=OUT/nccl-debug/%h.%p.log
+before NCCL starts (it reads them once per process). At the end of each world rank 0 reads the
+files (ranks whose OUT it cannot see send theirs over the process group) and records what NCCL
+said (interop/nccl_log.py) in meta.json, where `report` and `health` read it. The TUNING
+subsystem writes one line per collective on each communicator's rank 0: the log is for seeing
+what NCCL set up, not for the figures of small sizes.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch.distributed as dist
+
+from allreduce_bench.nccl_log import parse as nccl_log
+from allreduce_bench.core.results.store import read_meta, write_meta
+
+DEBUG_DIR = "nccl-debug"
+SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
+
+
+def debug_environment(folder: Path | str) -> dict[str, str]:
+    """The variables a rank runs with: NCCL expands %h (host) and %p (pid) in the file name."""
+    return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": SUBSYSTEMS,
+            "NCCL_DEBUG_FILE": str(Path(folder).resolve() / "%h.%p.log")}
+
+
+def _folder(config) -> Path:
+    """OUT/nccl-debug where OUT is here (rank 0, a local run, a shared file system); else a
+    scratch folder, whose files are sent to rank 0 (a rank under a launcher that named its
+    own default OUT, or whose OUT is not created yet on this host)."""
+    out = Path(config.out_dir)
+    if out.is_dir():
+        return out / DEBUG_DIR
+    return Path(tempfile.gettempdir()) / f"allreduce-bench-{DEBUG_DIR}-{os.getuid()}"
+
+
+def enable(config) -> None:
+    """Before this rank's first NCCL call: the variables above, with --nccl-debug."""
+    if not getattr(config, "nccl_debug", False):
+        return
+    folder = _folder(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ.update(debug_environment(folder))
+
+
+def own_files(pid: int | None = None) -> list[Path]:
+    """This process's debug file(s) (`<host>.<pid>.log`) where NCCL_DEBUG_FILE points."""
+    pid = os.getpid() if pid is None else pid
+    folder = Path(os.environ.get("NCCL_DEBUG_FILE", "")).parent
+    return sorted(folder.glob(f"*.{pid}.log")) if os.environ.get("NCCL_DEBUG_FILE") and folder.is_dir() else []
+
+
+def collect(config, rank: int, world_size: int) -> None:
+    """Collective on the default group, after a world's measurements: rank 0 gets every rank's
+    debug file (those it cannot see in its OUT are sent to it) and records the block."""
+    if not getattr(config, "nccl_debug", False):
+        return
+    mine = own_files()
+    folder = Path(config.out_dir) / DEBUG_DIR
+    names: list = [None] * world_size
+    dist.all_gather_object(names, [p.name for p in mine])
+    missing = [[i for i, files in enumerate(names) if not all((folder / f).exists() for f in files)]]
+    dist.broadcast_object_list(missing, src=0)  # rank 0 says whose files its OUT lacks
+    text = {p.name: p.read_text(errors="replace") for p in mine} if rank in missing[0] else None
+    received: list | None = [None] * world_size if rank == 0 else None
+    dist.gather_object(text, received, dst=0)
+    if rank != 0:
+        if text and mine and mine[0].parent != folder:
+            for path in mine:  # a scratch copy, sent: NCCL writes on into the unlinked file
+                path.unlink(missing_ok=True)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for files in filter(None, received):
+        for name, content in files.items():
+            (folder / name).write_text(content)
+    record(config.out_dir)
+
+
+def record(out_dir: Path | str) -> dict | None:
+    """Read OUT/nccl-debug into meta.json's `nccl` (and a note when NCCL wrote nothing)."""
+    files = nccl_log.debug_files(Path(out_dir) / DEBUG_DIR)
+    block = nccl_log.read_files(files) if files else None
+    if block is None or not nccl_log.said_anything(block):
+        print(f"allreduce-bench: --nccl-debug: NCCL wrote no debug lines in {Path(out_dir) / DEBUG_DIR} "
+              "(a gloo run uses no NCCL)", file=sys.stderr)
+        return None
+    meta = read_meta(out_dir)
+    meta["nccl"] = block
+    write_meta(out_dir, meta)
+    return block

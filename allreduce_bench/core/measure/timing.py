@@ -1,0 +1,215 @@
+"""The one timing loop of every benchmark: calibrated samples of back-to-back calls.
+
+A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
+every rank; its time per call is the interval / loops. Before each sample the ranks align
+(a barrier, outside the clock; on GPU also a short device-side spin, so the host has queued
+the whole sample before its start event fires and the interval holds no launch overhead).
+
+The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
+starts its clock early and waits inside the first call for the last one, so the slowest rank's
+interval (the sample's time) holds that skew once per sample, however many calls follow. The
+skew of a sample is measured as the slowest minus the fastest rank's interval (the late rank's
+lag: the rank that started last measures the shortest interval).
+
+`loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
+`min_sample_s` AND the skew measured in the calibration samples is at most `max_skew_share` of
+it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only as many as this
+machine's skew needs. A sample is never stretched beyond `max_sample_s`, nor beyond the
+budget's share of one of `min_samples` samples, for the skew's sake (a rank descheduled for
+milliseconds would ask for seconds, and the run's length would follow): there the row's
+`skew_share` says how much of a sample was skew. Samples whose median falls short of
+`min_sample_s` (the calibration saw slow calls) are taken again with the loops that median asks.
+The number of samples then fits a time budget: small sizes get
+many, large ones at least `min_samples`. Both can be fixed by hand.
+
+Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
+ranks, so every rank makes the same number of calls.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core.measure.device import Device
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.config import Sampling  # the settings this loop reads
+
+# --- pure arithmetic (tested on a fake clock) ----------------------------------------------------
+
+def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: float,
+                    max_loops: int, max_skew_share: float | None = None,
+                    max_sample_s: float = math.inf) -> tuple[int, float]:
+    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample
+    lasts >= min_sample_s and >= its skew / max_skew_share (up to max_sample_s).
+
+    `sample(loops)` times one sample: (the slowest rank's seconds, the skew it held: slowest
+    minus fastest rank's seconds), the same on every rank. From a first sample of one call,
+    jump to the estimate (with 20% headroom), then confirm; at most a few samples are spent,
+    and they double as warm-up. Each sample's own skew sets what the next must reach; the
+    estimate counts the skew once per sample and the calls at the fastest pace seen so far
+    (took - skew: the late rank's interval, which holds the calls and no waiting).
+
+    One call that reaches the minimum alone is not trusted: gloo has two states (a 256K
+    AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
+    slow state, so the median of a row jumped between the states from run to run (doc/
+    agreement.md). A second call confirms it; the faster pace of the two decides."""
+    loops, pace = 1, math.inf
+    for attempt in range(8):
+        took, skew = sample(loops)
+        pace = min(pace, max(took - skew, 1e-9) / loops)
+        wanted = min_sample_s
+        if max_skew_share:
+            wanted = max(wanted, min(max_sample_s, skew / max_skew_share))
+        if loops >= max_loops:
+            return loops, took
+        if took >= wanted:  # loops is 1 only in the first two attempts (every jump is to 2+)
+            if loops > 1 or (attempt and pace + skew >= wanted):
+                return loops, took
+            if not attempt:
+                continue  # one call reached it: confirm with a second
+        estimate = math.ceil(1.2 * (wanted - skew) / pace)
+        loops = min(max_loops, max(loops * 2, estimate))
+    return loops, took
+
+
+def longest_sample_s(sampling: Sampling) -> float:
+    """How long the skew may make a sample: max_sample_s, and no longer than the budget still
+    holds min_samples samples (the run's length stays the budget's)."""
+    return min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
+
+
+def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples: int) -> int:
+    """As many samples as fit the budget, within [min_samples, max_samples]."""
+    fit = int(budget_s / sample_s) if sample_s > 0 else max_samples
+    return max(min_samples, min(max_samples, fit))
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+def slowest(values: list[float], group, device: Device) -> list[float]:
+    """Element-wise MAX over the group's ranks."""
+    t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.cpu().tolist()
+
+
+def gather(values: list[float], group, device: Device) -> list[list[float]]:
+    """Every rank's list (same length), in group-rank order, on every rank."""
+    t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, t, group=group)
+    return [p.cpu().tolist() for p in parts]
+
+
+def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
+                 host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
+    """This rank's time per call (us) in each of `count` samples of `loops` calls, each
+    sample started after an alignment over `group`.
+
+    `before_clock` runs on this rank after the alignment and before its clock starts (the
+    test hook that makes a rank late on purpose)."""
+    timer = device.timer(count)
+    spin = 0.0 if host_launch else device.launch_spin_s(loops)
+    for i in range(count):
+        device.align(group, spin)
+        if before_clock is not None:
+            before_clock()
+        queued = time.perf_counter()  # outside the interval: only the calls are timed
+        timer.start(i)
+        for _ in range(loops):
+            call()
+        timer.stop(i)
+        device.note_launch(time.perf_counter() - queued, loops)  # sizes the next GPU spin
+    return [t / loops for t in timer.times_us()]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement: every rank's per-call times per sample, and how they were taken."""
+
+    per_rank_us: list[list[float]]  # [rank][sample], group-rank order
+    loops: int
+    samples: int
+
+
+def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
+           before_clock: Callable[[], None] | None = None, agree_over=None,
+           lockstep=None) -> Measured:
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
+
+    `agree_over`: None for `group` itself; or a larger group (e.g. dist.group.WORLD) whose ranks
+    all sample at once, in several groups side by side: loops and samples are then decided, and
+    times gathered, over it, so every group makes the same number of calls and the result is
+    the slowest group's.
+
+    `lockstep`: a larger group whose groups side by side must overlap in every sample (the
+    rails of one host pair, which on the emulated cluster share one link): loops and samples
+    are decided over it and every sample starts after an alignment over it, while the times
+    are this group's own. Without it such groups drift apart, and a group sampling alone
+    reads up to L times the bandwidth of one sharing the link."""
+    # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
+    # (group may be None: the default world)
+    agree = lockstep if lockstep is not None else group if agree_over is None else agree_over
+    aligned, kept = (group, agree) if lockstep is None else (lockstep, group)
+    for _ in range(sampling.warmup):
+        call()
+    device.synchronize()
+
+    def one_sample(loops: int) -> tuple[float, float]:
+        """(the slowest rank's seconds, its skew) of one sample, over `agree`. The skew is
+        taken within the ranks aligned together: how much later than the first of them each
+        rank started (its interval's shortfall from their longest)."""
+        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0]
+        longest = slowest([mine], aligned, device)[0]
+        took, skew = slowest([mine, longest - mine], agree, device)
+        return took * loops / 1e6, skew * loops / 1e6
+
+    if sampling.loops is None:
+        loops, took = calibrate_loops(one_sample, sampling.min_sample_s, sampling.max_loops,
+                                      sampling.max_skew_share, longest_sample_s(sampling))
+    elif sampling.samples is None:  # the plan needs one sample's length (it warms up too)
+        loops, took = sampling.loops, one_sample(sampling.loops)[0]
+    else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
+        loops, took = sampling.loops, 0.0
+    def take(loops: int, took: float) -> tuple[list[float], int]:
+        count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
+                                                 sampling.max_samples)
+        return take_samples(call, device, aligned, loops, count, sampling.host_launch,
+                            before_clock), count
+
+    mine, count = take(loops, took)
+    again = recalibrated(slowest(mine, agree, device), loops, sampling) if sampling.loops is None else None
+    if again:  # the calibration saw slow calls: retake the samples with the loops they ask
+        loops = again[0]
+        mine, count = take(*again)
+    return Measured(gather(mine, kept, device), loops, count)
+
+
+def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
+    """(loops, seconds a sample of them takes) where the median of the samples taken (`per_call_us`,
+    the slowest rank's time per call in each) lasted under min_sample_s: the calibration saw
+    slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
+    the samples hold fewer calls than they should. None where they are long enough (or max_loops
+    is reached). Decided from the median, which one or two calibration calls cannot mislead."""
+    median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
+    if median_s * loops >= sampling.min_sample_s or loops >= sampling.max_loops:
+        return None
+    again = min(sampling.max_loops, max(loops + 1, math.ceil(1.2 * sampling.min_sample_s / max(median_s, 1e-9))))
+    return again, again * median_s
+
+
+def busy_wait_call(seconds: float) -> Callable[[], None]:
+    """A call that spins for exactly `seconds` and communicates nothing: the harness's own bias
+    is what it reports beyond `seconds` (scripts/perf_core.py)."""
+    def call() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    return call

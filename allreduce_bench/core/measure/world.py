@@ -1,0 +1,293 @@
+"""The per-rank view of a (sub-)world: who I am, my node, and the process groups I talk on.
+
+Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers them. Besides
+the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
+ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
+works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`.
+
+`join_present` forms the default group from the launched ranks that arrive in time instead
+of all of them (health: a host that hangs while it starts is judged, not waited for).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure import flight_recorder
+from allreduce_bench.core.measure.device import Device
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """A process group plus the global ranks of its members, so p2p peers can be named."""
+
+    pg: dist.ProcessGroup | None  # None: the default group
+    ranks: tuple[int, ...]  # global rank of each member, in group-rank order
+    rank: int  # my index in `ranks`
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def peer(self, offset: int) -> int:
+        """Global rank of the member `offset` places after me on the ring."""
+        return self.ranks[(self.rank + offset) % self.size]
+
+
+@dataclass(frozen=True)
+class World:
+    """What an algorithm's `build(tensor, world)` gets; the public surface for plug-ins is
+    `rank`, `size`, `process_group` (the whole (sub-)world's torch ProcessGroup; None means the
+    default group, which torch's calls accept as is), `group`, `intra` and `inter` (CommGroups:
+    `pg`, `ranks` = global ranks in group order, `rank`, `size`, `peer(offset)`),
+    `ranks_per_node`, `nodes` and `device` (`device.torch_device`)."""
+
+    group: CommGroup  # the whole (sub-)world
+    intra: CommGroup  # my node
+    inter: CommGroup  # same local rank, every node
+    ranks_per_node: int
+    device: Device
+
+    @property
+    def rank(self) -> int:
+        return self.group.rank
+
+    @property
+    def size(self) -> int:
+        return self.group.size
+
+    @property
+    def process_group(self) -> dist.ProcessGroup | None:
+        return self.group.pg
+
+    @property
+    def nodes(self) -> int:
+        return self.size // self.ranks_per_node
+
+    def close(self) -> None:
+        """Free this world's own groups (NCCL communicators hold device memory)."""
+        for group in {self.group.pg, self.intra.pg, self.inter.pg}:
+            if group is not None and group != dist.GroupMember.WORLD:
+                dist.destroy_process_group(group)
+
+
+def _subgroup(lists: list[list[int]], me: int) -> CommGroup | None:
+    pg, _ = dist.new_subgroups_by_enumeration(lists)
+    for members in lists:
+        if me in members:
+            return CommGroup(pg, tuple(members), members.index(me))
+    return None
+
+
+def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | None:
+    """Build the groups of the sub-world made of global ranks 0..world_size-1.
+
+    Collective: every rank of the default group must call it with the same arguments (torch
+    requires all ranks to take part in creating any group). Ranks outside get None.
+    """
+    me, total = dist.get_rank(), dist.get_world_size()
+    if world_size > total:
+        raise UsageError(f"world size {world_size} is larger than the {total} ranks launched; "
+                         f"launch more ranks or choose smaller --world-sizes")
+    per_node = node_layout(world_size, ranks_per_node)
+    members = list(range(world_size))
+    pg = None if world_size == total else dist.new_group(members, **flight_recorder.described(members))
+    nodes = world_size // per_node
+    intra = _subgroup([members[n * per_node:(n + 1) * per_node] for n in range(nodes)], me)
+    inter = _subgroup([members[local::per_node] for local in range(per_node)], me)
+    if me >= world_size:
+        return None
+    world = World(CommGroup(pg, tuple(members), me), intra, inter, per_node, device)
+    # Touch every group once so lazily created communicators (NCCL) exist before any timing,
+    # and batch_isend_irecv is never the first call on a group.
+    for group in (world.group, world.intra, world.inter):
+        device.barrier(group.pg)
+    return world
+
+
+# Ranks outside a sub-world wait for it without a collective timeout: --timeout bounds each
+# collective, and a whole phase (every algorithm at every size) may well take longer.
+SIT_OUT_LIMIT = timedelta(days=7)
+
+
+def end_phase(world: World | None, name: str, device: Device) -> None:
+    """Close a phase measured on a sub-world, on every rank of the default group.
+
+    The sub-world's rank 0 marks `name` done in the launcher's store; ranks outside the
+    sub-world wait for that mark, then everyone meets at a barrier. A rank that dies meanwhile
+    is seen by the launcher, which stops the job.
+    """
+    store = dist.PrefixStore("allreduce_bench/phases", dist.distributed_c10d._get_default_store())
+    if world is None:
+        store.wait([name], SIT_OUT_LIMIT)
+    else:
+        if world.rank == 0:
+            store.set(name, "done")
+        world.close()
+    device.barrier(None)
+
+
+# ---- a world of the ranks that came ----------------------------------------------------------
+
+JOIN_POLL_S = 0.1
+JOIN_PREFIX = "allreduce-bench/join/"
+
+
+@dataclass(frozen=True)
+class Presence:
+    """Who came when a world was formed from the ranks that arrived (`join_present`)."""
+
+    members: tuple[int, ...]  # launched ranks in the world, in the order of their new ranks
+    # per launched rank: its hostname, None if it never came (one that came too late, or whose
+    # host was short of a rank, has its name but sits out)
+    hostnames: tuple[str | None, ...]
+    env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
+
+
+_presence: Presence | None = None
+_store = None  # the join's store
+_serves = False  # this process serves it (rank 0 under srun/mpirun)
+
+
+def presence() -> Presence | None:
+    """This process's Presence, once `join_present` formed its world; None otherwise."""
+    return _presence
+
+
+def writes(writer: bool) -> bool:
+    """Whether this process finishes the run (summary, exit code): `writer` (the launcher's
+    rank 0), except in a world of the ranks that came, whose first rank does (rank 0 may have
+    never come, or sit out)."""
+    if _presence is None:
+        return writer
+    return _presence.env is not None and _presence.env.rank == 0
+
+
+def end_world() -> None:
+    """The world's first rank, once it is done: a store host sitting out may leave now."""
+    if _presence is not None and _presence.env is not None and _presence.env.rank == 0:
+        _store.set("ended", "1")
+
+
+def sit_out() -> None:
+    """A rank left out of the world: leave at once, unless it serves the store the world
+    meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
+    world's first rank says it is done."""
+    if not _serves:
+        return
+    while not _store.check(["ended"]):
+        time.sleep(0.5)
+    time.sleep(2.0)  # the others read the last keys (health's end of rounds) meanwhile
+
+
+def _launch_store(env, timeout: timedelta):
+    """The store every rank of the launch can reach without waiting for the others: torch's
+    elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
+    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
+    does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    failed = RuntimeError(
+        f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
+        f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
+        ": rank 0 hung or died at start-up, and the others cannot meet without it"))
+    # wait for the listener with plain sockets: torch's client logs every retry, with a C++
+    # stack, for as long as it waits; it is asked only once something listens
+    if not _serves and not _listening(addr, port, timeout.total_seconds()):
+        raise failed
+    try:
+        with _quiet_stderr():
+            if agent:
+                return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
+            return dist.TCPStore(addr, port, is_master=_serves, timeout=timeout,
+                                 wait_for_workers=False, multi_tenant=True)
+    except (RuntimeError, OSError) as error:  # DistStoreError: it listens but does not answer
+        raise failed from error
+
+
+def _listening(addr: str, port: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+
+
+@contextmanager
+def _quiet_stderr():
+    """fd 2 to /dev/null meanwhile (the C++ client's retry logs); our own line says what failed."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
+    """The arrived ranks of hosts every rank of which arrived: a host short of a rank is
+    judged as a whole (its other ranks sit out), so every host in the world has the same
+    ranks per node. Hosts are runs of `ranks_per_node` consecutive ranks."""
+    L = max(1, ranks_per_node)
+    return tuple(r for r in range(launched)
+                 if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
+
+
+def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
+    """Wait until every launched rank came or `timeout_s` passed since this one did; the first
+    rank to stop waiting sets the members (compare-and-set: one list wins, all read it)."""
+    arrived_at = time.monotonic()
+    while not store.check(["members"]):
+        if store.add("count", 0) >= env.world_size or time.monotonic() - arrived_at > timeout_s:
+            came = {r for r in range(env.world_size) if store.check([f"here/{r}"])}
+            mine = json.dumps(list(whole_hosts(came, env.world_size, ranks_per_node)))
+            return json.loads(store.compare_set("members", "", mine))
+        time.sleep(JOIN_POLL_S)
+    return json.loads(store.get("members"))
+
+
+def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
+                 ranks_per_node: int) -> Presence:
+    """Form the default process group from the launched ranks that arrive within `timeout_s`
+    instead of waiting for all (init_process_group over every launched rank waits, then fails,
+    when one hung at start-up). Every rank says it came on the launcher's store and waits
+    until all have come or `timeout_s` after its own arrival (`_members`); the world is made of
+    the members, renumbered in launched order. Returns the Presence, whose `env` is this rank's
+    place in that world (None when it sits out: it came late or its host is short of a rank).
+
+    The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
+    fails every rank here (one line each, within `timeout_s`); under torchrun and a local
+    run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
+    global _presence, _store, _serves
+    _serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
+    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s)))
+    store.set(f"here/{env.rank}", hostname)
+    store.add("count", 1)
+    members = _members(store, env, timeout_s, ranks_per_node)
+    hostnames = tuple(store.get(f"here/{r}").decode() if r in members or store.check([f"here/{r}"])
+                      else None for r in range(env.world_size))
+    joined, L = None, max(1, ranks_per_node)
+    if env.rank in members:
+        joined = dataclasses.replace(env, rank=members.index(env.rank), world_size=len(members),
+                                     node_rank=len({r // L for r in members if r // L < env.rank // L}))
+    _presence = Presence(tuple(members), hostnames, joined)
+    if joined is not None:
+        dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
+                                world_size=joined.world_size, **options)
+    return _presence

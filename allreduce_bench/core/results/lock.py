@@ -1,0 +1,47 @@
+"""One run per directory: the writer of a run holds an exclusive lock on <dir>/.lock.
+
+flock is released by the kernel when the holder exits, however it exits (SIGKILL included), so a
+stale lock never blocks a resume. The file keeps the holder's pid for the message."""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from allreduce_bench.core.errors import UsageError
+
+LOCK_FILE = ".lock"
+
+
+class DirectoryLock:
+    """`with DirectoryLock(dir):` the directory is this process's until the block ends."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> DirectoryLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise UsageError(f"{self.path.parent} is in use by pid {holder} (another run writes "
+                             "there); wait for it to finish or choose another --out") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # the kernel drops the lock; the file stays (harmless, tiny)
+            self._fd = None
+
+    def __enter__(self) -> DirectoryLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

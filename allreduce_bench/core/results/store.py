@@ -1,0 +1,211 @@
+"""Results on disk: one CSV row per measurement, appended as it is made, plus meta.json.
+
+Rank 0 is the only writer. Each row is written and flushed to disk as soon as its size
+finishes, so a crash or Ctrl-C loses at most the size in flight and the file stays a valid CSV.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.core.results.schema import COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
+
+
+def drop_partial_last_row(path: Path) -> bool:
+    """Cut a half-written last line (a writer killed mid-row); True if one was dropped."""
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return False
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def whole_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The lines that end in a newline: a last line cut short (disk full, a killed writer) is
+    never read as a row."""
+    for line in lines:
+        if line.endswith("\n"):
+            yield line
+
+
+class DiskFullError(OSError):
+    """Writing a row failed (disk full, quota, I/O error); the file was cut back to its last
+    whole row, and the message says so."""
+
+
+class ResultsWriter:
+    """Appends rows to <out_dir>/results.csv, writing the header once."""
+
+    def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
+        self.path = Path(out_dir) / RESULTS_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        drop_partial_last_row(self.path)  # never glue a new row onto a killed writer's half row
+        self.columns = self._columns_of_existing_file(columns)
+
+    def _columns_of_existing_file(self, columns: list[str]) -> list[str]:
+        """Rows are appended under the header already in the file. A file written by an older
+        version, with fewer columns, is rewritten once (atomically) with the missing ones
+        added at the end, so old and new rows stay one valid CSV."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return columns
+        with open(self.path, newline="") as f:
+            header = next(csv.reader(f), [])
+        missing = [c for c in columns if c not in header]
+        if not missing:
+            return header
+        with open(self.path, newline="") as f:
+            rows = list(csv.DictReader(f))
+        merged = header + missing
+        tmp = self.path.with_suffix(".csv.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=merged, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        tmp.replace(self.path)
+        return merged
+
+    def append(self, row: dict) -> None:
+        """Append one row (the header first into an empty file) all or nothing: when the write
+        fails part way (ENOSPC), the file is cut back to where it was and the error names it."""
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            writer.writeheader()
+        writer.writerow(row)
+        data = text.getvalue().encode("utf-8")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            before = os.fstat(fd).st_size
+            written = 0
+            while written < len(data):  # unbuffered: nothing is left to fail at close
+                written += os.write(fd, data[written:])
+            os.fsync(fd)
+        except OSError as error:
+            try:
+                os.ftruncate(fd, before)  # no torn row: the file ends with its last whole row
+            except OSError:
+                pass
+            raise DiskFullError(error.errno, error.strerror, str(self.path)) from None
+        finally:
+            os.close(fd)
+
+
+def write_meta(out_dir: Path, meta: dict) -> None:
+    write_json(Path(out_dir) / META_FILE, meta)
+
+
+def write_json(path: Path, document: dict) -> None:
+    """`document` as indented JSON at `path`, replaced atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    try:
+        tmp.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half a file
+    except OSError as error:  # disk full: the old file stays whole; say which one
+        tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
+
+
+def start_meta(out_dir: Path, meta: dict) -> None:
+    """Write a new run's meta.json; an earlier run's (another run_id, whose rows stay in
+    results.csv) is kept inside it under `earlier_runs` rather than lost."""
+    meta = {"schema_version": SCHEMA_VERSION, **meta}
+    stored = read_meta(out_dir)
+    if stored.get("run_id") not in (None, meta.get("run_id")):
+        meta = {**meta, "earlier_runs": stored.pop("earlier_runs", []) + [stored]}
+    write_meta(out_dir, meta)
+
+
+def read_meta(run_dir: Path) -> dict:
+    """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
+    from allreduce_bench.core.errors import UsageError
+
+    path = Path(run_dir) / META_FILE
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
+        what = "is empty" if path.stat().st_size == 0 else f"is not valid JSON ({error})"
+        raise UsageError(f"{path} {what}: it is damaged or was not written by allreduce-bench; "
+                         "restore it, or move it away to start afresh") from None
+    except OSError as error:
+        raise UsageError(f"{path} cannot be read ({error.strerror})") from None
+    if not isinstance(meta, dict):
+        raise UsageError(f"{path} is not a JSON object: it was not written by allreduce-bench; "
+                         "move it away to start afresh")
+    return meta
+
+
+def update_meta(out_dir: Path, **fields) -> None:
+    meta = read_meta(out_dir)
+    meta.update(fields)
+    write_meta(out_dir, meta)
+
+
+class SamplesWriter:
+    """Appends one measurement's raw samples as a new part of <out_dir>/samples.parquet/.
+
+    Each part is written to a temporary name and renamed into place, so a reader never sees
+    a half-written part and a killed run keeps every finished one."""
+
+    def __init__(self, out_dir: Path):
+        self.dir = Path(out_dir) / SAMPLES_DIR
+        self._next = None
+
+    def append(self, frame: pd.DataFrame) -> Path:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self._next is None:
+            parts = [int(p.stem.split("-")[1]) for p in self.dir.glob("part-*.parquet")]
+            self._next = max(parts, default=-1) + 1
+        path = self.dir / f"part-{self._next:06d}.parquet"
+        tmp = self.dir / f".{path.name}.tmp"
+        frame.to_parquet(tmp, index=False)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        self._next += 1
+        return path
+
+
+def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """One Arrow type per column: text columns that mix strings and numbers (a CSV column empty
+    in some rows) become strings, True/False columns nullable booleans."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype != object:
+            continue
+        values = frame[column].dropna()
+        if values.empty:
+            frame[column] = frame[column].astype("float64")  # an empty column: no values, no type
+        elif values.map(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)).all():
+            frame[column] = pd.to_numeric(frame[column])
+        elif values.map(lambda v: isinstance(v, bool)).all():
+            frame[column] = frame[column].astype("boolean")
+        else:
+            frame[column] = frame[column].map(lambda v: None if v is None or v != v else str(v))
+    return frame
+
+
+def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
+    """results.parquet beside results.csv (the crash-safe append log stays the CSV): `frame`, or
+    the CSV as it is now. Written to a temporary name and renamed, so a reader never sees half."""
+    out_dir = Path(out_dir)
+    if frame is None:
+        frame = pd.read_csv(out_dir / RESULTS_FILE)
+    path = out_dir / PARQUET_FILE
+    tmp = out_dir / f".{PARQUET_FILE}.tmp"
+    parquet_safe(frame).to_parquet(tmp, index=False)
+    tmp.replace(path)
+    return path

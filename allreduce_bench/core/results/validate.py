@@ -1,0 +1,78 @@
+"""Stored results checked as they are read: a damaged or foreign results.csv is one line naming
+the file, the line and what is wrong, never a traceback or garbage shown as a run."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.core.errors import UsageError
+
+# Every row of every benchmark has these, as numbers.
+ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
+# Numbers where present (a ddp row has no busbw for compute alone).
+NUMERIC = ALWAYS_NUMERIC + [
+    "nodes", "ranks_per_node", "count", "iters", "warmup", "time_us_mean", "time_us_p95",
+    "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "wrong", "bucket_mb", "accum",
+    "allreduce_calls", "allreduce_bytes", "samples", "loops", "time_us_p5", "time_cv",
+    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share"]
+
+# Counts, read back as whole numbers by the tables.
+WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loops"]
+
+
+def ends_torn(csv_path: Path) -> bool:
+    """The file's last line has no newline: a writer stopped mid-row (killed, disk full)."""
+    try:
+        with open(csv_path, "rb") as f:
+            f.seek(0, 2)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+def check_results(frame: pd.DataFrame, csv_path: Path) -> pd.DataFrame:
+    """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file."""
+    if csv_path.suffix == ".csv" and ends_torn(csv_path) and len(frame):  # Parquet is whole
+        print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
+              file=sys.stderr)
+        frame = frame.iloc[:-1]
+        if frame.empty:
+            raise UsageError(f"{csv_path} has no whole rows; run a benchmark first")
+    frame = frame.copy()
+    hint = "the file is damaged or was edited: remove that row (or restore the file)"
+    if frame["algorithm"].isna().any() or (frame["algorithm"].astype(str).str.strip() == "").any():
+        line = int(frame.index[frame["algorithm"].isna()
+                               | (frame["algorithm"].astype(str).str.strip() == "")][0]) + 1
+        raise UsageError(f"{csv_path} row {line} has no algorithm; {hint}")
+    for column in [c for c in NUMERIC if c in frame.columns]:
+        raw = frame[column]
+        numbers = pd.to_numeric(raw, errors="coerce")
+        bad = numbers.isna() & (raw.notna() if column not in ALWAYS_NUMERIC else True)
+        if bad.any():
+            at = bad[bad].index[0]
+            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {raw[at]!r}, not a "
+                             f"number; {hint}")
+        frame[column] = numbers
+    # counted things and times are finite: `1e400` parses as infinity, and no run has it
+    for column in [c for c in ALWAYS_NUMERIC + WHOLE if c in frame.columns]:
+        endless = frame[column].abs() == float("inf")
+        if endless.any():
+            at = endless[endless].index[0]
+            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {float(frame[column][at]):g}, "
+                             f"not a finite number; {hint}")
+    if "benchmark" in frame.columns and (frame["benchmark"] == "ddp").any() \
+            and "measure" not in frame.columns:
+        raise UsageError(f"{csv_path} has benchmark=ddp rows but no measure column; {hint}")
+    # nccl-tests prints zero-byte rows (imported as they are); no run has a world of 0 ranks
+    for column, least in (("world_size", 1), ("size_bytes", 0)):
+        low = frame[column] < least
+        if low.any():
+            at = low[low].index[0]
+            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {frame[column][at]!r}, "
+                             f"below {least}; {hint}")
+    return frame

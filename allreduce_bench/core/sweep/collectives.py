@@ -1,0 +1,92 @@
+"""The sweep of every collective other than AllReduce on one (sub-)world (`run --collectives`).
+
+Sizes are the whole buffer, as nccl-tests prints them: a requested size becomes the count and
+size its GetCollByteCount gives (metrics.collective_counts), so AllGather, ReduceScatter and
+AllToAll measure N parts of one rank's count (16-byte aligned) and rows line up with an imported
+nccl-tests log size for size. A size too small for one element per rank is skipped. Rows are
+out of place (Broadcast and Reduce in place, as torch's calls are), named benchmark = the
+collective, and say in `runs_as` when the backend ran another collective in its place. With
+`--in-place`, AllGather and ReduceScatter are measured a second time in place (nccl-tests'
+in-place columns), each algorithm's sizes after its out-of-place ones, in rows named
+benchmark = <collective>-in-place. As AllReduce's, every measurement runs in `--rounds`
+interleaved passes and its row pools them (before, these rows were one pass of the whole budget
+beside AllReduce rows of four: a decomposition compared differently sampled rows, and `compare`
+saw one round).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from allreduce_bench.core import algorithms, metrics
+from allreduce_bench.core.sweep import passes
+from allreduce_bench.core.sweep.rows import pooled_row
+from allreduce_bench.core.config import RunConfig
+from allreduce_bench.core.measure import collective as measuring
+from allreduce_bench.core.measure.world import World
+
+
+def label(collective: str, name: str, in_place: bool = False) -> str:
+    """How progress, the console and resume name a measurement: ring of AllGather is
+    all_gather/ring, its in-place half all_gather-in-place/ring (AllReduce's algorithms keep
+    their bare names): `<benchmark>/<algorithm>`, as results/resume.py reads rows back."""
+    if collective == "all_reduce":
+        return name
+    return f"{metrics.benchmark_of(collective, in_place)}/{name}"
+
+
+def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int, int]]:
+    """(label, world size, size_bytes) of every measurement at this world size, as resume
+    keys them (AllReduce's included)."""
+    keys = [(a, world_size, s // config.itemsize * config.itemsize)
+            for a in config.algorithms for s in config.sizes]
+    for collective, names in config.collectives:
+        for size in config.sizes:
+            count, size_bytes = metrics.collective_counts(collective, size, config.itemsize, world_size)
+            keys += [(label(collective, a, half), world_size, size_bytes)
+                     for a in names for half in config.halves(collective)] if count else []
+    return keys
+
+
+def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
+          on_row: Callable[..., None], on_algorithm: Callable[[str, World], None],
+          should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
+          before_clock=None) -> int:
+    """Measure each named algorithm of `collective` at every size, in each of its halves
+    (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
+    AllReduce's sweep does (benchmarks/passes.py: a row pools its rounds' samples, and only the
+    last round's call is checked); #wrong summed."""
+    items = []  # in the order rows come
+    for name in names:
+        algorithm = algorithms.lookup(name, collective)
+        for in_place_half in config.halves(collective):  # the first half, then --in-place's
+            for size in config.sizes:
+                count, size_bytes = metrics.collective_counts(collective, size, config.itemsize,
+                                                              world.size)
+                if count:
+                    items.append(collective_item(config, world, collective, name, algorithm,
+                                                 in_place_half, count, size_bytes, hosts,
+                                                 before_clock))
+    return passes.run(config, world, items, on_row, on_algorithm, should_measure)
+
+
+def collective_item(config: RunConfig, world: World, collective: str, name: str, algorithm,
+                    in_place_half: bool, count: int, size_bytes: int, hosts,
+                    before_clock) -> passes.Item:
+    """One measurement of `collective` by `algorithm` in one half."""
+    # the first half is out of place where the collective has it (Broadcast and Reduce are in
+    # place, as torch's calls are); the second is in place
+    in_place = in_place_half or measuring.MODES[collective][0]
+
+    def measure_once(sampling, check: bool):
+        return measuring.measure(algorithm, world, count, config.torch_dtype, sampling, in_place,
+                                 before_clock, check_result=check)
+
+    def row(taken, wrong: int):
+        made, samples = pooled_row(config, world, name, count, taken, wrong, hosts,
+                                   collective=collective, size_bytes=size_bytes,
+                                   in_place=in_place_half)
+        ran = algorithm.ran_as(config.backend)
+        made["runs_as"] = "" if ran == collective else ran
+        return made, samples
+
+    return passes.Item(label(collective, name, in_place_half), size_bytes, measure_once, row)

@@ -1,0 +1,350 @@
+"""DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation.
+
+Definitions (per world size and bucket cap, on median times of the slowest rank):
+
+* exposed communication = step - compute: what DDP's AllReduce adds to a step;
+* hidden share = 1 - exposed / comm: the part of the communication that ran behind computation.
+  Noise (or compute and communication slowing each other down on shared CPU cores) can push
+  the raw value outside [0, 1]; the share reported is clipped to [0, 1] and the raw value kept
+  beside it as `hidden_share_raw`.
+* DDP vs wait-then-AllReduce = no_overlap / step: how much faster DDP's step is than the naive
+  one (backward to the end, one AllReduce of all gradients, optimizer step), timed interleaved.
+* the model, bucket by bucket (`predicted_us`): bucket i (in ready order) is ready when backward
+  has produced its bytes and those of the buckets before it, backward producing bytes at an
+  even rate; the link carries one bucket after another, each for its byte share of comm; the
+  step is compute - backward + max(backward, when the last bucket is done). This is the seed's
+  step = compute + max(0, comm - overlappable) with the overlappable part worked out from the
+  bucket sizes instead of bounded. On CPU (gloo), communication is not free for the cores
+  backward runs on: the CPU time AllReduce alone costs a rank (`comm_cpu`, measured) is added
+  to backward for the buckets sent while it runs (all but the last). And DDP's own work
+  (filling its buckets and copying them back), measured as a DDP step whose hook does not
+  communicate (`ddp_no_comm`) minus compute, is added to the step.
+* the closed form (`closed_form_us`): overlappable = min(backward * (1 - first
+  bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
+  first bucket is full, and the last bucket is ready only when backward ends. It is exact when
+  the link never waits for a bucket, and optimistic when it does (few large buckets).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.model.step import step_time
+from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
+
+
+def bucket_sizes(text) -> list[int]:
+    """The `bucket_sizes` column ('1048576;26214400') back into bytes per bucket, ready order."""
+    if not isinstance(text, str) or not text:
+        return []
+    return [int(v) for v in text.split(";")]
+
+
+def overlappable_us(backward_us: float, comm_us: float, sizes: list[int]) -> float:
+    """How much communication the backward pass can hide at most (see the module docstring)."""
+    total = sum(sizes)
+    if total <= 0:
+        return 0.0
+    window = backward_us * (1 - sizes[0] / total)
+    hideable = comm_us * (1 - sizes[-1] / total)
+    return max(0.0, min(window, hideable))
+
+
+def predicted_step_us(compute_us: float, comm_us: float, overlappable: float) -> float:
+    """The seed's scaling model, compute + max(0, comm - overlappable), as the cost model
+    (ddp_model.step_time) computes it, with the overlappable part from measured backward."""
+    return step_time(compute_us, comm_us, 0.0, overlappable_s=overlappable).step_s
+
+
+def pipelined_step_us(compute_us: float, backward_us: float, comm_us: float,
+                      sizes: list[int], comm_cpu_us: float = 0.0) -> float:
+    """The step as backward and DDP's buckets pipeline it (see the module docstring).
+
+    `comm_cpu_us`: CPU time the AllReduce costs a rank where computation and communication
+    share the CPU cores (gloo on CPU); the part of it spent on the buckets sent while backward
+    runs (all but the last) lengthens backward. 0 where communication has its own engine (GPU).
+    """
+    total = sum(sizes)
+    if total <= 0:
+        return compute_us + comm_us
+    backward_us = backward_us + comm_cpu_us * (1 - sizes[-1] / total)
+    compute_us = compute_us + comm_cpu_us * (1 - sizes[-1] / total)
+    link_free, produced = 0.0, 0
+    for size in sizes:
+        produced += size
+        ready = backward_us * produced / total
+        link_free = max(link_free, ready) + comm_us * size / total
+    return compute_us - backward_us + max(backward_us, link_free)
+
+
+def ddp_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    if "benchmark" not in frame.columns:
+        return frame.iloc[0:0]
+    return frame[frame["benchmark"] == "ddp"]
+
+
+def _median(rows: pd.DataFrame, measure: str, **match) -> pd.Series:
+    """time_us_median of the rows of one measure whose columns equal `match`."""
+    rows = rows[rows["measure"] == measure]
+    for column, value in match.items():
+        rows = rows[rows[column] == value]
+    return rows["time_us_median"]
+
+
+def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, the
+    no-overlap baseline and the model."""
+    frame = ddp_rows(frame)
+    out = []
+    for world_size, rows in frame.groupby("world_size"):
+        for bucket_mb, steps in rows[rows["measure"] == "step"].groupby("bucket_mb"):
+            comm_rows = rows[(rows["measure"] == "comm") & (rows["bucket_mb"] == bucket_mb)]
+            # compute is timed interleaved with each bucket cap's comm and step: use that one
+            compute = _median(rows, "compute", bucket_mb=bucket_mb).median()
+            backward = _median(rows, "backward", bucket_mb=bucket_mb).median()
+            no_overlap = _median(rows, "no_overlap", bucket_mb=bucket_mb).median()
+            on_cpu = "device" not in rows.columns or (rows["device"] == "cpu").all()
+            comm_cpu = _median(rows, "comm_cpu", bucket_mb=bucket_mb).median() if on_cpu else 0.0
+            comm_cpu = 0.0 if pd.isna(comm_cpu) else comm_cpu
+            no_comm = _median(rows, "ddp_no_comm", bucket_mb=bucket_mb).median()
+            ddp_cost = 0.0 if pd.isna(no_comm) else max(0.0, no_comm - compute)
+            if comm_rows.empty or pd.isna(compute):
+                continue
+            step, comm = steps["time_us_median"].median(), comm_rows["time_us_median"].median()
+            sizes = bucket_sizes(steps["bucket_sizes"].iloc[-1])
+            exposed = step - compute
+            raw = 1 - exposed / comm if comm > 0 else float("nan")
+            share = min(1.0, max(0.0, raw))
+            overlap = overlappable_us(backward, comm, sizes)
+            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu) + ddp_cost
+            closed = predicted_step_us(compute, comm, overlap)
+            out.append({
+                "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
+                "compute_us": compute, "backward_us": backward, "comm_us": comm,
+                "comm_cpu_us": comm_cpu, "ddp_cost_us": ddp_cost, "step_us": step,
+                "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
+                "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
+                "no_overlap_us": no_overlap,
+                "speedup_vs_no_overlap": no_overlap / step if step > 0 else float("nan"),
+                "overlappable_us": overlap, "predicted_us": predicted,
+                "model_error": predicted / step - 1 if step > 0 else float("nan"),
+                "closed_form_us": closed,
+                "closed_form_error": closed / step - 1 if step > 0 else float("nan"),
+                "wrong": int(steps["wrong"].sum()),
+            })
+    return pd.DataFrame(out)
+
+
+def accumulation_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per world size: sync on every micro-batch against no_sync on all but the last."""
+    frame = ddp_rows(frame)
+    out = []
+    for world_size, rows in frame.groupby("world_size"):
+        sync = rows[rows["measure"] == "accum_sync"]
+        nosync = rows[rows["measure"] == "accum_no_sync"]
+        if sync.empty or nosync.empty:
+            continue
+        t_sync, t_nosync = sync["time_us_median"].median(), nosync["time_us_median"].median()
+        out.append({
+            "world_size": int(world_size), "accum": int(sync["accum"].iloc[-1]),
+            "sync_us": t_sync, "no_sync_us": t_nosync,
+            "sync_calls": int(sync["allreduce_calls"].iloc[-1]),
+            "no_sync_calls": int(nosync["allreduce_calls"].iloc[-1]),
+            "sync_bytes": int(sync["allreduce_bytes"].iloc[-1]),
+            "no_sync_bytes": int(nosync["allreduce_bytes"].iloc[-1]),
+            "saving": 1 - t_nosync / t_sync if t_sync > 0 else float("nan"),
+        })
+    return pd.DataFrame(out)
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1e3:.1f}"
+
+
+def _markdown(headers: list[str], rows: list[list]) -> str:
+    """A markdown table of right-aligned columns."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
+OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
+                   "comm CPU (ms)", "DDP step (ms)", "exposed (ms)", "hidden share",
+                   "wait-then-AllReduce (ms)", "DDP vs wait-then-AllReduce", "predicted (ms)",
+                   "model error", "compute + max(0, comm - overlap) (ms)"]
+
+
+def _overlap_cells(r) -> list:
+    share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+    baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
+    speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
+    return [r.world_size, f"{r.bucket_mb:g}", r.buckets, _ms(r.compute_us), _ms(r.comm_us),
+            _ms(r.comm_cpu_us), _ms(r.step_us), _ms(r.exposed_us), share, baseline, speedup,
+            _ms(r.predicted_us), f"{r.model_error:+.0%}",
+            f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%})"]
+
+
+def overlap_markdown(table: pd.DataFrame) -> str:
+    return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
+
+
+def accumulation_markdown(table: pd.DataFrame) -> str:
+    headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
+               "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
+               "saving"]
+    return _markdown(headers, [
+        [r.world_size, r.accum, _ms(r.sync_us), _ms(r.no_sync_us),
+         f"{r.sync_calls} / {r.no_sync_calls}", f"{r.sync_bytes:,} / {r.no_sync_bytes:,}",
+         f"{r.saving:.0%}"] for r in table.itertuples()])
+
+
+def set_epoch_markdown(checks: list[dict]) -> str:
+    lines = []
+    for check in checks:
+        without, with_ = check["without_set_epoch"], check["with_set_epoch"]
+        lines.append(
+            f"- world size {check['world_size']}, {check['dataset_len']} samples: without "
+            f"`set_epoch` epochs 0 and 1 are {'identical' if without['epochs_identical'] else 'different'} "
+            f"(rank 0: {without['rank0_epoch0']} then {without['rank0_epoch1']}); with "
+            f"`set_epoch` they are {'identical' if with_['epochs_identical'] else 'different'} "
+            f"(rank 0: {with_['rank0_epoch0']} then {with_['rank0_epoch1']}).")
+    return "\n".join(lines)
+
+
+def ddp_summary_text(frame: pd.DataFrame) -> str:
+    """What the console shows after `ddp`: the two tables in plain markdown."""
+    parts = []
+    overlap = overlap_table(frame)
+    if not overlap.empty:
+        parts.append("Per bucket cap: compute, communication alone, DDP step (medians):\n"
+                     + overlap_markdown(overlap))
+    accum = accumulation_table(frame)
+    if not accum.empty:
+        parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
+                     + accumulation_markdown(accum))
+    return "\n\n".join(parts)
+
+
+def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | None = None) -> str:
+    """The report's DDP section from rows (and meta.json for the set_epoch check and settings).
+
+    `figures` maps 'overlap' / 'accumulation' to figure paths as the report should link them.
+    Returns "" when the frame holds no ddp rows.
+    """
+    frame = ddp_rows(frame)
+    if frame.empty:
+        return ""
+    meta = meta or {}
+    settings = meta.get("ddp", {})
+    figures = figures or {}
+    out = ["## DDP in practice: bucketed overlap, no_sync, set_epoch", ""]
+    if settings:
+        out += [f"Synthetic model: {settings.get('params_actual', '?'):,} parameters in "
+                f"{settings.get('layers', '?')} linear layers, batch {settings.get('batch_size', '?')} "
+                f"per rank, {settings.get('iters', '?')} timed steps after "
+                f"{settings.get('warmup', '?')} warm-up; backend {meta.get('backend', '?')} on "
+                f"{meta.get('device_name', meta.get('device', '?'))}.", ""]
+    out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
+            "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
+            "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
+            "clipped to [0, 1]. Wait-then-AllReduce = backward to the end, one AllReduce of all "
+            "gradients (flattened), then the SGD step, timed interleaved with the DDP step; DDP vs "
+            "wait-then-AllReduce = its time / the DDP step's. Predicted = compute - backward + "
+            "max(backward, when the last bucket is done), each bucket ready when backward has "
+            "produced its bytes and sent after the one before it (the closed form compute + max(0, "
+            "comm - overlappable) with the overlappable part worked out bucket by bucket), plus, "
+            "on CPU, comm CPU time of the buckets sent during backward, and DDP's own cost "
+            "(DDP step with a hook that does not communicate - compute); the "
+            "closed form takes overlappable = min(backward x (1 - first bucket's share), "
+            "comm x (1 - last bucket's share)).", ""]
+    overlap = overlap_table(frame)
+    if not overlap.empty:
+        out += [overlap_markdown(overlap), ""]
+        if overlap["clipped"].any():
+            out += ["Clipped shares: the DDP step took longer than compute + comm measured apart "
+                    "(or less than compute): on shared CPU cores computation and communication "
+                    "slow each other down instead of overlapping.", ""]
+    if "overlap" in figures:
+        out += [f"![step time split]({figures['overlap']})", ""]
+    if "timeline" in figures:
+        out += ["Measured timeline of one DDP step per bucket cap (the slowest rank's median "
+                "step): the computation, and under it when each bucket's AllReduce was launched "
+                "and completed (DDP communication hook), against the wait-then-AllReduce step; "
+                f"every span is in `{TIMELINE_FILE}`.", "", f"![timeline]({figures['timeline']})", ""]
+    accum = accumulation_table(frame)
+    if not accum.empty:
+        out += ["Gradient accumulation with DDP's default buckets (bucket_cap_mb unset: 25 MiB, "
+                "the first one 1 MiB); AllReduce calls and bytes counted by the hook per "
+                "optimizer step:", "", accumulation_markdown(accum), ""]
+    if "accumulation" in figures:
+        out += [f"![accumulation]({figures['accumulation']})", ""]
+    checks = meta.get("set_epoch_check", [])
+    if checks:
+        out += ["`DistributedSampler` index order:", "", set_epoch_markdown(checks), ""]
+    wrong = int(frame["wrong"].fillna(0).sum())
+    out.append(f"Gradients after a DDP step against the hand-computed average: "
+               f"{'all equal' if wrong == 0 else f'{wrong} element(s) differ'}.")
+    return "\n".join(out) + "\n"
+
+
+def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
+    """ddp_markdown for a run directory (results.csv + meta.json); "" if it has no ddp rows."""
+    from allreduce_bench.core.results.load import load_results
+    from allreduce_bench.core.results.store import read_meta
+    run_dir = Path(run_dir)
+    frame = load_results(run_dir)
+    figures = {name: f"{figures_dir}/{file}" for name, file in
+               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"),
+                ("timeline", "ddp_timeline.png"))
+               if (run_dir / figures_dir / file).exists()}
+    return ddp_markdown(frame, read_meta(run_dir), figures)
+
+
+def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:
+    """The ddp_timeline rows of the runs the frame's ddp rows come from (their `source`
+    directories, matched by run_id); empty when none was recorded."""
+    frame = ddp_rows(frame)
+    parts = []
+    if "source" in frame.columns and "run_id" in frame.columns:
+        for (source, run_id), _ in frame.groupby(["source", "run_id"]):
+            parts.append(read_timeline(source, run_id))
+    parts = [p for p in parts if not p.empty]
+    return pd.concat(parts, ignore_index=True) if parts else read_timeline("/nonexistent")
+
+
+def median_iteration(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Of one (world size, bucket cap, measure)'s iterations, the one with the median step."""
+    steps = timeline.groupby("iteration")["step_us"].first().sort_values()
+    return timeline[timeline["iteration"] == steps.index[(len(steps) - 1) // 2]]
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def timeline_overlap(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Per (world size, bucket cap, measure), from the median iteration of the recorded
+    timeline: how long some AllReduce was in flight (`comm_busy_us`, the union of the buckets'
+    spans), how much of that was during backward (`during_backward_us`) and its share."""
+    out = []
+    if timeline.empty:
+        return pd.DataFrame(out)
+    for (world_size, bucket_mb, measure), rows in timeline.groupby(["world_size", "bucket_mb", "measure"]):
+        rows = median_iteration(rows)
+        backward = rows[rows["span"] == "backward"].iloc[0]
+        spans = _union(list(zip(rows.loc[rows["span"] == "allreduce", "start_us"],
+                                rows.loc[rows["span"] == "allreduce", "end_us"])))
+        busy = sum(b - a for a, b in spans)
+        during = sum(max(0.0, min(b, backward["end_us"]) - max(a, backward["start_us"]))
+                     for a, b in spans)
+        out.append({"world_size": int(world_size), "bucket_mb": float(bucket_mb), "measure": measure,
+                    "step_us": float(rows["step_us"].iloc[0]), "comm_busy_us": busy,
+                    "during_backward_us": during,
+                    "during_backward_share": during / busy if busy > 0 else float("nan")})
+    return pd.DataFrame(out)

@@ -1,0 +1,99 @@
+"""The validated configuration of `allreduce-bench ddp`: what each rank measures. No torch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from allreduce_bench.core import units
+from allreduce_bench.core.config.checks import check_finite, check_memory
+from allreduce_bench.core.config.launch import LaunchConfig, Launched
+from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.errors import UsageError
+
+# With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
+CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
+GPU_DEFAULTS = dict(iters=20, warmup=5, batch_size=256)
+# float32 copies of the parameters one rank holds at once: the weights, their gradients, DDP's
+# bucket copy of the gradients, and the bucket buffers the AllReduce-alone measurement reduces.
+DDP_COPIES = 4
+
+
+@dataclass(frozen=True)
+class DdpSettings:
+    """What each rank needs to know to measure."""
+
+    params: int
+    layers: int
+    batch_size: int
+    bucket_mbs: tuple[float, ...]
+    accum: int
+    iters: int
+    warmup: int
+
+
+@dataclass(frozen=True)
+class DdpConfig(Launched):
+    launch: LaunchConfig
+    settings: DdpSettings
+
+
+def parse_bucket_mbs(text: str) -> tuple[float, ...]:
+    """'1,5,25,100' -> (1.0, 5.0, 25.0, 100.0): DDP bucket caps in MiB, as bucket_cap_mb takes."""
+    try:
+        values = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise UsageError(f"--bucket-mb {text!r} must be comma-separated numbers of MiB, "
+                         "e.g. 1,5,25,100") from None
+    if not values or min(values) <= 0:
+        raise UsageError(f"--bucket-mb {text!r} must list bucket caps greater than 0 MiB")
+    for cap in values:
+        check_finite(cap, "--bucket-mb")
+    return tuple(dict.fromkeys(values))
+
+
+def _at_least(name: str, value: int, low: int) -> int:
+    if value < low:
+        raise UsageError(f"{name} must be at least {low}, got {value}")
+    return value
+
+
+def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
+                 device: str) -> DdpSettings:
+    defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
+    params = units.parse_whole_count(params, "--params")
+    layers = _at_least("--layers", layers, 1)
+    if params < layers * 2:
+        raise UsageError(f"--params {params} is too small for {layers} layers; give at least "
+                         f"{layers * 2} or fewer --layers")
+    return DdpSettings(
+        params=params, layers=layers,
+        batch_size=_at_least("--batch-size", defaults["batch_size"] if batch_size is None
+                             else batch_size, 1),
+        bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
+        iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
+        warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0))
+
+
+def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
+               backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
+               command="", nccl_debug=False, bind="auto", flight_recorder=False) -> DdpConfig:
+    from allreduce_bench.core.config.run import launch_config, resolve_world  # torch: GPU count
+
+    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    check_finite(timeout_s, "--timeout")
+    settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
+                            bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,
+                            device=world[2])
+    check_ddp_memory(settings.params, world[0], world[2])
+    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+                           command=command, label="ddp", nccl_debug=nccl_debug,
+                           bind=bind, flight_recorder=flight_recorder)
+    return DdpConfig(launch=launch, settings=settings)
+
+
+def check_ddp_memory(params: int, world_sizes, device: str) -> None:
+    env = launcher_env()
+    per_rank = DDP_COPIES * 4 * params
+    ranks_here = env.local_world_size if env is not None else max(world_sizes)
+    check_memory(per_rank * ranks_here, per_rank, ranks_here,
+                 f"--params {units.format_count(params)}", device,
+                 "choose a smaller --params or fewer ranks")

@@ -1,0 +1,263 @@
+"""`allreduce-bench emulate`: validate everything up front, then run benchmarks on an emulated
+multi-node cluster (emulate/). Every host runs a real multi-node launch, `torchrun --nnodes M
+--node-rank i` of the ordinary `allreduce-bench run` (or `links`, `ddp`): the same path as on a
+cluster. Rank 0 writes the output directory (the hosts share this filesystem)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from allreduce_bench.core import units
+from allreduce_bench.emulate.benchmarks import REGISTRY, command_of, config_of
+from allreduce_bench.core.config import default_out_dir
+from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
+from allreduce_bench.core.config.resume_checks import resumed_dir, same_emulation
+from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
+from allreduce_bench.core.environment import EMULATION_ENV, overridden
+from allreduce_bench.core.errors import UsageError
+
+NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
+
+
+def _options(command: click.Command) -> dict[str, bool]:
+    """Option name -> whether it takes a value, for every option `command` declares."""
+    found = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            for name in [*param.opts, *param.secondary_opts]:
+                found[name] = not (param.is_flag or param.count)
+    return found
+
+
+def split_args(commands: dict[str, click.Command], args: list[str]) -> dict[str, list[str]]:
+    """The forwarded options each benchmark's command declares, e.g. --sizes for run and links
+    but not ddp, --params for ddp only; an option none of them knows is a usage error."""
+    known = {name: _options(command) for name, command in commands.items()}
+    out: dict[str, list[str]] = {name: [] for name in commands}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, has_value = arg.split("=", 1)[0], "=" in arg
+        takers = [b for b, options in known.items() if name in options]
+        if not arg.startswith("-") or not takers:
+            raise UsageError(f"no such option {arg!r} for {', '.join(commands)}; see "
+                             f"`allreduce-bench {next(iter(commands.values())).name} --help`")
+        takes_value = not has_value and any(known[b][name] for b in takers)
+        if takes_value and i + 1 >= len(args):
+            raise UsageError(f"option {name} needs a value")
+        for b in takers:
+            out[b] += [arg, args[i + 1]] if takes_value else [arg]
+        i += 2 if takes_value else 1
+    return out
+
+
+def benchmark_args(benchmark: str, args: list[str]) -> list[str]:
+    """The options for one benchmark: `links` has no --algos (it always uses the backend's)."""
+    if benchmark != "links":
+        return list(args)
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--algos":
+            skip = True
+        elif not arg.startswith("--algos="):
+            kept.append(arg)
+    return kept
+
+
+def with_ddp_defaults(args: list[str]) -> list[str]:
+    """`ddp`'s options with DDP_DEFAULTS for those not given."""
+    given = {a.split("=", 1)[0] for a in args}
+    return [*(x for option, value in DDP_DEFAULTS.items() if option not in given
+              for x in (option, value)), *args]
+
+
+def per_benchmark_args(benchmarks: list[str], args: list[str]) -> dict[str, list[str]]:
+    """benchmark -> the options its command gets on every host."""
+    ctx = click.get_current_context()
+    root = ctx.find_root().command
+    commands = {b: root.get_command(ctx, command_of(b)) for b in benchmarks}
+    split = split_args(commands, args)
+    if "ddp" in split:
+        split["ddp"] = with_ddp_defaults(split["ddp"])
+    return {b: benchmark_args(b, a) for b, a in split.items()}
+
+
+def check_benchmark_args(forwarded: dict[str, list[str]], nodes: int, ranks_per_node: int) -> dict:
+    """Parse and validate the forwarded options as each host's command will, before building
+    anything, so bad input is one line here rather than one per rank. Returns each benchmark's
+    config."""
+    root = click.get_current_context().find_root().command
+    as_rank0 = {"RANK": "0", "WORLD_SIZE": str(nodes * ranks_per_node), "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": str(ranks_per_node), EMULATION_ENV: "validating"}
+    configs = {}
+    for benchmark, args in forwarded.items():
+        name = command_of(benchmark)
+        command = root.get_command(click.get_current_context(), name)
+        with command.make_context(name, list(args)) as ctx, overridden(as_rank0):
+            config = config_of(benchmark, **ctx.params)
+        if config.backend != "gloo" or config.device != "cpu":
+            raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
+                             "uses (NCCL would take shared memory and bypass it); drop --backend/"
+                             "--device")
+        configs[benchmark] = config
+    return configs
+
+
+def parse_links(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
+                inter_latency: str) -> tuple[float | None, float]:
+    """(rate in bit/s or None for auto, latency in s) after checking the cluster's shape."""
+    if nodes < 2:
+        raise UsageError(f"--nodes must be at least 2 to emulate inter-node links, got {nodes}")
+    if not 1 <= ranks_per_node <= 64:
+        raise UsageError(f"--ranks-per-node must be between 1 and 64, got {ranks_per_node}")
+    if nodes > 200:
+        raise UsageError(f"--nodes {nodes} is more than this emulation's subnet holds; use <= 200")
+    check_finite(inter_ratio, "--inter-ratio")
+    rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
+    latency = units.parse_seconds(inter_latency, "--inter-latency")
+    if not 0 <= latency < 60:
+        raise UsageError(f"--inter-latency must be between 0 and 60 s, got {inter_latency!r}")
+    return rate, latency
+
+
+def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
+              inter_latency: str, chosen: list[str], out_dir: Path | None, args: list[str],
+              faults: tuple = ((), ())):
+    """Everything checked before any namespace exists: a Plan for emulate/session.py.
+    `faults`: the --host-bandwidth and --host-cpu items."""
+    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
+    from allreduce_bench.emulate.session import Plan
+
+    rate, latency = parse_links(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency)
+    host_rates, host_cpu = parse_host_rates(faults[0], nodes), parse_host_cpu(faults[1], nodes)
+    resumed = resumed_dir(args)
+    if resumed is not None:
+        out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
+        rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
+    claimed = out_dir is None
+    out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
+    forwarded = per_benchmark_args(chosen, args)
+    try:
+        configs = check_benchmark_args(
+            {b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, nodes, ranks_per_node)
+    except UsageError:
+        if claimed:
+            shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
+        raise
+    return Plan(nodes, ranks_per_node, rate, latency, inter_ratio, forwarded, configs, out_dir,
+                host_rates, host_cpu)
+
+
+def slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
+                  host_bandwidth, host_cpu, out_dir, benchmark_args) -> int:
+    """`emulate --slurm`: checked here, held by emulate/session.py."""
+    from allreduce_bench.emulate.faults import parse_host_rates
+    from allreduce_bench.emulate.session import hold_slurm
+
+    given = [name for name, value in (("--host-cpu", host_cpu), ("--out", out_dir),
+                                      ("benchmark options", benchmark_args)) if value]
+    if given or click.get_current_context().get_parameter_source("benchmarks").name != "DEFAULT":
+        raise UsageError(f"emulate --slurm holds a cluster for srun/sbatch and runs nothing itself; "
+                         f"drop {', '.join(given) or '--benchmarks'} and give them to the command "
+                         "you start with srun")
+    rate, latency = parse_links(nodes, ranks_per_node or 1, inter_bandwidth, inter_ratio,
+                                inter_latency)
+    cpus = max(8, ranks_per_node or 1)  # tasks per host Slurm may start
+    return hold_slurm(nodes, rate, latency, inter_ratio, parse_host_rates(host_bandwidth, nodes), cpus)
+
+
+def clean_up() -> int:
+    """`emulate --cleanup`: remove the namespaces of emulate runs that no longer exist."""
+    from allreduce_bench.emulate.cluster import (
+        check_can_emulate,
+        namespaces,
+        remove_namespaces,
+        stale_namespaces,
+    )
+    from allreduce_bench.emulate.slurm import stale_slurm
+
+    check_can_emulate()
+    stale = stale_namespaces()
+    remove_namespaces(stale)
+    left = [n for n in stale if n in namespaces()]
+    clusters = stale_slurm()
+    click.echo(f"emulate: removed {len(stale) - len(left)} stale namespace(s)"
+               + (f" and the daemons of {clusters} emulated Slurm cluster(s)" if clusters else "")
+               + (f"; could not remove {', '.join(left)}" if left else ""))
+    return 1 if left else 0
+
+
+@click.command("emulate", context_settings={"ignore_unknown_options": True,
+                                            "allow_extra_args": True})
+@click.option("--nodes", type=int, default=2, show_default=True, help="Emulated hosts.")
+@click.option("--ranks-per-node", type=int,
+              help=f"Ranks per host. [2; {DDP_RANKS_PER_NODE} with --benchmarks ddp alone]")
+@click.option("--inter-bandwidth", default="auto", show_default=True,
+              help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
+                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
+                   "with --benchmarks ddp alone, the rate at which DDP's AllReduce takes "
+                   f"{COMM_PER_BACKWARD:g} x the backward pass measured here.")
+@click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
+              help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB).")
+@click.option("--inter-latency", default="0", show_default=True,
+              help="Added one-way inter-node delay, e.g. 2ms (needs the kernel's netem).")
+@click.option("--benchmarks", default="allreduce", show_default=True,
+              help="What to run on the emulated cluster: " + ", ".join(
+                  f"{name} (= `{entry.command}`)" for name, entry in REGISTRY.items()) +
+              ", or several, comma-separated, one after the other on the same shaping. Each "
+              "gets the forwarded options its command has.")
+@click.option("--host-bandwidth", multiple=True, metavar="HOST=RATE",
+              help="A fault put in on purpose: this host's link at another rate than "
+                   "--inter-bandwidth, e.g. node2=100mbit (repeatable).")
+@click.option("--host-cpu", multiple=True, metavar="HOST=SHARE",
+              help="A fault put in on purpose: this host's processes get this share of one CPU "
+                   "(the cgroup cpu controller's quota), e.g. node2=25% (repeatable).")
+@click.option("--out", "out_dir", type=OUTPUT_PATH,
+              help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
+@click.option("--slurm", is_flag=True,
+              help="Instead of running benchmarks: make the emulated hosts a Slurm cluster "
+                   "(slurmd per host, slurmctld here), print what another shell sources to "
+                   "use it (srun -N, sbatch, mpirun/mpiexec through an rsh agent), and hold "
+                   "it until Ctrl-C. See cluster.md, \"Try it on an emulated cluster\".")
+@click.option("--cleanup", is_flag=True,
+              help="Only remove namespaces left by emulate runs that no longer exist, and exit.")
+@click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED)
+def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, benchmarks,
+            host_bandwidth, host_cpu, out_dir, slurm, cleanup, benchmark_args):
+    """Emulate a multi-node cluster on this machine (root) and run the benchmark on it.
+
+    \b
+    Builds --nodes network namespaces joined by veth links, rate-limits each host's
+    inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
+    namespace (gloo bound to that host's interface; traffic between ranks of one host stays
+    on its loopback), each with its own hostname node0..node<M-1>. Other options (--sizes,
+    --algos, --collectives, --in-place, --iters, --quick, --tag, --bind, --rounds, --params,
+    --bucket-mb, --pairs, ...) are passed on to each benchmark's command that has them; a
+    benchmark's own exit code (health: 0/3/1) is passed on. Everything is removed at the end,
+    also on errors. Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
+    all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
+    parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
+    AllReduce takes as long as the backward pass measured here, so the overlap shows.
+    """
+    if cleanup:
+        sys.exit(clean_up())
+    if slurm:
+        sys.exit(slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
+                               host_bandwidth, host_cpu, out_dir, benchmark_args))
+    chosen = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    unknown = [b for b in chosen if b not in REGISTRY]
+    if unknown or not chosen:
+        raise UsageError(f"--benchmarks {benchmarks!r}: choose from {', '.join(REGISTRY)} "
+                         "(comma-separated)")
+    chosen = list(dict.fromkeys(chosen))
+    if ranks_per_node is None:
+        ranks_per_node = DDP_RANKS_PER_NODE if chosen == ["ddp"] else 2
+    plan = make_plan(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, chosen,
+                     out_dir, list(benchmark_args), (host_bandwidth, host_cpu))
+    from allreduce_bench.emulate.session import run_emulated
+    sys.exit(run_emulated(plan))

@@ -1,0 +1,417 @@
+"""`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
+sub-groups of the one world and coordinated through the store (measure/coordination.py).
+
+The world is made of the ranks that came within --timeout (measure/world.py `join_present`),
+not of all launched: a host that hung while it started is `unreachable` (never joined) and
+the hosts that came are checked among themselves; the world's first rank coordinates.
+
+Rank 0 coordinates on a thread of its own: it asks the pure plan (analysis/health/rounds.py)
+for the next round, publishes it on the store, then waits until every member of the round has
+reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
+on its main thread, polls for the next round, takes its part and gives up with one line when
+the coordinator stops beating. No world collective runs after the start, so a frozen rank
+blocks nobody but its own group, and that one only until gloo's (or NCCL's) timeout; and as
+the coordinating is not the measuring, rank 0 held up by a frozen partner delays no verdict.
+A group's members meet on the store before they create it (measure/coordination.py).
+
+A round is one or two *slots* measured one after the other: pairs measure the whole pair's
+AllReduce, then with >= 2 ranks per host every rail at once (local rank i of one host with
+local rank i of the other), the rails of a pair in lockstep over the pair's group; intra and
+bisect rounds have one slot. Groups of a slot are
+disjoint, so none shares a link it is not testing. Each group's lead puts every rank's
+samples on the store; the coordinator writes them as rows (benchmark = health) and raw
+samples like every benchmark's, and health.json after every round.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from allreduce_bench.core.algorithms import native
+from allreduce_bench.health import pairing
+from allreduce_bench.health.decide import Measurement
+from allreduce_bench.health.verdicts import BAD_INPUT, INCOMPLETE
+from allreduce_bench.core.sweep.allreduce import measure
+from allreduce_bench.core.sweep.finish import start_meta_unless_launched
+from allreduce_bench.core.sweep.rows import make_row
+from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure import flight_recorder, world
+from allreduce_bench.health import throttle
+from allreduce_bench.core.measure import meta as run_meta
+from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
+from allreduce_bench.core.measure.rank import Benchmark
+from allreduce_bench.core.measure.timing import Measured
+from allreduce_bench.core.measure.world import CommGroup, World
+from allreduce_bench.core.results.schema import samples_frame
+
+NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
+# beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
+# peer may not beat either (the call can hold the GIL) until its own --timeout fires
+MARGIN_S = 2.0
+
+
+class CoordinatorLost(RuntimeError):
+    """Rank 0 stopped beating: nobody publishes the next round."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group of a slot: what it checks, on which hosts, with which global ranks."""
+
+    check: str  # intra | rail | pair | bisect
+    rail: int | None
+    hosts: tuple[str, ...]
+    ranks: tuple[int, ...]
+
+
+def round_slots(kind: str, groups: list[list[str]], ranks_of: dict[str, list[int]],
+                ranks_per_node: int) -> list[list[Group]]:
+    """The slots of one round, each a list of disjoint groups measured side by side."""
+    if kind == "intra":
+        return [[Group("intra", None, (h,), tuple(ranks_of[h])) for (h,) in groups]]
+    if kind == "bisect":
+        return [[Group("bisect", None, tuple(g), tuple(r for h in g for r in ranks_of[h]))
+                 for g in groups]]
+    rails = [[Group("rail", i, (a, b), (ranks_of[a][i], ranks_of[b][i]))
+              for a, b in groups for i in range(ranks_per_node)]] if ranks_per_node > 1 else []
+    # the whole pair first: its group then keeps a pair's rails in lockstep (Rank._measure)
+    return [[Group("pair", None, (a, b), tuple(ranks_of[a] + ranks_of[b])) for a, b in groups]] + rails
+
+
+def _key(k: int, group: Group) -> str:
+    return f"r{k}/{group.check}/{group.rail}/{group.ranks[0]}"
+
+
+class Rank:
+    """This rank's part in the rounds: make its groups, measure, report."""
+
+    def __init__(self, session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
+                 ranks_per_node: int, hosts: list[str] | None = None):
+        self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
+        self.ranks_per_node = ranks_per_node
+        # every launched host in launch order: those of ranks_of, and those that never came
+        self.hosts = hosts or list(ranks_of)
+        self.me = session.env.rank
+        self.groups = Groups(session.config.timeout_s)
+        self.cpu_at_start = throttle.cpu_throttle()
+
+    def held_back(self) -> dict:
+        """What held this rank back since the check began: its CPU quota's throttling and, on
+        a GPU, the clock event reasons active now (measure/throttle.py)."""
+        found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
+        device = self.session.device
+        if device.kind == "cuda":
+            found["gpu_events"] = throttle.gpu_events(device.torch_device.index)
+        return found
+
+    def take_part(self, k: int, plan: dict) -> None:
+        """Measure every slot this rank is in; a failure (a member that never came, a peer that
+        froze mid-measurement) ends its part of the round and is reported, not raised."""
+        slots = round_slots(plan["kind"], plan["groups"], self.ranks_of, self.ranks_per_node)
+        error, pairs = None, {}
+        for index, slot in enumerate(slots):
+            mine = next((g for g in slot if self.me in g.ranks), None)
+            if mine is None:
+                continue
+            slot_number = plan["slot_base"] + index
+            try:
+                assemble(self.board, self.liveness, slot_number, mine.ranks, self.me, self.liveness.timeout_s)
+                pg = self.groups.new(mine.ranks, slot_number)
+                if mine.check == "pair":
+                    pairs[mine.hosts] = pg
+                result = self._measure(mine, pg, pairs.get(mine.hosts) if mine.check == "rail" else None)
+            except RuntimeError as failed:  # Absent, DistBackendError, DistStoreError: a lost member
+                error = (str(failed).strip().splitlines() or [type(failed).__name__])[0][:300]
+                break
+            if self.me == mine.ranks[0]:
+                self.board.put(_key(k, mine), result)
+        self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
+        self.board.add(f"r{k}/reported")
+
+    def _measure(self, group: Group, pg, lockstep=None) -> dict:
+        """Every size on this rank's group; a rail samples in lockstep with the other rails of
+        its pair (`lockstep`: the pair's group), as they share the hosts' links."""
+        config, device = self.session.config, self.session.device
+        comm = CommGroup(pg, group.ranks, group.ranks.index(self.me))
+        view = World(comm, comm, comm, len(group.ranks), device)
+        sizes = []
+        for size in config.sizes:
+            count = size // config.itemsize
+            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+                                      lockstep=lockstep)
+            sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
+                          "samples": measured.samples, "wrong": wrong})
+        return {"sizes": sizes}
+
+    def follow(self) -> None:
+        """Every rank: the rounds as published, until the end."""
+        k = 1
+        while True:
+            plan = self._wait_plan(k)
+            if plan.get("end"):
+                return
+            self.take_part(k, plan)
+            k += 1
+
+    def _wait_plan(self, k: int) -> dict:
+        checked = time.monotonic()
+        while not self.board.has(f"r{k}/plan"):
+            time.sleep(POLL_S)
+            if time.monotonic() - checked > 1.0:
+                checked = time.monotonic()
+                if self.liveness.silent(0):
+                    raise CoordinatorLost(f"the coordinator (rank 0 on {self.host_of(0)}) stopped "
+                                          f"answering before round {k}")
+                if self.board.has("failed"):
+                    raise CoordinatorLost(f"the coordinator failed before round {k}: "
+                                          f"{self.board.get('failed')}")
+        return self.board.get(f"r{k}/plan")
+
+    def host_of(self, rank: int) -> str:
+        return next(h for h, ranks in self.ranks_of.items() if rank in ranks)
+
+
+def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
+               mates: dict[int, set[int]]) -> set[int]:
+    """The silent ranks, once every member reported or stopped beating. The group mates of a
+    silent rank are not waited for: they are stuck on it until their own timeout, and measure
+    nothing this round (they are re-paired in the next). Light, as it runs beside rank 0's
+    measuring: one counter read per poll, the reports read when it moved, the heartbeats once
+    a second."""
+    silent: set[int] = set()
+    pending, reported, checked = set(members), -1, time.monotonic()
+    while pending:
+        if (count := board.add(f"r{k}/reported", 0)) != reported:
+            reported = count
+            pending -= {rank for rank in pending if board.has(f"r{k}/done/{rank}")}
+        if pending and time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            for rank in sorted(pending):
+                if rank in pending and liveness.silent(rank):
+                    silent.add(rank)
+                    pending -= {rank, *mates.get(rank, ())}
+        if pending:
+            time.sleep(POLL_S)
+    return silent
+
+
+def rows_of(session, k: int, group: Group, result: dict):
+    """(row, raw samples) per size of one group's result, in the schema of every benchmark."""
+    config = session.config
+    comm = CommGroup(None, group.ranks, 0)
+    view = World(comm, comm, comm, len(group.ranks) // len(group.hosts), session.device)
+    for size in result["sizes"]:
+        measured = Measured(size["per_rank_us"], size["loops"], size["samples"])
+        row = make_row(config, view, "native", size["count"], measured, size["wrong"])
+        row.update(benchmark="health", link="intra" if group.check == "intra" else "inter",
+                   operation="allreduce", nodes=len(group.hosts),
+                   measure=f"{group.check} round {k} {'+'.join(group.hosts)}"
+                           + (f" rail {group.rail}" if group.rail is not None else ""),
+                   health_check=group.check, health_round=k, hosts="+".join(group.hosts),
+                   rail=group.rail)
+        yield row, samples_frame(row, measured.per_rank_us, group.ranks, session.hosts)
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def collect(session, board: Board, k: int, slots: list[list[Group]]) -> list:
+    """Every group result of round k that came: rows and samples recorded, Measurements back."""
+    found = []
+    for slot in slots:
+        for group in slot:
+            if not board.has(_key(k, group)):
+                continue  # a member was lost: the group measured nothing
+            for row, samples in rows_of(session, k, group, board.get(_key(k, group))):
+                session.record(row, samples)
+                # a wrong result is a broken path, whatever its speed
+                busbw = 0.0 if row["wrong"] else row["busbw_GBps"]
+                found.append(Measurement(k, group.check, group.hosts, group.rail, row["size_bytes"],
+                                         busbw, row["time_us_median"]))
+    return found
+
+
+def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) -> None:
+    """Rank 0: every round from plan to verdicts; health.json after each (complete at the end)."""
+    from allreduce_bench.health.outputs import document
+    from allreduce_bench.health.reference import Reference
+    from allreduce_bench.health.rounds import HealthCheck
+    from allreduce_bench.health.store import write_health
+
+    config, L = session.config, rank.ranks_per_node
+    hosts = rank.hosts
+    check = HealthCheck(hosts, L, Reference(config.sizes, settings.expect, settings.baseline),
+                        settings.pairs, settings.bisect)
+    absent = [h for h in hosts if h not in rank.ranks_of]
+    layout = {"hosts": len(hosts), "ranks_per_node": L, "sizes": list(config.sizes),
+              "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.backend,
+              "device": session.device.kind, "timeout_s": config.timeout_s}
+    if absent:
+        check.never_came(absent)
+        layout["never_joined"] = absent
+        say(f"health: {', '.join(absent)} never joined (not every rank of {'it' if len(absent) == 1 else 'them'} "
+            f"came within --timeout {config.timeout_s:g} s): unreachable; the {len(rank.ranks_of)} "
+            f"host(s) that came are checked among themselves")
+    slot_base = k = 0
+    write_health(config.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
+    while (planned := check.next_round()) is not None:
+        k += 1
+        groups = [list(g) for g in planned.groups]
+        slots = round_slots(planned.kind, groups, rank.ranks_of, L)
+        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side "
+            f"({planned.why})")
+        plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
+        started = time.monotonic()
+        board.put(f"r{k}/plan", plan)
+        members = sorted({r for slot in slots for g in slot for r in g.ranks})
+        for member in members:  # the timeout of silence runs from the round's start
+            liveness.silent(member)
+        mates: dict[int, set[int]] = {}
+        for group in (g for slot in slots for g in slot):
+            for member in group.ranks:
+                mates.setdefault(member, set()).update(group.ranks)
+        silent = wait_round(board, liveness, k, members, mates)
+        lost = sorted({rank.host_of(r) for r in silent})
+        if lost:
+            say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
+                f"{config.timeout_s + MARGIN_S:g} s): unreachable")
+        check.record(planned, collect(session, board, k, slots), lost)
+        for member in members:
+            if member not in silent and board.has(f"r{k}/done/{member}"):
+                check.held_back(rank.host_of(member), member,
+                                board.get(f"r{k}/done/{member}").get("held_back"))
+        check.seconds[planned.index] = round(time.monotonic() - started, 3)
+        slot_base += len(slots)
+        write_health(config.out_dir, document(check, layout, complete=False,
+                                              note=f"in progress: {k} round(s) measured"))
+    board.put(f"r{k + 1}/plan", {"end": True})
+    write_health(config.out_dir, document(check, layout, note=_note(check)))
+
+
+def lead(session, rank: Rank, board: Board) -> None:
+    """Rank 0: coordinate on a thread (with its own Liveness: each watches from its own
+    start), take part like every rank on this one; the coordinator's failure is raised here,
+    after every rank was told to stop."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s),
+                       session.config.settings)
+        except BaseException as error:  # raised again on the main thread
+            failed.append(error)
+            board.put("failed", f"{type(error).__name__}: {error}"[:300])
+
+    thread = threading.Thread(target=run, name="coordinator", daemon=True)
+    thread.start()
+    try:
+        rank.follow()
+    except CoordinatorLost:
+        if not failed:
+            raise
+    thread.join()
+    if failed:
+        raise failed[0]
+
+
+def _note(check) -> str:
+    if len(check.hosts) == 1:
+        return "a world of one host: only the intra check ran (pairs need two hosts)"
+    if check.ranks_per_node == 1:
+        return "one rank per host: no intra check and no rails (the pair check is the rail)"
+    return ""
+
+
+def measure_health(session) -> int:
+    """Every rank: the hosts from the gathered hostnames, then coordinate (rank 0) or follow."""
+    from allreduce_bench.core.measure.faults import exit_now
+
+    config, env = session.config, session.env
+    L = config.ranks_per_node or env.local_world_size
+    came = world.presence()  # health's world: the ranks that came (measure/world.py)
+    launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
+                                           local=DRIVER_PID_ENV in os.environ)
+    names = [launched[r] for r in came.members]
+    ranks_of = pairing.host_ranks(names)
+    problem = pairing.layout_problem(ranks_of, L)
+    if problem:  # the same on every rank; rank 0 says it
+        if session.lead:
+            exit_now(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
+        os._exit(BAD_INPUT)
+    session.hosts = names
+    board = Board("health", env.rank)
+    rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L,
+                list(dict.fromkeys(launched)))
+    try:
+        if session.lead:
+            lead(session, rank, board)
+        else:
+            rank.follow()
+    except CoordinatorLost as lost:
+        exit_now(f"allreduce-bench health: rank {env.rank}: {lost}; rows measured so far are "
+                 f"kept in {config.out_dir}", code=1)
+    finally:
+        board.close()
+    return 0
+
+
+def _nodelist() -> list[str]:
+    """The launcher's hosts in node-rank order, where it says them (Slurm; or
+    ALLREDUCE_BENCH_NODELIST in Slurm's notation for any launcher): the names of hosts whose
+    ranks never came."""
+    for name in (NODELIST_ENV, *SLURM_NODELISTS):
+        if os.environ.get(name):
+            try:
+                return expand_nodelist(os.environ[name])
+            except UsageError:
+                return []
+    return []
+
+
+def prepare(config) -> None:
+    start_meta_unless_launched(config, run_meta.host_meta)
+
+
+def whole_world(config) -> list[int]:
+    """health measures one world: --hosts x --ranks-per-node ranks."""
+    return [max(config.world_sizes)]
+
+
+def finish_health(config) -> int:
+    """The writer, after the ranks: summary, figure, report and exit code from health.json."""
+    from allreduce_bench.health.outputs import explain, summary, write_prometheus
+    from allreduce_bench.health.store import HEALTH_FILE, read_health, write_health
+    from allreduce_bench.core.results.store import read_meta
+
+    path = Path(config.out_dir) / HEALTH_FILE
+    if not path.exists():
+        say(f"allreduce-bench health: the check did not complete: no {path}")
+        return INCOMPLETE
+    doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
+    doc = flight_recorder.name_collectives(doc, config)  # --flight-recorder: on which collective
+    if config.settings.prometheus:
+        write_prometheus(Path(config.settings.prometheus), doc)
+        print(f"prometheus: {config.settings.prometheus}")
+    if config.plot:
+        from allreduce_bench.health.plots import draw_health, report_section
+        figure = draw_health(doc, Path(config.out_dir) / "plots")
+        report = Path(config.out_dir) / "report.md"
+        report.write_text(report_section(doc, figure, Path(config.out_dir)))
+        print(f"figure: {figure}\nreport: {report}")
+    print(f"health: {path}\n\n{summary(doc)}", flush=True)  # last: the ready --exclude
+    write_health(config.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    if not doc.get("complete"):
+        say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
+        return INCOMPLETE
+    return int(doc["exit_code"])
+
+
+BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, finish_health, prepare=prepare,
+                      world_sizes=whole_world, joins_present=True)

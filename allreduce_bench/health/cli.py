@@ -1,0 +1,92 @@
+"""`allreduce-bench health`: options and the dry-run plan; the measuring is in
+benchmarks/health.py, the decisions in analysis/health/ (imported when a run starts)."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from allreduce_bench.core.cli.options import measuring_options, with_options
+from allreduce_bench.core.cli.types import DTYPE
+from allreduce_bench.core.errors import UsageError
+
+health_options = with_options([
+    click.option("--hosts", type=int, help="Local run: this many hosts of --ranks-per-node "
+                 "ranks, simulated on loopback; with --dry-run: the cluster to plan. [2]"),
+    click.option("--pairs", default="quick", show_default=True,
+                 help="quick: one perfect matching, then each member of a slow pair with "
+                 "known-good hosts; all: every pair (N-1 rounds) and the host x host matrix."),
+    click.option("--bisect", is_flag=True, help="Then the world's AllReduce and its halves "
+                 "side by side, into the slower half: slowness that shows only at scale."),
+    click.option("--expect", help="Absolute busbw thresholds at the largest size, e.g. "
+                 "inter=40GB/s,intra=300GB/s (inter: pairs and rails). [the fleet's median "
+                 "and MAD]"),
+    click.option("--baseline", type=click.Path(path_type=Path), help="An earlier health "
+                 "run's directory: its expected values and tolerances."),
+    click.option("--prometheus", type=click.Path(path_type=Path), help="Also write gauges "
+                 "per host and rail to this file (node_exporter's textfile collector)."),
+    click.option("--sizes", help="Per-rank sizes of every check. [4K,4M on CPU; 8K,256M on "
+                 "GPU: a latency and a bandwidth size]"),
+    click.option("--dtype", type=DTYPE, default="float32", show_default=True, help="Element type."),
+    click.option("--samples", type=int, help="Samples per size. [as many as fit --budget]"),
+    click.option("--budget", type=float, help="Seconds of samples per check and size. "
+                 "[0.1 on CPU, 0.5 on GPU]"),
+    click.option("--dry-run", is_flag=True, help="With --hosts N: print the rounds, the groups "
+             "side by side and an estimated wall time; start nothing."),
+])
+
+
+def dry_run(options: dict) -> int:
+    """The plan of `--hosts N [--ranks-per-node L] [--pairs ...] [--bisect]`, no process started."""
+    from allreduce_bench.health.plan import costs, describe, plan
+    from allreduce_bench.health.reference import parse_expect
+    from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
+
+    hosts, L = options["hosts"], options["ranks_per_node"] or 1
+    if hosts is None or hosts < 1 or L < 1:
+        raise UsageError("--dry-run needs --hosts N (>= 1) and, when not 1, --ranks-per-node L")
+    device = options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
+    cost = costs(device, parse_expect(options["expect"]))
+    planned = plan(hosts, L, parse_pairs(options["pairs"]), options["bisect"],
+                   health_sizes(options["sizes"], device),
+                   health_sampling(device, options["samples"], options["budget"]), cost)
+    click.echo(describe(planned, hosts, L, cost))
+    return 0
+
+
+@click.command("health", short_help="Find the bad host, NIC or link in a few rounds (exit 3 if any).")
+@health_options
+@measuring_options()
+def health(**options):
+    """Find the bad host, rail (NIC) or link of a cluster in a few rounds.
+
+    \b
+    Checks, each on all hosts at once (disjoint sub-groups of the one world):
+      intra   each host's local ranks AllReduce among themselves (>= 2 per host)
+      pairs   hosts in disjoint pairs: every rail (local rank i with local rank i)
+              at once, then the whole pair; --pairs quick re-pairs each member of a
+              slow pair with known-good hosts, --pairs all measures every pair
+      bisect  with --bisect: the world, then its halves, into the slower half
+    Verdicts per host, rail and pair (ok, slow, bad, unreachable: silent for
+    --timeout) against --expect, --baseline or the fleet's median and MAD. Writes
+    health.json, rows and samples, plots/health.png, report.md, --prometheus FILE,
+    and ends with a ready --exclude=node[..] for Slurm.
+    \b
+    Exit codes: 0 all healthy, 3 something unhealthy, 2 bad input, 1 the check
+    could not complete. Runs under torchrun / srun / mpirun (one process per GPU),
+    on the emulated cluster (`emulate --benchmarks health`), or locally on --hosts
+    simulated hosts. `--dry-run --hosts N` prints the plan and its wall time.
+    """
+    if options.pop("dry_run"):
+        sys.exit(dry_run(options))
+    from allreduce_bench.emulate import benchmarks
+    from allreduce_bench.health.config import health_config
+    from allreduce_bench.core.launch.driver import drive
+    from allreduce_bench.core.launch.environments import announce
+
+    config = health_config(command=shlex.join(sys.argv), **options)
+    announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "
+             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}")
+    sys.exit(drive(config, benchmarks.get("health")))

@@ -1,0 +1,158 @@
+"""From measurements to host states: who is good, who is confirmed faulty, who needs a partner.
+
+The rules (the same for `--pairs quick` and `--pairs all`):
+
+- a measurement of a pair is slow when any of its checks (the whole pair's AllReduce, or one
+  rail's) at any size is under its threshold;
+- a host is *good* when one of its pairs was entirely fine (a bad host slows every pair it is
+  in) and its own intra check is fine;
+- a partner is *good for h* when it is good through a pair without h, so no host vouches for
+  itself through the pair under suspicion;
+- a host is *faulty* when its intra check was slow CONFIRMATIONS times (a slow one is measured
+  again), or when it was slow with CONFIRMATIONS partners good for it, on a check common to all
+  of them (that check names the rail); slow with each on another check is noise;
+- a pair slow while both members are good elsewhere is a link or path suspect, confirmed when
+  measured again and slow again on the same check.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from allreduce_bench.health.reference import Reference
+
+CONFIRMATIONS = 2  # known-good partners a host must be slow with to be called faulty
+
+Channel = tuple[str, "int | None"]  # ("pair", None), ("rail", 1), ("intra", None)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One group's result at one size: the busbw the health verdicts compare."""
+
+    round: int
+    check: str  # intra | pair | rail | bisect
+    hosts: tuple[str, ...]
+    rail: int | None
+    size_bytes: int
+    busbw_GBps: float
+    time_us_median: float
+
+
+@dataclass
+class PairResult:
+    """Everything one pair of hosts measured in one round, and which of its checks were slow."""
+
+    round: int
+    hosts: tuple[str, str]
+    measurements: list[Measurement] = field(default_factory=list)
+    slow: set[tuple] = field(default_factory=set)  # (check, rail, size_bytes) under threshold
+
+    def partner(self, host: str) -> str:
+        return self.hosts[1] if self.hosts[0] == host else self.hosts[0]
+
+
+@dataclass
+class HostState:
+    host: str
+    status: str = "pending"  # pending | recheck | good | suspect | unconfirmed | faulty | unreachable
+    channels: set[Channel] = field(default_factory=set)  # what is faulty
+    slow_with: list[str] = field(default_factory=list)  # partners good for it it was slow with
+    ok_with: list[str] = field(default_factory=list)
+    tried: set[str] = field(default_factory=set)  # every partner it was measured with
+
+
+def channel_of(m: Measurement) -> Channel:
+    return (m.check, m.rail)
+
+
+def pair_results(measurements: Iterable[Measurement], reference: Reference) -> list[PairResult]:
+    """The pair and rail measurements grouped per (round, pair), with their slow checks."""
+    found: dict[tuple[int, tuple[str, ...]], PairResult] = {}
+    for m in measurements:
+        if m.check not in ("pair", "rail"):
+            continue
+        result = found.setdefault((m.round, m.hosts), PairResult(m.round, m.hosts))  # type: ignore[arg-type]
+        result.measurements.append(m)
+        if reference.slow(m.check, m.size_bytes, m.busbw_GBps):
+            result.slow.add((m.check, m.rail, m.size_bytes))
+    return list(found.values())
+
+
+def intra_rounds(measurements: Iterable[Measurement], reference: Reference) -> dict[str, list[bool]]:
+    """host -> for each round its intra check ran in, whether it was slow (at any size)."""
+    slow: dict[str, dict[int, bool]] = defaultdict(dict)
+    for m in measurements:
+        if m.check == "intra":
+            was = slow[m.hosts[0]].get(m.round, False)
+            slow[m.hosts[0]][m.round] = was or reference.slow(m.check, m.size_bytes, m.busbw_GBps)
+    return {h: [rounds[r] for r in sorted(rounds)] for h, rounds in slow.items()}
+
+
+def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], reference: Reference,
+                unreachable: Iterable[str] = ()) -> dict[str, HostState]:
+    """Every host's state after the rounds measured so far (recomputed from all of them)."""
+    states = {h: HostState(h) for h in hosts}
+    results = pair_results(measurements, reference)
+    intra = intra_rounds(measurements, reference)
+    intra_bad = {h for h, slow in intra.items() if slow and slow[-1]}  # confirmed, or measured again
+    ok_partners: dict[str, set[str]] = defaultdict(set)
+    by_host: dict[str, list[PairResult]] = defaultdict(list)
+    for r in results:
+        for h in r.hosts:
+            by_host[h].append(r)
+            states[h].tried.add(r.partner(h))
+            if not r.slow:
+                ok_partners[h].add(r.partner(h))
+
+    def good_for(partner: str, host: str) -> bool:
+        return partner not in intra_bad and bool(ok_partners[partner] - {host})
+
+    for h, state in states.items():
+        state.ok_with = sorted(ok_partners[h])
+        confirming = [r for r in by_host[h] if r.slow and good_for(r.partner(h), h)]
+        state.slow_with = [r.partner(h) for r in confirming]
+        state.status, state.channels = _status(intra.get(h, []), bool(ok_partners[h]), confirming,
+                                               bool(by_host[h]))
+    for h in unreachable:
+        states[h].status = "unreachable"
+    return states
+
+
+def _status(intra: list[bool], fine_once: bool, confirming: list[PairResult],
+            measured: bool) -> tuple[str, set[Channel]]:
+    """One host's status: its intra rounds, whether a pair of it was fine, the slow pairs with
+    partners good for it, whether it was in any pair. Confirmed means slow each time on the
+    same check at the same size: one moment of load slows some size of some pair."""
+    if len(intra) >= CONFIRMATIONS and all(intra):
+        return "faulty", {("intra", None)}
+    if intra and intra[-1]:
+        return "recheck", set()  # slow intra once: measured again before it is judged
+    if fine_once:
+        return "good", set()
+    common = set.intersection(*(r.slow for r in confirming)) if confirming else set()
+    if len(confirming) >= CONFIRMATIONS:
+        # slow with every good partner, but on other checks or sizes each time: noise
+        return ("faulty", {(c, rail) for c, rail, _ in common}) if common else ("unconfirmed", set())
+    return ("suspect", set()) if measured else ("pending", set())
+
+
+def link_findings(results: Sequence[PairResult], states: dict[str, HostState]) -> dict[frozenset, str]:
+    """Slow pairs whose hosts are both good elsewhere: `confirmed` (slow every time, >= 2, on a
+    common check), `suspect` (slow once, not measured again yet) or `noise` (fine again)."""
+    by_pair: dict[frozenset, list[PairResult]] = defaultdict(list)
+    for r in results:
+        by_pair[frozenset(r.hosts)].append(r)
+    found = {}
+    for pair, measured in by_pair.items():
+        slow = [r for r in measured if r.slow]
+        if not slow or any(states[h].status != "good" for h in pair):
+            continue
+        if len(measured) == 1:
+            found[pair] = "suspect"
+        elif len(slow) == len(measured) and set.intersection(*(r.slow for r in slow)):
+            found[pair] = "confirmed"
+        else:
+            found[pair] = "noise"
+    return found

@@ -1,0 +1,125 @@
+"""What a check is expected to reach, and under which value it is slow.
+
+Three sources, per (check, size_bytes), first found wins:
+
+- `--expect inter=40GB/s,intra=300GB/s`: absolute bus bandwidths at the bandwidth size (the
+  largest), as vendors' acceptance tests state them ("expected >= 40 GB/s"); the value itself
+  is the threshold. `inter` applies to the pair and rail checks, `intra` to the intra check.
+- `--baseline DIR`: the expected values and tolerances of an earlier health run (health.json).
+- the fleet: a robust outlier test on this run's own measurements. Expected is the median over
+  the hosts of one check and size, the spread sigma = 1.4826 * MAD (the normal-consistent
+  median absolute deviation) taken on the fast side of the median (a fault only slows), and a
+  measurement is slow under median * (1 - tolerance) with tolerance = max(TOLERANCE_FLOOR,
+  K_SIGMA * sigma / median). The median stays put while fewer than half of the hosts are slow
+  (breakdown point 50%), and the one-sided MAD is not widened by them at all, so up to N/8 bad
+  hosts (N/4 of round 1's pairs) cannot drag the threshold down to them. doc/health.md gives the measurements the
+  two constants come from.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from allreduce_bench.core import units
+from allreduce_bench.core.errors import UsageError
+
+CHECKS = ("intra", "pair", "rail")
+K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group
+TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
+LATENCY_FLOOR = 0.9  # smaller sizes: flagged only 10x slower (a ~100 us call moves with the load)
+MAD_TO_SIGMA = 1.4826
+MIN_FLEET = 3  # fewer groups than this: no outlier test (nothing is an outlier of one or two)
+BAD_FRACTION = 0.5  # a confirmed host under half of expected is `bad`, else `slow`
+_EXPECT_KEYS = {"inter": ("pair", "rail"), "intra": ("intra",)}
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Expected busbw of one check at one size, and the busbw under which it is slow."""
+
+    check: str
+    size_bytes: int
+    expected_GBps: float
+    threshold_GBps: float
+    tolerance: float  # threshold = expected * (1 - tolerance)
+    source: str  # expect | baseline | fleet | too few groups
+    groups: int = 0  # how many measurements the fleet statistics came from
+    spread: float | None = None  # fleet's sigma / median
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: float = K_SIGMA,
+                    floor: float = TOLERANCE_FLOOR) -> Threshold:
+    """The robust outlier threshold of one check's measurements at one size."""
+    if not values:
+        raise ValueError(f"no {check} measurements at {size_bytes} bytes to compare")
+    median = statistics.median(values)
+    if len(values) < MIN_FLEET or median <= 0:
+        return Threshold(check, size_bytes, median, 0.0, 1.0, "too few groups", len(values))
+    # the spread on the fast side of the median only: a fault only slows a group, so slow
+    # outliers (and the healthy partners they drag down) must not widen the tolerance
+    spread = MAD_TO_SIGMA * statistics.median(v - median for v in values if v >= median) / median
+    tolerance = min(1.0, max(floor, k_sigma * spread))
+    return Threshold(check, size_bytes, median, median * (1 - tolerance), tolerance, "fleet",
+                     len(values), spread)
+
+
+def parse_expect(text: str | None) -> dict[str, float]:
+    """'inter=40GB/s,intra=300GB/s' -> {'inter': 40.0, 'intra': 300.0} (GB/s of busbw)."""
+    if not text:
+        return {}
+    found = {}
+    for item in (part.strip() for part in text.split(",")):
+        match = re.fullmatch(r"([a-z]+)\s*=\s*(.+)", item)
+        if not match or match.group(1) not in _EXPECT_KEYS:
+            raise UsageError(f"--expect {text!r}: {item!r} is not CHECK=BANDWIDTH with CHECK one of "
+                             f"{', '.join(_EXPECT_KEYS)}; write e.g. inter=40GB/s,intra=300GB/s")
+        found[match.group(1)] = units.parse_bandwidth(match.group(2), f"--expect {match.group(1)}") / 1e9
+    return found
+
+
+class Reference:
+    """Thresholds per (check, size_bytes): --expect, then --baseline, then fitted on the fleet."""
+
+    def __init__(self, sizes: Iterable[int], expect: dict[str, float] | None = None,
+                 baseline: list[dict] | None = None, k_sigma: float = K_SIGMA,
+                 floor: float = TOLERANCE_FLOOR):
+        self.sizes = sorted(sizes)
+        self.k_sigma, self.floor = k_sigma, floor
+        self.fixed: dict[tuple[str, int], Threshold] = {}
+        for row in baseline or ():
+            key = (row["check"], int(row["size_bytes"]))
+            self.fixed[key] = Threshold(key[0], key[1], row["expected_GBps"],
+                                        row["expected_GBps"] * (1 - row["tolerance"]),
+                                        row["tolerance"], "baseline", row.get("groups", 0),
+                                        row.get("spread"))
+        bandwidth_size = self.sizes[-1]
+        for key, value in (expect or {}).items():
+            for check in _EXPECT_KEYS[key]:
+                self.fixed[(check, bandwidth_size)] = Threshold(check, bandwidth_size, value, value,
+                                                                0.0, "expect")
+        self.fitted: dict[tuple[str, int], Threshold] = {}
+
+    def fit(self, values: dict[tuple[str, int], list[float]]) -> None:
+        """Fleet thresholds for every (check, size) measured that nothing fixed; fitted once
+        (later rounds re-pair suspects and are no sample of the fleet). Sizes below the
+        bandwidth size are latency-bound: their floor is LATENCY_FLOOR."""
+        for key, found in values.items():
+            if key not in self.fixed and key not in self.fitted and found:
+                floor = self.floor if key[1] == self.sizes[-1] else max(self.floor, LATENCY_FLOOR)
+                self.fitted[key] = fleet_threshold(*key, found, self.k_sigma, floor)
+
+    def get(self, check: str, size_bytes: int) -> Threshold | None:
+        key = (check, size_bytes)
+        return self.fixed.get(key) or self.fitted.get(key)
+
+    def slow(self, check: str, size_bytes: int, busbw_GBps: float) -> bool:
+        threshold = self.get(check, size_bytes)
+        return threshold is not None and busbw_GBps < threshold.threshold_GBps
+
+    def thresholds(self) -> list[Threshold]:
+        return sorted({**self.fitted, **self.fixed}.values(), key=lambda t: (t.check, t.size_bytes))

@@ -1,0 +1,175 @@
+"""`allreduce-bench import` (other tools' logs as runs) and `compare` (two or more runs, with
+statistics from their raw samples)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from allreduce_bench.core.errors import UsageError
+
+
+def _unique_dir(out: Path, name: str, taken: set[str]) -> Path:
+    candidate, k = name, 2
+    while candidate in taken:
+        candidate, k = f"{name}-{k}", k + 1
+    taken.add(candidate)
+    return out / candidate
+
+
+@click.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Folder to write one run directory per imported table into.")
+@click.option("--tag", default=None, help="Label for the imported rows. [the file's name]")
+@click.option("--collective", default=None, help="Which collective the tables measured, when the "
+              "log cannot say (e.g. all_reduce, reduce_scatter).")
+@click.option("--world-size", type=int, default=None, help="Ranks, when the log neither prints them "
+              "nor lets busbw/algbw tell.")
+def import_command(files, out_dir, tag, collective, world_size):
+    """Import nccl-tests, PARAM comms or all_reduce_bench.py output as runs.
+
+    \b
+    FILES: nccl-tests text output (any generation, pasted with launcher prefixes, NCCL INFO
+    lines, CRLF or indentation; several runs in one file, back to back or printed at once by
+    several hosts, become several runs), nccl-tests -J JSON, PARAM comms logs (COMMS-RES
+    lines), ml-engineering all_reduce_bench.py tables.
+    Each table becomes OUT/<file>[-k]/ with results.csv, results.parquet and meta.json, which
+    plot, report, model fit and compare read like any run (give them OUT or a run directory).
+    NCCL's own debug lines in the file go into meta.json's `nccl` block (see `nccl-log`).
+    Every result row is imported or listed as skipped with FILE:LINE and why; a file whose
+    rows cannot be told apart is refused.
+    """
+    from allreduce_bench import interop
+
+    if world_size is not None and world_size < 1:
+        raise UsageError(f"--world-size must be at least 1, got {world_size}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parsed = [(path, interop.read_file(path)) for path in files]  # every file read before writing any
+    taken: set[str] = set()
+    for path, runs in parsed:
+        digest = interop.digest(path)
+        for index, run in enumerate(runs):
+            interop.settle(run, str(path), collective, world_size)
+            name = path.stem if len(runs) == 1 else f"{path.stem}-{index + 1}"
+            target = _unique_dir(out_dir, name, taken)
+            frame, samples = _write_run(run, path, target, tag if tag is not None else path.stem,
+                                        interop.run_id_of(str(path), run, digest))
+            _describe(path, run, frame, samples is not None, target)
+
+
+def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
+    """results.csv, results.parquet, meta.json (and samples.parquet) of one imported run."""
+    from allreduce_bench import interop
+    from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
+
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
+    frame = interop.run_frame(run, run_id, tag, str(path))
+    frame.to_csv(target / "results.csv", index=False)
+    write_parquet(target, frame)
+    write_meta(target, interop.run_meta(run, run_id, tag, str(path)))
+    samples = interop.samples_frame(run, run_id)
+    if samples is not None:
+        SamplesWriter(target).append(samples)
+    return frame, samples
+
+
+def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
+    """What was imported, what was noticed and skipped, what NCCL said."""
+    from allreduce_bench.nccl_log.setup import differences, summary_line
+
+    halves = sorted({bool(v) for v in frame["in_place"]})
+    what = " + ".join("in-place" if h else "out-of-place" for h in halves)
+    click.echo(f"{path}:{run.first_line}-{run.last_line}: {run.source_tool} {run.collective}, "
+               f"{run.world_size} ranks, {len(frame) // max(1, len(halves))} rows "
+               f"({frame['size_bytes'].nunique()} sizes; {what})"
+               f"{' with per-iteration samples' if with_samples else ''} -> {target}")
+    if run.why and not run.why.startswith("named"):
+        click.echo(f"  ({run.why})")
+    for note in run.notes:
+        click.echo(f"  note: {note}")
+    for line, why in run.skipped:
+        click.echo(f"  {path}:{line}: skipped: {why}")
+    block = run.meta.get("nccl")
+    if block:
+        found = differences(block)
+        hosts = len(block.get("hosts") or {})
+        click.echo(f"  {summary_line(block)}" + (f"; {len({d['host'] for d in found})} host(s) set up "
+                   "differently from the others" if hosts > 1 else "")
+                   + "".join(f"\n    {d['text']}" for d in found[:5]))
+
+
+@click.command("compare")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("others", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where compare.csv and the figure go. [compare/ beside the first OTHER]")
+@click.option("--fail-if-slower", default=None, help="Exit 1 when any size is significantly slower "
+              "than BASE by more than this, e.g. 5%% (a regression gate).")
+@click.option("--confidence", type=float, default=0.95, show_default=True,
+              help="Confidence level of the intervals.")
+@click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
+              show_default=True, help="Figure file format.")
+def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
+    """Compare runs against BASE size by size: ratio of median times, significance from rounds.
+
+    \b
+    BASE and each OTHER are a run directory or a folder of runs (all its runs are one side:
+    pool several runs of a configuration for a regression gate). Rows are matched on
+    (algorithm, world_size, size_bytes) (and collective and in-place for imported runs).
+    With raw samples on both sides (samples.parquet) each size gets a confidence interval of
+    the ratio of medians from a hierarchical bootstrap: runs, then their rounds (--rounds of
+    `run`), then samples, so the variation between rounds and runs decides, not the far
+    smaller one within a round. A side with one round gets a wide interval and says so; a
+    size whose runs disagree with themselves more than the change says that. Runs without
+    samples (imports, older runs) are compared by the ratio alone, and say so.
+    Writes compare.csv and compare.<format> (ratio against size, with its interval).
+    """
+    from allreduce_bench.interop import compare as comparing
+    from allreduce_bench.core.results.load import load_results, load_samples
+    from allreduce_bench.core.results.store import read_meta
+
+    if not 0.5 < confidence < 1:
+        raise UsageError(f"--confidence must be between 0.5 and 1, e.g. 0.95; got {confidence}")
+    threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
+    base_rows = load_results(base, explain_skips=False)
+    out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    failed = False
+    tables = []
+    for other in others:
+        other_rows = load_results(other, explain_skips=False)
+        table = comparing.compare_runs(base_rows, other_rows, load_samples(base), load_samples(other),
+                                       confidence=confidence)
+        click.echo(f"\n{other} against {base}:")
+        for line in comparing.differing_settings(_metas(base, read_meta), _metas(other, read_meta),
+                                                 base_rows, other_rows):
+            click.echo(f"  differs: {line}")
+        click.echo(comparing.format_table(table))
+        table.insert(0, "other", str(other))
+        table.insert(0, "base", str(base))
+        tables.append(table)
+        if threshold is not None:
+            unjudged = int(table["significant"].isna().sum())
+            if unjudged:
+                click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
+                           "both sides; they never fail the gate", err=True)
+            slower = comparing.regressions(table, threshold)
+            if len(slower):
+                failed = True
+                click.echo(f"REGRESSION: {len(slower)} size(s) significantly slower than {base} by more "
+                           f"than {threshold:.0%}: " + ", ".join(comparing.size_label(s) for s in slower["size_bytes"]),
+                           err=True)
+    import pandas as pd
+    table = pd.concat(tables, ignore_index=True)
+    csv_path, figure = comparing.write(table, out_dir, fmt)
+    click.echo(f"\ncompare: {csv_path}\nfigure: {figure}")
+    if failed:
+        sys.exit(1)
+
+
+def _metas(path: Path, read_meta) -> list[dict]:
+    from allreduce_bench.core.results.load import result_files
+    return [read_meta(f.parent) for f in result_files(path)]

@@ -1,0 +1,176 @@
+"""`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand), measured side by side.
+
+On a world of >= 2 nodes (a cluster, the emulated one, or nodes simulated with --ranks-per-node),
+for every size:
+
+- intra: the backend's AllReduce inside every node's group, all nodes at once;
+- inter: the backend's AllReduce among the ranks with the same local rank on every node, all of
+  those groups at once (nccl-tests' NCCL_TESTS_SPLIT "DIV" and "MOD");
+- p2p intra / p2p inter: a one-way send of the tensor from global rank 0 to rank 1 (same node)
+  and from rank 0 to rank L (the next node), the other ranks idle.
+
+Rows are `benchmark = links` with `link = intra | inter` and `operation = allreduce | p2p`. In a
+row, `world_size` is the size of the group measured (so busbw's 2(N-1)/N is the group's, as
+nccl-tests reports a split communicator; for p2p, busbw = algbw), and `nodes` and
+`ranks_per_node` are the whole world's layout. The time of an AllReduce row is the slowest group's.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core import algorithms, metrics
+from allreduce_bench.core.algorithms import native
+from allreduce_bench.core.sweep.allreduce import measure
+from allreduce_bench.core.sweep.finish import finish, start_meta_unless_launched
+from allreduce_bench.core.sweep.rows import make_row
+from allreduce_bench.core.config import RunConfig, Sampling
+from allreduce_bench.core.measure import collective as measuring
+from allreduce_bench.core.measure import meta as run_meta
+from allreduce_bench.core.measure import patterns, timing
+from allreduce_bench.core.measure.console import HEADER, format_row
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.rank import Benchmark, Session
+from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
+from allreduce_bench.core.results.schema import samples_frame
+
+
+def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
+                pair: dist.ProcessGroup | None, device: Device,
+                sampling: Sampling) -> tuple[timing.Measured, int]:
+    """(samples of both sides, #wrong) of sending `count` elements from global rank src to dst.
+
+    Only src and dst call it. Each sample starts at an alignment of the pair, so the receive is
+    posted when the clock starts; a sample ends when the receiver has the last tensor. The
+    receiver starts with other values and must end with the sender's."""
+    me = dist.get_rank()
+    tensor = torch.empty(count, dtype=dtype, device=device.torch_device)
+    patterns.fill(tensor, 0 if me == src else 1, 2)
+
+    def transfer() -> None:
+        if me == src:
+            dist.send(tensor, dst, group=pair)
+        else:
+            dist.recv(tensor, src, group=pair)
+
+    measured = timing.sample(transfer, device, pair, sampling)
+    expected = torch.empty_like(tensor)
+    patterns.fill(expected, 0, 2)
+    wrong = torch.tensor([patterns.count_wrong(tensor, expected) if me == dst else 0],
+                         dtype=torch.int64, device=device.torch_device)
+    dist.all_reduce(wrong, group=pair)
+    return measured, int(wrong.item())
+
+
+def _view(group: CommGroup, device: Device) -> World:
+    """A world made of one group, so `allreduce.measure` runs the backend's AllReduce on it."""
+    return World(group, group, group, group.size, device)
+
+
+def _wrong_once_per_group(wrong: int, lead: bool, device: Device) -> int:
+    """#wrong of all concurrently measured groups, each group's counted once (by its lead)."""
+    w = torch.tensor([wrong if lead else 0], dtype=torch.int64, device=device.torch_device)
+    dist.all_reduce(w)
+    return int(w.item())
+
+
+def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None = None) -> int:
+    """Every size: intra and inter AllReduce (all groups at once), then p2p intra and inter."""
+    device, L = world.device, world.ranks_per_node
+    me = dist.get_rank()
+    pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
+    # torch wants every rank in every new_group call; each pair gets its own group.
+    pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
+    wrong_total = 0
+    for size in config.sizes:
+        count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
+        for link, group in (("intra", world.intra), ("inter", world.inter)):
+            if group.size < 2:
+                continue
+            view = _view(group, device)
+            device.barrier(None)  # all groups start together
+            measured, wrong, counted, size_bytes = group_measure(config, view, size)
+            wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
+            wrong_total += wrong
+            collective = config.collectives[0][0] if config.collectives else "all_reduce"
+            row = _row(config, view, world, counted, measured, wrong, "native", link,
+                       "allreduce" if collective == "all_reduce" else collective,
+                       ranks=range(dist.get_world_size()), collective=collective,
+                       size_bytes=size_bytes)
+            on_row(row, samples_frame(row, measured.per_rank_us, range(dist.get_world_size()),
+                                      hosts))
+        for link, (src, dst) in pairs.items():
+            device.barrier(None)
+            if me in (src, dst):
+                pair = CommGroup(pair_groups[link], (src, dst), (src, dst).index(me))
+                measured, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
+                                              config.sampling)
+                if me == 0:
+                    wrong_total += wrong
+                    row = _row(config, _view(pair, device), world, count, measured, wrong, "send",
+                               link, "p2p")
+                    on_row(row, samples_frame(row, measured.per_rank_us, (src, dst), hosts))
+        device.barrier(None)
+    return wrong_total
+
+
+def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Measured, int, int, int]:
+    """(samples, #wrong, count, size_bytes) of the backend's AllReduce, or of --collective's
+    call, in one group. Every group samples at once, with loops and samples agreed over the
+    whole world, so the row is the slowest group's (times gathered over every rank)."""
+    if not config.collectives:
+        count = size // config.itemsize  # whole elements (options.run_config)
+        measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+                                  agree_over=dist.group.WORLD)
+        return measured, wrong, count, count * config.itemsize
+    name_of = config.collectives[0][0]
+    count, size_bytes = metrics.collective_counts(name_of, size, config.itemsize, view.size)
+    if count == 0:  # too small to split: one element per rank (every group must measure)
+        count, size_bytes = 1, config.itemsize * view.size
+    measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view, count,
+                                        config.torch_dtype, config.sampling,
+                                        agree_over=dist.group.WORLD)
+    return measured, wrong, count, size_bytes
+
+
+def _row(config, view, world, count, measured, wrong, algorithm, link, operation,
+         ranks=None, **collective) -> dict:
+    row = make_row(config, view, algorithm, count, measured, wrong, ranks, **collective)
+    row.update(benchmark="links", nodes=world.nodes, ranks_per_node=world.ranks_per_node,
+               link=link, operation=operation)
+    return row
+
+
+def measure_links(session: Session) -> int:
+    """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
+    config, env, device = session.config, session.env, session.device
+    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device)
+    if session.lead:
+        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
+              f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
+              f"local rank, p2p = one-way send\n# {'link':>5} {'op':>9}\n{HEADER}", flush=True)
+    session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
+                                     flush=True)
+    session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
+    wrong = links_sweep(config, world, session.record, session.hosts)
+    end_phase(world, "links", device)
+    return wrong
+
+
+def prepare(config: RunConfig) -> None:
+    start_meta_unless_launched(config, run_meta.host_meta)
+
+
+def whole_world(config: RunConfig) -> list[int]:
+    """links measures one world: the largest world size, split into its nodes."""
+    return [max(config.world_sizes)]
+
+
+def finish_links(config: RunConfig) -> int:
+    from allreduce_bench.links.summary import links_summary
+
+    return finish(config, links_summary, draw=False)
+
+
+BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links, finish_links, prepare=prepare,
+                      world_sizes=whole_world)

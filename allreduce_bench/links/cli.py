@@ -1,0 +1,68 @@
+"""`allreduce-bench links`: options and the world check; the measuring is in benchmarks/links.py
+(imported only when a run starts, so --help needs no torch)."""
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from allreduce_bench.core.cli.options import measuring_options
+from allreduce_bench.core.cli.run import sweep_options
+from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.errors import UsageError
+
+HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
+                    "on this machine with `allreduce-bench emulate --benchmarks links`, or "
+                    "simulate nodes on loopback with `links --ranks-per-node L` and a world size "
+                    ">= 2L")
+
+
+def check_nodes(world_size: int, ranks_per_node: int) -> None:
+    if ranks_per_node < 1 or world_size < 2 * ranks_per_node or world_size % ranks_per_node:
+        nodes = world_size // max(ranks_per_node, 1)
+        raise UsageError(f"links compares intra- and inter-node links and needs >= 2 nodes, but "
+                         f"this world is {world_size} rank(s) in {max(nodes, 1)} node(s) of "
+                         f"{ranks_per_node}; {HOW_TO_GET_NODES}")
+
+
+def check_world(config, ranks_per_node_given: bool) -> None:
+    """Bad layouts fail here, before any process starts."""
+    env = launcher_env()
+    if env is not None:
+        check_nodes(env.world_size, config.ranks_per_node or env.local_world_size)
+    elif not ranks_per_node_given:
+        raise UsageError(f"links needs >= 2 nodes and this is a single node; {HOW_TO_GET_NODES}")
+    else:
+        check_nodes(max(config.world_sizes), config.ranks_per_node)
+
+
+@click.command("links", short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) "
+               "on >= 2 nodes.")
+@click.option("--collective", default="all_reduce", show_default=True,
+              help="The backend's collective measured in every group: all_reduce, all_gather, "
+              "reduce_scatter, alltoall, broadcast, reduce or sendrecv (operation column).")
+@sweep_options
+@measuring_options()
+def links(collective, **options):
+    """Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 nodes.
+
+    \b
+    Per size: the backend's AllReduce (or --collective) inside every node (intra) and across nodes among
+    ranks of the same local rank (inter), all groups at once, and a one-way
+    send within a node and between nodes (p2p). Rows: benchmark=links,
+    link=intra|inter, operation=allreduce (or the collective)|p2p. Under a launcher it uses the whole world;
+    locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on
+    loopback: both links are then the same), or use `emulate --benchmarks links`.
+    """
+    from allreduce_bench.emulate import benchmarks
+    from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.launch.driver import drive
+    from allreduce_bench.core.launch.environments import announce
+
+    given = options["ranks_per_node"] is not None
+    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
+    check_world(config, given)
+    announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
+             f"{len(config.sizes)} sizes -> {config.out_dir}")
+    sys.exit(drive(config, benchmarks.get("links")))

@@ -1,0 +1,119 @@
+"""The alpha-beta-gamma model per collective and algorithm: fit, predict, best algorithm.
+
+Each (collective, algorithm) declares its steps (`cost` in its module); a row's time is taken as
+sum over steps of repeat x (m alpha + b / B + reduced / B_reduce) along the critical path, the
+inter-node link where a step uses both classes (as analysis/model.py does for AllReduce). One
+link (alpha, B) per (collective, algorithm) is fitted, plus gamma where the rows tell it apart
+from B, with model.solve_relative: the detailed two-link AllReduce model stays in model.py; this
+one puts every collective on the same footing for "which algorithm wins where". A row whose
+backend ran another collective in its place (`runs_as`: gloo's ReduceScatter is an AllReduce)
+is modelled with that collective's native cost.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from allreduce_bench.core import algorithms as registry
+from allreduce_bench.core.algorithms.base import INTER, Step
+from allreduce_bench.model.cost import _rank, solve_relative
+from allreduce_bench.core.layout import node_layout
+
+KEYS = ["collective", "algorithm", "world_size", "ranks_per_node", "size_bytes"]
+
+
+def with_collective(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows with `collective` and `runs_as` filled (rows from before collectives: AllReduce)."""
+    frame = frame.copy()
+    frame["collective"] = frame.get("collective", pd.Series("all_reduce", index=frame.index)).fillna("all_reduce")
+    runs_as = frame.get("runs_as", pd.Series("", index=frame.index)).astype(object)
+    runs_as = runs_as.where(runs_as.notna(), "")
+    frame["runs_as"] = runs_as.where(runs_as != "", frame["collective"])
+    if "ranks_per_node" not in frame.columns:
+        frame["ranks_per_node"] = frame["world_size"]
+    frame["ranks_per_node"] = frame["ranks_per_node"].fillna(frame["world_size"]).astype(int)
+    return frame[frame["world_size"] > 1]
+
+
+def steps(collective: str, algorithm: str, runs_as: str, size_bytes: float, world_size: int,
+          ranks_per_node: int) -> list[Step] | None:
+    """The declared steps, or None where the algorithm declares no cost or is not installed."""
+    name_of = runs_as if runs_as != collective else collective
+    known = registry.registry(name_of)
+    name = "native" if name_of != collective else algorithm
+    if name not in known or known[name].cost is None:
+        return None
+    return known[name].cost(float(size_bytes), world_size, node_layout(world_size, ranks_per_node))
+
+
+def critical_path(found: list[Step]) -> np.ndarray:
+    """[messages, bytes, reduced] along the critical path: T = this . [alpha, 1/B, 1/B_reduce]."""
+    out = np.zeros(3)
+    for step in found:
+        out[2] += step.repeat * step.reduced
+        if step.paths:
+            messages, size = step.paths[INTER if INTER in step.paths else next(iter(step.paths))]
+            out[:2] += step.repeat * np.array([messages, size])
+    return out
+
+
+def _design(group: pd.DataFrame) -> np.ndarray | None:
+    rows = [steps(r.collective, r.algorithm, r.runs_as, r.size_bytes, r.world_size, r.ranks_per_node)
+            for r in group.itertuples()]
+    return None if any(s is None for s in rows) else np.array([critical_path(s) for s in rows])
+
+
+def fit(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (collective, algorithm): alpha_us, bandwidth_GBps, reduce_GBps (NaN: folded into B),
+    rows; algorithms without a cost, or with too few sizes, are left out."""
+    out = []
+    rows = with_collective(frame)
+    rows = rows[rows["time_us_median"] > 0]
+    for (collective, algorithm), group in rows.groupby(["collective", "algorithm"], sort=False):
+        design = _design(group)
+        if design is None or _rank(design[:, :2]) < 2:
+            continue
+        with_reduce = bool(design[:, 2].any()) and _rank(design) > 2
+        x = solve_relative(design if with_reduce else design[:, :2],
+                           group["time_us_median"].to_numpy(dtype=float) * 1e-6)
+        out.append({"collective": collective, "algorithm": algorithm, "alpha_us": x[0] * 1e6,
+                    "bandwidth_GBps": 1e-9 / x[1] if x[1] > 0 else math.inf,
+                    "reduce_GBps": 1e-9 / x[2] if with_reduce and x[2] > 0 else math.nan,
+                    "rows": len(group)})
+    return pd.DataFrame(out, columns=["collective", "algorithm", "alpha_us", "bandwidth_GBps",
+                                      "reduce_GBps", "rows"])
+
+
+def predict_us(fitted: pd.Series, found: list[Step]) -> float:
+    messages, size, reduced = critical_path(found)
+    gamma = 0.0 if math.isnan(fitted["reduce_GBps"]) else reduced / (fitted["reduce_GBps"] * 1e9)
+    return (messages * fitted["alpha_us"] * 1e-6 + size / (fitted["bandwidth_GBps"] * 1e9) + gamma) * 1e6
+
+
+def compare(frame: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
+    """Measured (median over runs) against predicted time per KEYS, with error_pct."""
+    rows = with_collective(frame)
+    table = rows.groupby(KEYS + ["runs_as"], sort=False)["time_us_median"].median().rename(
+        "measured_us").reset_index()
+    table = table.merge(fits, on=["collective", "algorithm"])
+    table["predicted_us"] = [
+        predict_us(r, steps(r.collective, r.algorithm, r.runs_as, r.size_bytes, r.world_size,
+                            r.ranks_per_node)) for _, r in table.iterrows()]
+    table["error_pct"] = 100.0 * (table["predicted_us"] - table["measured_us"]) / table["measured_us"]
+    return table[KEYS + ["runs_as", "measured_us", "predicted_us", "error_pct"]]
+
+
+def best(comparison: pd.DataFrame) -> pd.DataFrame:
+    """Per collective, world size and size: the measured fastest and the predicted fastest."""
+    out = []
+    for (collective, world_size, size), group in comparison.groupby(
+            ["collective", "world_size", "size_bytes"], sort=True):
+        measured = group.loc[group["measured_us"].idxmin()]
+        predicted = group.loc[group["predicted_us"].idxmin()]
+        out.append({"collective": collective, "world_size": world_size, "size_bytes": size,
+                    "measured": measured["algorithm"], "predicted": predicted["algorithm"],
+                    "measured_best_us": measured["measured_us"],
+                    "predicted_best_measured_us": predicted["measured_us"]})
+    return pd.DataFrame(out)

@@ -1,0 +1,205 @@
+"""What NCCL set up, per host, and which hosts differ from the rest: the block that
+interop/nccl_log.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
+
+"My job is slow: which host is set up differently?" Each host's NCCL version, network, NICs,
+transports and `NCCL_*` overrides are compared with what most hosts have; a host that fell
+back to sockets, has a NIC fewer, an extra variable or SHM where the others use P2P is named
+with both values. Pure functions of the block (a dict), no torch.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.core.units import format_size
+
+# what is compared across hosts: (key in the block's host entry, the word used for it)
+COMPARED = (("nccl_version", "NCCL version"), ("network", "network"), ("nics", "NICs"),
+            ("transports", "transports"), ("rank_count", "ranks"))
+NOT_SET = "not set"
+
+
+def _values(entry: dict) -> dict:
+    """A host's comparable facts; None where the log did not say."""
+    return {"nccl_version": entry.get("nccl_version"), "network": entry.get("network"),
+            "nics": tuple(entry.get("nics") or ()) or None,
+            "transports": tuple(sorted(entry.get("transports") or {})) or None,
+            "rank_count": len(entry["ranks"]) if entry.get("ranks") else None}
+
+
+def _shown(value) -> str:
+    if isinstance(value, tuple):
+        return ", ".join(value) if value else "none"
+    return NOT_SET if value is None else str(value)
+
+
+def _sentence(what: str, host: str, value, majority, count: int, total: int) -> str:
+    if majority is None:
+        return f"{host}: {what} {_shown(value)}; the hosts disagree and no value is held by most"
+    if what == "NICs" and isinstance(value, tuple) and isinstance(majority, tuple):
+        missing = [n for n in majority if n not in value]
+        return (f"{host}: {len(value)} NIC{'s' * (len(value) != 1)} ({_shown(value)}) where "
+                f"{count} of {total} hosts have {len(majority)} ({_shown(majority)})"
+                + (f"; missing {', '.join(missing)}" if missing else ""))
+    return f"{host}: {what} {_shown(value)} where {count} of {total} hosts have {_shown(majority)}"
+
+
+def _compare(values: dict[str, object], what: str, key: str) -> list[dict]:
+    """One entry per host whose value is not the majority's (a strict majority), or per host
+    when no value is held by more than half of them."""
+    if len(values) < 2 or len(set(values.values())) < 2:
+        return []
+    (top, count), = Counter(values.values()).most_common(1)
+    majority = top if 2 * count > len(values) else None
+    return [{"host": host, "what": key, "value": _plain(value), "majority": _plain(majority),
+             "text": _sentence(what, host, value, majority, count, len(values))}
+            for host, value in values.items() if majority is None or value != majority]
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def differences(block: dict) -> list[dict]:
+    """Every (host, thing) that differs from what most hosts have, with both values:
+    {host, what, value, majority, text}; `majority` is None where the hosts split evenly."""
+    hosts = {name: entry for name, entry in (block.get("hosts") or {}).items()
+             if entry.get("ranks") or entry.get("network") or entry.get("transports")}
+    found = []
+    for key, what in COMPARED:
+        known = {h: v[key] for h, v in ((h, _values(e)) for h, e in hosts.items()) if v[key] is not None}
+        found += _compare(known, what, key)
+    variables = sorted({v for entry in hosts.values() for v in entry.get("environment", {})})
+    for variable in variables:
+        values = {h: e.get("environment", {}).get(variable, NOT_SET) for h, e in hosts.items()}
+        found += _compare(values, variable, f"environment {variable}")
+    return found
+
+
+def host_differences(block: dict | None, host: str) -> list[str]:
+    """How `host`'s NCCL setup differs from the majority's, one sentence each (empty when it
+    does not, or the block says nothing of it): what `health` prints next to a slow host."""
+    if not block:
+        return []
+    return [d["text"] for d in differences(block) if d["host"] == host]
+
+
+def host_table(block: dict) -> pd.DataFrame:
+    """One row per host: ranks, GPUs, network, NICs, transports, overrides, warnings."""
+    rows = []
+    for name, entry in (block.get("hosts") or {}).items():
+        transports = entry.get("transports") or {}
+        rows.append({"host": name, "ranks": _ranks(entry.get("ranks") or []),
+                     "nccl_version": entry.get("nccl_version") or "",
+                     "network": entry.get("network") or "", "nic_count": len(entry.get("nics") or []),
+                     "nics": " ".join(entry.get("nics") or []),
+                     "transports": " ".join(f"{k}x{n}" for k, n in transports.items()),
+                     "environment": " ".join(f"{k}={v}" for k, v in (entry.get("environment") or {}).items()),
+                     "warnings": len(entry.get("warnings") or []), "lines": entry.get("lines", 0)})
+    return pd.DataFrame(rows, columns=["host", "ranks", "nccl_version", "network", "nic_count", "nics",
+                                       "transports", "environment", "warnings", "lines"])
+
+
+def _ranks(ranks: list[int]) -> str:
+    """[0, 1, 2, 3, 8] -> '0-3,8'."""
+    parts, start = [], None
+    for i, rank in enumerate(ranks):
+        if start is None:
+            start = rank
+        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
+            parts.append(str(start) if start == rank else f"{start}-{rank}")
+            start = None
+    return ",".join(parts)
+
+
+def summary_line(block: dict) -> str:
+    lines = block.get("lines", {})
+    return (f"NCCL {block.get('nccl_version') or '(version not in the log)'}: "
+            f"{len(block.get('hosts') or {})} host(s), {block.get('world_size') or '?'} ranks; "
+            f"{lines.get('messages', 0)} NCCL lines read ({lines.get('info', 0)} INFO, "
+            f"{lines.get('warn', 0)} WARN, {lines.get('unrecognized', 0)} of a kind not read)")
+
+
+def _difference_lines(block: dict) -> list[str]:
+    found = differences(block)
+    if not found:
+        hosts = len(block.get("hosts") or {})
+        return ["No host differs from the others in NCCL version, network, NICs, transports, ranks "
+                "or NCCL_* settings." if hosts > 1 else "One host: nothing to compare it with."
+                if hosts else "The log names no host (NCCL's version banner only)."]
+    return [f"- {d['text']}" for d in found]
+
+
+def report_section(block: dict | None) -> str:
+    """report.md's "What NCCL set up" section (markdown), or '' without a block."""
+    if not block or not block.get("hosts"):
+        return ""
+    table = host_table(block).drop(columns=["lines"])
+    parts = ["## What NCCL set up", "", summary_line(block) + ".", "",
+             "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    parts += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    parts += ["", "Hosts that differ from the majority:", "", *_difference_lines(block)]
+    warnings = block.get("warnings") or []
+    if warnings:
+        parts += ["", f"NCCL WARN lines ({len(warnings)}):", ""]
+        parts += [f"- {w['host']} ({w['at']}): {w['text']}" for w in warnings[:20]]
+    return "\n".join(parts) + "\n"
+
+
+def _tuning_lines(block: dict) -> list[str]:
+    """Algorithm/protocol per collective and size (NCCL_DEBUG_SUBSYS=TUNING), one line each."""
+    tuning = block.get("tuning") or []
+    return [f"  {t['collective'] or 'collective'} {format_size(t['size_bytes'])}: {t['algorithm']}/"
+            f"{t['protocol']}" + (f" on channels {t['channels']}" if t.get("channels") else "")
+            for t in tuning[:40]] + ([f"  ... {len(tuning) - 40} more in nccl.json"] if len(tuning) > 40 else [])
+
+
+def terminal_text(block: dict) -> str:
+    """What `nccl-log` prints: the summary, the per-host table, the differences, WARNs, tuning."""
+    table = host_table(block).drop(columns=["lines"])
+    table = table[[c for c in table.columns if c == "host" or (table[c].astype(str) != "").any()]]
+    parts = [summary_line(block), "", table.to_string(index=False) if len(table) else "(no host named)",
+             "", "Hosts that differ from the majority:", *(f"  {line.lstrip('- ')}" for line in
+                                                           _difference_lines(block))]
+    warnings = block.get("warnings") or []
+    if warnings:
+        parts += ["", f"NCCL WARN lines ({len(warnings)}):"]
+        parts += [f"  {w['host']} {w['at']}: {w['text']}" for w in warnings[:20]]
+    incomplete = block.get("incomplete_inits") or []
+    if incomplete:
+        parts += ["", f"{len(incomplete)} communicator init(s) started and never completed in the log "
+                      "(a hang, or a log cut short): " + ", ".join(
+                          f"rank {r['rank']} on {r['host']}" for r in incomplete[:10])]
+    if block.get("tuning"):
+        parts += ["", "Algorithm and protocol chosen per size (TUNING):", *_tuning_lines(block)]
+    unread = block.get("unrecognized") or []
+    if unread:
+        parts += ["", f"{block['lines']['unrecognized']} NCCL line(s) of a kind not read, e.g.:"]
+        parts += [f"  {u['at']}: {u['text'][:100]}" for u in unread[:5]]
+    return "\n".join(parts)
+
+
+def write(block: dict, out_dir) -> tuple:
+    """nccl.json (the block with its `differs`) and nccl_hosts.csv (the per-host table)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out_dir / "nccl.json", out_dir / "nccl_hosts.csv"
+    json_path.write_text(json.dumps({**block, "differs": differences(block)}, indent=1) + "\n")
+    host_table(block).to_csv(csv_path, index=False)
+    return json_path, csv_path
+
+
+def report_parts(metas: dict[str, dict]) -> list[str]:
+    """report.md's "What NCCL set up" for every run whose meta.json has an `nccl` block (from
+    `--nccl-debug` or an imported log), titled by run when there are several."""
+    blocks = {run: meta["nccl"] for run, meta in metas.items() if meta.get("nccl")}
+    parts = []
+    for run, block in blocks.items():
+        section = report_section(block)
+        if section and len(blocks) > 1:
+            section = section.replace("## What NCCL set up", f"## What NCCL set up: {run}", 1)
+        parts += [section] if section else []
+    return parts
