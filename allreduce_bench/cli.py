@@ -68,23 +68,41 @@ def _say(line: str) -> None:
 
 @click.group(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="allreduce-bench")
-def main():
+@click.pass_context
+def main(context):
     """Measure AllReduce algorithms (native, ring, naive, hierarchical) like nccl-tests.
 
     Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
     """
+    context.obj = extensions()  # every command finds it (core/cli/finish.py `extensions`)
+
+
+def extensions():
+    """What the features lend the core (core/extensions.py): report.md's sections in order,
+    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks."""
+    from allreduce_bench.core.extensions import Extensions
+    from allreduce_bench.ddp import sections as ddp_sections
+    from allreduce_bench.hang.dump_verdict import verdict_line
+    from allreduce_bench.model import sections as model_sections
+    from allreduce_bench.nccl_log import record
+    from allreduce_bench.nccl_log import sections as nccl_sections
+
+    return Extensions(sections=(model_sections.WINNERS, model_sections.COLLECTIVES,
+                                ddp_sections.SECTION, nccl_sections.SECTION),
+                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,))
 
 
 # One module per command; a new command is a module and one line here. The modules are bound
 # by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
-from allreduce_bench.core.cli import report as analysis, run
-from allreduce_bench.ddp import cli as ddp
-from allreduce_bench.emulate import cli as emulate
-from allreduce_bench.hang import cli as hang
-from allreduce_bench.health import cli as health
-from allreduce_bench.interop import cli as interop
-from allreduce_bench.links import cli as links
-from allreduce_bench.model import cli as model
+from allreduce_bench.core.cli import report as analysis  # noqa: E402
+from allreduce_bench.core.cli import run  # noqa: E402
+from allreduce_bench.ddp import cli as ddp  # noqa: E402
+from allreduce_bench.emulate import cli as emulate  # noqa: E402
+from allreduce_bench.hang import cli as hang  # noqa: E402
+from allreduce_bench.health import cli as health  # noqa: E402
+from allreduce_bench.interop import cli as interop  # noqa: E402
+from allreduce_bench.links import cli as links  # noqa: E402
+from allreduce_bench.model import cli as model  # noqa: E402
 from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
 
 COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model, emulate.emulate,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from allreduce_bench.model.cost import CostModel, compare, fit, median_abs_error  # noqa: E402
 from allreduce_bench.core.errors import UsageError  # noqa: E402
 from allreduce_bench.core.results.load import load_results  # noqa: E402
 from allreduce_bench.core.units import format_size, parse_size  # noqa: E402
+from allreduce_bench.model.cost import CostModel, compare, fit, median_abs_error  # noqa: E402
 
 
 def main(argv=None) -> int:

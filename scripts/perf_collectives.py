@@ -31,12 +31,12 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
-from allreduce_bench.core.sweep.allreduce import measure as measure_allreduce
 from allreduce_bench.core.config import CPU_DEFAULTS
 from allreduce_bench.core.launch.environments import launch_local
 from allreduce_bench.core.measure import collective
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world
+from allreduce_bench.core.sweep.allreduce import measure as measure_allreduce
 
 SIZES = [16 << 20, 32 << 20, 64 << 20]
 PAIRS = [("all_gather", "ring"), ("all_gather", "native"), ("reduce_scatter", "ring"),

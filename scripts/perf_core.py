@@ -31,12 +31,12 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
-from allreduce_bench.core.sweep.allreduce import measure
 from allreduce_bench.core.config import CPU_DEFAULTS, Sampling
 from allreduce_bench.core.launch.environments import launch_local
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world
+from allreduce_bench.core.sweep.allreduce import measure
 
 LOOP_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BIAS_LOOPS = [1, 4, 16, 64]

@@ -27,9 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from allreduce_bench.ddp.analysis import overlap_markdown, overlap_table, timeline_of, timeline_overlap
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.store import read_meta
+from allreduce_bench.ddp.analysis import overlap_markdown, overlap_table, timeline_of, timeline_overlap
 
 HIDDEN, SPEEDUP, MODEL_ERROR = 0.40, 1.25, 0.10
 

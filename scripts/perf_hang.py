@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from hang_ranks import KINDS, make_dumps, named_correctly  # noqa: E402
 
-from allreduce_bench.hang.verdict import culprit_line, verdict  # noqa: E402
 from allreduce_bench.hang import dumps as flight_recorder  # noqa: E402
+from allreduce_bench.hang.verdict import culprit_line, verdict  # noqa: E402
 
 
 def trial(kind: str, n: int, culprit: int, folder: Path, timeout_s: float) -> tuple[bool, bool, float, str]:

@@ -17,8 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from allreduce_bench.model.cost import best_table, compare, fit, median_abs_error
 from allreduce_bench.core.results.load import load_results
+from allreduce_bench.model.cost import best_table, compare, fit, median_abs_error
 
 
 def run(out: Path, *args: str) -> None:

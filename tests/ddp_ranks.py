@@ -5,6 +5,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import make_world
 from allreduce_bench.ddp.benchmark import (
     DdpSettings,
     NoOverlapTrainer,
@@ -17,8 +19,6 @@ from allreduce_bench.ddp.benchmark import (
     synthetic_batch,
     wrap_ddp,
 )
-from allreduce_bench.core.measure.device import Device
-from allreduce_bench.core.measure.world import make_world
 
 
 def _world():

@@ -5,11 +5,11 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
-from allreduce_bench.core.sweep.allreduce import measure
 from allreduce_bench.core.config import Sampling
 from allreduce_bench.core.measure import patterns
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import end_phase, make_world
+from allreduce_bench.core.sweep.allreduce import measure
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 

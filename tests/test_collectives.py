@@ -11,8 +11,8 @@ from distributed import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allreduce_bench.core import algorithms, metrics
 from allreduce_bench import interop
+from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.algorithms.base import INTER, INTRA
 from allreduce_bench.core.errors import UsageError
 

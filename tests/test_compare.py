@@ -7,13 +7,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench.interop.compare import compare_runs, differing_settings, parse_threshold, rounds_of
-from allreduce_bench.interop.significance import bootstrap_medians
 from allreduce_bench.cli import main
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.load import load_results, load_samples
 from allreduce_bench.core.results.schema import COLUMNS, SAMPLE_COLUMNS
 from allreduce_bench.core.results.store import SamplesWriter, write_meta
+from allreduce_bench.interop.compare import compare_runs, differing_settings, parse_threshold, rounds_of
+from allreduce_bench.interop.significance import bootstrap_medians
 
 SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22, 1 << 24]
 

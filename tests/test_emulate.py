@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench.core import units
-from allreduce_bench.emulate import cli as emulate_command  # the module
 from allreduce_bench.cli import main
+from allreduce_bench.core import units
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.emulate import cli as emulate_command  # the module
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate import pacing
-from allreduce_bench.core.errors import UsageError
 
 
 def _namespaces_permitted() -> str | None:

@@ -22,9 +22,9 @@ import pandas as pd
 import pytest
 from launcher_services import mpich, open_mpi
 
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate.slurm import slurm_cluster, slurm_missing
-from allreduce_bench.core.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from hang_ranks import KINDS, SEQ, make_dumps, named_correctly
 
-from allreduce_bench.hang.verdict import verdict
-from allreduce_bench.hang import dumps as flight_recorder
 from allreduce_bench.core.measure.faults import FAULT_ENV
+from allreduce_bench.hang import dumps as flight_recorder
+from allreduce_bench.hang.verdict import verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 N, CULPRIT = 3, 1
@@ -162,7 +162,7 @@ def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
 
 @pytest.mark.timeout(240)
 def test_dumps_are_read_without_torch(dumps):
-    code = ("import sys; from pathlib import Path; from allreduce_bench.interop import flight_recorder; "
+    code = ("import sys; from pathlib import Path; from allreduce_bench.hang import dumps as flight_recorder; "
             "from allreduce_bench.hang.verdict import verdict; "
             f"found = verdict(flight_recorder.read([Path({str(dumps['skip'])!r})])); "
             "print([c.rank for c in found.culprits], 'torch' in sys.modules)")

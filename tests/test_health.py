@@ -164,8 +164,8 @@ def test_a_frozen_partner_of_the_coordinator_is_unreachable_and_the_run_ends_exi
 
 
 def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
-    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
     from allreduce_bench.core.errors import UsageError
+    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
 
     assert parse_host_rates(["node2=100mbit"], 4) == {2: 1e8}
     assert parse_host_cpu(["node0=25%", "node3=150%"], 4) == {0: 0.25, 3: 1.5}

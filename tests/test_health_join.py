@@ -17,9 +17,9 @@ import time
 import pytest
 from test_emulate import em, needs_namespaces
 
-from allreduce_bench.health.pairing import launched_host_names
 from allreduce_bench.core.measure.faults import Fault
 from allreduce_bench.core.measure.world import whole_hosts
+from allreduce_bench.health.pairing import launched_host_names
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
 HEALTH = ["health", "--sizes", "64K", "--samples", "3", "--timeout", "6",

@@ -10,6 +10,8 @@ import pytest
 from health_sim import SIZES, SimCluster, names, random_faults
 from prometheus_client.parser import text_string_to_metric_families
 
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.health import pairing
 from allreduce_bench.health.outputs import (
     baseline_thresholds,
@@ -22,10 +24,8 @@ from allreduce_bench.health.outputs import (
 from allreduce_bench.health.plan import Costs, describe, plan, rounds_to_fit
 from allreduce_bench.health.reference import TOLERANCE_FLOOR, Reference, fleet_threshold, parse_expect
 from allreduce_bench.health.rounds import HealthCheck
-from allreduce_bench.health.verdicts import HEALTHY, UNHEALTHY, exit_code, verdicts
-from allreduce_bench.core.config import Sampling
-from allreduce_bench.core.errors import UsageError
 from allreduce_bench.health.store import read_health, write_health
+from allreduce_bench.health.verdicts import HEALTHY, UNHEALTHY, exit_code, verdicts
 
 
 def _flagged(v: dict) -> set[str]:

@@ -22,16 +22,16 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allreduce_bench.core import errors
 from allreduce_bench.cli import main
+from allreduce_bench.core import errors
 from allreduce_bench.core.config import DTYPES, Sampling, default_out_dir
-from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.launch import driver, reasons  # noqa: F401
 from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.store import DiskFullError, ResultsWriter
+from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",

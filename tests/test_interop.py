@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from allreduce_bench import interop
 from allreduce_bench.cli import main
-from allreduce_bench.interop.lines import ParseError
 from allreduce_bench.core.results.load import load_results, load_samples
+from allreduce_bench.interop.lines import ParseError
 
 
 def _shared() -> Path:

@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from allreduce_bench.cli import main
 from allreduce_bench.core import units
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model import step as ddp
 from allreduce_bench.model.cost import (
     CostModel,
@@ -19,8 +21,6 @@ from allreduce_bench.model.cost import (
     fit,
     median_abs_error,
 )
-from allreduce_bench.cli import main
-from allreduce_bench.core.errors import UsageError
 
 FAST = Links(Link(1e-6, 100e9), Link(10e-6, 1e9))  # intra: 1 us, 100 GB/s; inter: 10 us, 1 GB/s
 MB = 1e6

@@ -14,6 +14,7 @@ from nccl_debug_ranks import write_like_nccl_then_collect
 
 from allreduce_bench.cli import main
 from allreduce_bench.core.measure import meta, nccl_debug
+from allreduce_bench.nccl_log import record as nccl_record
 
 # the lines of one rank, in the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_log.py)
 RANK_LINES = [
@@ -46,6 +47,7 @@ def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path, made):
     dirs = [str(tmp_path / "host-0"), str(tmp_path / "host-1")]
     held, left = run_world(2, write_like_nccl_then_collect, dirs, RANK_LINES, [True, made])
     assert held == ["node-0", "node-1"] and len(left) == (1 if made else 0)
+    nccl_record.after_ranks(SimpleNamespace(out_dir=dirs[0], nccl_debug=True))  # the writer, after
     block = json.loads((tmp_path / "host-0" / "meta.json").read_text())["nccl"]
     assert sorted(block["hosts"]) == ["node-0", "node-1"] and block["world_size"] == 2
     assert {h["network"] for h in block["hosts"].values()} == {"IB"}
@@ -58,12 +60,13 @@ def test_a_gloo_run_with_nccl_debug_records_what_is_there_and_says_so(tmp_path, 
             "--no-plot", "--nccl-debug", "--out", str(out)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert "NCCL wrote no debug lines" in capfd.readouterr().err  # rank 0's stderr
+    # the writer says it once the ranks have ended (CliRunner mixes its stderr into output)
+    assert "NCCL wrote no debug lines" in result.output + capfd.readouterr().err
     assert "nccl" not in json.loads((out / "meta.json").read_text())
     # a file from a rank of another host on a shared file system is read into the run
     (out / "nccl-debug" / "node-9.4242.log").write_text(
         "".join(line.format(host="node-9", pid=4242, rank=1) + "\n" for line in RANK_LINES))
-    assert nccl_debug.record(out)["hosts"]["node-9"]["nics"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"]
+    assert nccl_record.record(out)["hosts"]["node-9"]["nics"] == ["mlx5_0:1/IB", "mlx5_1:1/IB"]
     assert json.loads((out / "meta.json").read_text())["nccl"]["lines"]["info"] == len(RANK_LINES)
 
 

@@ -9,9 +9,9 @@ import nccl_log_excerpts as excerpts
 import pytest
 from click.testing import CliRunner
 
-from allreduce_bench.nccl_log import setup as nccl_setup
 from allreduce_bench.cli import main
 from allreduce_bench.nccl_log import parse as nccl_log
+from allreduce_bench.nccl_log import setup as nccl_setup
 from allreduce_bench.nccl_log.lines import read_lines
 
 

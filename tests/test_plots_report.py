@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from allreduce_bench.cli import main
 from allreduce_bench.core import metrics
 from allreduce_bench.core.analysis import plots, report, style
-from allreduce_bench.cli import main
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import COLUMNS
 

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from allreduce_bench.cli import main
 from allreduce_bench.core import metrics
 from allreduce_bench.core.analysis import ranks
-from allreduce_bench.cli import main
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.results.load import load_results, load_samples, upgrade
 from allreduce_bench.core.results.schema import SAMPLE_COLUMNS, SCHEMA_VERSION

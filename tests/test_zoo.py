@@ -18,8 +18,8 @@ from zoo_plugin import PLUGIN_MODULE
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.algorithms.base import INTER, INTRA, traffic
-from allreduce_bench.model.cost import Link, Links, allreduce_time
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.model.cost import Link, Links, allreduce_time
 
 S = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.model.step import step_time
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
+from allreduce_bench.model.step import step_time
 
 
 def bucket_sizes(text) -> list[int]:

@@ -42,13 +42,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DistributedSampler
 
 from allreduce_bench.core import metrics
-from allreduce_bench.core.sweep.finish import finish, start_meta_unless_launched
-from allreduce_bench.ddp.config import DdpSettings
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.rank import Benchmark, Session
-from allreduce_bench.ddp.stamps import stamps_for
 from allreduce_bench.core.measure.world import World, end_phase, make_world
+from allreduce_bench.core.results.store import start_meta_unless_launched
+from allreduce_bench.ddp.config import DdpSettings
+from allreduce_bench.ddp.stamps import stamps_for
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 DTYPE = torch.float32  # gradients DDP reduces: the model's own dtype
@@ -635,22 +635,4 @@ def prepare(config) -> None:
     start_meta_unless_launched(config, ddp_meta)
 
 
-def finish_ddp(config) -> int:
-    """The tables, the DistributedSampler check (run here, on the driver: it needs no world),
-    figures, exit code 1 if any DDP gradient was wrong."""
-    from allreduce_bench.ddp.analysis import ddp_rows, ddp_summary_text, set_epoch_markdown
-    from allreduce_bench.core.results.store import update_meta
-
-    checks = [set_epoch_check(SET_EPOCH_SAMPLES, k) for k in config.world_sizes]
-    update_meta(config.out_dir, set_epoch_check=checks)
-
-    def summarize(frame) -> str:
-        return (ddp_summary_text(frame) + "\n\nDistributedSampler, epochs 0 and 1:\n"
-                + set_epoch_markdown(checks))
-
-    return finish(config, summarize, select=ddp_rows,
-                  wrong_means="gradient element(s) after a DDP step differ from the "
-                  "hand-computed average")
-
-
-BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp, finish_ddp, prepare=prepare)
+BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp, prepare=prepare)

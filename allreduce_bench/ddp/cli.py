@@ -35,14 +35,15 @@ def ddp(**options):
     ddp_timeline.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
     On an emulated cluster: `allreduce-bench emulate --benchmarks ddp`.
     """
-    from allreduce_bench.emulate import benchmarks
-    from allreduce_bench.ddp.config import ddp_config
-    from allreduce_bench.core.launch.driver import drive
+    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.ddp.benchmark import BENCHMARK
+    from allreduce_bench.ddp.config import ddp_config
+    from allreduce_bench.ddp.finish import finish_ddp
 
     config = ddp_config(command=shlex.join(sys.argv), **options)
     settings = config.settings
     announce(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, {settings.params:,} parameters, bucket caps "
              f"{','.join(f'{b:g}' for b in settings.bucket_mbs)} MiB, K={settings.accum} -> {config.out_dir}")
-    sys.exit(drive(config, benchmarks.get("ddp")))
+    sys.exit(measure_then_finish(config, BENCHMARK, finish_ddp, extensions()))

@@ -9,13 +9,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from allreduce_bench.core.analysis.style import legend, save  # noqa: E402
 from allreduce_bench.ddp.analysis import (  # noqa: E402
     accumulation_table,
     median_iteration,
     overlap_table,
     timeline_of,
 )
-from allreduce_bench.core.analysis.style import legend, save  # noqa: E402
 
 
 def _save(fig, path: Path, footnote: str) -> Path:

@@ -1,59 +1,52 @@
-"""The benchmarks, registered by name as the algorithms are: each entry names the module whose
-`BENCHMARK` (a measure.rank.Benchmark) declares it, imported on use (it imports torch), and the
-CLI command that runs it (for `emulate --benchmarks`). Adding a benchmark is a module here, one
-line below and one module in cli/."""
+"""What `emulate --benchmarks` can run on the emulated hosts: per benchmark, the command each
+host runs, the function that turns the command's options into its config (validated up front,
+one line on bad input, no torch) and, where the benchmark has one, its own verdict once final
+(emulate passes it on instead of torchrun's 1 for any failure). The entries are the features'
+own callables, so the import graph sees every edge (doc/architecture.md)."""
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from allreduce_bench.core.config.run import run_config
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.ddp.config import ddp_config
+from allreduce_bench.health.config import health_config
+from allreduce_bench.health.store import outcome as health_outcome
+from allreduce_bench.links.config import links_config
 
 
 @dataclass(frozen=True)
 class Entry:
-    module: str
     command: str  # `allreduce-bench <command>` runs it
-    config: str  # "module:function" that turns the command's options into its config
-    # "module:function(out_dir, since) -> exit code or None": the benchmark's own verdict once
-    # final (emulate passes it on instead of torchrun's 1 for any failure)
-    outcome: str | None = None
+    config: Callable  # the command's options -> its config
+    outcome: Callable | None = None  # (out_dir, since) -> exit code or None
 
 
 REGISTRY: dict[str, Entry] = {
-    "allreduce": Entry("allreduce_bench.core.sweep.allreduce", "run",
-                       "allreduce_bench.core.config.run:run_config"),
-    "links": Entry("allreduce_bench.links.benchmark", "links",
-                   "allreduce_bench.core.config.run:links_config"),
-    "ddp": Entry("allreduce_bench.ddp.benchmark", "ddp", "allreduce_bench.ddp.config:ddp_config"),
-    "health": Entry("allreduce_bench.health.benchmark", "health",
-                    "allreduce_bench.health.config:health_config", "allreduce_bench.health.store:outcome"),
+    "allreduce": Entry("run", run_config),
+    "links": Entry("links", links_config),
+    "ddp": Entry("ddp", ddp_config),
+    "health": Entry("health", health_config, health_outcome),
 }
 
 
-def get(name: str):
-    """The Benchmark declared under `name`."""
+def entry(name: str) -> Entry:
     try:
-        entry = REGISTRY[name]
+        return REGISTRY[name]
     except KeyError:
         raise UsageError(f"unknown benchmark {name!r}; choose from {', '.join(REGISTRY)}") from None
-    return importlib.import_module(entry.module).BENCHMARK
 
 
 def command_of(name: str) -> str:
-    return REGISTRY[name].command
+    return entry(name).command
 
 
 def config_of(name: str, **options):
     """The benchmark's config from its command's options (validated, one line on bad input)."""
-    module, function = REGISTRY[name].config.split(":")
-    return getattr(importlib.import_module(module), function)(**options)
+    return entry(name).config(**options)
 
 
 def outcome_of(name: str):
     """The benchmark's outcome(out_dir, since) function, or None."""
-    spec = REGISTRY[name].outcome
-    if spec is None:
-        return None
-    module, function = spec.split(":")
-    return getattr(importlib.import_module(module), function)
+    return entry(name).outcome

@@ -11,13 +11,13 @@ from pathlib import Path
 import click
 
 from allreduce_bench.core import units
-from allreduce_bench.emulate.benchmarks import REGISTRY, command_of, config_of
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.core.config.resume_checks import resumed_dir, same_emulation
-from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
 from allreduce_bench.core.environment import EMULATION_ENV, overridden
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.emulate.benchmarks import REGISTRY, command_of, config_of
+from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
 
 NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
 

@@ -28,10 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from allreduce_bench.core import units
-from allreduce_bench.emulate.faults import cgroup_mount_script
-from allreduce_bench.emulate.processes import die_with_parent
 from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.emulate.faults import cgroup_mount_script
+from allreduce_bench.emulate.processes import die_with_parent
 
 PREFIX = "arb-"  # every namespace this project makes, and nothing else, starts with it
 NAME = re.compile(r"^arb-(\d+)-[0-9a-f]+-(h\d+|sw)$")

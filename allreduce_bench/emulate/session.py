@@ -9,8 +9,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from allreduce_bench.emulate import benchmarks
 from allreduce_bench.core import units
+from allreduce_bench.core.results.resume import kept
+from allreduce_bench.core.results.store import update_meta
+from allreduce_bench.emulate import benchmarks
 from allreduce_bench.emulate.cluster import (
     PREFIX,
     EmulatedCluster,
@@ -23,8 +25,6 @@ from allreduce_bench.emulate.cluster import (
 from allreduce_bench.emulate.faults import CpuLimits, remove_cgroups, stale_cgroups
 from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, ddp_rate_bps
 from allreduce_bench.emulate.processes import run_on_hosts, terminate_as_interrupt
-from allreduce_bench.core.results.resume import kept
-from allreduce_bench.core.results.store import update_meta
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate.cluster import (
     SUBNET,
     EmulatedCluster,
@@ -50,7 +51,6 @@ from allreduce_bench.emulate.cluster import (
     remove_namespaces,
     stale_namespaces,
 )
-from allreduce_bench.core.errors import UsageError
 
 CONTROL_ADDRESS = f"{SUBNET}.254"  # the root namespace's end of the uplink into the switch
 STATE_PREFIX = "arb-slurm-"

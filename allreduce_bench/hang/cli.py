@@ -39,10 +39,10 @@ def hang(dumps, out_dir, world_size):
     \b
     Exit codes: 3 a culprit named, 0 all ranks agree, 2 bad input.
     """
-    from allreduce_bench.hang import verdict as analysis
     from allreduce_bench.core.config.checks import check_writable_dir
-    from allreduce_bench.hang import dumps as flight_recorder
     from allreduce_bench.core.results.store import write_json
+    from allreduce_bench.hang import dumps as flight_recorder
+    from allreduce_bench.hang import verdict as analysis
 
     if out_dir is not None:
         check_writable_dir(out_dir, "--out")  # before reading: a bad --out is one line, exit 2

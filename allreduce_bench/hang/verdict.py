@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from allreduce_bench.core.measure.flight_recorder import members_desc  # noqa: F401  (the recorder's side of it)
+
 if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
@@ -113,13 +115,6 @@ def groups_of(dumps: list[Dump]) -> list[Group]:
             if calls and (dump.rank in ranks or not ranks):  # point-to-point only: no collective
                 group.calls[dump.rank] = calls
     return [g for _, g in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][1]))]
-
-
-def members_desc(ranks) -> str:
-    """A group's description naming its members ('ranks 0,3'), given to torch's new_group as
-    group_desc: torch records it in every Flight Recorder entry of the group, and gloo's
-    pg_config lists no members."""
-    return "ranks " + ",".join(str(r) for r in sorted(ranks))
 
 
 def members_from_desc(desc: str) -> tuple[int, ...]:

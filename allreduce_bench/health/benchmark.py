@@ -29,26 +29,23 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.health import pairing
-from allreduce_bench.health.decide import Measurement
-from allreduce_bench.health.verdicts import BAD_INPUT, INCOMPLETE
-from allreduce_bench.core.sweep.allreduce import measure
-from allreduce_bench.core.sweep.finish import start_meta_unless_launched
-from allreduce_bench.core.sweep.rows import make_row
 from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.measure import flight_recorder, world
-from allreduce_bench.health import throttle
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
+from allreduce_bench.core.measure import world
 from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
+from allreduce_bench.core.results.store import start_meta_unless_launched
+from allreduce_bench.core.sweep.allreduce import measure
+from allreduce_bench.core.sweep.rows import make_row
+from allreduce_bench.health import pairing, throttle
+from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
+from allreduce_bench.health.decide import Measurement
+from allreduce_bench.health.verdicts import BAD_INPUT
 
 NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
 # beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
@@ -384,34 +381,5 @@ def whole_world(config) -> list[int]:
     return [max(config.world_sizes)]
 
 
-def finish_health(config) -> int:
-    """The writer, after the ranks: summary, figure, report and exit code from health.json."""
-    from allreduce_bench.health.outputs import explain, summary, write_prometheus
-    from allreduce_bench.health.store import HEALTH_FILE, read_health, write_health
-    from allreduce_bench.core.results.store import read_meta
-
-    path = Path(config.out_dir) / HEALTH_FILE
-    if not path.exists():
-        say(f"allreduce-bench health: the check did not complete: no {path}")
-        return INCOMPLETE
-    doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))
-    doc = flight_recorder.name_collectives(doc, config)  # --flight-recorder: on which collective
-    if config.settings.prometheus:
-        write_prometheus(Path(config.settings.prometheus), doc)
-        print(f"prometheus: {config.settings.prometheus}")
-    if config.plot:
-        from allreduce_bench.health.plots import draw_health, report_section
-        figure = draw_health(doc, Path(config.out_dir) / "plots")
-        report = Path(config.out_dir) / "report.md"
-        report.write_text(report_section(doc, figure, Path(config.out_dir)))
-        print(f"figure: {figure}\nreport: {report}")
-    print(f"health: {path}\n\n{summary(doc)}", flush=True)  # last: the ready --exclude
-    write_health(config.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-    if not doc.get("complete"):
-        say("allreduce-bench health: the check did not complete; health.json holds the rounds measured")
-        return INCOMPLETE
-    return int(doc["exit_code"])
-
-
-BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, finish_health, prepare=prepare,
+BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, prepare=prepare,
                       world_sizes=whole_world, joins_present=True)

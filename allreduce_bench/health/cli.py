@@ -40,9 +40,9 @@ health_options = with_options([
 
 def dry_run(options: dict) -> int:
     """The plan of `--hosts N [--ranks-per-node L] [--pairs ...] [--bisect]`, no process started."""
+    from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
     from allreduce_bench.health.plan import costs, describe, plan
     from allreduce_bench.health.reference import parse_expect
-    from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
 
     hosts, L = options["hosts"], options["ranks_per_node"] or 1
     if hosts is None or hosts < 1 or L < 1:
@@ -81,12 +81,13 @@ def health(**options):
     """
     if options.pop("dry_run"):
         sys.exit(dry_run(options))
-    from allreduce_bench.emulate import benchmarks
-    from allreduce_bench.health.config import health_config
-    from allreduce_bench.core.launch.driver import drive
+    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.health.benchmark import BENCHMARK
+    from allreduce_bench.health.config import health_config
+    from allreduce_bench.health.finish import finish_health
 
     config = health_config(command=shlex.join(sys.argv), **options)
     announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "
              f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}")
-    sys.exit(drive(config, benchmarks.get("health")))
+    sys.exit(measure_then_finish(config, BENCHMARK, finish_health, extensions()))

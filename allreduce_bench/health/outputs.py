@@ -7,9 +7,9 @@ from pathlib import Path
 
 import hostlist
 
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.health.rounds import HealthCheck
 from allreduce_bench.health.verdicts import VERDICTS, exit_code, verdicts
-from allreduce_bench.core.errors import UsageError
 
 
 def exclude(hosts: Sequence[dict]) -> str:

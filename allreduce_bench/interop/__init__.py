@@ -16,14 +16,14 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.nccl_log import parse as nccl_log
+from allreduce_bench.core.metrics import benchmark_of
+from allreduce_bench.core.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
 from allreduce_bench.interop import nccl_tests_json, nccl_tests_text, param_comms, pybench
 from allreduce_bench.interop.collective_names import FACTORS, TYPES, count_ratio, factor_of, world_size_from_factor
 from allreduce_bench.interop.lines import ParseError
-from allreduce_bench.nccl_log.lines import LogLines, read_lines
 from allreduce_bench.interop.run import ImportedRun
-from allreduce_bench.core.metrics import benchmark_of
-from allreduce_bench.core.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
+from allreduce_bench.nccl_log import parse as nccl_log
+from allreduce_bench.nccl_log.lines import LogLines, read_lines
 
 FORMATS = (nccl_tests_json, nccl_tests_text, param_comms, pybench)  # detection order
 IMPORT_COLUMNS = COLUMNS + IMPORTED_COLUMNS

@@ -128,9 +128,9 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     samples (imports, older runs) are compared by the ratio alone, and say so.
     Writes compare.csv and compare.<format> (ratio against size, with its interval).
     """
-    from allreduce_bench.interop import compare as comparing
     from allreduce_bench.core.results.load import load_results, load_samples
     from allreduce_bench.core.results.store import read_meta
+    from allreduce_bench.interop import compare as comparing
 
     if not 0.5 < confidence < 1:
         raise UsageError(f"--confidence must be between 0.5 and 1, e.g. 0.95; got {confidence}")

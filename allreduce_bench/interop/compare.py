@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allreduce_bench.interop import significance
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.units import format_size
+from allreduce_bench.interop import significance
 
 KEY = ["benchmark", "algorithm", "world_size", "size_bytes", "link", "operation"]
 COLUMNS = ["algorithm", "world_size", "size_bytes", "base_us", "other_us", "ratio", "ci_low",

@@ -14,8 +14,8 @@ import re
 from allreduce_bench.interop import interleaved
 from allreduce_bench.interop.collective_names import TYPES, collective_of_program, guess_collective
 from allreduce_bench.interop.lines import ParseError, clean_lines
-from allreduce_bench.nccl_log.lines import hosts_by_pid, read_lines, torn_text
 from allreduce_bench.interop.run import ImportedRun, nccl_version_of_code
+from allreduce_bench.nccl_log.lines import hosts_by_pid, read_lines, torn_text
 
 TOOL = "nccl-tests"
 _TIME_WORDS = ("time", "cputime")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.units import parse_bandwidth, parse_size
 from allreduce_bench.interop.collective_names import factor_of, world_size_from_factor
 from allreduce_bench.interop.lines import ParseError, clean_lines
 from allreduce_bench.interop.run import ImportedRun
-from allreduce_bench.core.units import parse_bandwidth, parse_size
 
 TOOL = "all_reduce_bench.py"
 _SUMMARY = re.compile(r"average bandwidth of (\w+) over (\d+) ranks \((\d+) warmups / (\d+) trials\)")

@@ -21,9 +21,6 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.core.sweep.allreduce import measure
-from allreduce_bench.core.sweep.finish import finish, start_meta_unless_launched
-from allreduce_bench.core.sweep.rows import make_row
 from allreduce_bench.core.config import RunConfig, Sampling
 from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import meta as run_meta
@@ -33,6 +30,9 @@ from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
 from allreduce_bench.core.results.schema import samples_frame
+from allreduce_bench.core.results.store import start_meta_unless_launched
+from allreduce_bench.core.sweep.allreduce import measure
+from allreduce_bench.core.sweep.rows import make_row
 
 
 def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
@@ -166,11 +166,5 @@ def whole_world(config: RunConfig) -> list[int]:
     return [max(config.world_sizes)]
 
 
-def finish_links(config: RunConfig) -> int:
-    from allreduce_bench.links.summary import links_summary
-
-    return finish(config, links_summary, draw=False)
-
-
-BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links, finish_links, prepare=prepare,
+BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links, prepare=prepare,
                       world_sizes=whole_world)

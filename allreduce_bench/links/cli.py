@@ -55,14 +55,22 @@ def links(collective, **options):
     locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
-    from allreduce_bench.emulate import benchmarks
+    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
-    from allreduce_bench.core.launch.driver import drive
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.links.benchmark import BENCHMARK
 
     given = options["ranks_per_node"] is not None
     config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"{len(config.sizes)} sizes -> {config.out_dir}")
-    sys.exit(drive(config, benchmarks.get("links")))
+    sys.exit(measure_then_finish(config, BENCHMARK, finish_links, extensions()))
+
+
+def finish_links(config, lent) -> int:
+    """The intra/inter summary once the ranks have ended (links draws no sweep figures)."""
+    from allreduce_bench.core.cli.finish import finish
+    from allreduce_bench.links.summary import links_summary
+
+    return finish(config, links_summary, draw=False, lent=lent)

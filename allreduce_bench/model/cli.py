@@ -141,8 +141,8 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
     (an imported 2 x 8 nccl-tests log) get one effective link for that layout, and the
     output says which run would separate intra- from inter-node links.
     """
-    from allreduce_bench.model.cost import best_table, fit
     from allreduce_bench.core.config.checks import check_writable_dir
+    from allreduce_bench.model.cost import best_table, fit
 
     out_dir = Path(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent))
     check_writable_dir(out_dir, "--out")
@@ -342,8 +342,8 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, intra_
     e.g. allreduce-bench model predict --algo ring --world-size 64 --ranks-per-node 8 --size 1G \\
            --intra-bw 900GB/s --inter-bw 25GB/s --intra-latency 5us --inter-latency 10us
     """
-    from allreduce_bench.model.cost import allreduce_time, bottleneck, layout, rank_algorithms
     from allreduce_bench.core.metrics import algbw_GBps, busbw_GBps
+    from allreduce_bench.model.cost import allreduce_time, bottleneck, layout, rank_algorithms
 
     size_list = parse_size_list(sizes, "--size")
     check_positive_int(world_size, "--world-size")
@@ -416,8 +416,8 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
          allreduce-bench model ddp --params 7B --compute 0.5s --gpus 8,16,...,1024 \\
            --ranks-per-node 8 --bandwidth 900GB/s --bandwidth 25GB/s
     """
-    from allreduce_bench.model import step as ddp
     from allreduce_bench.core.config.checks import check_finite, check_writable_file
+    from allreduce_bench.model import step as ddp
 
     check_positive_int(ranks_per_node, "--ranks-per-node")
     check_finite(backward_share, "--backward-share", low=None)

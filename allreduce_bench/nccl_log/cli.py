@@ -29,9 +29,9 @@ def nccl_log_command(files, out_dir):
     transports, rank count or variables differ from what most hosts have, with both values.
     For the fullest picture run the job with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING.
     """
-    from allreduce_bench.nccl_log import setup as nccl_setup
     from allreduce_bench.core.config.checks import check_writable_dir
     from allreduce_bench.nccl_log import parse as nccl_log
+    from allreduce_bench.nccl_log import setup as nccl_setup
 
     if out_dir is not None:
         check_writable_dir(out_dir, "--out")  # before reading: a bad --out is one line, exit 2

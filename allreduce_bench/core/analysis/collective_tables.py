@@ -176,30 +176,4 @@ def markdown_parts(frame: pd.DataFrame, markdown_table) -> list[str]:
                   "with the AllReduce, which works in place on one buffer; out of place, each "
                   "half also copies or writes a buffer of its own.", "",
                   markdown_table(_decomposition_markdown(table)), ""]
-    return parts + model_parts(frame, markdown_table)
-
-
-def model_parts(frame: pd.DataFrame, markdown_table) -> list[str]:
-    """The alpha-beta-gamma fit per collective and algorithm (analysis/collective_model.py) and
-    the fastest algorithm per collective, measured beside predicted, at the smallest and the
-    largest size of each world size."""
-    from allreduce_bench.model import collectives as collective_model
-
-    rows = collective_rows(frame, with_allreduce=True)
-    fits = collective_model.fit(rows)
-    if fits.empty:
-        return []
-    comparison = collective_model.compare(rows, fits)
-    errors = comparison.groupby(["collective", "algorithm"], sort=False)["error_pct"].apply(
-        lambda e: e.abs().median()).rename("median |error| (%)")
-    fitted = fits.set_index(["collective", "algorithm"]).join(errors).reset_index()
-    best = collective_model.best(comparison)
-    ends = best.groupby(["collective", "world_size"])["size_bytes"].transform
-    best = best[(best["size_bytes"] == ends("min")) | (best["size_bytes"] == ends("max"))]
-    return ["## Cost model per collective", "",
-            "One link (alpha, B) per collective and algorithm, fitted to its rows over its "
-            "declared steps (plus gamma where the rows tell it apart); the detailed two-link "
-            "AllReduce model is `allreduce-bench model fit`.", "",
-            markdown_table(fitted.round(3)), "",
-            "Fastest algorithm per collective, measured and predicted by that fit:", "",
-            markdown_table(best.assign(size_bytes=best["size_bytes"].map(format_size)).round(1)), ""]
+    return parts

@@ -15,12 +15,6 @@ matplotlib.use("Agg")  # files only; no display needed
 import pandas as pd  # noqa: E402
 
 from allreduce_bench.core.analysis import collective_plots  # noqa: E402
-from allreduce_bench.ddp.analysis import ddp_rows  # noqa: E402
-from allreduce_bench.ddp.plots import (  # noqa: E402
-    accumulation_figure,
-    overlap_figure,
-    timeline_figure,
-)
 from allreduce_bench.core.analysis.style import (  # noqa: E402
     LINE_STYLES,
     MARKERS,
@@ -37,7 +31,6 @@ from allreduce_bench.core.analysis.tables import (  # noqa: E402
     chosen_size,
     curves,
     footnote,
-    has_ddp_rows,
     has_links,
     label_runs,
     link_ratio,
@@ -279,8 +272,9 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
 
 
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
-             size_bytes: int | None = None) -> dict[str, Path]:
-    """Save every figure that applies as out_dir/<name>.<fmt>; name -> path."""
+             size_bytes: int | None = None, sections=()) -> dict[str, Path]:
+    """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
+    (core/extensions.py); name -> path."""
     out_dir = Path(out_dir)
     size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
@@ -294,11 +288,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
         if fig is not None:
             drawn["ranks"] = save(fig, out_dir / f"ranks.{fmt}")
     drawn.update(collective_plots.draw(frame, out_dir, fmt))  # the other collectives, if any
-    if has_ddp_rows(frame):  # DDP runs: step split, measured timeline, accumulation comparison
-        rows, note = ddp_rows(frame), footnote(frame)
-        for name, draw in (("ddp_overlap", overlap_figure), ("ddp_timeline", timeline_figure),
-                           ("ddp_accumulation", accumulation_figure)):
-            path = draw(rows, out_dir / f"{name}.{fmt}", note)
-            if path:
-                drawn[name] = path
+    for section in sections:
+        if section.draw is not None:
+            drawn.update(section.draw(frame, out_dir, fmt, footnote(frame)))
     return drawn

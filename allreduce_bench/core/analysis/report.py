@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.nccl_log import setup as nccl_setup
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table, unstable_rows
@@ -237,7 +236,9 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
-                    out_dir: Path) -> str:
+                    out_dir: Path, sections=()) -> str:
+    """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
+    rows concern, then every figure no section embedded itself."""
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
              "the median over samples of the slowest rank's time per call (a sample times `loops` "
@@ -245,66 +246,17 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              markdown_table(runs_table(frame)), ""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
-    parts += winner_parts(frame, out_dir)
     parts += markdown_parts(frame, markdown_table)
-    parts += ddp_parts(frame, out_dir)  # embeds the ddp_* figures itself
-    parts += nccl_setup.report_parts(run_metas(frame))  # per host NICs, transports, who differs
-    figures = {name: path for name, path in figures.items() if not name.startswith("ddp_")}
+    for section in sections:
+        parts += section.markdown(frame, out_dir, figures)
+    figures = {name: path for name, path in figures.items()
+               if not any(section.own_figures(name) for section in sections)}
     if figures:
         parts += ["## Figures", ""]
         for name, path in figures.items():
             relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
             parts += [f"![{name}]({relative.as_posix()})", ""]
     return "\n".join(parts)
-
-
-def winner_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
-    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
-    where `model fit` left a model.json in the run directory (the parent of plots/)."""
-    from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compare, crossovers
-
-    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
-                 if (p / MODEL_FILE).exists()), None)
-    if path is None:
-        return []
-    model = CostModel.load(path)
-    comparison = compare(frame, model)
-    if comparison.empty:
-        return []
-    best = best_table(comparison)
-    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
-                          "measured best": best["measured"], "predicted best": best["predicted"],
-                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
-                              "{:.1f}%".format)})
-    cross = crossovers(model, comparison)
-    lines = ["## Which algorithm wins where", "",
-             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
-             "algorithm measured and the one the model predicts, among those measured at each "
-             "point; the last column is how much slower the predicted one measured.", "",
-             markdown_table(table), ""]
-    if len(cross):
-        lines += ["Predicted crossover sizes: " + "; ".join(
-            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
-            for r in cross.itertuples()), ""]
-    figure = Path(out_dir) / "model_best.png"
-    if figure.exists():
-        lines += ["![fastest algorithm](model_best.png)", ""]
-    return lines
-
-
-def ddp_parts(frame: pd.DataFrame, out_dir: Path) -> list[str]:
-    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
-    from allreduce_bench.ddp.analysis import ddp_markdown
-
-    if not has_ddp_rows(frame):
-        return []
-    rows = frame[frame["benchmark"] == "ddp"]
-    meta = next(iter(run_metas(rows).values()), {})
-    figures = {name: file for name, file in (("overlap", "ddp_overlap.png"),
-                                             ("timeline", "ddp_timeline.png"),
-                                             ("accumulation", "ddp_accumulation.png"))
-               if (Path(out_dir) / file).exists()}
-    return [ddp_markdown(rows, meta, figures)]
 
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
@@ -314,13 +266,14 @@ def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
 
 
 def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
-                 fmt: str = "png") -> tuple[dict[str, Path], Path]:
-    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir."""
+                 fmt: str = "png", sections=()) -> tuple[dict[str, Path], Path]:
+    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir,
+    with the features' `sections` (core/extensions.py; none: the sweep's own only)."""
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
 
     size_bytes = chosen_size(frame, size)
     out_dir = Path(out_dir)
-    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes)
+    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
     path = out_dir / "report.md"
-    path.write_text(report_markdown(frame, size_bytes, figures, out_dir))
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections))
     return figures, path

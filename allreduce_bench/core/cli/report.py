@@ -46,10 +46,11 @@ def plot(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.plots import draw_all
     from allreduce_bench.core.analysis.report import chosen_size
+    from allreduce_bench.core.cli.finish import extensions
 
     frame = _load(paths, out_dir)
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
-                       size_bytes=chosen_size(frame, size))
+                       size_bytes=chosen_size(frame, size), sections=extensions().sections)
     for path in figures.values():
         click.echo(f"figure: {path}")
 
@@ -65,9 +66,11 @@ def report(paths, out_dir, fmt, size):
     PATHS are run directories or results.csv files, merged as for `plot`.
     """
     from allreduce_bench.core.analysis.report import chosen_size, print_tables, write_report
+    from allreduce_bench.core.cli.finish import extensions
 
     frame = _load(paths, out_dir)
     size_bytes = chosen_size(frame, size)
     print_tables(frame, size_bytes, echo=click.echo)
-    figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt)
+    figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
+                                 sections=extensions().sections)
     click.echo(f"\nreport: {path} ({len(figures)} figures beside it)")

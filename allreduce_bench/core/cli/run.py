@@ -89,13 +89,21 @@ def run(**options):
     srun / mpirun it uses that world the same way.
     Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
     """
-    from allreduce_bench.emulate import benchmarks
+    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
-    from allreduce_bench.core.launch.driver import drive
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.sweep.allreduce import BENCHMARK
 
     config = run_config(command=shlex.join(sys.argv), **options)
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
              f"algorithms {describe(config)} -> {config.out_dir}")
-    sys.exit(drive(config, benchmarks.get("allreduce")))
+    sys.exit(measure_then_finish(config, BENCHMARK, finish_run, extensions()))
+
+
+def finish_run(config, lent) -> int:
+    """The sweep's summary, figures and report.md once the ranks have ended."""
+    from allreduce_bench.core.analysis.report import terminal_summary
+    from allreduce_bench.core.cli.finish import finish
+
+    return finish(config, terminal_summary, lent=lent)

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import (
     CPU_DEFAULTS,
@@ -33,7 +31,6 @@ from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
-from allreduce_bench.core.measure.device import resolve_backend
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
 
@@ -57,6 +54,10 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     """
     env = launcher_env()
     check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
+    import torch  # here, not at import: the command group loads this module for its help
+
+    from allreduce_bench.core.measure.device import resolve_backend
+
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
     if world_sizes is not None:
@@ -206,14 +207,6 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
-
-
-def links_config(collective: str = "all_reduce", **options) -> RunConfig:
-    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
-    backend's call of --collective (exactly one)."""
-    if "," in collective or collective == "all":
-        raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
-    return run_config(algos="native", collectives=collective, **options)
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:

@@ -1,6 +1,7 @@
-"""The driver every measuring command shares: it is handed a benchmark's declaration and runs it
-on a launcher's world or on local worlds, then hands back to the benchmark's `finish` (summary,
-figures, exit code). It names no benchmark."""
+"""The driver every measuring command shares: it is handed a benchmark's declaration and runs its
+ranks on a launcher's world or on local worlds, then returns; what comes after the ranks
+(summary, figures, verdicts, exit code) is the command's (core/cli/finish.py). It names no
+benchmark and no feature: what a feature lends (the hang verdict) comes in `extensions`."""
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.extensions import NONE, Extensions
 from allreduce_bench.core.launch.environments import describe_failure, launch_local
 from allreduce_bench.core.launch.flight import flight_recorder_line
 from allreduce_bench.core.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
@@ -68,31 +70,37 @@ def spawned_ranks(parent: int | None = None) -> list[int]:
     return sorted(found)
 
 
-def drive(config, benchmark: Benchmark) -> int:
-    """Run `benchmark`: under a launcher on this rank of its world; else on one local world of
-    the largest world size `benchmark.world_sizes(config)` leaves to do (asked once the
-    directory is locked), whose first k ranks measure world size k, as under a launcher: one
-    start of ranks and torch instead of one per world size. Then `benchmark.finish(config)`
-    where rows are written. The writer holds the output directory's lock throughout and runs
-    `benchmark.prepare(config)` first. A rank that dies or Ctrl-C ends a local run with one
-    line, the rows kept."""
-    env = launcher_env()
-    writer = is_writer(env)
-    lock = DirectoryLock(config.out_dir).acquire() if writer else None
+@contextmanager
+def writer_lock(config):
+    """The output directory locked for the whole command where this process writes (the local
+    driver, rank 0 under a launcher): one run per directory."""
+    lock = DirectoryLock(config.out_dir).acquire() if is_writer(launcher_env()) else None
     try:
-        if benchmark.prepare is not None and writer:
-            benchmark.prepare(config)
-        if env is not None:
-            guarded(rank_main, config, benchmark, env)
-            # a world of the ranks that came (health) is finished by its first rank
-            return benchmark.finish(config) if writes(writer) else 0
-        world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
-                       else config.world_sizes)
-        code = _drive_local(config, benchmark, world_sizes)
-        return benchmark.finish(config) if code is None else code
+        yield
     finally:
         if lock is not None:
             lock.release()
+
+
+def drive(config, benchmark: Benchmark, extensions: Extensions = NONE) -> int | None:
+    """Run `benchmark`'s ranks: under a launcher on this rank of its world; else on one local
+    world of the largest world size `benchmark.world_sizes(config)` leaves to do, whose first k
+    ranks measure world size k, as under a launcher: one start of ranks and torch instead of
+    one per world size. The writer runs `benchmark.prepare(config)` first (call it inside
+    `writer_lock`). None when every rank finished and this process writes: the command then
+    finishes the run; else the exit code (0 for a rank that does not write). A rank that dies
+    or Ctrl-C ends a local run with one line, the rows kept."""
+    env = launcher_env()
+    writer = is_writer(env)
+    if benchmark.prepare is not None and writer:
+        benchmark.prepare(config)
+    if env is not None:
+        guarded(rank_main, config, benchmark, env, extensions.dump_verdict)
+        # a world of the ranks that came (health) is finished by its first rank
+        return None if writes(writer) else 0
+    world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
+                   else config.world_sizes)
+    return _drive_local(config, benchmark, world_sizes, extensions)
 
 
 def _abandoned_ranks(error) -> str:
@@ -103,7 +111,7 @@ def _abandoned_ranks(error) -> str:
                     if getattr(failure, "pid", None) in pids)
 
 
-def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
+def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensions) -> int | None:
     """None when every world finished, else the exit code after the one line saying why not."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -116,7 +124,8 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
             with _ranks_ignore_ctrl_c(reasons):
                 if world_sizes:
                     launch_local(max(world_sizes), guarded, rank_main,
-                                 config.with_world_sizes(tuple(world_sizes)), benchmark)
+                                 config.with_world_sizes(tuple(world_sizes)), benchmark, None,
+                                 extensions.dump_verdict)
         except ChildFailedError as error:
             if stopped := _abandoned_ranks(error):
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
@@ -129,7 +138,8 @@ def _drive_local(config, benchmark: Benchmark, world_sizes) -> int | None:
             print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"
                   + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
                      if killed else ""), file=sys.stderr)
-            if recorded := flight_recorder_line(config):  # --flight-recorder: who hung, on what
+            # --flight-recorder: who hung, on what
+            if recorded := flight_recorder_line(config, extensions.dump_verdict):
                 print(recorded, file=sys.stderr)
             return 1
         except (SignalException, KeyboardInterrupt) as error:

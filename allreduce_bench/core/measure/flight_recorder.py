@@ -6,7 +6,7 @@ dtypes, state, Python stack) in a ring buffer of that many entries, gloo's as we
 With NCCL the watchdog also dumps on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE).
 Every rank dumps its buffer itself when a collective fails or times out and at its end, as
 torch names the files (`rank<R>`, the prefix torch's own analyzer `torchfrtrace` reads);
-`allreduce-bench hang OUT/flight-recorder` (analysis/hang.py) names the rank that hung and
+`allreduce-bench hang OUT/flight-recorder` (hang/verdict.py) names the rank that hung and
 the collective. A frozen or dead rank leaves no dump: that absence is the finding.
 """
 from __future__ import annotations
@@ -77,11 +77,16 @@ def described(ranks) -> dict:
 
     import torch.distributed as dist
 
-    from allreduce_bench.hang.verdict import members_desc
-
     if "group_desc" not in inspect.signature(dist.new_group).parameters:
         return {}
     return {"group_desc": members_desc(ranks)}
+
+
+def members_desc(ranks) -> str:
+    """A group's description naming its members ('ranks 0,3'), given to torch's new_group as
+    group_desc: torch records it in every Flight Recorder entry of the group, and gloo's
+    pg_config lists no members (hang/verdict.py reads it back)."""
+    return "ranks " + ",".join(str(r) for r in sorted(ranks))
 
 
 def _dump_api():
@@ -134,59 +139,18 @@ def wait_for_dumps(where: Path, world_size: int, wait_s: float) -> int:
         time.sleep(0.1)
 
 
-def verdict_line(where: Path, hosts: list[str] | None = None, world_size: int | None = None) -> str | None:
-    """'flight recorder: rank 2 (node1) never_entered all_reduce #7 of group 0: ...' from the
-    dumps in `where`, or None when there are none (or they cannot be read)."""
-    from allreduce_bench.hang.verdict import culprit_line, ranges, verdict
-    from allreduce_bench.core.errors import UsageError
-    from allreduce_bench.hang import dumps as flight_recorder
-
-    try:
-        dumps = flight_recorder.read([where]) if where.is_dir() else []
-    except UsageError as error:
-        return f"flight recorder: dumps in {where} unreadable ({error})"
-    if not dumps:
-        return None
-    found = verdict(dumps, hosts or flight_recorder.hosts_beside([where]), world_size)
-    if not found.culprits:
-        return (f"flight recorder: the {len(dumps)} dumps agree (ranks {ranges(found.dumped)}); "
-                f"see `allreduce-bench hang {where}`")
-    return ("flight recorder: " + "; ".join(culprit_line(c) for c in found.culprits)
-            + f" (`allreduce-bench hang {where}`)")
-
-
-def after_failure(config, rank: int, world_size: int, local: bool) -> str:
+def after_failure(config, rank: int, world_size: int, local: bool, dump_verdict=None) -> str:
     """On a rank whose collective failed or timed out: dump; under a launcher, rank 0 then
-    waits WAIT_S for the other survivors' dumps and returns the verdict to add to its line
-    (a local run's driver reads the dumps itself, once every rank has ended)."""
+    waits WAIT_S for the other survivors' dumps and returns `dump_verdict`'s line on them (the
+    hang feature's, handed in by the command) to add to its line (a local run's driver reads
+    the dumps itself, once every rank has ended)."""
     path = dump(config, rank)
-    if path is None or local or rank != 0:
+    if path is None or local or rank != 0 or dump_verdict is None:
         return f"; flight recorder dump {path}" if path is not None and not local else ""
     wait_for_dumps(path.parent, world_size, wait_s=WAIT_S)
-    line = verdict_line(path.parent, world_size=world_size)
+    line = dump_verdict(path.parent, world_size=world_size)
     return f"; {line}" if line else ""
 
 
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def name_collectives(doc: dict, config) -> dict:
-    """health.json's document with each unreachable host's verdict saying on which collective
-    its rank hung, from the dumps (with --flight-recorder; else unchanged)."""
-    if not getattr(config, "flight_recorder", False):
-        return doc
-    from allreduce_bench.hang.verdict import annotate_unreachable, verdict
-    from allreduce_bench.health.pairing import host_names
-    from allreduce_bench.core.errors import UsageError
-    from allreduce_bench.hang import dumps as reader
-    from allreduce_bench.core.results.store import read_meta
-
-    try:
-        dumps = reader.read([folder(config)])
-    except UsageError:
-        return doc  # no dumps (the check never started), said by health itself
-    settings = getattr(config, "settings", None)
-    per_host = getattr(settings, "ranks_per_node", None) or config.ranks_per_node or 1
-    names = host_names(read_meta(config.out_dir).get("hostnames", []), per_host)
-    return annotate_unreachable(doc, verdict(dumps, names, world_size=len(names) or None))

@@ -11,14 +11,10 @@ what NCCL set up, not for the figures of small sizes.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch.distributed as dist
-
-from allreduce_bench.nccl_log import parse as nccl_log
-from allreduce_bench.core.results.store import read_meta, write_meta
 
 DEBUG_DIR = "nccl-debug"
 SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
@@ -79,18 +75,3 @@ def collect(config, rank: int, world_size: int) -> None:
     for files in filter(None, received):
         for name, content in files.items():
             (folder / name).write_text(content)
-    record(config.out_dir)
-
-
-def record(out_dir: Path | str) -> dict | None:
-    """Read OUT/nccl-debug into meta.json's `nccl` (and a note when NCCL wrote nothing)."""
-    files = nccl_log.debug_files(Path(out_dir) / DEBUG_DIR)
-    block = nccl_log.read_files(files) if files else None
-    if block is None or not nccl_log.said_anything(block):
-        print(f"allreduce-bench: --nccl-debug: NCCL wrote no debug lines in {Path(out_dir) / DEBUG_DIR} "
-              "(a gloo run uses no NCCL)", file=sys.stderr)
-        return None
-    meta = read_meta(out_dir)
-    meta["nccl"] = block
-    write_meta(out_dir, meta)
-    return block

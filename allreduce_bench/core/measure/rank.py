@@ -29,9 +29,8 @@ from allreduce_bench.core.environment import (
     launcher_env,
 )
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
-from allreduce_bench.core.measure import binding, flight_recorder, nccl_debug, stopped, world
+from allreduce_bench.core.measure import binding, flight_recorder, link_peaks, nccl_debug, stopped, world
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure import link_peaks
 from allreduce_bench.core.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.core.measure.faults import (
     Fault,
@@ -101,20 +100,19 @@ def join_world(config, env: RankEnv | None, present: bool = False):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares (registered by name in benchmarks/__init__.py).
+    """What a benchmark declares: what its ranks measure, handed to the driver by its command.
 
     On every rank: `measure(session) -> #wrong`, rows through `session.record`; `meta(config)`
     is the meta.json a new run starts with. On the writer (the local driver, or rank 0 under a
     launcher): `prepare(config)` before any rank starts, `world_sizes(config)` the local worlds
-    still to start (None: every world size of the config), `finish(config) -> exit code` after
-    the ranks (summary, figures). `resumable`: a stopped run says how to continue it.
+    still to start (None: every world size of the config). What comes after the ranks (summary,
+    figures, verdicts) is the command's. `resumable`: a stopped run says how to continue it.
     `joins_present`: its world is made of the ranks that arrive, not of all launched. Every
     field is a module-level function, so spawned ranks receive the declaration by reference."""
 
     name: str
     meta: Callable[[object], dict]
     measure: Callable[[Session], int]
-    finish: Callable[[object], int]
     prepare: Callable[[object], None] | None = None
     world_sizes: Callable[[object], list[int]] | None = None
     resumable: bool = False
@@ -194,8 +192,10 @@ class Session:
         return {**row, "link_peak_GBps": round(peak, 3), "busbw_pct_of_peak": round(100.0 * busbw / peak, 1)}
 
 
-def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
-    """Measure `benchmark` on this rank; returns #wrong (meaningful on rank 0).
+def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_verdict=None) -> int:
+    """Measure `benchmark` on this rank; returns #wrong (meaningful on rank 0). `dump_verdict`:
+    the hang feature's line on Flight Recorder dumps (Extensions.dump_verdict), for rank 0's
+    failure line under a launcher.
 
     A collective that fails or times out ends this process at once with exit code 3 and one
     line naming the step and the missing rank (see faults.py); rows already written stay.
@@ -215,8 +215,9 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
     progress = Progress(env.rank, env.world_size)
     # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
     with nullcontext() if DRIVER_PID_ENV in os.environ else \
-            stopped.watch(env.rank, env.world_size, progress, config):
-        wrong = _measure_or_exit(config, benchmark, env, device, placement, binder, progress)
+            stopped.watch(env.rank, env.world_size, progress, config, dump_verdict):
+        wrong = _measure_or_exit(config, benchmark, env, device, placement, binder, progress,
+                                 dump_verdict)
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(config.out_dir)
@@ -224,7 +225,7 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None) -> int:
 
 
 def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placement, binder,
-                     progress: Progress) -> int:
+                     progress: Progress, dump_verdict=None) -> int:
     """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
@@ -240,7 +241,8 @@ def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placeme
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         line = failure_line(env.rank, progress, error, config.timeout_s)
         line += flight_recorder.after_failure(config, env.rank, env.world_size,
-                                              local=DRIVER_PID_ENV in os.environ)
+                                              local=DRIVER_PID_ENV in os.environ,
+                                              dump_verdict=dump_verdict)
         exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
         claim_or_wait()

@@ -64,7 +64,8 @@ def _relay(read_fd: int, handle: Callable[[int], None]) -> None:
 
 
 @contextmanager
-def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iterator[None]:
+def watch(rank: int, world_size: int, progress: faults.Progress, config,
+          dump_verdict=None) -> Iterator[None]:
     """Within the block, report this rank's end on SIGTERM (see the module's text). Call it
     from the main thread. Nothing where SIGTERM is ignored on purpose."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
@@ -74,7 +75,7 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iter
     def on_signal(signum: int) -> None:
         if signum == signal.SIGTERM:
             try:
-                _end(rank, world_size, progress, config)
+                _end(rank, world_size, progress, config, dump_verdict)
             finally:  # whatever went wrong, the launcher asked this rank to end
                 os._exit(TERMINATED_EXIT)
 
@@ -87,7 +88,7 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config) -> Iter
             signal.signal(signal.SIGTERM, previous)  # before the wakeup fd goes: none is lost
 
 
-def _end(rank: int, world_size: int, progress: faults.Progress, config) -> None:
+def _end(rank: int, world_size: int, progress: faults.Progress, config, dump_verdict=None) -> None:
     if faults.report_claimed(GRACE_S) or not faults.claim_report():
         # the main thread is writing its own line: let it out, then leave without lingering
         faults.report_written()
@@ -96,7 +97,8 @@ def _end(rank: int, world_size: int, progress: faults.Progress, config) -> None:
     who = progress.missing()
     if who != "missing rank unknown":  # a time limit or scancel: nobody is missing
         line += f"; {who}"
-    line += flight_recorder.after_failure(config, rank, world_size, local=False)
+    line += flight_recorder.after_failure(config, rank, world_size, local=False,
+                                          dump_verdict=dump_verdict)
     # lingers like any rank that gives up: on a scancel every rank got the signal at once, and
     # under srun and mpirun the others still ask rank 0's store who is missing
     faults.exit_now(line, TERMINATED_EXIT)

@@ -9,12 +9,19 @@ import csv
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.core.results.schema import COLUMNS, META_FILE, PARQUET_FILE, RESULTS_FILE, SAMPLES_DIR, SCHEMA_VERSION
+from allreduce_bench.core.results.schema import (
+    COLUMNS,
+    META_FILE,
+    PARQUET_FILE,
+    RESULTS_FILE,
+    SAMPLES_DIR,
+    SCHEMA_VERSION,
+)
 
 
 def drop_partial_last_row(path: Path) -> bool:
@@ -209,3 +216,11 @@ def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
     parquet_safe(frame).to_parquet(tmp, index=False)
     tmp.replace(path)
     return path
+
+
+def start_meta_unless_launched(config, meta: Callable) -> None:
+    """A local run's driver starts meta.json; under a launcher rank 0 does (measure/rank.py)."""
+    from allreduce_bench.core.environment import launcher_env
+
+    if launcher_env() is None:
+        start_meta(config.out_dir, meta(config))

@@ -16,9 +16,6 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
-from allreduce_bench.core.sweep import collectives, passes
-from allreduce_bench.core.sweep.finish import finish
-from allreduce_bench.core.sweep.rows import pooled_row
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure import patterns, timing
@@ -28,6 +25,8 @@ from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import World, end_phase, make_world
 from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.store import read_meta, start_meta, update_meta
+from allreduce_bench.core.sweep import collectives, passes
+from allreduce_bench.core.sweep.rows import pooled_row
 
 
 def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
@@ -152,11 +151,5 @@ def world_sizes_to_do(config: RunConfig) -> list[int]:
             if any(key not in done for key in collectives.measurement_keys(config, k))]
 
 
-def finish_run(config: RunConfig) -> int:
-    from allreduce_bench.core.analysis.report import terminal_summary
-
-    return finish(config, terminal_summary)
-
-
-BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases, finish_run,
+BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases,
                       prepare=prepare, world_sizes=world_sizes_to_do, resumable=True)

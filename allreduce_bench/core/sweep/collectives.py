@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from allreduce_bench.core import algorithms, metrics
-from allreduce_bench.core.sweep import passes
-from allreduce_bench.core.sweep.rows import pooled_row
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure.world import World
+from allreduce_bench.core.sweep import passes
+from allreduce_bench.core.sweep.rows import pooled_row
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:

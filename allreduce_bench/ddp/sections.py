@@ -1,0 +1,47 @@
+"""DDP's section of report.md and its figures (lent to the core as Extensions.sections): the
+step split, the measured timeline and the accumulation comparison, from `benchmark = ddp` rows."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.core.analysis.tables import has_ddp_rows, run_metas
+from allreduce_bench.core.extensions import Section
+from allreduce_bench.ddp.analysis import ddp_markdown, ddp_rows
+
+FIGURES = ("ddp_overlap", "ddp_timeline", "ddp_accumulation")
+
+
+def draw_ddp(frame: pd.DataFrame, out_dir: Path, fmt: str, note: str) -> dict[str, Path]:
+    """plots/ddp_*.<fmt> where the rows hold DDP measurements."""
+    if not has_ddp_rows(frame):
+        return {}
+    from allreduce_bench.ddp.plots import accumulation_figure, overlap_figure, timeline_figure
+
+    rows, drawn = ddp_rows(frame), {}
+    for name, draw in zip(FIGURES, (overlap_figure, timeline_figure, accumulation_figure)):
+        path = draw(rows, Path(out_dir) / f"{name}.{fmt}", note)
+        if path:
+            drawn[name] = path
+    return drawn
+
+
+def ddp_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
+    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
+    if not has_ddp_rows(frame):
+        return []
+    rows = frame[frame["benchmark"] == "ddp"]
+    meta = next(iter(run_metas(rows).values()), {})
+    files = {name: file for name, file in (("overlap", "ddp_overlap.png"),
+                                           ("timeline", "ddp_timeline.png"),
+                                           ("accumulation", "ddp_accumulation.png"))
+             if (Path(out_dir) / file).exists()}
+    return [ddp_markdown(rows, meta, files)]
+
+
+def embedded(name: str) -> bool:
+    return name in FIGURES  # ddp_markdown places them itself
+
+
+SECTION = Section("ddp", ddp_parts, draw_ddp, embedded)

@@ -1,0 +1,75 @@
+"""The cost model's sections of report.md (lent to the core as Extensions.sections): which
+algorithm wins where, measured beside what a fitted model.json predicts, and the alpha-beta-gamma
+fit per collective and algorithm."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from allreduce_bench.core.analysis.collective_tables import collective_rows
+from allreduce_bench.core.analysis.report import markdown_table
+from allreduce_bench.core.extensions import Section
+from allreduce_bench.core.units import format_size
+from allreduce_bench.model import collectives as collective_model
+from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compare, crossovers
+
+
+def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
+    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
+    where `model fit` left a model.json in the run directory (the parent of plots/)."""
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+                 if (p / MODEL_FILE).exists()), None)
+    if path is None:
+        return []
+    model = CostModel.load(path)
+    comparison = compare(frame, model)
+    if comparison.empty:
+        return []
+    best = best_table(comparison)
+    table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
+                          "measured best": best["measured"], "predicted best": best["predicted"],
+                          "predicted best is slower by": best["predicted_best_slower_pct"].map(
+                              "{:.1f}%".format)})
+    cross = crossovers(model, comparison)
+    lines = ["## Which algorithm wins where", "",
+             f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
+             "algorithm measured and the one the model predicts, among those measured at each "
+             "point; the last column is how much slower the predicted one measured.", "",
+             markdown_table(table), ""]
+    if len(cross):
+        lines += ["Predicted crossover sizes: " + "; ".join(
+            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
+            for r in cross.itertuples()), ""]
+    figure = Path(out_dir) / "model_best.png"
+    if figure.exists():
+        lines += ["![fastest algorithm](model_best.png)", ""]
+    return lines
+
+
+def collective_parts(frame: pd.DataFrame, out_dir: Path = None, figures=None) -> list[str]:
+    """The alpha-beta-gamma fit per collective and algorithm (model/collectives.py) and
+    the fastest algorithm per collective, measured beside predicted, at the smallest and the
+    largest size of each world size."""
+    rows = collective_rows(frame, with_allreduce=True)
+    fits = collective_model.fit(rows)
+    if fits.empty:
+        return []
+    comparison = collective_model.compare(rows, fits)
+    errors = comparison.groupby(["collective", "algorithm"], sort=False)["error_pct"].apply(
+        lambda e: e.abs().median()).rename("median |error| (%)")
+    fitted = fits.set_index(["collective", "algorithm"]).join(errors).reset_index()
+    best = collective_model.best(comparison)
+    ends = best.groupby(["collective", "world_size"])["size_bytes"].transform
+    best = best[(best["size_bytes"] == ends("min")) | (best["size_bytes"] == ends("max"))]
+    return ["## Cost model per collective", "",
+            "One link (alpha, B) per collective and algorithm, fitted to its rows over its "
+            "declared steps (plus gamma where the rows tell it apart); the detailed two-link "
+            "AllReduce model is `allreduce-bench model fit`.", "",
+            markdown_table(fitted.round(3)), "",
+            "Fastest algorithm per collective, measured and predicted by that fit:", "",
+            markdown_table(best.assign(size_bytes=best["size_bytes"].map(format_size)).round(1)), ""]
+
+
+WINNERS = Section("model", winner_parts)
+COLLECTIVES = Section("collective model", collective_parts)
