@@ -125,7 +125,7 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
                 if world_sizes:
                     launch_local(max(world_sizes), guarded, rank_main,
                                  config.with_world_sizes(tuple(world_sizes)), benchmark, None,
-                                 extensions.dump_verdict)
+                                 extensions.dump_verdict, marks=reasons)
         except ChildFailedError as error:
             if stopped := _abandoned_ranks(error):
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env, process_state
 from allreduce_bench.core.errors import PEER_LOST_EXIT, UsageError
-from allreduce_bench.core.launch.reasons import REASON_DIR_ENV
 
 LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
 
@@ -50,7 +49,7 @@ def _rank_children(parent: int) -> set[int]:
     return found
 
 
-def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int]) -> None:
+def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], marks: Path) -> None:
     """Watch a local world's ranks (their /proc entries, twice a second, once all are known)
     for one that was stopped (SIGSTOP) and will not be waited for:
 
@@ -64,7 +63,6 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int]) 
     """
     if not os.path.isdir("/proc"):
         return
-    marks = Path(os.environ.get(REASON_DIR_ENV) or os.devnull)
     pids: set[int] = set()
     left_before = False
     while not done.wait(0.5):
@@ -91,7 +89,7 @@ def _send(pids, sig) -> None:
             pass
 
 
-def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
+def launch_local(nprocs: int, entrypoint: Callable, *args, marks: Path | None = None) -> dict[int, object]:
     """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
 
     The rendezvous store listens on 127.0.0.1 with a port the OS picks, so concurrent runs never
@@ -120,7 +118,8 @@ def launch_local(nprocs: int, entrypoint: Callable, *args) -> dict[int, object]:
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
         monitor_interval=0.1, start_method="spawn", **options)
     done, killed = threading.Event(), []
-    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done, killed), daemon=True).start()
+    threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done, killed, Path(marks or os.devnull)),
+                     daemon=True).start()
     try:
         return elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:

@@ -46,7 +46,8 @@ def enable(config) -> None:
 
 
 def own_files(pid: int | None = None) -> list[Path]:
-    """This process's debug file(s) (`<host>.<pid>.log`) where NCCL_DEBUG_FILE points."""
+    """This process's debug file(s) (`<host>.<pid>.log`) where NCCL_DEBUG_FILE points: NCCL's
+    own variable, read as NCCL reads it (a user's NCCL_DEBUG_FILE is honoured the same way)."""
     pid = os.getpid() if pid is None else pid
     folder = Path(os.environ.get("NCCL_DEBUG_FILE", "")).parent
     return sorted(folder.glob(f"*.{pid}.log")) if os.environ.get("NCCL_DEBUG_FILE") and folder.is_dir() else []
