@@ -34,7 +34,6 @@ from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure import world
 from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
@@ -332,7 +331,7 @@ def measure_health(session) -> int:
 
     config, env = session.config, session.env
     L = config.ranks_per_node or env.local_world_size
-    came = world.presence()  # health's world: the ranks that came (measure/world.py)
+    came = session.presence  # health's world: the ranks that came (measure/world.py)
     launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
                                            local=DRIVER_PID_ENV in os.environ)
     names = [launched[r] for r in came.members]

@@ -18,7 +18,6 @@ from allreduce_bench.core.launch.flight import flight_recorder_line
 from allreduce_bench.core.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
 from allreduce_bench.core.measure import stopped
 from allreduce_bench.core.measure.rank import Benchmark, rank_main
-from allreduce_bench.core.measure.world import writes
 from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.resume import kept
 
@@ -95,9 +94,9 @@ def drive(config, benchmark: Benchmark, extensions: Extensions = NONE) -> int | 
     if benchmark.prepare is not None and writer:
         benchmark.prepare(config)
     if env is not None:
-        guarded(rank_main, config, benchmark, env, extensions.dump_verdict)
         # a world of the ranks that came (health) is finished by its first rank
-        return None if writes(writer) else 0
+        finishes = guarded(rank_main, config, benchmark, env, extensions.dump_verdict)
+        return None if finishes else 0
     world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
                    else config.world_sizes)
     return _drive_local(config, benchmark, world_sizes, extensions)

@@ -14,8 +14,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch.distributed as dist
-
 DEBUG_DIR = "nccl-debug"
 SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
 
@@ -58,6 +56,8 @@ def collect(config, rank: int, world_size: int) -> None:
     debug file (those it cannot see in its OUT are sent to it) and records the block."""
     if not getattr(config, "nccl_debug", False):
         return
+    import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch
+
     mine = own_files()
     folder = Path(config.out_dir) / DEBUG_DIR
     names: list = [None] * world_size

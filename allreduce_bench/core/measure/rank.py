@@ -63,12 +63,13 @@ def _quiet_interrupt(signum, frame) -> None:
 
 
 def join_world(config, env: RankEnv | None, present: bool = False):
-    """(this rank's device, its Binder, where it runs) and its place in the default process group, the same
-    way for every per-rank entry point (run, links, ddp) and every launcher. `config` needs
+    """(this rank's device, its Binder, where it runs, its Presence) and its place in the
+    default process group, the same way for every per-rank entry point (run, links, ddp) and
+    every launcher. `config` needs
     backend, device, timeout_s and bind: the binding is applied before the process group's
     threads start. A rank that cannot join exits with one line. `present`: the world is made
-    of the ranks that arrive within --timeout (measure/world.py `join_present`; this rank's
-    place in it is `world.presence().env`, None when it sits out)."""
+    of the ranks that arrive within --timeout (measure/world.py `join_present`: the Presence,
+    else None; this rank's place in it is `presence.env`, None when it sits out)."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
@@ -84,9 +85,10 @@ def join_world(config, env: RankEnv | None, present: bool = False):
                                  gpu_index=device.torch_device.index if device.kind == "cuda" else None)
     placement = binder.bind(*here)
     options = process_group_options(config.backend, device, config.timeout_s)
+    presence = None
     try:
         if present:
-            world.join_present(env, config.backend, options, config.timeout_s, socket.gethostname(),
+            presence = world.join_present(env, config.backend, options, config.timeout_s, socket.gethostname(),
                                getattr(config, "ranks_per_node", None) or env.local_world_size)
         else:
             dist.init_process_group(config.backend, **options)
@@ -95,7 +97,7 @@ def join_world(config, env: RankEnv | None, present: bool = False):
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
                  f"({env.launcher}, master {where}): {first}", **({"code": 1} if present else {}))
-    return device, binder, placement
+    return device, binder, placement, presence
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,10 @@ class Session:
     """One rank's measuring context: the same for every benchmark."""
 
     def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str],
-                 binder: binding.Binder | None = None):
+                 binder: binding.Binder | None = None, presence: world.Presence | None = None):
         self.config, self.env, self.device, self.progress = config, env, device, progress
         self.binder = binder
+        self.presence = presence  # who came, in a world of the ranks that arrive (health)
         self.hosts = hosts  # hostname of every global rank, for the raw samples
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
@@ -192,8 +195,9 @@ class Session:
         return {**row, "link_peak_GBps": round(peak, 3), "busbw_pct_of_peak": round(100.0 * busbw / peak, 1)}
 
 
-def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_verdict=None) -> int:
-    """Measure `benchmark` on this rank; returns #wrong (meaningful on rank 0). `dump_verdict`:
+def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_verdict=None) -> bool:
+    """Measure `benchmark` on this rank; returns whether this process finishes the run: rank 0,
+    or the first rank of a world of the ranks that came (rank 0 may sit out). `dump_verdict`:
     the hang feature's line on Flight Recorder dumps (Extensions.dump_verdict), for rank 0's
     failure line under a launcher.
 
@@ -204,33 +208,34 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
     fault = Fault.from_env()
     if fault and env is not None:
         fault.at_start(env.rank)  # test-only: a rank that hangs while it starts
-    device, binder, placement = join_world(config, env, present=benchmark.joins_present)
-    if benchmark.joins_present:
-        launched, env = env, world.presence().env
+    device, binder, placement, presence = join_world(config, env, present=benchmark.joins_present)
+    if presence is not None:
+        launched, env = env, presence.env
         if env is None:  # came after the world formed, or its host is short of a rank
             print(f"allreduce-bench: rank {launched.rank}: the world was formed without it "
                   f"(it came late, or a rank of its host never came): it sits out", file=sys.stderr, flush=True)
-            world.sit_out()
-            return 0
+            presence.sit_out()
+            return False
     progress = Progress(env.rank, env.world_size)
     # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
     with nullcontext() if DRIVER_PID_ENV in os.environ else \
             stopped.watch(env.rank, env.world_size, progress, config, dump_verdict):
-        wrong = _measure_or_exit(config, benchmark, env, device, placement, binder, progress,
-                                 dump_verdict)
+        _measure_or_exit(config, benchmark, env, device, placement, binder, progress,
+                         presence, dump_verdict)
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(config.out_dir)
-    return wrong
+    return env.rank == 0
 
 
 def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placement, binder,
-                     progress: Progress, dump_verdict=None) -> int:
+                     progress: Progress, presence=None, dump_verdict=None) -> int:
     """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
-        wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder))
-        world.end_world()
+        wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder, presence))
+        if presence is not None:
+            presence.end_world()
         nccl_debug.collect(config, env.rank, env.world_size)
         flight_recorder.dump(config, env.rank)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError

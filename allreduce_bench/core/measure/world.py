@@ -16,7 +16,7 @@ import os
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -152,45 +152,31 @@ class Presence:
     # host was short of a rank, has its name but sits out)
     hostnames: tuple[str | None, ...]
     env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
+    store: object = field(default=None, repr=False, compare=False)  # the join's store
+    serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
+
+    def leads(self) -> bool:
+        """The world's first rank finishes the run (summary, exit code): rank 0 may have never
+        come, or sit out."""
+        return self.env is not None and self.env.rank == 0
+
+    def end_world(self) -> None:
+        """The world's first rank, once it is done: a store host sitting out may leave now."""
+        if self.leads():
+            self.store.set("ended", "1")
+
+    def sit_out(self) -> None:
+        """A rank left out of the world: leave at once, unless it serves the store the world
+        meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
+        world's first rank says it is done."""
+        if not self.serves:
+            return
+        while not self.store.check(["ended"]):
+            time.sleep(0.5)
+        time.sleep(2.0)  # the others read the last keys (health's end of rounds) meanwhile
 
 
-_presence: Presence | None = None
-_store = None  # the join's store
-_serves = False  # this process serves it (rank 0 under srun/mpirun)
-
-
-def presence() -> Presence | None:
-    """This process's Presence, once `join_present` formed its world; None otherwise."""
-    return _presence
-
-
-def writes(writer: bool) -> bool:
-    """Whether this process finishes the run (summary, exit code): `writer` (the launcher's
-    rank 0), except in a world of the ranks that came, whose first rank does (rank 0 may have
-    never come, or sit out)."""
-    if _presence is None:
-        return writer
-    return _presence.env is not None and _presence.env.rank == 0
-
-
-def end_world() -> None:
-    """The world's first rank, once it is done: a store host sitting out may leave now."""
-    if _presence is not None and _presence.env is not None and _presence.env.rank == 0:
-        _store.set("ended", "1")
-
-
-def sit_out() -> None:
-    """A rank left out of the world: leave at once, unless it serves the store the world
-    meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
-    world's first rank says it is done."""
-    if not _serves:
-        return
-    while not _store.check(["ended"]):
-        time.sleep(0.5)
-    time.sleep(2.0)  # the others read the last keys (health's end of rounds) meanwhile
-
-
-def _launch_store(env, timeout: timedelta):
+def _launch_store(env, timeout: timedelta, serves: bool):
     """The store every rank of the launch can reach without waiting for the others: torch's
     elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
     MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
@@ -203,13 +189,13 @@ def _launch_store(env, timeout: timedelta):
         ": rank 0 hung or died at start-up, and the others cannot meet without it"))
     # wait for the listener with plain sockets: torch's client logs every retry, with a C++
     # stack, for as long as it waits; it is asked only once something listens
-    if not _serves and not _listening(addr, port, timeout.total_seconds()):
+    if not serves and not _listening(addr, port, timeout.total_seconds()):
         raise failed
     try:
         with _quiet_stderr():
             if agent:
                 return dist.TCPStore(addr, port, is_master=False, timeout=timeout)
-            return dist.TCPStore(addr, port, is_master=_serves, timeout=timeout,
+            return dist.TCPStore(addr, port, is_master=serves, timeout=timeout,
                                  wait_for_workers=False, multi_tenant=True)
     except (RuntimeError, OSError) as error:  # DistStoreError: it listens but does not answer
         raise failed from error
@@ -274,9 +260,8 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
     fails every rank here (one line each, within `timeout_s`); under torchrun and a local
     run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
-    global _presence, _store, _serves
-    _serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
-    store = _store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s)))
+    serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
+    store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)
     store.add("count", 1)
     members = _members(store, env, timeout_s, ranks_per_node)
@@ -286,8 +271,8 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     if env.rank in members:
         joined = dataclasses.replace(env, rank=members.index(env.rank), world_size=len(members),
                                      node_rank=len({r // L for r in members if r // L < env.rank // L}))
-    _presence = Presence(tuple(members), hostnames, joined)
+    presence = Presence(tuple(members), hostnames, joined, store, serves)
     if joined is not None:
         dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
                                 world_size=joined.world_size, **options)
-    return _presence
+    return presence
