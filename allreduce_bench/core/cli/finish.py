@@ -12,7 +12,6 @@ from pathlib import Path
 import click
 
 from allreduce_bench.core.extensions import NONE, Extensions
-from allreduce_bench.core.launch.driver import drive, writer_lock
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import RESULTS_FILE
 from allreduce_bench.core.results.store import update_meta
@@ -29,6 +28,8 @@ def measure_then_finish(config, benchmark, finish: Callable, lent: Extensions) -
     """The ranks of `benchmark` through the driver; then, where this process writes and every
     rank has ended, `lent.after_ranks` and `finish(config, lent) -> exit code`, with the output
     directory locked throughout."""
+    from allreduce_bench.core.launch.driver import drive, writer_lock  # torch: not for `report`
+
     with writer_lock(config):
         code = drive(config, benchmark, lent)
         if code is not None:
