@@ -26,7 +26,7 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate.slurm import slurm_cluster, slurm_missing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]
 BENCH = [sys.executable, "-m", "allreduce_bench"]
 HOSTS = ["node0", "node1", "node2", "node3"]
@@ -169,7 +169,7 @@ def test_srun_run_spans_the_four_hosts(slurm, tmp_path):
 def test_per_host_debug_files_reach_rank_0(slurm, tmp_path):
     """What `--nccl-debug` does with NCCL's %h.%p files, each written on its own host."""
     out = tmp_path / "debug"
-    rc, output = launch(["srun", "-N", "4", sys.executable, str(ROOT / "tests" / "emulated_ranks.py"),
+    rc, output = launch(["srun", "-N", "4", sys.executable, str(Path(__file__).parent / "emulated_ranks.py"),
                          str(out)], rank_env(slurm))
     assert rc == 0, output
     files = sorted(p.name.split(".")[0] for p in (out / "nccl-debug").glob("*.log"))

@@ -16,7 +16,7 @@ from allreduce_bench.interop.lines import ParseError
 
 
 def _shared() -> Path:
-    here = Path(__file__).resolve().parents[1].parent / "shared"
+    here = Path(__file__).resolve().parents[2].parent / "shared"
     return here if here.is_dir() else Path("/work/shared")
 
 

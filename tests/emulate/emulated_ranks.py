@@ -2,7 +2,7 @@
 host (`<hostname>.<pid>.log`, NCCL_DEBUG_FILE's %h.%p) into the run's OUT/nccl-debug, then
 collects them on rank 0 as `run --nccl-debug` does: on CPU no NCCL writes them, so this stands in.
 
-    srun -N 4 python tests/emulated_ranks.py OUT
+    srun -N 4 python tests/emulate/emulated_ranks.py OUT
 """
 from __future__ import annotations
 

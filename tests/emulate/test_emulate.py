@@ -15,6 +15,7 @@ import time
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from namespaces import WHY_NOT, needs_namespaces
 
 from allreduce_bench.cli import main
 from allreduce_bench.core import units
@@ -23,22 +24,6 @@ from allreduce_bench.emulate import cli as emulate_command  # the module
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate import pacing
 
-
-def _namespaces_permitted() -> str | None:
-    """None if this process can make network namespaces, else why not."""
-    try:
-        em.check_can_emulate()
-    except UsageError as error:
-        return str(error)
-    name = f"{em.PREFIX}{os.getpid()}-0-h0"
-    done = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return None if done.returncode == 0 else f"ip netns add failed: {done.stderr.strip()}"
-
-
-WHY_NOT = _namespaces_permitted()
-needs_namespaces = pytest.mark.skipif(WHY_NOT is not None,
-                                      reason=f"network namespaces not permitted here: {WHY_NOT}")
 CLI = [sys.executable, "-m", "allreduce_bench"]
 
 

@@ -15,7 +15,7 @@ from allreduce_bench.core.analysis import plots, report, style
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import COLUMNS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 K, M = 1 << 10, 1 << 20
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,10 +15,11 @@ import sys
 import time
 
 import pytest
-from test_emulate import em, needs_namespaces
+from namespaces import needs_namespaces
 
 from allreduce_bench.core.measure.faults import Fault
 from allreduce_bench.core.measure.world import whole_hosts
+from allreduce_bench.emulate import cluster as em
 from allreduce_bench.health.pairing import launched_host_names
 
 CLI = [sys.executable, "-m", "allreduce_bench"]

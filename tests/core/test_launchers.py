@@ -154,7 +154,7 @@ def test_an_srun_step_of_two_nodes_runs_end_to_end(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_",
                                                                      "LOCAL_", "MASTER_"))}
     procs = [subprocess.Popen(
@@ -195,7 +195,7 @@ def test_links_and_ddp_join_an_mpirun_world(tmp_path, command, kind):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     base = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "RANK",
                                                                      "WORLD_", "LOCAL_", "MASTER_"))}
     procs = [subprocess.Popen(
@@ -221,7 +221,7 @@ def test_a_world_of_one_rank_runs_end_to_end(tmp_path):
 
     import pandas as pd
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "allreduce_bench", "run", "--world-sizes", "1", "--backend", "gloo",
          "--quick", "--no-plot", "--out", str(tmp_path)],

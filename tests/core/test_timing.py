@@ -21,7 +21,7 @@ from allreduce_bench.core.measure import timing
 from allreduce_bench.core.results.load import load_results, load_samples, upgrade
 from allreduce_bench.core.results.schema import SAMPLE_COLUMNS, SCHEMA_VERSION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "results" / "example-cpu-gloo"
 
 

@@ -21,7 +21,7 @@ import pytest
 from allreduce_bench.core.errors import TERMINATED_EXIT
 from allreduce_bench.core.measure.faults import FAULT_ENV
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
 SMALL = ["--algos", "native,ring", "--sizes", "4K,8K", "--iters", "1", "--warmup", "0",
          "--no-plot"]  # 4 rows at world size 2; the fault comes after 2

@@ -22,7 +22,7 @@ from allreduce_bench.cli import main
 from allreduce_bench.core.measure.faults import FAULT_ENV
 from allreduce_bench.core.results.resume import repair_tail
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALGOS, SIZES = ["ring", "native"], [4096, 8192]
 SWEEP = ["--algos", ",".join(ALGOS), "--sizes", "4K,8K", "--iters", "1", "--warmup", "0",
          "--no-plot"]

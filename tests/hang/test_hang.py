@@ -17,7 +17,7 @@ from allreduce_bench.core.measure.faults import FAULT_ENV
 from allreduce_bench.hang import dumps as flight_recorder
 from allreduce_bench.hang.verdict import verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N, CULPRIT = 3, 1
 
 

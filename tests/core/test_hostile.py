@@ -33,7 +33,7 @@ from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.store import DiskFullError, ResultsWriter
 from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
                  "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_STEP_ID")
 

@@ -86,7 +86,7 @@ def test_driver_version_and_topology_beside_the_run(monkeypatch, tmp_path):
     assert written[0].read_text() == "GPU0 X NV18\n"
 
 
-LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "published-logs"
+LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-logs"
 LOGS = LOGS if LOGS.is_dir() else Path("/work/shared/data/published-logs")
 
 

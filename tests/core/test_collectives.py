@@ -20,7 +20,7 @@ S = 1 << 20
 
 
 def _shared() -> Path:
-    here = Path(__file__).resolve().parents[1].parent / "shared"
+    here = Path(__file__).resolve().parents[2].parent / "shared"
     return here if here.is_dir() else Path("/work/shared")
 
 

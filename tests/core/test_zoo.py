@@ -22,7 +22,7 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model.cost import Link, Links, allreduce_time
 
 S = 1 << 20
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cost(name, n, per_node, s=S):

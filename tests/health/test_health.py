@@ -13,9 +13,10 @@ from pathlib import Path
 import hostlist
 import pandas as pd
 import pytest
-from test_emulate import em, needs_namespaces
+from namespaces import needs_namespaces
 
 from allreduce_bench.core.launch.driver import spawned_ranks
+from allreduce_bench.emulate import cluster as em
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
 
