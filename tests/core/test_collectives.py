@@ -1,9 +1,8 @@
-"""Collectives beside AllReduce: nccl-tests' byte counts and busbw factors, the published
-all_gather / reduce_scatter logs through our formula, hand-counted costs, the per-collective
-registry, and exact results of every (collective, algorithm) on sub-worlds of one real world."""
+"""Collectives beside AllReduce: nccl-tests' byte counts and busbw factors, hand-counted costs,
+the per-collective registry, exact results of every (collective, algorithm) on sub-worlds of one
+real world, and `run --collectives` end to end (their published logs: tests/interop/; their
+model: tests/model/; `links --collective`: tests/links/)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from collective_ranks import OTHERS, exact_at_counts, exact_every_world_size, measured_wrong
@@ -11,21 +10,11 @@ from distributed import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allreduce_bench import interop
 from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.algorithms.base import INTER, INTRA
 from allreduce_bench.core.errors import UsageError
 
 S = 1 << 20
-
-
-def _shared() -> Path:
-    here = Path(__file__).resolve().parents[2].parent / "shared"
-    return here if here.is_dir() else Path("/work/shared")
-
-
-LOGS = _shared() / "data" / "published-logs"
-needs_logs = pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
 
 
 # ---- nccl-tests' definitions ---------------------------------------------------------------
@@ -56,24 +45,6 @@ def test_busbw_factors_are_the_ones_of_performance_md():
         for c in ("broadcast", "reduce", "sendrecv"):
             assert metrics.busbw_factor(n, c) == 1.0
     assert metrics.busbw_GBps(8e9, 1e6, 8, "all_gather") == pytest.approx(8 * 7 / 8)
-
-
-@needs_logs
-@pytest.mark.parametrize("prefix, collective", [("11-", "all_gather"), ("12-", "reduce_scatter")])
-def test_published_logs_give_back_their_busbw_through_our_formula(prefix, collective):
-    (path,) = LOGS.glob(f"{prefix}*")
-    (run,) = interop.read_file(path)
-    interop.settle(run, str(path), collective)
-    checked = 0
-    for row in run.rows:
-        if row["size_bytes"] >= 1 << 20:  # the printed bandwidths carry 4-5 digits there
-            ours = metrics.busbw_GBps(row["size_bytes"], row["time_us_median"], run.world_size, collective)
-            algbw = metrics.algbw_GBps(row["size_bytes"], row["time_us_median"])
-            # time is printed to 4 digits: allow its rounding, then compare as printed
-            assert ours == pytest.approx(row["busbw_GBps"], rel=2e-3), row
-            assert ours / algbw == pytest.approx(metrics.busbw_factor(8, collective))
-            checked += 1
-    assert run.world_size == 8 and checked >= 20
 
 
 # ---- costs, counted by hand ----------------------------------------------------------------
@@ -206,43 +177,6 @@ def test_measure_counts_wrong_like_nccl_tests():
     assert wrong and set(wrong.values()) == {0}
 
 
-# ---- the model per collective --------------------------------------------------------------
-
-def test_collective_model_recovers_links_and_names_the_best():
-    import pandas as pd
-
-    from allreduce_bench.model import collectives as collective_model
-
-    alpha, bandwidth = 20e-6, 2e9
-    rows = []
-    for collective in ("all_gather", "reduce_scatter", "alltoall", "broadcast"):
-        for name in algorithms.names_for("gloo", collective):
-            for n in (2, 4, 8):
-                for size in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
-                    runs_as = "all_reduce" if (collective, name) == ("reduce_scatter", "native") else ""
-                    found = collective_model.steps(collective, name, runs_as or collective, size, n, n)
-                    messages, size_on_path, _ = collective_model.critical_path(found)
-                    rows.append({"collective": collective, "algorithm": name, "world_size": n,
-                                 "ranks_per_node": n, "size_bytes": size, "runs_as": runs_as,
-                                 "time_us_median": (messages * alpha + size_on_path / bandwidth) * 1e6})
-    frame = pd.DataFrame(rows)
-    fits = collective_model.fit(frame)
-    assert len(fits) == len(frame.groupby(["collective", "algorithm"]))
-    assert fits["alpha_us"].to_numpy() == pytest.approx(20.0, rel=1e-3)
-    assert fits["bandwidth_GBps"].to_numpy() == pytest.approx(2.0, rel=1e-3)
-    comparison = collective_model.compare(frame, fits)
-    assert comparison["error_pct"].abs().max() < 0.1
-    table = collective_model.best(comparison)
-    big = table[(table["collective"] == "broadcast") & (table["size_bytes"] == 1 << 24) & (table["world_size"] == 8)]
-    # 16 MiB over 8 ranks: the chain moves 22/16 S, scatter + AllGather 14/8 S, the tree 3 S
-    assert big["measured"].tolist() == ["chain"] == big["predicted"].tolist()
-    small = table[(table["collective"] == "all_gather") & (table["size_bytes"] == 1 << 12) & (table["world_size"] == 8)]
-    assert small["predicted"].iloc[0] in ("recursive-doubling", "direct")
-    # gloo's ReduceScatter row is modelled as the AllReduce it ran: twice the ring's steps
-    native_rs = collective_model.steps("reduce_scatter", "native", "all_reduce", S, 4, 4)
-    assert sum(st.repeat for st in native_rs) == 6
-
-
 # ---- the command line ----------------------------------------------------------------------
 
 def cli(*args, timeout=300):
@@ -326,39 +260,3 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     assert len(pd.read_csv(out / "results.csv")) == len(rows)  # every row was done already
 
 
-@needs_logs
-@pytest.mark.timeout(600)
-def test_import_and_compare_a_published_all_gather_log_against_our_rows(tmp_path):
-    import pandas as pd
-
-    ours = tmp_path / "ours"
-    result = cli("run", "--collectives", "all_gather", "--algos", "native", "--world-sizes", "8",
-                 "--ranks-per-node", "8", "--sizes", "1M,4M", "--samples", "2", "--loops", "1",
-                 "--warmup", "0", "--out", str(ours), "--no-plot", timeout=500)
-    assert result.returncode == 0, result.stderr
-    (log,) = LOGS.glob("11-*")
-    imported = tmp_path / "imported"
-    done = cli("import", str(log), "--out", str(imported), "--collective", "all_gather", timeout=60)
-    assert done.returncode == 0, done.stderr
-    compared = cli("compare", str(imported), str(ours), "--out-dir", str(tmp_path / "cmp"), timeout=60)
-    assert compared.returncode == 0, compared.stderr
-    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
-    assert sorted(table["size_bytes"]) == [1 << 20, 4 << 20]
-    assert set(table["benchmark"]) == {"all_gather"} and set(table["world_size"]) == {8}
-
-
-@pytest.mark.timeout(400)
-def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
-    import pandas as pd
-
-    out = tmp_path / "links"
-    result = cli("links", "--collective", "all_gather", "--world-sizes", "4", "--ranks-per-node", "2",
-                 "--sizes", "64K", "--samples", "2", "--loops", "1", "--warmup", "0", "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    rows = pd.read_csv(out / "results.csv")
-    groups = rows[rows["operation"] == "all_gather"]
-    assert sorted(groups["link"]) == ["inter", "intra"] and (rows["wrong"] == 0).all()
-    assert set(groups["collective"]) == {"all_gather"} and set(groups["count"]) == {65536 // 4 // 2}
-    assert groups["busbw_GBps"].to_numpy() == pytest.approx(groups["algbw_GBps"].to_numpy() / 2)
-    refused = cli("links", "--collective", "all_gather,alltoall", "--world-sizes", "4", timeout=60)
-    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1

@@ -12,9 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from allreduce_bench.cli import main
 from allreduce_bench.core import metrics
 from allreduce_bench.core.analysis import ranks
 from allreduce_bench.core.measure import timing
@@ -262,20 +260,6 @@ def test_older_rows_are_read_as_what_they_were():
     new = upgrade(old)
     assert new.loc[0, "timing"] == "per-iteration" and new.loc[0, "samples"] == 10
     assert new.loc[0, "loops"] == 1 and "time_cv" not in new.columns  # nothing guessed
-
-
-def test_model_fit_refuses_to_pool_timing_methods(tmp_path):
-    frame = load_results(EXAMPLE)
-    other = frame.copy()
-    frame["timing"] = "samples"
-    other["timing"], other["run_id"] = "per-iteration", "other"
-    both = pd.concat([frame, other]).drop(columns=["source"])
-    both.to_csv(tmp_path / "results.csv", index=False)
-    result = CliRunner().invoke(main, ["model", "fit", str(tmp_path), "--no-plot", "--out", str(tmp_path)])
-    assert result.exit_code == 2 and "timing methods per-iteration, samples" in result.output
-    result = CliRunner().invoke(main, ["model", "fit", str(tmp_path), "--no-plot", "--pool",
-                                       "--out", str(tmp_path)])
-    assert result.exit_code == 0, result.output
 
 
 # --- the layout: analysis without torch, no import circles -----------------------------------

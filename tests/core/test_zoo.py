@@ -1,5 +1,6 @@
 """The algorithm zoo: the registry, cost declarations against hand-counted steps, plug-ins,
-NCCL variants' environment handling, and a property test of exact sums over random counts."""
+NCCL variants' environment handling, and a property test of exact sums over random counts (the
+model fitted to the zoo: tests/model/test_model_algorithms.py)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,6 @@ from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.algorithms.base import INTER, INTRA, traffic
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.model.cost import Link, Links, allreduce_time
 
 S = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,13 +71,6 @@ def test_traffic_counts_the_busiest_link_and_uplink():
     assert step.paths[INTRA] == (1.0, 10.0)
     # rank 0 sends 1 message across and receives 1 (full duplex: 1); node 0 sends 20 B out
     assert step.paths[INTER] == (1.0, 20.0)
-
-
-def test_gamma_term_adds_reduction_time():
-    links = Links(Link(0.0, 1e9), None)
-    no_gamma = allreduce_time("ring", 4 * S, 4, 4, links)
-    with_gamma = allreduce_time("ring", 4 * S, 4, 4, Links(links.intra, None, reduce_Bps=1e9))
-    assert with_gamma - no_gamma == pytest.approx(3 * S / 1e9)  # (N-1) S/N added, at 1 GB/s
 
 
 def test_every_builtin_cost_is_defined_for_odd_layouts():
@@ -189,66 +182,6 @@ def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_pa
     assert report.returncode == 0, report.stderr
     text = (out / "plots" / "report.md").read_text()
     assert "sum-by-plugin" in text and "Which algorithm wins where" in text
-
-
-def test_fit_of_every_builtin_recovers_its_links_and_names_the_winners():
-    from test_model import TRUE, synthetic
-
-    from allreduce_bench.model.cost import best_table, compare, crossovers, fit, median_abs_error
-
-    names = [n for n in algorithms.names_for("gloo") if n != "native"]
-    truth = Links(TRUE.intra, TRUE.inter, reduce_Bps=4e9)
-    data = synthetic(truth, layouts=((2, 2), (4, 4), (4, 2), (8, 2)), noise=0.02, algorithms=names)
-    model = fit(data)
-    assert set(model.algorithms) == set(names)
-    comparison = compare(data, model)
-    assert (median_abs_error(comparison)["all"] < 5).all()
-    best = best_table(comparison)
-    assert (best["predicted_best_slower_pct"] <= 10).mean() >= 0.9
-    cross = crossovers(model, comparison)
-    assert len(cross) and set(cross.columns) == {"world_size", "size_bytes", "below", "above"}
-
-
-BLOCK_TORCH = """
-import sys
-class Block:
-    def find_spec(self, name, *args):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is blocked in this test: " + name)
-sys.meta_path.insert(0, Block())
-from allreduce_bench.cli import main
-sys.argv = ["allreduce-bench"] + sys.argv[1:]
-main()
-"""
-
-
-@pytest.mark.timeout(120)
-def test_model_fit_and_predict_all_run_without_torch(tmp_path):
-    from test_model import TRUE, synthetic
-
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    names = algorithms.names_for("gloo")
-    synthetic(TRUE, algorithms=names).to_csv(run_dir / "results.csv", index=False)
-    script = tmp_path / "no_torch.py"
-    script.write_text(BLOCK_TORCH)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-
-    def blocked(*args):
-        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
-                              env=env, timeout=100)
-
-    fitted = blocked("model", "fit", str(run_dir), "--no-plot")
-    assert fitted.returncode == 0, fitted.stderr
-    best = pd.read_csv(run_dir / "model_best.csv")
-    assert list(best.columns[:4]) == ["world_size", "size_bytes", "measured", "predicted"]
-    ranked = blocked("model", "predict", "--algo", "all", "--world-size", "512", "--ranks-per-node", "8",
-                     "--size", "64K,1G", "--intra-bw", "900GB/s", "--inter-bw", "25GB/s",
-                     "--intra-latency", "5us", "--inter-latency", "10us")
-    assert ranked.returncode == 0, ranked.stderr
-    assert "# ranking at 64K" in ranked.stdout and all(n in ranked.stdout for n in names)
-    assert blocked("model", "predict", "--algo", "all", "--world-size", "8",
-                   "--model", str(run_dir)).returncode == 0
 
 
 def test_a_broken_or_clashing_plugin_is_left_out_with_a_reason(monkeypatch):

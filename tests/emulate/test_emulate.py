@@ -1,4 +1,4 @@
-"""The emulated cluster (namespaces, shaped links, torchrun per host) and the `links` benchmark.
+"""The emulated cluster (namespaces, shaped links, torchrun per host, faults put on a host).
 
 Tests that build namespaces need root (CAP_NET_ADMIN + CAP_SYS_ADMIN) and iproute2; elsewhere
 they are skipped with the reason. Sizes are tiny: these check correctness and clean-up, never speed.
@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from namespaces import WHY_NOT, needs_namespaces
+from namespaces import needs_namespaces
 
 from allreduce_bench.cli import main
 from allreduce_bench.core import units
@@ -117,14 +117,6 @@ def test_bad_emulate_input_is_one_line_exit_2(args, message):
     result = CliRunner().invoke(main, ["emulate", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and result.output.strip().count("\n") == 0
-
-
-def test_links_on_a_single_node_says_how_to_get_nodes():
-    done = subprocess.run(CLI + ["links", "--quick"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    line = done.stderr.strip()
-    assert "needs >= 2 nodes" in line and "emulate" in line and "--ranks-per-node" in line
-    assert "\n" not in line
 
 
 # ---------------------------------------------------------------- namespaces
@@ -253,20 +245,6 @@ def test_ctrl_c_removes_everything(tmp_path):
     assert ours(driver.pid) == [] and not set(names) & set(em.namespaces())
 
 
-@pytest.mark.skipif(WHY_NOT is None, reason="the emulated 2x2 test checks the same rows here")
-@pytest.mark.timeout(120)
-def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
-    out = tmp_path / "links"
-    done = subprocess.run(CLI + ["links", "--ranks-per-node", "2", "--sizes", "4K", "--iters", "1",
-                                 "--warmup", "0", "--out", str(out)],
-                          capture_output=True, text=True, timeout=110)
-    assert done.returncode == 0, done.stdout + done.stderr
-    frame = pd.read_csv(out / "results.csv")
-    assert set(map(tuple, frame[["link", "operation"]].values)) == {
-        ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
-    assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
-
-
 # ---------------------------------------------------------------- emulate --slurm (pure parts)
 
 @pytest.mark.parametrize("args, message", [
@@ -308,3 +286,25 @@ def test_slurmd_sees_every_cgroup_hierarchy_of_the_machine():
     assert "mount -t cgroup -o cpu cgroup /sys/fs/cgroup/cpu" in v1
     assert cgroup_mounts("0::/\n") == "mount -t cgroup2 cgroup2 /sys/fs/cgroup"
     assert cgroup_mounts("") == ""
+
+
+# ---------------------------------------------------------------- host faults (health's emulated cluster)
+def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
+    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
+
+    assert parse_host_rates(["node2=100mbit"], 4) == {2: 1e8}
+    assert parse_host_cpu(["node0=25%", "node3=150%"], 4) == {0: 0.25, 3: 1.5}
+    for items, says in ((["node2:1=100mbit"], "veth per local rank"), (["node9=1mbit"], "only 4 hosts"),
+                        (["gpu2=1mbit"], "node0..node3"), (["node2"], "HOST=VALUE")):
+        with pytest.raises(UsageError, match=says):
+            parse_host_rates(items, 4)
+    with pytest.raises(UsageError, match="share of one CPU"):
+        parse_host_cpu(["node1=quarter"], 4)
+
+
+@needs_namespaces
+def test_emulate_bad_fault_is_one_line_before_any_namespace(tmp_path):
+    done = subprocess.run(CLI + ["emulate", "--nodes", "2", "--benchmarks", "health", "--host-bandwidth",
+                                 "node1:1=1mbit", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1

@@ -164,27 +164,6 @@ def test_a_frozen_partner_of_the_coordinator_is_unreachable_and_the_run_ends_exi
     assert doc["exclude"] == "node1"
 
 
-def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
-    from allreduce_bench.core.errors import UsageError
-    from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
-
-    assert parse_host_rates(["node2=100mbit"], 4) == {2: 1e8}
-    assert parse_host_cpu(["node0=25%", "node3=150%"], 4) == {0: 0.25, 3: 1.5}
-    for items, says in ((["node2:1=100mbit"], "veth per local rank"), (["node9=1mbit"], "only 4 hosts"),
-                        (["gpu2=1mbit"], "node0..node3"), (["node2"], "HOST=VALUE")):
-        with pytest.raises(UsageError, match=says):
-            parse_host_rates(items, 4)
-    with pytest.raises(UsageError, match="share of one CPU"):
-        parse_host_cpu(["node1=quarter"], 4)
-
-
-@needs_namespaces
-def test_emulate_bad_fault_is_one_line_before_any_namespace(tmp_path):
-    done = _cli("emulate", "--nodes", "2", "--benchmarks", "health", "--host-bandwidth", "node1:1=1mbit",
-                "--out", str(tmp_path / "o"))
-    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1
-
-
 @needs_namespaces
 def test_emulated_frozen_host_is_unreachable_the_others_get_verdicts_exit_3(tmp_path):
     out = tmp_path / "frozen-host"
