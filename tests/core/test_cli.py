@@ -51,6 +51,7 @@ def test_more_gpu_ranks_than_gpus(monkeypatch):
     assert device_module.resolve_backend("auto", "cpu", 2) == ("gloo", "cpu")
 
 
+@pytest.mark.slow
 def test_console_script_bad_input_exit_code():
     script = shutil.which("allreduce-bench")
     assert script, "the allreduce-bench console script is not installed (pip install -e .)"
@@ -67,6 +68,7 @@ def test_help_explains():
         assert option in result.output
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_quick_run_end_to_end(tmp_path):
     script = shutil.which("allreduce-bench")
@@ -100,6 +102,7 @@ def test_python_dash_m_is_the_same_cli():
     assert done.returncode == 0 and "run" in done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_under_torchrun_sub_worlds_are_first_ranks(tmp_path):
     out = tmp_path / "torchrun"
@@ -115,6 +118,7 @@ def test_under_torchrun_sub_worlds_are_first_ranks(tmp_path):
     assert len(frame) == 8 and (frame["wrong"] == 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ranks_sitting_out_a_sub_world_outwait_the_timeout(tmp_path):
     # world size 2 takes seconds; rank 2 sits it out longer than --timeout, which bounds

@@ -153,6 +153,7 @@ def test_a_plugin_declares_its_collective(monkeypatch):
 
 # ---- exact results on real worlds ----------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_exact_results_of_every_collective_and_algorithm_at_n_1_to_8():
     """One world of 8 ranks; the sub-world of its first k ranks for k = 1..8; counts 1, N-1,
@@ -161,6 +162,7 @@ def test_exact_results_of_every_collective_and_algorithm_at_n_1_to_8():
     assert [f for rank in failures for f in rank] == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @settings(max_examples=2, deadline=None, derandomize=True)
 @given(world_size=st.sampled_from([3, 5, 6]),
@@ -170,6 +172,7 @@ def test_exact_results_over_random_counts(world_size, counts):
     assert [f for rank in failures for f in rank] == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_measure_counts_wrong_like_nccl_tests():
     wrong = run_world(3, measured_wrong, 3, timeout=150)[0]
@@ -214,6 +217,7 @@ def test_decomposition_prefers_the_in_place_halves():
     assert ("all_reduce", "ring") not in peaks.index  # AllReduce has its own table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [
     (["--collectives", "unknown"], "unknown collective unknown"),
     (["--collectives", "all_gather,alltoall", "--algos", "ring"], "unknown algorithm 'ring' for alltoall"),
@@ -225,6 +229,7 @@ def test_bad_collectives_are_one_line_and_exit_2(args, says):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     import pandas as pd

@@ -75,6 +75,7 @@ def keys(frame: pd.DataFrame) -> list[tuple]:
     return sorted(zip(frame["algorithm"], frame["world_size"], frame["size_bytes"]))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_writer_sigkilled_in_two_ranks_then_resume_gives_every_row_once(tmp_path):
     out = tmp_path / "run"
@@ -99,6 +100,7 @@ def test_writer_sigkilled_in_two_ranks_then_resume_gives_every_row_once(tmp_path
     assert json.loads((out / "meta.json").read_text())["resumed"][0]["command"].endswith(str(out))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_sigkill_in_four_ranks(tmp_path):
     out = tmp_path / "run"
@@ -111,6 +113,7 @@ def test_sigkill_in_four_ranks(tmp_path):
     assert keys(read_rows(out)) == [("native", 4, 4096), ("ring", 4, 4096), ("ring", 4, 8192)]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_stalled_rank_trips_the_timeout(tmp_path):
     out = tmp_path / "run"

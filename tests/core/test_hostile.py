@@ -188,6 +188,7 @@ def check_valid_config(config) -> None:
     assert str(config.out_dir) not in ("", ".") and Path(config.out_dir).is_dir()
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(args=command_lines())
@@ -236,6 +237,7 @@ def whole_good_rows(csv_data: bytes) -> int:
     return max(0, csv_data.count(b"\n") - 1)
 
 
+@pytest.mark.slow
 @settings(max_examples=50, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(damaged=damaged_runs(),
@@ -290,6 +292,7 @@ def test_unwritable_outputs_are_one_line(cli, tmp_path, where, command):
     assert str(path) in stderr, stderr
 
 
+@pytest.mark.slow
 def test_a_long_tag_never_makes_a_too_long_directory_name(cli):
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", "--tag", "x" * 100])
     assert code == 0, stderr
@@ -451,6 +454,7 @@ def test_a_non_numeric_master_port_is_one_line(cli, monkeypatch):
     assert code == 2 and "MASTER_PORT='abc'" in stderr, stderr
 
 
+@pytest.mark.slow
 def test_stdout_to_dev_full_is_one_line():
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full")
@@ -465,6 +469,7 @@ def test_stdout_to_dev_full_is_one_line():
 
 # ---- class 7: Ctrl-C while ranks start -------------------------------------------------------
 
+@pytest.mark.slow
 def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     """SIGINT to the whole process group (as a terminal sends it) while the ranks import torch."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -525,6 +530,7 @@ def test_default_directories_are_unique(tmp_path, monkeypatch):
 
 # ---- class 10: no silent surprises -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_silent_surprises_are_said_or_refused(cli, tmp_path):
     good = write_run(tmp_path / "good")
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", "--out", good])

@@ -138,6 +138,7 @@ def test_export_for_env_init_fills_only_what_is_missing():
     assert torchrun["MASTER_ADDR"] == "h" and torchrun["RANK"] == "0"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_srun_step_of_two_nodes_runs_end_to_end(tmp_path):
     """Two processes given only Slurm's variables (as srun would, 2 nodes x 1 task) form a world
@@ -176,6 +177,7 @@ def test_an_srun_step_of_two_nodes_runs_end_to_end(tmp_path):
     assert meta["launcher"] == "slurm" and len(meta["hostnames"]) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("command,kind", [
     (["links", "--sizes", "4K", "--iters", "1", "--warmup", "0"], "links"),
@@ -210,6 +212,7 @@ def test_links_and_ddp_join_an_mpirun_world(tmp_path, command, kind):
     assert set(rows["benchmark"]) == {kind} and (rows["wrong"] == 0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_a_world_of_one_rank_runs_end_to_end(tmp_path):
     """`run --world-sizes 1 --backend gloo`: init, timing and the check of every algorithm on a

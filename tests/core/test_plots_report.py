@@ -89,6 +89,7 @@ def test_figures_from_a_synthetic_frame_carry_titles_units_legends_and_footnote(
         plt.close(fig)
 
 
+@pytest.mark.slow
 def test_draw_all_writes_valid_images(tmp_path):
     frame = model_frame()
     written = plots.draw_all(frame, tmp_path / "png")
@@ -222,6 +223,7 @@ def quick_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_run_leaves_figures_and_report(quick_run):
     plots_dir = quick_run / "plots"
@@ -240,6 +242,7 @@ def test_run_leaves_figures_and_report(quick_run):
     plt.close(fig)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
     other = tmp_path / "other"

@@ -26,7 +26,7 @@ from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
 from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.launchers, pytest.mark.slow, pytest.mark.timeout(240)]
 BENCH = [sys.executable, "-m", "allreduce_bench"]
 SMALL = ["--algos", "native,ring", "--sizes", "4K,8K", "--iters", "1", "--warmup", "0",
          "--no-plot"]  # for the fault tests: 4 rows at world size 2, the fault after 2

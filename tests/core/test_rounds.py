@@ -50,6 +50,7 @@ def test_pooling_and_the_spread_of_round_medians():
                                                 "rounds_disagree": False}
 
 
+@pytest.mark.slow
 def test_a_run_in_rounds_pools_them_and_keeps_each_rounds_samples(tmp_path):
     import json
     import os

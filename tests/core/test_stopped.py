@@ -65,6 +65,7 @@ def stop_all(started) -> None:
         process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_rank_ended_by_its_launcher_names_where_it_was_and_the_frozen_rank(tmp_path):
     started = start_ranks(tmp_path, "rank=1,after_rows=2,action=stop", "--timeout", "90",
                           "--flight-recorder")
@@ -88,6 +89,7 @@ def test_a_rank_ended_by_its_launcher_names_where_it_was_and_the_frozen_rank(tmp
     assert (tmp_path / "out" / "flight-recorder" / "rank0").exists(), output
 
 
+@pytest.mark.slow
 def test_a_sigterm_after_the_rank_saw_its_peer_die_gives_one_line(tmp_path):
     """The launcher's SIGTERM follows a peer's death within milliseconds: whichever of the two
     reports first, rank 0 writes one line, naming rank 1."""
@@ -106,6 +108,7 @@ def test_a_sigterm_after_the_rank_saw_its_peer_die_gives_one_line(tmp_path):
     assert rank0.returncode in (TERMINATED_EXIT, 3), output
 
 
+@pytest.mark.slow
 def test_a_scancel_reaches_every_rank_and_none_blames_the_store_host(tmp_path):
     """Every rank gets SIGTERM at once (a time limit, scancel): rank 0, which serves the store,
     stays until the others have asked it, so none of them says rank 0 is gone."""

@@ -216,6 +216,7 @@ def _run(tmp_path, *args, env=None):
                           timeout=240, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow
 def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
     delay = "rank=2,action=delay,seconds=0.02"
     done = _run(tmp_path, "--world-sizes", "4", "--ranks-per-node", "2", "--sizes", "4K,64K",
@@ -274,6 +275,7 @@ sys.meta_path.insert(0, _NoTorch())
 """
 
 
+@pytest.mark.slow
 def test_plot_report_and_model_run_where_torch_cannot_be_imported(tmp_path):
     (tmp_path / "sitecustomize.py").write_text(BLOCK_TORCH)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT),
@@ -305,6 +307,7 @@ def test_schema_2_late_rank_columns_are_read_under_their_schema_3_names(tmp_path
     assert frame.loc[0, "late_rank_lag_us"] == 50.0 and "slowest_rank" not in frame.columns
 
 
+@pytest.mark.slow
 def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_times():
     from distributed import run_world
     from rank_functions import rails_in_lockstep
@@ -317,6 +320,7 @@ def test_groups_side_by_side_in_lockstep_agree_on_counts_and_keep_their_own_time
     assert all(r[3][0] >= next(iter(samples)) for r in results)
 
 
+@pytest.mark.slow
 def test_loops_amortise_a_large_exit_skew_and_the_row_says_how_much_was_left():
     """A rank 2 ms late after every barrier: with the 1% rule loops grow until the sample is
     long (up to max_sample_s, 50 ms here, which the budget allows) and skew_share is small;
@@ -379,6 +383,7 @@ def test_samples_far_shorter_than_the_minimum_ask_for_more_loops():
     assert timing.recalibrated([1.0] * 8, 10_000, sampling) is None  # max_loops reached
 
 
+@pytest.mark.slow
 def test_slow_calibration_calls_do_not_leave_the_samples_one_call_long():
     """Both calibration calls slow (5 ms), every later one 0.1 ms: the samples taken with the
     loops = 1 that the calibration chose are retaken with as many calls as 2 ms asks."""

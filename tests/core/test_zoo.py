@@ -94,6 +94,7 @@ def test_registry_names_all_and_refusals():
     algorithms.check_supported(["native:ring", "tree"], [2, 4], 2, "nccl")
 
 
+@pytest.mark.slow
 def test_unsupported_algorithms_are_refused_before_any_process_starts():
     result = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--algos", "native:nvls",
                              "--quick", "--no-plot"], capture_output=True, text=True, timeout=60)
@@ -129,6 +130,7 @@ def test_nccl_variant_creates_its_communicator_with_the_variables_set(monkeypatc
     assert seen[2] == ("destroy", "pg") and seen[3][1:3] == ("Ring", "Simple")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 @settings(max_examples=2, deadline=None, derandomize=True)
 @given(world_size=st.sampled_from([3, 5, 6]),
@@ -160,6 +162,7 @@ def cli(env, *args, timeout=240):
                           text=True, env=env, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_path):
     out = tmp_path / "run"

@@ -37,6 +37,7 @@ def world_of_two():
     return run_world(2, all_checks, K, timeout=150)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_hook_counts_k_calls_syncing_and_one_with_no_sync(world_of_two):
     for rank in world_of_two:
@@ -47,6 +48,7 @@ def test_hook_counts_k_calls_syncing_and_one_with_no_sync(world_of_two):
         assert one["nosync_bytes"] == one["grad_bytes"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_bucket_bytes_sum_to_the_gradient_size(world_of_two):
     for rank in world_of_two:
@@ -60,6 +62,7 @@ def test_bucket_bytes_sum_to_the_gradient_size(world_of_two):
         assert many["wrong"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_ddp_gradients_equal_the_average_by_hand(world_of_two):
     for rank in world_of_two:
@@ -69,6 +72,7 @@ def test_ddp_gradients_equal_the_average_by_hand(world_of_two):
         assert grads["check_wrong"] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_timeline_has_every_bucket_in_order_and_its_bytes(world_of_two):
     for rank in world_of_two:
@@ -100,6 +104,7 @@ def test_timeline_has_every_bucket_in_order_and_its_bytes(world_of_two):
         assert found["times"]["no_overlap"] and found["times"]["backward"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_no_overlap_baseline_gradients_equal_ddps(world_of_two):
     for rank in world_of_two:
@@ -255,6 +260,7 @@ def test_overlap_table_hidden_share_and_clipping():
     assert ddp_markdown(pd.DataFrame({"benchmark": ["allreduce"]})) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ddp_command_end_to_end(tmp_path):
     """The CLI on a local world of 2: rows, figures, meta with the set_epoch check, a section."""

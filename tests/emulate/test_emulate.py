@@ -121,6 +121,7 @@ def test_bad_emulate_input_is_one_line_exit_2(args, message):
 
 # ---------------------------------------------------------------- namespaces
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.timeout(120)
 def test_latency_needs_netem_and_leaves_nothing(tmp_path):
@@ -138,6 +139,7 @@ def test_latency_needs_netem_and_leaves_nothing(tmp_path):
     assert set(em.namespaces()) == before
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.timeout(240)
 def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
@@ -164,6 +166,7 @@ def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
     assert (links["world_size"] == 2).all() and (links["busbw_GBps"] > 0).all()
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.timeout(240)
 def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
@@ -216,6 +219,7 @@ def _wait_for_ranks(driver: subprocess.Popen, timeout: float = 90) -> list[str]:
     raise AssertionError("the emulated hosts did not start")
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.timeout(180)
 def test_killed_driver_leaves_nothing_after_cleanup(tmp_path):
@@ -234,6 +238,7 @@ def test_killed_driver_leaves_nothing_after_cleanup(tmp_path):
     assert ours(driver.pid) == []
 
 
+@pytest.mark.slow
 @needs_namespaces
 @pytest.mark.timeout(180)
 def test_ctrl_c_removes_everything(tmp_path):
@@ -302,6 +307,7 @@ def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
         parse_host_cpu(["node1=quarter"], 4)
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_emulate_bad_fault_is_one_line_before_any_namespace(tmp_path):
     done = subprocess.run(CLI + ["emulate", "--nodes", "2", "--benchmarks", "health", "--host-bandwidth",

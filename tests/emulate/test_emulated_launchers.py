@@ -27,7 +27,7 @@ from allreduce_bench.emulate import cluster as em
 from allreduce_bench.emulate.slurm import slurm_cluster, slurm_missing
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.launchers, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.launchers, pytest.mark.slow, pytest.mark.timeout(240)]
 BENCH = [sys.executable, "-m", "allreduce_bench"]
 HOSTS = ["node0", "node1", "node2", "node3"]
 RATE_BPS = 200e6  # every host's uplink

@@ -37,6 +37,7 @@ def hang(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=60)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_fault_names_the_rank_and_the_collective(dumps, kind):
@@ -46,6 +47,7 @@ def test_each_fault_names_the_rank_and_the_collective(dumps, kind):
         assert found.missing_dumps == ([CULPRIT] if kind == "no_dump" else [])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_command_writes_hang_json_and_exits_3(dumps, tmp_path):
     done = hang(str(dumps["sleep"]), "--out", str(tmp_path))
@@ -62,6 +64,7 @@ def _raw(path: Path) -> dict:
     return flight_recorder.load(path.read_bytes(), str(path))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_dumps_that_agree_exit_0_and_json_dumps_say_they_have_no_stack(dumps, tmp_path):
     # the skip world without its third AllReduce: every rank's calls agree
@@ -79,6 +82,7 @@ def test_dumps_that_agree_exit_0_and_json_dumps_say_they_have_no_stack(dumps, tm
     assert any("no `frames`" in note for note in verdict(flight_recorder.read([as_json])).notes)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_missing_dump_beside_a_mismatch_is_a_finding_not_a_culprit(dumps, tmp_path):
     files = [dumps["size"] / f"rank{r}" for r in range(N) if r != 2]
@@ -108,6 +112,7 @@ def test_dumps_shaped_like_torchs_analyzer_test_inputs(tmp_path):
         [(1, "mismatch", 2, [[5, 5]])]
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path):
     (tmp_path / "rank0").write_text("not a dump\n")
     done = hang(str(tmp_path / "rank0"))
@@ -131,6 +136,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert hang(str(tmp_path / "nowhere")).returncode == 2
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_a_run_stopped_by_a_stalled_rank_names_it_from_the_dumps(tmp_path):
     out = tmp_path / "run"
@@ -145,6 +151,7 @@ def test_a_run_stopped_by_a_stalled_rank_names_it_from_the_dumps(tmp_path):
     assert (out / "flight-recorder" / "rank0").exists() and not (out / "flight-recorder" / "rank1").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
     from allreduce_bench.hang.verdict import annotate_unreachable
@@ -160,6 +167,7 @@ def test_an_unreachable_health_verdict_says_on_which_collective(dumps):
     assert "collective" not in hosts[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_dumps_are_read_without_torch(dumps):
     code = ("import sys; from pathlib import Path; from allreduce_bench.hang import dumps as flight_recorder; "

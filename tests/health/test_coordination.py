@@ -44,6 +44,7 @@ def test_a_live_member_that_never_comes_is_absent_at_the_deadline():
         assemble(Board(), Liveness(), 0, (0, 1), 0, deadline_s=0.3)
 
 
+@pytest.mark.slow
 def test_a_gloo_group_is_made_quickly_but_waits_the_whole_timeout_for_a_late_member():
     from distributed import run_world
     from rank_functions import late_member_of_a_group

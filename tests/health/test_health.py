@@ -19,6 +19,8 @@ from allreduce_bench.core.launch.driver import spawned_ranks
 from allreduce_bench.emulate import cluster as em
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
+# every test starts the command: real ranks, or a second or more to start and refuse
+pytestmark = pytest.mark.slow
 
 
 def _cli(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:

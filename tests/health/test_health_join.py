@@ -45,6 +45,7 @@ def test_whole_hosts_and_names_of_hosts_that_never_came():
         Fault.from_env({"ALLREDUCE_BENCH_FAULT": "rank=2,action=delay,at=start"})
 
 
+@pytest.mark.slow
 def test_a_rank_0_frozen_at_start_up_in_a_local_run_is_unreachable_the_others_are_judged(tmp_path):
     # the store is the launcher agent's, so the others go on without rank 0: rank 1 leads
     out = tmp_path / "frozen-rank0"
@@ -94,6 +95,7 @@ def _mpirun_like(n: int, out, frozen: int, per_host: int = 1, timeout_s: float =
     return codes, "".join(p.stdout.read() for p in procs)
 
 
+@pytest.mark.slow
 def test_under_an_env_launcher_a_host_short_of_a_rank_is_unreachable(tmp_path):
     # 3 hosts x 2 ranks, rank 1 frozen: node0 is left out whole; its rank 0, which serves the
     # store, sits out but stays until the world (ranks 2-5) has ended; rank 2 leads and writes
@@ -105,6 +107,7 @@ def test_under_an_env_launcher_a_host_short_of_a_rank_is_unreachable(tmp_path):
     assert found.pop("node0") == "unreachable" and set(found) == {"node1", "node2"}
 
 
+@pytest.mark.slow
 def test_under_an_env_launcher_a_rank_0_frozen_at_start_up_is_one_line_per_rank(tmp_path):
     # rank 0 serves the store under srun/mpirun: nobody can meet without it
     codes, output = _mpirun_like(3, tmp_path / "mpi0", frozen=0)
@@ -114,6 +117,7 @@ def test_under_an_env_launcher_a_rank_0_frozen_at_start_up_is_one_line_per_rank(
     assert "Traceback" not in output and "socket.cpp" not in output
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_emulated_host_frozen_at_start_up_is_unreachable_no_traceback_exit_3(tmp_path):
     out = tmp_path / "emulated"

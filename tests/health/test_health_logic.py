@@ -266,7 +266,8 @@ def test_plan_rounds_and_estimate():
 
 # ------------------------------------------------------------------ the simulated fleet
 
-@pytest.mark.parametrize("n, ranks_per_node, seed", [(8192, 2, 1), (1000, 4, 2), (333, 1, 3)])
+@pytest.mark.parametrize("n, ranks_per_node, seed", [pytest.param(8192, 2, 1, marks=pytest.mark.slow),
+                                                       (1000, 4, 2), (333, 1, 3)])
 def test_simulated_cluster_quick(n, ranks_per_node, seed):
     cluster = SimCluster(names(n), ranks_per_node, noise=0.10, seed=seed)
     # up to N/8 faulty hosts: a slow host, a slow rail or (with local ranks) a slow intra path

@@ -83,11 +83,13 @@ def _pairs_flagged(rounds, between_rounds, between_runs, pairs=12):
     return flagged / total
 
 
+@pytest.mark.slow
 def test_identical_runs_with_between_round_variation_are_not_flagged():
     # the machine's state changes between rounds by 5% (and runs by 1% more): rounds show it
     assert _pairs_flagged(rounds=3, between_rounds=0.05, between_runs=0.01, pairs=30) <= 0.05
 
 
+@pytest.mark.slow
 def test_folders_of_runs_see_variation_between_runs():
     """Runs 6% apart with steady rounds: one run a side cannot know (it flags), three a side
     can; the runs are the units then."""
@@ -104,6 +106,7 @@ def test_folders_of_runs_see_variation_between_runs():
     assert folders[0]["base_rounds"].eq(6).all()
 
 
+@pytest.mark.slow
 def test_pooled_samples_would_cry_wolf():
     """The same data bootstrapped as independent samples (today's test before rounds) calls
     far more identical sizes different: the within-round spread understates the uncertainty."""
@@ -205,6 +208,7 @@ def _run_dir(path, run_id, slow=None, seed=0, dtype="float32", rounds=3):
     return path
 
 
+@pytest.mark.slow
 def test_compare_command_gate_and_files(tmp_path):
     base = _run_dir(tmp_path / "base", "a", seed=1)
     same = _run_dir(tmp_path / "same", "b", seed=2)

@@ -273,6 +273,7 @@ def test_param_comms_lines():
         interop.read_text(PARAM.replace("1024               256              30.1        31.0        35.2        29.0        40.0          0.034", "1024 256"), "param.log")
 
 
+@pytest.mark.slow
 def test_import_command_writes_runs_every_command_reads(tmp_path):
     log = tmp_path / "two.log"
     log.write_text(GEN3 + GEN3)
@@ -478,6 +479,7 @@ def _fails(result) -> str:
     return f"exit {result.exit_code}: {result.output.strip()[-300:]}"
 
 
+@pytest.mark.slow
 @needs_logs
 def test_no_shared_file_gives_a_traceback_in_any_command(tmp_path):
     """`import`, `model fit` (with its figures), `plot`, `report` and `compare` (a log against

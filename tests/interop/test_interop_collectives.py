@@ -44,6 +44,7 @@ def test_published_logs_give_back_their_busbw_through_our_formula(prefix, collec
     assert run.world_size == 8 and checked >= 20
 
 
+@pytest.mark.slow
 @needs_logs
 @pytest.mark.timeout(600)
 def test_import_and_compare_a_published_all_gather_log_against_our_rows(tmp_path):

@@ -16,6 +16,7 @@ def cli(*args, timeout=300):
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_links_on_a_single_node_says_how_to_get_nodes():
     done = subprocess.run(CLI + ["links", "--quick"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
@@ -24,6 +25,7 @@ def test_links_on_a_single_node_says_how_to_get_nodes():
     assert "\n" not in line
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(WHY_NOT is None, reason="the emulated 2x2 test checks the same rows here")
 @pytest.mark.timeout(120)
 def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
@@ -38,6 +40,7 @@ def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
     assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
     import pandas as pd

@@ -60,6 +60,7 @@ main()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_model_fit_and_predict_all_run_without_torch(tmp_path):
     from test_model import TRUE, synthetic

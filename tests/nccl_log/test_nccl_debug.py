@@ -40,6 +40,7 @@ def test_every_rank_gets_the_variables_nccl_reads(monkeypatch, tmp_path):
     assert not (tmp_path / "not-here").exists() and "allreduce-bench-nccl-debug" in os.environ["NCCL_DEBUG_FILE"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("made", [True, False])
 def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path, made):
     """Rank 1's file is in a folder rank 0 cannot see (its own OUT on a host that shares no file
@@ -54,6 +55,7 @@ def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path, made):
     assert block["environment"] == {"NCCL_IB_HCA": {"^mlx5_3,mlx5_4": ["node-0", "node-1"]}}
 
 
+@pytest.mark.slow
 def test_a_gloo_run_with_nccl_debug_records_what_is_there_and_says_so(tmp_path, capfd):
     out = tmp_path / "run"
     args = ["run", "--world-sizes", "2", "--algos", "native", "--sizes", "4K", "--samples", "3",
@@ -90,6 +92,7 @@ LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "publish
 LOGS = LOGS if LOGS.is_dir() else Path("/work/shared/data/published-logs")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
 def test_report_says_what_nccl_set_up(tmp_path):
     out = tmp_path / "o"

@@ -277,6 +277,7 @@ def test_nccl_log_without_nccl_lines_or_file_is_one_line_exit_2(tmp_path):
     assert "NCCL_DEBUG=INFO" in CliRunner().invoke(main, ["nccl-log", str(empty)]).output
 
 
+@pytest.mark.slow
 def test_any_text_reads_without_an_exception():
     """Cut, glued and shuffled real lines: the reader counts what it sees and never raises."""
     from hypothesis import given, settings
