@@ -1,4 +1,4 @@
-"""Rank functions for tests/test_ddp.py (importable by the spawned ranks)."""
+"""Rank functions for test_ddp.py (importable by the spawned ranks)."""
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,5 @@
 """Real Flight Recorder dumps of a gloo world where one rank hangs it, one fault at a time
-(used by tests/test_hang.py and scripts/perf_hang.py).
+(used by tests/hang/test_hang.py and scripts/perf_hang.py).
 
 Every rank calls two AllReduces that agree, then the third is the fault's, on `culprit`:
   sleep    sleeps past the timeout, then calls it (late: the others gave up)

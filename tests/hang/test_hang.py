@@ -1,5 +1,5 @@
 """`hang` and `--flight-recorder`: real Flight Recorder dumps of gloo worlds in which one rank
-hangs the job (tests/hang_ranks.py), each named correctly; JSON dumps, dumps shaped like torch's
+hangs the job (hang_ranks.py), each named correctly; JSON dumps, dumps shaped like torch's
 own analyzer's test inputs, missing dumps, bad input; a run stopped by a stalled rank naming it."""
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What a rank of a `--nccl-debug` run does at the end, on a real gloo world (tests/distributed.py)."""
+"""What a rank of a `--nccl-debug` run does at the end, on a real gloo world
+(tests/support/distributed.py)."""
 from __future__ import annotations
 
 import os
