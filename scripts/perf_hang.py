@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How often `hang` names the right rank and collective: 4 fault kinds x N = 2, 4, 8 x 5 trials.
 
-Each trial runs one real gloo world on loopback (tests/hang_ranks.py) in which a random rank
+Each trial runs one real gloo world on loopback (tests/hang/hang_ranks.py) in which a random rank
 hangs the third AllReduce: it sleeps past the timeout then calls it late (sleep), never calls it
 (skip), calls it with another size (size), or dies before it without a dump (no_dump); the
 others time out (or lose the connection) and dump torch's Flight Recorder. The dumps are read
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hang"))
 
 from hang_ranks import KINDS, make_dumps, named_correctly  # noqa: E402
 

@@ -2,8 +2,11 @@ import os
 import sys
 from pathlib import Path
 
-# Spawned ranks import test modules by name: make the tests folder importable for them.
-sys.path.insert(0, str(Path(__file__).parent))
+# The helpers that tests of several folders share (tests/support/) are imported by name, and
+# spawned ranks unpickle functions from them by that name: a spawned process starts with this
+# process's sys.path. A folder's own helpers are importable as pytest puts each test file's
+# folder on sys.path (its default "prepend" import mode, so every basename under tests/ is unique).
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Tests of the built-in algorithms must not pick up plug-ins installed on the machine; the

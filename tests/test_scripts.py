@@ -159,6 +159,7 @@ def gpu_check(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_gpu_check_refuses_without_a_gpu_in_one_line():
     import torch
     if torch.cuda.is_available():

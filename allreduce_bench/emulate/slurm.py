@@ -2,8 +2,8 @@
 
 `SlurmDaemons` starts munged, slurmctld and slurmd(s) with their configuration, sockets, state,
 pid files and logs in one directory and ports the OS picks, so nothing of the machine's own
-Slurm is touched, and stops them again (tests/launcher_services.py's one-node `LocalSlurm` is
-this with one node on 127.0.0.1).
+Slurm is touched, and stops them again (tests/support/launcher_services.py's one-node
+`LocalSlurm` is this with one node on 127.0.0.1).
 
 `EmulatedSlurm` makes an `EmulatedCluster` a Slurm cluster users start jobs on with the
 ordinary `srun -N 4`, `sbatch -N 3 --exclude=node2`, `mpirun`, `mpiexec`:

@@ -1,0 +1,271 @@
+"""Figures and report numbers from results alone: synthetic frames, and one real --quick run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from allreduce_bench.cli import main
+from allreduce_bench.core import metrics
+from allreduce_bench.core.analysis import plots, report, style
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.results.schema import COLUMNS
+
+REPO = Path(__file__).resolve().parents[2]
+K, M = 1 << 10, 1 << 20
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def model_frame(tag="", run_id="run-a", world_sizes=(2, 4, 8)):
+    """Rows shaped like a real sweep, times from a simple alpha-beta model (not measurements)."""
+    rows = []
+    alpha_us = {"native": 20, "ring": 60, "naive": 30, "hierarchical": 80}
+    for world_size in world_sizes:
+        for algorithm, alpha in alpha_us.items():
+            # bytes the busiest rank sends per byte of tensor, over a 10 GB/s link
+            volume = (world_size - 1) if algorithm == "naive" else metrics.busbw_factor(world_size)
+            for size in [4 * K * 4 ** i for i in range(8)]:  # 4K .. 64M
+                time_us = alpha * (world_size - 1) + size * volume / 10e9 * 1e6
+                rows.append(dict(run_id=run_id, tag=tag, benchmark="allreduce",
+                                 algorithm=algorithm, backend="gloo", device="cpu",
+                                 world_size=world_size, nodes=max(1, world_size // 2),
+                                 ranks_per_node=min(2, world_size), size_bytes=size,
+                                 time_us_median=time_us, time_us_p95=time_us * 1.2,
+                                 busbw_GBps=metrics.busbw_GBps(size, time_us, world_size),
+                                 wrong=0, timestamp="2026-11-29T10:00:00+00:00"))
+    return pd.DataFrame(rows)
+
+
+def visible_axes(fig):
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def test_size_axis_labels_binary_sizes():
+    fig, ax = plt.subplots()
+    style.size_axis(ax)
+    formatter = ax.xaxis.get_major_formatter()
+    assert [formatter(s, 0) for s in (K, M, 1 << 30)] == ["1K", "1M", "1G"]
+    plt.close(fig)
+
+
+def test_figures_from_a_synthetic_frame_carry_titles_units_legends_and_footnote():
+    figures = plots.figures(model_frame(), note="backend gloo, device cpu, hosts vm, today")
+    assert set(figures) == {"bandwidth", "latency", "scaling", "speedup"}  # no link rows
+    for name, fig in figures.items():
+        assert fig._suptitle.get_text(), name
+        assert any("backend gloo" in t.get_text() for t in fig.texts), name
+        for ax in visible_axes(fig):
+            assert ax.get_legend() is not None, name
+            assert ax.get_ylabel() and ax.get_xlabel(), name
+
+    bandwidth = visible_axes(figures["bandwidth"])
+    assert [ax.get_title() for ax in bandwidth] == [
+        "N = 2 (1 node(s) x 2 ranks)", "N = 4 (2 node(s) x 2 ranks)", "N = 8 (4 node(s) x 2 ranks)"]
+    for ax in bandwidth:
+        assert ax.get_xlabel() == style.SIZE_LABEL and ax.get_ylabel() == "busbw (GB/s)"
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+            "native", "ring", "naive", "hierarchical"]
+
+    latency = visible_axes(figures["latency"])
+    assert all(ax.get_yscale() == "log" and ax.collections for ax in latency)  # p95 bands
+    assert latency[0].get_ylabel() == "time per AllReduce (us)"
+
+    left, right = visible_axes(figures["scaling"])
+    assert left.get_xlabel() == right.get_xlabel() == "world size N (ranks)"
+    assert left.get_ylabel() == "scaling efficiency busbw(N) / busbw(N_min)"
+    assert right.get_ylabel() == "time(N) / time(N_min)"
+    assert "64M" in figures["scaling"]._suptitle.get_text()  # default: the largest size
+    ideal = [line for line in left.get_lines() if line.get_label() == "ideal (flat busbw)"]
+    assert list(ideal[0].get_ydata()) == [1.0, 1.0]
+
+    speedup = visible_axes(figures["speedup"])
+    labels = [t.get_text() for t in speedup[0].get_legend().get_texts()]
+    assert labels == ["ring", "naive", "hierarchical"]  # native is the reference
+    for fig in figures.values():
+        plt.close(fig)
+
+
+@pytest.mark.slow
+def test_draw_all_writes_valid_images(tmp_path):
+    frame = model_frame()
+    written = plots.draw_all(frame, tmp_path / "png")
+    assert sorted(written) == ["bandwidth", "latency", "scaling", "speedup"]
+    for path in written.values():
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        assert plt.imread(path).ndim == 3
+        assert path.stat().st_size < 200_000  # KBs, fit to commit
+    svg = plots.draw_all(frame, tmp_path / "svg", fmt="svg")["bandwidth"]
+    assert svg.suffix == ".svg" and "<svg" in svg.read_text()[:1000]
+
+
+def test_two_tags_merged_get_two_line_styles_and_tagged_labels():
+    frame = pd.concat([model_frame("nvlink", "r1"), model_frame("ib", "r2")], ignore_index=True)
+    fig = plots.bandwidth_figure(frame)
+    ax = visible_axes(fig)[0]
+    assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "ring [ib]" in labels and "ring [nvlink]" in labels
+    plt.close(fig)
+
+
+def test_runs_sharing_a_tag_are_told_apart_by_run_id():
+    frame = pd.concat([model_frame("x", "aaaaaaaa11"), model_frame("x", "bbbbbbbb22")])
+    assert set(report.label_runs(frame)["series"]) == {"x (aaaaaaaa)", "x (bbbbbbbb)"}
+    assert set(report.label_runs(model_frame("x"))["series"]) == {"x"}
+
+
+def hand_frame():
+    """Few explicit points whose report numbers are worked out by hand in the test below."""
+    points = {  # (algorithm, world_size): busbw at 1K, 1M, 4M; times at 1K, 1M, 4M
+        ("native", 2): ([0.5, 5, 10], [10, 200, 400]),
+        ("native", 4): ([0.4, 4, 9], [20, 300, 600]),
+        ("ring", 2): ([0.2, 9, 8], [30, 180, 500]),
+        ("ring", 4): ([0.1, 3, 8], [60, 350, 520]),
+        ("naive", 2): ([0.3, 2, 4], [15, 500, 1000]),
+        ("naive", 4): ([0.1, 1, 1.5], [40, 1500, 2500]),
+        ("hierarchical", 4): ([0.1, 3, 12], [70, 330, 300]),
+    }
+    return pd.DataFrame([dict(algorithm=a, world_size=n, size_bytes=s, busbw_GBps=b,
+                              time_us_median=t, time_us_p95=t, benchmark="allreduce")
+                         for (a, n), (busbws, times) in points.items()
+                         for s, b, t in zip([K, M, 4 * M], busbws, times)])
+
+
+def test_report_numbers_equal_hand_computed_ones():
+    frame = hand_frame()
+    peaks = report.peak_busbw(frame)
+    assert peaks.loc[("", "ring", 2)].tolist() == [9, M]  # the peak need not be at the largest
+    assert peaks.loc[("", "native", 4)].tolist() == [9, 4 * M]
+    assert peaks.loc[("", "hierarchical", 4), "peak_busbw_GBps"] == 12
+
+    half = report.half_peak_size(frame)
+    assert half[("", "native", 2)] == M  # 5 >= 10/2: reaching half counts
+    assert half[("", "native", 4)] == 4 * M  # 4 < 9/2
+    assert half[("", "naive", 4)] == M  # 1 >= 1.5/2
+
+    ring_native = report.ratio_at_largest(frame, "ring", "native")
+    assert ring_native.loc[("", 2), "busbw_ratio"] == pytest.approx(8 / 10)
+    assert ring_native.loc[("", 4), "busbw_ratio"] == pytest.approx(8 / 9)
+    assert (ring_native["size_bytes"] == 4 * M).all()
+    hier_ring = report.ratio_at_largest(frame, "hierarchical", "ring")
+    assert list(hier_ring.index) == [("", 4)]  # no hierarchical at N=2
+    assert hier_ring.loc[("", 4), "busbw_ratio"] == pytest.approx(12 / 8)
+
+    penalty = report.naive_penalty(frame)
+    assert penalty.loc[("", 4)].tolist() == [2, 4 * M, pytest.approx(2500 / 1000), 3.0]
+
+    scaling = report.scaling_efficiency(frame, 4 * M)
+    assert scaling.loc[("", "native", 4), "efficiency"] == pytest.approx(0.9)
+    assert scaling.loc[("", "native", 4), "time_ratio"] == pytest.approx(1.5)
+    assert scaling.loc[("", "naive", 4), "efficiency"] == pytest.approx(1.5 / 4)
+    assert scaling.loc[("", "ring", 2), "efficiency"] == 1.0
+    assert scaling.loc[("", "hierarchical", 4), "reference_world_size"] == 4
+    assert report.scaling_efficiency(frame, M).loc[("", "ring", 4), "efficiency"] == \
+        pytest.approx(3 / 9)
+
+    assert report.chosen_size(frame) == 4 * M
+    assert report.chosen_size(frame, "1M") == M
+
+
+def test_links_figure_and_ratio_from_link_rows():
+    frame = model_frame(world_sizes=(4,))
+    intra = frame[frame["algorithm"] == "native"].assign(link="intra")
+    inter = intra.assign(link="inter", busbw_GBps=intra["busbw_GBps"] / 12.5)
+    frame = pd.concat([frame, intra, inter], ignore_index=True)
+    ratios = report.link_ratio(frame)
+    assert ratios["intra_inter_ratio"].tolist() == [pytest.approx(12.5)]
+    assert ratios["size_bytes"].tolist() == [64 * M]
+    figures = plots.figures(frame, note="")
+    assert "links" in figures
+    ax = visible_axes(figures["links"])[0]
+    assert ax.get_ylabel() == "busbw (GB/s)" and ax.get_xlabel() == style.SIZE_LABEL
+    assert any("12.5x at 64M" in t.get_text() for t in ax.texts)
+    assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
+    for fig in figures.values():
+        plt.close(fig)
+    assert "Intra- vs inter-node links" in [t for t, _, _ in report.report_tables(frame, 64 * M)]
+
+
+def one_line_error(args):
+    result = CliRunner().invoke(main, args)
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and lines[0].startswith("allreduce-bench: error:"), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_bad_results_give_one_line_and_exit_2(tmp_path):
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    assert "missing columns" in one_line_error(["plot", str(tmp_path / "other.csv")])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "results.csv").write_text(",".join(COLUMNS) + "\n")
+    assert "no rows" in one_line_error(["report", str(tmp_path / "empty")])
+    assert "no results at" in one_line_error(["plot", str(tmp_path / "nowhere")])
+    model_frame().to_csv(tmp_path / "model.csv", index=False)
+    assert "was not measured" in one_line_error(["report", str(tmp_path / "model.csv"),
+                                                 "--size", "3M"])
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One real run: the figures and report.md `run` leaves behind."""
+    out = tmp_path_factory.mktemp("quick") / "run"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--quick",
+                           "--world-sizes", "2,4", "--algos", "native,ring,naive", "--out", str(out)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_leaves_figures_and_report(quick_run):
+    plots_dir = quick_run / "plots"
+    for name in ("bandwidth", "latency", "scaling", "speedup", "ranks"):
+        assert (plots_dir / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+        assert f"![{name}]({name}.png)" in (plots_dir / "report.md").read_text()
+    text = (plots_dir / "report.md").read_text()
+    assert "## Peak bus bandwidth" in text and "## Naive baseline: rank-0 penalty" in text
+    assert "## Ranks: who starts last" in text
+
+    frame = load_results(quick_run)
+    fig = plots.bandwidth_figure(frame, report.footnote(frame))
+    assert [ax.get_ylabel() for ax in visible_axes(fig)] == ["busbw (GB/s)"] * 2
+    note = " ".join(t.get_text() for t in fig.texts)
+    assert "backend gloo" in note and "hosts" in note
+    plt.close(fig)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    rows = pd.read_csv(quick_run / "results.csv")
+    rows.assign(tag="second", run_id="another").to_csv(other / "results.csv", index=False)
+    result = CliRunner().invoke(main, ["plot", str(quick_run), str(other / "results.csv"),
+                                       "--format", "svg", "--out-dir", str(tmp_path / "figs"),
+                                       "--size", "4K"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
+        "bandwidth.svg", "latency.svg", "ranks.svg", "scaling.svg", "speedup.svg"]  # ranks: samples kept
+
+    result = CliRunner().invoke(main, ["report", str(quick_run), str(other)])
+    assert result.exit_code == 0, result.output
+    assert "Peak bus bandwidth" in result.output and "second" in result.output
+    text = (quick_run / "plots" / "report.md").read_text()  # default: plots/ of the first run
+    assert "| second |" in text
+
+
+def test_terminal_summary_from_a_synthetic_frame():
+    from allreduce_bench.core.analysis.report import terminal_summary
+    text = terminal_summary(model_frame())
+    assert "Peak busbw (GB/s) per algorithm and world size:" in text
+    assert "ring vs native (busbw ratio at the largest size both measured" in text
+    assert "#wrong in total: 0" in text

@@ -1,0 +1,80 @@
+"""--rounds: the order of the passes, the sampling of each round, pooling and the spread."""
+import pytest
+
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.measure import rounds
+
+
+def test_passes_alternate_direction():
+    items = [("ring", 1), ("ring", 2), ("tree", 1)]
+    planned = rounds.order(items, 3)
+    assert planned[:3] == [(0, i) for i in items]
+    assert planned[3:6] == [(1, i) for i in reversed(items)]
+    assert planned[6:] == [(2, i) for i in items]
+    # the last pass runs forward: rows come in the order of the items
+    assert rounds.order(items, 2) == [(0, i) for i in reversed(items)] + [(1, i) for i in items]
+    assert rounds.order(items, 1) == [(0, i) for i in items]
+    with pytest.raises(ValueError):
+        rounds.order(items, 0)
+
+
+def test_each_round_gets_its_share_and_later_rounds_reuse_the_first():
+    from allreduce_bench.core.measure.timing import Measured
+
+    base = Sampling(budget_s=0.3, min_samples=5, max_samples=50, warmup=2)
+    assert rounds.round_sampling(base, 1, 0, None) == base
+    first = rounds.round_sampling(base, 3, 0, None)
+    assert first.budget_s == pytest.approx(0.1) and first.min_samples == 2 and first.max_samples == 17
+    assert first.loops is None and first.samples is None and first.warmup == 2  # calibrates, plans
+    later = rounds.round_sampling(base, 3, 2, Measured([[1.0] * 7], loops=64, samples=7))
+    assert later.loops == 64 and later.samples == 7 and later.warmup == 2
+    fixed = rounds.round_sampling(Sampling(loops=4, samples=9), 3, 0, None)
+    assert fixed.loops == 4 and fixed.samples == 3
+    # --samples is the total over the rounds: 6 over 4 rounds is 2, 2, 1, 1
+    split = [rounds.round_sampling(Sampling(samples=6), 4, k, Measured([[1.0]], 3, 2)).samples
+             for k in range(4)]
+    assert split == [2, 2, 1, 1]
+
+
+def test_pooling_and_the_spread_of_round_medians():
+    per_round = [[[10, 11, 12], [10, 10, 13]],  # round 0: rank 0, rank 1 -> max 10, 11, 13
+                 [[20, 20], [21, 19]]]  # round 1 -> max 21, 20
+    assert rounds.pooled(per_round) == [[10, 11, 12, 20, 20], [10, 10, 13, 21, 19]]
+    # medians 11 and 20.5: (20.5 - 11) / 15.75
+    assert rounds.round_spread(per_round) == pytest.approx(9.5 / 15.75)
+    columns = rounds.round_columns(per_round)
+    assert columns["rounds"] == 2 and columns["rounds_disagree"]
+    agree = rounds.round_columns([[[10, 10]], [[10.5, 10.4]]])
+    assert not agree["rounds_disagree"] and agree["round_spread"] < 0.06
+    assert rounds.round_columns([[[1, 2]]]) == {"rounds": 1, "round_spread": 0.0,
+                                                "rounds_disagree": False}
+
+
+@pytest.mark.slow
+def test_a_run_in_rounds_pools_them_and_keeps_each_rounds_samples(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from allreduce_bench.core.results.load import load_results, load_samples
+
+    done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--out", str(tmp_path),
+                           "--world-sizes", "2", "--sizes", "4K,64K", "--algos", "native,ring",
+                           "--rounds", "3", "--samples", "6", "--loops", "1", "--bind", "core"],
+                          capture_output=True, text=True, timeout=240, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = load_results(tmp_path)
+    assert len(rows) == 4 and (rows["rounds"] == 3).all() and (rows["samples"] == 6).all()
+    assert rows["round_spread"].ge(0).all() and (rows["wrong"] == 0).all()
+    samples = load_samples(tmp_path)
+    per_row = samples.groupby(["algorithm", "size_bytes"])
+    assert (per_row["round"].nunique() == 3).all() and (per_row["sample"].nunique() == 6).all()
+    assert sorted(samples["sample"].unique()) == list(range(6))  # numbered on across rounds
+    placement = json.loads((tmp_path / "meta.json").read_text())["binding"]["2"]
+    assert [p["how"] for p in placement["ranks"]] == ["core", "core"]
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert placement["summary"] == "ranks bound by core"
+        assert placement["ranks"][0]["cpus"] != placement["ranks"][1]["cpus"]
+    report = (tmp_path / "plots" / "report.md").read_text()
+    assert "N=2: ranks bound by core" in report or "sharing CPUs" in report

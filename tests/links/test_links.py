@@ -1,0 +1,58 @@
+"""`links`: its rows inside and across nodes for AllReduce, p2p and any other collective, and
+its one line when there is a single node."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from namespaces import WHY_NOT
+
+CLI = [sys.executable, "-m", "allreduce_bench"]
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_links_on_a_single_node_says_how_to_get_nodes():
+    done = subprocess.run(CLI + ["links", "--quick"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    line = done.stderr.strip()
+    assert "needs >= 2 nodes" in line and "emulate" in line and "--ranks-per-node" in line
+    assert "\n" not in line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(WHY_NOT is None, reason="the emulated 2x2 test checks the same rows here")
+@pytest.mark.timeout(120)
+def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
+    out = tmp_path / "links"
+    done = subprocess.run(CLI + ["links", "--ranks-per-node", "2", "--sizes", "4K", "--iters", "1",
+                                 "--warmup", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(out / "results.csv")
+    assert set(map(tuple, frame[["link", "operation"]].values)) == {
+        ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
+    assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "links"
+    result = cli("links", "--collective", "all_gather", "--world-sizes", "4", "--ranks-per-node", "2",
+                 "--sizes", "64K", "--samples", "2", "--loops", "1", "--warmup", "0", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = pd.read_csv(out / "results.csv")
+    groups = rows[rows["operation"] == "all_gather"]
+    assert sorted(groups["link"]) == ["inter", "intra"] and (rows["wrong"] == 0).all()
+    assert set(groups["collective"]) == {"all_gather"} and set(groups["count"]) == {65536 // 4 // 2}
+    assert groups["busbw_GBps"].to_numpy() == pytest.approx(groups["algbw_GBps"].to_numpy() / 2)
+    refused = cli("links", "--collective", "all_gather,alltoall", "--world-sizes", "4", timeout=60)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
