@@ -9,6 +9,10 @@ from click.testing import CliRunner
 from ddp_ranks import all_checks
 from distributed import run_world
 
+from allreduce_bench.cli import main
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.results.load import load_results
+from allreduce_bench.core.units import parse_whole_count
 from allreduce_bench.ddp.analysis import (
     accumulation_table,
     ddp_markdown,
@@ -20,14 +24,11 @@ from allreduce_bench.ddp.analysis import (
     timeline_of,
     timeline_overlap,
 )
-from allreduce_bench.ddp.plots import timeline_plot
-from allreduce_bench.ddp.benchmark import layer_width, set_epoch_check
-from allreduce_bench.cli import main
 from allreduce_bench.ddp.config import parse_bucket_mbs
-from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.results.load import load_results
+from allreduce_bench.ddp.net import layer_width
+from allreduce_bench.ddp.plots import timeline_plot
+from allreduce_bench.ddp.sampler import set_epoch_check
 from allreduce_bench.ddp.timeline_store import append_timeline
-from allreduce_bench.core.units import parse_whole_count
 
 K = 4
 
