@@ -18,8 +18,8 @@ import pandas as pd
 
 from allreduce_bench.core import algorithms as registry
 from allreduce_bench.core.algorithms.base import INTER, Step
-from allreduce_bench.model.cost import _rank, solve_relative
 from allreduce_bench.core.layout import node_layout
+from allreduce_bench.model.cost import _rank, solve_relative
 
 KEYS = ["collective", "algorithm", "world_size", "ranks_per_node", "size_bytes"]
 

@@ -86,6 +86,17 @@ class Links:
         return self.intra if link_class == INTRA else self.inter
 
 
+class MissingLink(UsageError):
+    """A prediction needs a link class the links lack; `missing` says which, for whom, and
+    the message adds what to give (a command that knows better replaces that part)."""
+
+    def __init__(self, link_class: str, algorithm: str, world_size: int, ranks_per_node: int):
+        self.missing = (f"no {link_class}-node link parameters for {algorithm} at world size "
+                        f"{world_size} ({ranks_per_node} ranks per node)")
+        span = "more than one node" if link_class == INTER else "one node"
+        super().__init__(f"{self.missing}; give --{link_class}-bw or fit results that span {span}")
+
+
 def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
     """(nodes, ranks per node) of a world, as the benchmark lays it out (layout.node_layout).
 
@@ -129,10 +140,7 @@ def allreduce_time(algorithm: str, size_bytes: float, world_size: int, ranks_per
         for link_class, (messages, size) in step.paths.items():
             link = links.get(link_class)
             if link is None:
-                raise UsageError(f"no {link_class}-node link parameters for {algorithm} at world "
-                                 f"size {world_size} ({ranks_per_node} ranks per node); give "
-                                 f"--{link_class}-bw or fit results that span "
-                                 f"{'more than one node' if link_class == INTER else 'one node'}")
+                raise MissingLink(link_class, algorithm, world_size, ranks_per_node)
             costs.append(link.cost(messages, size))
         total += step.repeat * (max(costs, default=0.0) + step.reduced / links.reduce_Bps)
     return total

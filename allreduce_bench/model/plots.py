@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allreduce_bench.model.cost import CostModel
 from allreduce_bench.core.analysis.style import legend, plt, size_axis
 from allreduce_bench.core.analysis.style import save as _save  # small, reproducible files like every other figure
+from allreduce_bench.model.cost import CostModel
 
 
 def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnote: str = "") -> Path:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from allreduce_bench.model.cost import Links, allreduce_time, layout
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.model.cost import Links, allreduce_time, layout
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "tf32": 4, "bfloat16": 2, "bf16": 2, "float16": 2,
                "fp16": 2, "half": 2, "float64": 8, "fp64": 8, "fp8": 1, "float8": 1}
