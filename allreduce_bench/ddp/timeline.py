@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.world import World
 
 
@@ -123,12 +124,10 @@ NO_TIMELINE = _NoTimeline()
 
 
 def slowest_rank(own_times_us: list[float], world: World) -> int:
-    """The rank (in the world's group) whose median step time is the largest."""
-    median = torch.tensor([sorted(own_times_us)[len(own_times_us) // 2]], dtype=torch.float64,
-                          device=world.device.torch_device)
-    medians = [torch.zeros_like(median) for _ in range(world.size)]
-    dist.all_gather(medians, median, group=world.group.pg)
-    return int(torch.cat(medians).argmax().item())
+    """The rank (in the world's group) whose median step time is the largest (the first such)."""
+    median = sorted(own_times_us)[len(own_times_us) // 2]
+    medians = [m for m, in timing.gather([median], world.group.pg, world.device)]
+    return medians.index(max(medians))
 
 
 def slowest_timeline(timeline: Timeline, own_times_us: list[float], world: World) -> tuple[int, list[dict]]:

@@ -142,13 +142,7 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, native
            --intra-bw 900GB/s --inter-bw 25GB/s --intra-latency 5us --inter-latency 10us
     """
     from allreduce_bench.model.cost import layout
-    from allreduce_bench.model.predict import (
-        GivenLinks,
-        algorithm_names,
-        load_model,
-        native_model,
-        predictions,
-    )
+    from allreduce_bench.model.predict import GivenLinks, algorithm_names, load_model, native_model, predictions
 
     size_list = parse_size_list(sizes, "--size")
     check_positive_int(world_size, "--world-size")

@@ -414,22 +414,27 @@ def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) ->
 
 # ---- which algorithm wins where ------------------------------------------------------------
 
-def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Per (world_size, size_bytes): the measured fastest algorithm and the one the model
-    predicts fastest (among those measured there), with the measured time of each and
-    `predicted_best_slower_pct` = how much slower the predicted best measured than the best."""
+def fastest(comparison: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of `keys`: the measured fastest algorithm and the one the model predicts
+    fastest (among those measured there), with the measured time of each."""
     rows = []
-    keys = ["world_size", "ranks_per_node", "size_bytes"]
-    for (world_size, per_node, size), group in comparison.groupby(keys, sort=True):
+    for key, group in comparison.groupby(keys, sort=True):
         measured = group.loc[group["measured_us"].idxmin()]
         predicted = group.loc[group["predicted_us"].idxmin()]
-        rows.append({"world_size": world_size, "ranks_per_node": per_node, "size_bytes": size,
-                     "measured": measured["algorithm"], "predicted": predicted["algorithm"],
-                     "measured_best_us": measured["measured_us"],
-                     "predicted_best_measured_us": predicted["measured_us"],
-                     "predicted_best_slower_pct": 100.0 * (predicted["measured_us"] /
-                                                           measured["measured_us"] - 1)})
+        rows.append({**dict(zip(keys, key)), "measured": measured["algorithm"],
+                     "predicted": predicted["algorithm"], "measured_best_us": measured["measured_us"],
+                     "predicted_best_measured_us": predicted["measured_us"]})
     return pd.DataFrame(rows)
+
+
+def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """Per (world_size, size_bytes): `fastest`, and `predicted_best_slower_pct` = how much
+    slower the predicted best measured than the best."""
+    table = fastest(comparison, ["world_size", "ranks_per_node", "size_bytes"])
+    if not table.empty:
+        table["predicted_best_slower_pct"] = 100.0 * (table["predicted_best_measured_us"] /
+                                                      table["measured_best_us"] - 1)
+    return table
 
 
 def predicted_best(model: CostModel, algorithms: list[str], sizes, world_size: int,

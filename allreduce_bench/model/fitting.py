@@ -14,16 +14,7 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.load import load_results, skipped_note
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size, parse_size
-from allreduce_bench.model.cost import (
-    BEST_FILE,
-    MODEL_FILE,
-    CostModel,
-    MissingLink,
-    compare,
-    crossovers,
-    median_abs_error,
-    model_rows,
-)
+from allreduce_bench.model import cost
 from allreduce_bench.model.pooling import check_poolable
 
 
@@ -43,7 +34,7 @@ def selected(frame: pd.DataFrame, tag: str | None, pool: bool) -> pd.DataFrame:
         if frame.empty:
             raise UsageError(f"no rows with --tag {tag!r}; the results have tags "
                              f"{', '.join(repr(t) for t in tags) or 'none'}")
-    check_poolable(model_rows(frame), pool)
+    check_poolable(cost.model_rows(frame), pool)
     return frame
 
 
@@ -57,12 +48,12 @@ def fitted_rows(frame: pd.DataFrame, fit_min_size: str | None) -> pd.DataFrame:
     return fitted
 
 
-def comparison(frame: pd.DataFrame, cost_model: CostModel) -> pd.DataFrame:
+def comparison(frame: pd.DataFrame, cost_model: cost.CostModel) -> pd.DataFrame:
     """Measured against predicted, every measured row; refused in one line when the fitted
     rows lack a link some measured layout needs (fitted with --fit-min-size or --tag apart)."""
     try:
-        return compare(frame, cost_model)
-    except MissingLink as error:  # its own advice names predict's --intra-bw/--inter-bw
+        return cost.compare(frame, cost_model)
+    except cost.MissingLink as error:  # its own advice names predict's --intra-bw/--inter-bw
         raise UsageError(f"the fitted rows cannot predict every measured row ({error.missing}); "
                          "fit rows of every node layout you compare: check --fit-min-size "
                          "and --tag") from None
@@ -83,7 +74,7 @@ def _note(name, result, comparison) -> str:
     return "inter = intra: steps across nodes were no slower" if result.links.intra == result.links.inter else ""
 
 
-def links_lines(cost_model: CostModel, loss: str, comparison: pd.DataFrame) -> Iterator[str]:
+def links_lines(cost_model: cost.CostModel, loss: str, comparison: pd.DataFrame) -> Iterator[str]:
     """The fitted links per algorithm as a table, and what the rows could not tell."""
     yield (f"Fitted links per algorithm ({loss} relative error; alpha = cost per message, "
            "bandwidth in decimal GB/s):")
@@ -140,10 +131,10 @@ def prediction_lines(comparison: pd.DataFrame, threshold: int) -> Iterator[str]:
                "the large-message summary, or give --min-size.")
         threshold = int(sizes[0])
     yield f"\nMedian |error| (%) over sizes >= {format_size(threshold)}:"
-    yield median_abs_error(comparison, threshold).round(1).to_string()
+    yield cost.median_abs_error(comparison, threshold).round(1).to_string()
 
 
-def winner_lines(best: pd.DataFrame, cost_model: CostModel, comparison: pd.DataFrame) -> Iterator[str]:
+def winner_lines(best: pd.DataFrame, cost_model: cost.CostModel, comparison: pd.DataFrame) -> Iterator[str]:
     """The fastest algorithm per point, measured and predicted, and the predicted crossovers."""
     hits = (best["predicted_best_slower_pct"] <= 10).mean() * 100
     yield ("\nFastest algorithm per world size and size, measured and predicted (among those "
@@ -153,20 +144,20 @@ def winner_lines(best: pd.DataFrame, cost_model: CostModel, comparison: pd.DataF
         ["world_size", "size", "measured", "predicted", "slower"]].to_string(index=False)
     yield (f"the predicted best measured within 10% of the measured best at {hits:.0f}% of "
            f"{len(best)} points ('slower': how much slower the predicted best measured)")
-    cross = crossovers(cost_model, comparison)
+    cross = cost.crossovers(cost_model, comparison)
     if len(cross):
         yield "Predicted crossover sizes: " + "; ".join(
             f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
             for r in cross.itertuples())
 
 
-def save_fit(cost_model: CostModel, best: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path,
+def save_fit(cost_model: cost.CostModel, best: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path,
              fitted_to: str, loss: str, no_plot: bool) -> Iterator[str]:
     """Write model.json, model_best.csv and (unless no_plot) the two figures; a line on each."""
-    path = cost_model.save(out_dir / MODEL_FILE)
+    path = cost_model.save(out_dir / cost.MODEL_FILE)
     best[["world_size", "size_bytes", "measured", "predicted", "measured_best_us",
-          "predicted_best_measured_us", "predicted_best_slower_pct"]].to_csv(out_dir / BEST_FILE, index=False)
-    yield f"model: {path}; winners: {out_dir / BEST_FILE}"
+          "predicted_best_measured_us", "predicted_best_slower_pct"]].to_csv(out_dir / cost.BEST_FILE, index=False)
+    yield f"model: {path}; winners: {out_dir / cost.BEST_FILE}"
     if no_plot:
         return
     from allreduce_bench.model.plots import model_figure, winners_figure  # matplotlib: on use

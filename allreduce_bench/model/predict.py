@@ -12,15 +12,7 @@ from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import algbw_GBps, busbw_GBps
 from allreduce_bench.core.units import format_size
-from allreduce_bench.model.cost import (
-    CostModel,
-    Link,
-    Links,
-    allreduce_time,
-    bottleneck,
-    modelled,
-    rank_algorithms,
-)
+from allreduce_bench.model.cost import CostModel, Link, Links, allreduce_time, bottleneck, modelled, rank_algorithms
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,7 @@ from allreduce_bench.core.config.checks import check_finite
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model import step as ddp
 from allreduce_bench.model.cost import modelled
-from allreduce_bench.model.predict import (
-    GivenLinks,
-    describe,
-    load_model,
-    native_model,
-    resolve_links,
-)
+from allreduce_bench.model.predict import GivenLinks, describe, load_model, native_model, resolve_links
 
 
 def check_backward_share(backward_share: float) -> None:
