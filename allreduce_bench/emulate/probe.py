@@ -19,9 +19,9 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
     import torch.distributed as dist
 
     from allreduce_bench.core import metrics
-    from allreduce_bench.links.benchmark import p2p_measure
     from allreduce_bench.core.config import Sampling
     from allreduce_bench.core.measure.device import Device
+    from allreduce_bench.links.benchmark import p2p_measure
     dist.init_process_group("gloo", timeout=_dt.timedelta(seconds=120))
     try:
         measured, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(),
