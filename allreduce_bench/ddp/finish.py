@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from allreduce_bench.core.cli.finish import finish
 from allreduce_bench.core.extensions import NONE, Extensions
-from allreduce_bench.ddp.benchmark import SET_EPOCH_SAMPLES, set_epoch_check
+from allreduce_bench.ddp.sampler import SET_EPOCH_SAMPLES, set_epoch_check
 
 
 def finish_ddp(config, lent: Extensions = NONE) -> int:

@@ -9,20 +9,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from allreduce_bench.core.analysis.style import legend, save  # noqa: E402
+from allreduce_bench.core.analysis.style import legend, save, save_with_footnote  # noqa: E402
 from allreduce_bench.ddp.analysis import (  # noqa: E402
     accumulation_table,
     median_iteration,
     overlap_table,
     timeline_of,
 )
-
-
-def _save(fig, path: Path, footnote: str) -> Path:
-    if footnote:
-        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return save(fig, path)
 
 
 def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path | None:
@@ -55,7 +48,7 @@ def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path 
     axes[0][0].set_ylabel("time per step (ms)")
     legend(axes[0][0], fontsize=7, loc="upper left")
     fig.suptitle("DDP step: compute, hidden and exposed communication")
-    return _save(fig, Path(path), footnote)
+    return save_with_footnote(fig, Path(path), footnote)
 
 
 def accumulation_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path | None:
@@ -81,7 +74,7 @@ def accumulation_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> 
     ax.set_title("Gradient accumulation with and without no_sync()")
     ax.grid(True, axis="y", alpha=0.3)
     legend(ax, fontsize=7)
-    return _save(fig, Path(path), footnote)
+    return save_with_footnote(fig, Path(path), footnote)
 
 
 COMPUTE_COLOURS = {"forward": "tab:blue", "backward": "tab:blue", "optimizer": "tab:purple"}

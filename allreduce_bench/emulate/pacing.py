@@ -16,7 +16,7 @@ DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link com
 def ddp_rate_bps(settings, nodes: int, ranks_per_node: int, backward_s: float) -> float:
     """The uplink rate at which ddp's AllReduce takes COMM_PER_BACKWARD x `backward_s`: a ring
     over N ranks sends 2(N-1)/N of the gradients through each host's uplink."""
-    from allreduce_bench.ddp.benchmark import layer_width  # torch: only when emulating ddp
+    from allreduce_bench.ddp.net import layer_width  # torch: only when emulating ddp
     width = layer_width(settings.params, settings.layers)
     gradient_bytes = 4 * settings.layers * (width * width + width)
     world = nodes * ranks_per_node

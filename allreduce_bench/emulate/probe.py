@@ -40,7 +40,7 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     import torch
     from torch import nn
 
-    from allreduce_bench.ddp.benchmark import build_model, synthetic_batch
+    from allreduce_bench.ddp.net import build_model, synthetic_batch
     model = build_model(params, layers, torch.device("cpu"))
     x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
     times = []

@@ -19,7 +19,7 @@ import pandas as pd
 from allreduce_bench.core import algorithms as registry
 from allreduce_bench.core.algorithms.base import INTER, Step
 from allreduce_bench.core.layout import node_layout
-from allreduce_bench.model.cost import _rank, solve_relative
+from allreduce_bench.model.cost import _rank, fastest, solve_relative
 
 KEYS = ["collective", "algorithm", "world_size", "ranks_per_node", "size_bytes"]
 
@@ -107,13 +107,4 @@ def compare(frame: pd.DataFrame, fits: pd.DataFrame) -> pd.DataFrame:
 
 def best(comparison: pd.DataFrame) -> pd.DataFrame:
     """Per collective, world size and size: the measured fastest and the predicted fastest."""
-    out = []
-    for (collective, world_size, size), group in comparison.groupby(
-            ["collective", "world_size", "size_bytes"], sort=True):
-        measured = group.loc[group["measured_us"].idxmin()]
-        predicted = group.loc[group["predicted_us"].idxmin()]
-        out.append({"collective": collective, "world_size": world_size, "size_bytes": size,
-                    "measured": measured["algorithm"], "predicted": predicted["algorithm"],
-                    "measured_best_us": measured["measured_us"],
-                    "predicted_best_measured_us": predicted["measured_us"]})
-    return pd.DataFrame(out)
+    return fastest(comparison, ["collective", "world_size", "size_bytes"])

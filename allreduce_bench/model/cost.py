@@ -86,6 +86,17 @@ class Links:
         return self.intra if link_class == INTRA else self.inter
 
 
+class MissingLink(UsageError):
+    """A prediction needs a link class the links lack; `missing` says which, for whom, and
+    the message adds what to give (a command that knows better replaces that part)."""
+
+    def __init__(self, link_class: str, algorithm: str, world_size: int, ranks_per_node: int):
+        self.missing = (f"no {link_class}-node link parameters for {algorithm} at world size "
+                        f"{world_size} ({ranks_per_node} ranks per node)")
+        span = "more than one node" if link_class == INTER else "one node"
+        super().__init__(f"{self.missing}; give --{link_class}-bw or fit results that span {span}")
+
+
 def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
     """(nodes, ranks per node) of a world, as the benchmark lays it out (layout.node_layout).
 
@@ -129,10 +140,7 @@ def allreduce_time(algorithm: str, size_bytes: float, world_size: int, ranks_per
         for link_class, (messages, size) in step.paths.items():
             link = links.get(link_class)
             if link is None:
-                raise UsageError(f"no {link_class}-node link parameters for {algorithm} at world "
-                                 f"size {world_size} ({ranks_per_node} ranks per node); give "
-                                 f"--{link_class}-bw or fit results that span "
-                                 f"{'more than one node' if link_class == INTER else 'one node'}")
+                raise MissingLink(link_class, algorithm, world_size, ranks_per_node)
             costs.append(link.cost(messages, size))
         total += step.repeat * (max(costs, default=0.0) + step.reduced / links.reduce_Bps)
     return total
@@ -406,22 +414,27 @@ def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) ->
 
 # ---- which algorithm wins where ------------------------------------------------------------
 
-def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Per (world_size, size_bytes): the measured fastest algorithm and the one the model
-    predicts fastest (among those measured there), with the measured time of each and
-    `predicted_best_slower_pct` = how much slower the predicted best measured than the best."""
+def fastest(comparison: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """Per group of `keys`: the measured fastest algorithm and the one the model predicts
+    fastest (among those measured there), with the measured time of each."""
     rows = []
-    keys = ["world_size", "ranks_per_node", "size_bytes"]
-    for (world_size, per_node, size), group in comparison.groupby(keys, sort=True):
+    for key, group in comparison.groupby(keys, sort=True):
         measured = group.loc[group["measured_us"].idxmin()]
         predicted = group.loc[group["predicted_us"].idxmin()]
-        rows.append({"world_size": world_size, "ranks_per_node": per_node, "size_bytes": size,
-                     "measured": measured["algorithm"], "predicted": predicted["algorithm"],
-                     "measured_best_us": measured["measured_us"],
-                     "predicted_best_measured_us": predicted["measured_us"],
-                     "predicted_best_slower_pct": 100.0 * (predicted["measured_us"] /
-                                                           measured["measured_us"] - 1)})
+        rows.append({**dict(zip(keys, key)), "measured": measured["algorithm"],
+                     "predicted": predicted["algorithm"], "measured_best_us": measured["measured_us"],
+                     "predicted_best_measured_us": predicted["measured_us"]})
     return pd.DataFrame(rows)
+
+
+def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
+    """Per (world_size, size_bytes): `fastest`, and `predicted_best_slower_pct` = how much
+    slower the predicted best measured than the best."""
+    table = fastest(comparison, ["world_size", "ranks_per_node", "size_bytes"])
+    if not table.empty:
+        table["predicted_best_slower_pct"] = 100.0 * (table["predicted_best_measured_us"] /
+                                                      table["measured_best_us"] - 1)
+    return table
 
 
 def predicted_best(model: CostModel, algorithms: list[str], sizes, world_size: int,

@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from allreduce_bench.core.analysis.style import legend, plt, size_axis
-from allreduce_bench.core.analysis.style import save as _save  # small, reproducible files like every other figure
+from allreduce_bench.core.analysis.style import legend, plt, save_with_footnote, size_axis
 from allreduce_bench.model.cost import CostModel
 
 
@@ -38,10 +37,7 @@ def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnot
         legend(ax, fontsize=7, ncol=2)
     axes[0][0].set_ylabel("time per AllReduce (ms)")
     fig.suptitle("alpha-beta model (lines) fitted to the measured medians (points)")
-    if footnote:
-        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return _save(fig, path)
+    return save_with_footnote(fig, path, footnote)
 
 
 def scaling_figure(table: pd.DataFrame, path: Path, title: str, footnote: str = "") -> Path:
@@ -55,10 +51,7 @@ def scaling_figure(table: pd.DataFrame, path: Path, title: str, footnote: str = 
     ax.set_ylim(0, 105)
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(title, fontsize=10)
-    if footnote:
-        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
-    return _save(fig, path)
+    return save_with_footnote(fig, path, footnote)
 
 
 def winners_figure(best: pd.DataFrame, path: Path, footnote: str = "") -> Path:
@@ -81,7 +74,4 @@ def winners_figure(best: pd.DataFrame, path: Path, footnote: str = "") -> Path:
         ax.set_title(f"fastest algorithm, world size {world_size}", fontsize=9)
     handles = [plt.Line2D([], [], marker="s", linestyle="", color=color[n], label=n) for n in names]
     fig.legend(handles=handles, loc="upper right", fontsize=7)
-    if footnote:
-        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, 0.82, 1))
-    return _save(fig, path)
+    return save_with_footnote(fig, path, footnote, right=0.82)

@@ -150,7 +150,7 @@ def plugin_env(tmp_path):
     info = site / "zoo_plugin_pkg-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zoo-plugin-pkg\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[allreduce_bench.core.algorithms]\nsum-by-plugin = zoo_plugin_pkg\n")
+    (info / "entry_points.txt").write_text("[allreduce_bench.algorithms]\nsum-by-plugin = zoo_plugin_pkg\n")
     env = dict(os.environ)
     env.pop(algorithms.NO_PLUGINS_ENV, None)  # this test's plug-in is the point
     env["PYTHONPATH"] = os.pathsep.join([str(site), str(ROOT), env.get("PYTHONPATH", "")])

@@ -7,18 +7,10 @@ from torch import nn
 
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world
-from allreduce_bench.ddp.benchmark import (
-    DdpSettings,
-    NoOverlapTrainer,
-    Trainer,
-    build_model,
-    check_ddp_gradients,
-    measure_accumulation,
-    measure_bucket_cap,
-    param_count,
-    synthetic_batch,
-    wrap_ddp,
-)
+from allreduce_bench.ddp.config import DdpSettings
+from allreduce_bench.ddp.measurements import check_ddp_gradients, measure_accumulation, measure_bucket_cap
+from allreduce_bench.ddp.net import build_model, param_count, synthetic_batch
+from allreduce_bench.ddp.trainer import NoOverlapTrainer, Trainer, wrap_ddp
 
 
 def _world():

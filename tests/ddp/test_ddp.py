@@ -24,9 +24,10 @@ from allreduce_bench.ddp.analysis import (
     timeline_of,
     timeline_overlap,
 )
-from allreduce_bench.ddp.benchmark import layer_width, set_epoch_check
 from allreduce_bench.ddp.config import parse_bucket_mbs
+from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.plots import timeline_plot
+from allreduce_bench.ddp.sampler import set_epoch_check
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 K = 4

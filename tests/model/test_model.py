@@ -15,6 +15,7 @@ from allreduce_bench.model.cost import (
     CostModel,
     Link,
     Links,
+    MissingLink,
     allreduce_time,
     compare,
     crossovers,
@@ -303,6 +304,23 @@ def test_a_quick_run_fits_with_the_defaults_and_names_the_missing_sizes(tmp_path
     out = _fit_run(synthetic(TRUE, noise=0.02).query("size_bytes in (4096, 262144)"), run_dir)
     assert "no size of 1M or more was measured (sizes: 4K, 256K)" in out.output
     assert "Median |error| (%) over sizes >= 4K" in out.output and (run_dir / "model.json").exists()
+
+
+def test_fit_refuses_in_one_line_when_the_fitted_rows_lack_a_measured_layouts_link(tmp_path):
+    """Two-node rows of small sizes only: --fit-min-size 1M leaves no inter link to predict them."""
+    data = synthetic(TRUE, noise=0)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    data[(data["world_size"] == 2) | (data["size_bytes"] < 1 << 20)].to_csv(run_dir / "results.csv",
+                                                                          index=False)
+    result = cli("model", "fit", str(run_dir), "--fit-min-size", "1M", "--no-plot")
+    assert result.exit_code == 2, result.output
+    assert result.output == (
+        "allreduce-bench: error: the fitted rows cannot predict every measured row (no inter-node "
+        "link parameters for native at world size 4 (2 ranks per node)); fit rows of every node "
+        "layout you compare: check --fit-min-size and --tag\n")
+    with pytest.raises(MissingLink, match="; give --inter-bw or fit results that span more than one node$"):
+        allreduce_time("ring", 1 << 20, 4, 2, Links(TRUE.intra, None))
 
 
 def test_crossovers_with_zero_byte_rows():

@@ -34,7 +34,7 @@ from allreduce_bench.core.algorithms.base import Algorithm, Step, traffic  # noq
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import COLLECTIVES
 
-ENTRY_POINT_GROUP = "allreduce_bench.core.algorithms"
+ENTRY_POINT_GROUP = "allreduce_bench.algorithms"  # the plug-ins' group, unchanged by the core's folder
 ALL_REDUCE = "all_reduce"
 NO_PLUGINS_ENV = "ALLREDUCE_BENCH_NO_PLUGINS"  # set (to anything): installed plug-ins are ignored
 DEFAULT = ("native", "ring", "naive", "hierarchical")  # what `run` measures without --algos

@@ -14,17 +14,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms import p2p
-from allreduce_bench.core.algorithms.base import (
-    Algorithm,
-    Step,
-    chunk_bounds,
-    fold,
-    real_rank,
-    traffic,
-    window_ranks,
-)
-from allreduce_bench.core.algorithms.halving_doubling import every_rank_windows, partner_windows
-from allreduce_bench.core.algorithms.ring import same_memory
+from allreduce_bench.core.algorithms.base import Algorithm, Step, chunk_bounds, fold, fold_steps, traffic
+from allreduce_bench.core.algorithms.halving_doubling import partner_windows, window_transfers
+from allreduce_bench.core.algorithms.ring import parts, same_memory
 
 if TYPE_CHECKING:
     import torch
@@ -34,19 +26,15 @@ if TYPE_CHECKING:
 
 def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
     group, n, me = world.group, world.size, world.rank
-    bounds = chunk_bounds(recv.numel(), n)
-
-    def chunk(q: int) -> torch.Tensor:
-        return recv[bounds[q][0]:bounds[q][1]]
-
+    chunks = parts(recv, chunk_bounds(recv.numel(), n))
     _, extra = fold(n)
-    calls = [] if same_memory(send, chunk(me)) else [partial(chunk(me).copy_, send)]
+    calls = [] if same_memory(send, chunks[me]) else [partial(chunks[me].copy_, send)]
     if me < 2 * extra and me % 2 == 0:  # folded out: hand my part over, get everything back
         return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     if me < 2 * extra:
-        calls.append(partial(p2p.run, p2p.step(group, [], [(chunk(me - 1), group.ranks[me - 1])])))
+        calls.append(partial(p2p.run, p2p.step(group, [], [(chunks[me - 1], group.ranks[me - 1])])))
     for peer, keep, give in reversed(partner_windows(group, me, n)):  # I hold `keep`, the partner `give`
-        ops = p2p.step(group, [(chunk(q), peer) for q in keep], [(chunk(q), peer) for q in give])
+        ops = p2p.step(group, [(chunks[q], peer) for q in keep], [(chunks[q], peer) for q in give])
         calls.append(partial(p2p.run, ops))
     if me < 2 * extra:
         calls.append(partial(p2p.run, p2p.step(group, [(recv, group.ranks[me - 1])], [])))
@@ -56,19 +44,11 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
     """Fold in (S/N), log2 p doubling steps (each virtual rank sends the window it holds, S/N per
     real chunk), fold out (the whole S)."""
-    n, s = world_size, float(size_bytes)
-    if n < 2:
-        return []
-    p, extra = fold(n)
-    part = s / n
-    pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
-    steps = [traffic([(a, b, part) for a, b in pairs], ranks_per_node)] if extra else []
-    for v_windows in reversed(every_rank_windows(p)):
-        steps.append(traffic([(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part)
-                              for v, (m, keep, _) in enumerate(v_windows)], ranks_per_node))
-    if extra:
-        steps.append(traffic([(b, a, s) for a, b in pairs], ranks_per_node))
-    return steps
+    s = float(size_bytes)
+    into, back = fold_steps(s / world_size, world_size, ranks_per_node, back_bytes=s, reduced=0.0)
+    doubling = [traffic([(a, b, kept) for a, b, kept, _ in step], ranks_per_node)
+                for step in reversed(window_transfers(world_size, s / world_size))]
+    return into + doubling + back
 
 
 ALGORITHM = Algorithm("recursive-doubling", "log2 N steps with rank XOR 2^j, each doubling the "

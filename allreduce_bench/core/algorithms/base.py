@@ -144,15 +144,19 @@ def real_rank(virtual: int, world_size: int) -> int:
     return 2 * virtual + 1 if virtual < extra else virtual + extra
 
 
-def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int) -> tuple[list[Step], list[Step]]:
-    """The fold-in step (even ranks send their whole vector, odd ones add it) and the fold-out
-    step (the result back), empty for a power of two."""
+def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_bytes: float | None = None,
+               reduced: float | None = None) -> tuple[list[Step], list[Step]]:
+    """The fold-in step (even ranks send their vector of `size_bytes`, odd ones add `reduced`
+    of it: all by default) and the fold-out step (the result back: `back_bytes`, by default as
+    many), empty for a power of two."""
     _, extra = fold(world_size)
     if not extra:
         return [], []
+    back_bytes = size_bytes if back_bytes is None else back_bytes
     pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
-    into = traffic([(a, b, size_bytes) for a, b in pairs], ranks_per_node, reduced=size_bytes)
-    back = traffic([(b, a, size_bytes) for a, b in pairs], ranks_per_node)
+    into = traffic([(a, b, size_bytes) for a, b in pairs], ranks_per_node,
+                   reduced=size_bytes if reduced is None else reduced)
+    back = traffic([(b, a, back_bytes) for a, b in pairs], ranks_per_node)
     return [into], [back]
 
 

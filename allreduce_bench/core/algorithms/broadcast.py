@@ -67,14 +67,20 @@ def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callabl
     return p2p.in_order(calls)
 
 
+def root_parts(group, views: list[torch.Tensor], rank: int, to_root: bool = False) -> p2p.Ops:
+    """Part q between the root and rank q, for every q > 0, as `rank` takes part: out of the
+    root (a scatter), or into it (a gather, `to_root`)."""
+    if rank == 0:
+        others = [(views[q], group.ranks[q]) for q in range(1, len(views))]
+        return p2p.step(group, [], others) if to_root else p2p.step(group, others, [])
+    mine = [(views[rank], group.ranks[0])]
+    return p2p.step(group, mine, []) if to_root else p2p.step(group, [], mine)
+
+
 def build_scatter_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
-    group, n, r = world.group, world.size, world.rank
-    flat = recv.view(-1)
-    bounds = chunk_bounds(flat.numel(), n)
-    views = ring.parts(flat, bounds)
-    scatter = (p2p.step(group, [(views[q], group.ranks[q]) for q in range(1, n)], []) if r == 0
-               else p2p.step(group, [], [(views[r], group.ranks[0])]))
-    gather = ring.AllGatherPlan(views[r], flat, bounds, group)
+    flat, bounds, views = ring.flat_parts(recv, world.size)
+    scatter = root_parts(world.group, views, world.rank)
+    gather = ring.AllGatherPlan(views[world.rank], flat, bounds, world.group)
     return p2p.in_order([partial(p2p.run, scatter), gather])
 
 

@@ -61,14 +61,22 @@ def every_rank_windows(p: int) -> list[tuple]:
     return list(zip(*(windows(v, p) for v in range(p))))
 
 
+def window_transfers(world_size: int, part: float) -> list[list[tuple[int, int, float, float]]]:
+    """Per halving step for any N, every virtual rank's (real rank, its partner's, bytes of the
+    chunks it keeps, bytes of those it gives up), at `part` bytes per real chunk. Recursive
+    halving sends what it gives up and adds into what it keeps; recursive doubling walks the
+    steps backwards, sending what it holds."""
+    n, (p, _) = world_size, fold(world_size)
+    return [[(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part,
+              len(window_ranks(give, n)) * part) for v, (m, keep, give) in enumerate(v_windows)]
+            for v_windows in every_rank_windows(p)]
+
+
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
-    flat = tensor.view(-1)
-    group, n = world.group, world.size
-    fold_in, fold_out = p2p.folded(flat, world)
-    p, _ = fold(n)
-    v = virtual_rank(world.rank, n)
+    flat, v, fold_in, fold_out = p2p.power_of_two_part(tensor, world)
+    group, n, (p, _) = world.group, world.size, fold(world.size)
     calls = list(fold_in)
-    if v is not None and p > 1:
+    if v is not None:
         starts = [a for a, _ in chunk_bounds(flat.numel(), p)] + [flat.numel()]
 
         def view(chunks: tuple[int, int]) -> torch.Tensor:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from allreduce_bench.core.algorithms.base import chunk_bounds, fold
+from allreduce_bench.core.algorithms.base import chunk_bounds, fold, virtual_rank
 
 if TYPE_CHECKING:
     import torch
@@ -137,3 +137,13 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
     into = ReduceStep(group, [], [(flat, flat.new_empty(flat.numel()), partner)])
     back = step(group, [(flat, partner)], [])
     return [into], [partial(run, back)]
+
+
+def power_of_two_part(tensor: torch.Tensor, world: World) -> tuple[torch.Tensor, int | None, list, list]:
+    """(the tensor flattened, this rank's virtual rank in the world's power-of-two part, or None
+    where it has no steps there (folded out, or a world of one), the fold-in calls, the fold-out
+    calls): what recursive doubling and halving-doubling start from."""
+    flat = tensor.view(-1)
+    fold_in, fold_out = folded(flat, world)
+    v = virtual_rank(world.rank, world.size) if world.size > 1 else None
+    return flat, v, fold_in, fold_out

@@ -22,7 +22,6 @@ from allreduce_bench.core.algorithms.base import (
     fold_steps,
     real_rank,
     traffic,
-    virtual_rank,
 )
 
 if TYPE_CHECKING:
@@ -39,13 +38,10 @@ def exchange(ops: p2p.Ops, flat: torch.Tensor, buffer: torch.Tensor) -> Callable
 
 
 def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
-    flat = tensor.view(-1)
-    group, n = world.group, world.size
-    fold_in, fold_out = p2p.folded(flat, world)
-    p, _ = fold(n)
-    v = virtual_rank(world.rank, n)
+    flat, v, fold_in, fold_out = p2p.power_of_two_part(tensor, world)
+    group, n, (p, _) = world.group, world.size, fold(world.size)
     steps = []
-    if v is not None and p > 1:
+    if v is not None:
         buffer = flat.new_empty(flat.numel())
         for j in range(p.bit_length() - 1):
             peer = group.ranks[real_rank(v ^ (1 << j), n)]

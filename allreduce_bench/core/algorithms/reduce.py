@@ -14,8 +14,8 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms import p2p, ring
-from allreduce_bench.core.algorithms.base import Algorithm, Step, chunk_bounds, traffic
-from allreduce_bench.core.algorithms.broadcast import chain_ticks, chain_views, rounds
+from allreduce_bench.core.algorithms.base import Algorithm, Step, traffic
+from allreduce_bench.core.algorithms.broadcast import chain_ticks, chain_views, root_parts, rounds
 from allreduce_bench.core.algorithms.tree import chunk_count
 
 if TYPE_CHECKING:
@@ -53,13 +53,9 @@ def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callabl
 
 
 def build_reduce_scatter_gather(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
-    group, n, r = world.group, world.size, world.rank
-    flat = recv.view(-1)
-    bounds = chunk_bounds(flat.numel(), n)
-    views = ring.parts(flat, bounds)
-    scatter = ring.ReduceScatterPlan(flat, views[r], bounds, group)
-    gather = (p2p.step(group, [], [(views[q], group.ranks[q]) for q in range(1, n)]) if r == 0
-              else p2p.step(group, [(views[r], group.ranks[0])], []))
+    flat, bounds, views = ring.flat_parts(recv, world.size)
+    scatter = ring.ReduceScatterPlan(flat, views[world.rank], bounds, world.group)
+    gather = root_parts(world.group, views, world.rank, to_root=True)
     return p2p.in_order([scatter, partial(p2p.run, gather)])
 
 

@@ -16,17 +16,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms import p2p
-from allreduce_bench.core.algorithms.base import (
-    Algorithm,
-    Step,
-    chunk_bounds,
-    fold,
-    real_rank,
-    traffic,
-    window_ranks,
-)
-from allreduce_bench.core.algorithms.halving_doubling import every_rank_windows, partner_windows
-from allreduce_bench.core.algorithms.ring import same_memory
+from allreduce_bench.core.algorithms.base import Algorithm, Step, chunk_bounds, fold, fold_steps, traffic
+from allreduce_bench.core.algorithms.halving_doubling import partner_windows, window_transfers
+from allreduce_bench.core.algorithms.ring import parts, same_memory
 
 if TYPE_CHECKING:
     import torch
@@ -36,52 +28,39 @@ if TYPE_CHECKING:
 
 def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
     group, n, me = world.group, world.size, world.rank
-    bounds = chunk_bounds(send.numel(), n)
-
-    def chunk(t: torch.Tensor, q: int) -> torch.Tensor:
-        return t[bounds[q][0]:bounds[q][1]]
-
     _, extra = fold(n)
     if n == 1:
         return (lambda: None) if same_memory(send, recv) else partial(recv.copy_, send)
     if me < 2 * extra and me % 2 == 0:  # folded out: hand the input over, get my chunk back
         return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     acc, buffer = send.new_empty(send.numel()), send.new_empty(send.numel())
-    calls, source = [], send
+    bounds = chunk_bounds(send.numel(), n)
+    sums, received, source = parts(acc, bounds), parts(buffer, bounds), parts(send, bounds)
+    calls = []
     if me < 2 * extra:  # the odd one of a pair: add the partner's whole input first
         calls.append(p2p.ReduceStep(group, [], [(send, buffer, group.ranks[me - 1], acc)]))
-        source = acc
+        source = sums
     steps = partner_windows(group, me, n)
     for index, (peer, keep, give) in enumerate(steps):
         last = index == len(steps) - 1  # the chunk kept last is this rank's: into `recv`
-        out = {q: recv if last and q == me else chunk(acc, q) for q in keep}
-        calls.append(p2p.ReduceStep(
-            group, [(chunk(source, q), peer) for q in give],
-            [(chunk(source, q), chunk(buffer, q), peer, out[q]) for q in keep]))
-        source = acc
+        out = {q: recv if last and q == me else sums[q] for q in keep}
+        calls.append(p2p.ReduceStep(group, [(source[q], peer) for q in give],
+                                    [(source[q], received[q], peer, out[q]) for q in keep]))
+        source = sums
     if me < 2 * extra:  # the even partner's summed chunk
-        calls.append(partial(p2p.run, p2p.step(group, [(chunk(acc, me - 1), group.ranks[me - 1])], [])))
+        calls.append(partial(p2p.run, p2p.step(group, [(sums[me - 1], group.ranks[me - 1])], [])))
     return p2p.in_order(calls)
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
     """Fold in (S sent and added), log2 p halving steps (each virtual rank sends the half it
     gives up, S/N per real chunk, and adds the half it keeps), fold out (S/N)."""
-    n, s = world_size, float(size_bytes)
-    if n < 2:
-        return []
-    p, extra = fold(n)
-    part = s / n
-    pairs = [(2 * i, 2 * i + 1) for i in range(extra)]
-    steps = [traffic([(a, b, s) for a, b in pairs], ranks_per_node, reduced=s)] if extra else []
-    for v_windows in every_rank_windows(p):
-        transfers = [(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(give, n)) * part)
-                     for v, (m, keep, give) in enumerate(v_windows)]
-        kept = max(len(window_ranks(keep, n)) for _, keep, _ in v_windows) * part
-        steps.append(traffic(transfers, ranks_per_node, reduced=kept))
-    if extra:
-        steps.append(traffic([(b, a, part) for a, b in pairs], ranks_per_node))
-    return steps
+    s = float(size_bytes)
+    into, back = fold_steps(s, world_size, ranks_per_node, back_bytes=s / world_size)
+    halving = [traffic([(a, b, given) for a, b, _, given in step], ranks_per_node,
+                       reduced=max(kept for _, _, kept, _ in step))
+               for step in window_transfers(world_size, s / world_size)]
+    return into + halving + back
 
 
 ALGORITHM = Algorithm("recursive-halving", "log2 N steps with rank XOR 2^j, each halving the "

@@ -32,6 +32,13 @@ def parts(flat: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch.Tenso
     return [flat[a:b] for a, b in bounds]
 
 
+def flat_parts(tensor: torch.Tensor, n: int) -> tuple[torch.Tensor, list[tuple[int, int]], list[torch.Tensor]]:
+    """The tensor flattened, the bounds of its n parts (chunk_bounds) and the parts as views."""
+    flat = tensor.view(-1)
+    bounds = chunk_bounds(flat.numel(), n)
+    return flat, bounds, parts(flat, bounds)
+
+
 def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.numel() == 0 or (a.data_ptr() == b.data_ptr() and a.numel() == b.numel())
 
@@ -93,9 +100,8 @@ class RingPlan:
     place. `owned` is the chunk fully reduced here between the two."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup):
-        flat = tensor.view(-1)
-        bounds = chunk_bounds(flat.numel(), group.size)
-        self.owned = parts(flat, bounds)[group.rank]
+        flat, bounds, views = flat_parts(tensor, group.size)
+        self.owned = views[group.rank]
         self.reduce_scatter = ReduceScatterPlan(flat, self.owned, bounds, group)
         self.all_gather = AllGatherPlan(self.owned, flat, bounds, group)
 

@@ -71,3 +71,12 @@ def save(fig, path: Path) -> Path:
         fig.savefig(path, dpi=DPI, metadata=STABLE_METADATA.get(path.suffix))
     plt.close(fig)
     return path
+
+
+def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) -> Path:
+    """`save`, after writing `footnote` small in the bottom-left corner and laying the figure
+    out above it (and left of `right`, where a legend stands outside)."""
+    if footnote:
+        fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
+    fig.tight_layout(rect=(0, 0.04, right, 1))
+    return save(fig, path)

@@ -118,16 +118,23 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops)
     for i in range(count):
-        device.align(group, spin)
-        if before_clock is not None:
-            before_clock()
-        queued = time.perf_counter()  # outside the interval: only the calls are timed
-        timer.start(i)
-        for _ in range(loops):
-            call()
-        timer.stop(i)
-        device.note_launch(time.perf_counter() - queued, loops)  # sizes the next GPU spin
+        take_sample(call, device, group, timer, i, loops, spin, before_clock)
     return [t / loops for t in timer.times_us()]
+
+
+def take_sample(call: Callable[[], None], device: Device, group, timer, i: int, loops: int = 1,
+                spin_s: float = 0.0, before_clock: Callable[[], None] | None = None) -> None:
+    """Sample i of `timer`: align over `group` (then `spin_s` of device-side spin), then
+    `loops` calls between the timer's start and stop; read the times once all are taken."""
+    device.align(group, spin_s)
+    if before_clock is not None:
+        before_clock()
+    queued = time.perf_counter()  # outside the interval: only the calls are timed
+    timer.start(i)
+    for _ in range(loops):
+        call()
+    timer.stop(i)
+    device.note_launch(time.perf_counter() - queued, loops)  # sizes the next GPU spin
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,139 @@
+"""The timeline of a step: when its computation ran and when each bucket's AllReduce was
+launched and completed, on the device's own clock, and the slowest rank's timeline.
+
+The instants are stamps: `stamps_for(device).now()` at the moment to place (step start,
+backward end, an AllReduce launched, an AllReduce completed); `us(a, b)` is the time between
+two of them, read after the device has synchronized.
+
+* CPU: time.perf_counter_ns() when called. gloo completes work on its own threads, and a
+  future's callback runs there as the work completes, so a stamp taken in it is the completion.
+* CUDA: an event recorded on the current stream, so the instant is when the GPU gets there, not
+  when the host queued it. A future's callback runs on a stream made to wait for the collective,
+  so an event recorded in it marks when the GPU finished the collective.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core.measure import timing
+from allreduce_bench.core.measure.world import World
+
+
+class CpuStamps:
+    def now(self) -> int:
+        return time.perf_counter_ns()
+
+    def us(self, start: int, end: int) -> float:
+        return (end - start) / 1e3
+
+
+class CudaStamps:
+    def now(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def us(self, start, end) -> float:
+        return start.elapsed_time(end) * 1e3  # elapsed_time is in ms
+
+
+def stamps_for(device) -> CpuStamps | CudaStamps:
+    """The clock of a measure.device Device (its `kind` is 'cpu' or 'cuda')."""
+    return CudaStamps() if device.kind == "cuda" else CpuStamps()
+
+
+@dataclass
+class AllReduceSpan:
+    """One AllReduce inside a step: launched when DDP handed its bucket to the hook."""
+
+    bucket: int
+    nbytes: int
+    launched: object
+    completed: object = None
+
+
+class Timeline:
+    """Instants of the timed steps of one step body on this rank.
+
+    Named instants per iteration: start, backward_start, backward_end (the last parameter's
+    gradient accumulated: the backward computation is done), optimizer_start, end; and every
+    AllReduce launched in the step with its completion. Nothing is kept outside timed
+    iterations (`begin(None)`: warm-up and checks).
+    """
+
+    def __init__(self, stamps, iters: int):
+        self.stamps = stamps
+        self.iteration: int | None = None
+        self.instants: list[dict] = [{} for _ in range(iters)]
+        self.allreduces: list[list[AllReduceSpan]] = [[] for _ in range(iters)]
+
+    def begin(self, iteration: int | None) -> None:
+        self.iteration = iteration
+        self.at("start")
+
+    def at(self, name: str) -> None:
+        if self.iteration is not None:
+            self.instants[self.iteration][name] = self.stamps.now()
+
+    def launched(self, bucket: int, nbytes: int) -> AllReduceSpan | None:
+        if self.iteration is None:
+            return None
+        span = AllReduceSpan(bucket, nbytes, self.stamps.now())
+        self.allreduces[self.iteration].append(span)
+        return span
+
+    def completed(self, span: AllReduceSpan | None) -> None:
+        if span is not None:
+            span.completed = self.stamps.now()
+
+    def between(self, i: int, first: str, last: str) -> float:
+        at = self.instants[i]
+        return self.stamps.us(at[first], at[last])
+
+    def spans(self, i: int) -> list[dict]:
+        """Iteration i as spans relative to its start (call after the device synchronized)."""
+        at, us = self.instants[i], self.stamps.us
+        rows = [dict(span=name, bucket=-1, bytes=0, start_us=us(at["start"], at[a]),
+                     end_us=us(at["start"], at[b]))
+                for name, a, b in (("forward", "start", "backward_start"),
+                                   ("backward", "backward_start", "backward_end"),
+                                   ("optimizer", "optimizer_start", "end"))]
+        for ar in self.allreduces[i]:
+            rows.append(dict(span="allreduce", bucket=ar.bucket, bytes=ar.nbytes,
+                             start_us=us(at["start"], ar.launched),
+                             end_us=us(at["start"], ar.completed)))
+        step = us(at["start"], at["end"])
+        return [dict(row, iteration=i, step_us=step) for row in rows]
+
+
+class _NoTimeline(Timeline):
+    """Records nothing, whatever the iteration: for steps that are not being timed."""
+
+    def __init__(self):
+        super().__init__(None, 0)
+
+    def begin(self, iteration: int | None) -> None:
+        self.iteration = None
+
+
+NO_TIMELINE = _NoTimeline()
+
+
+def slowest_rank(own_times_us: list[float], world: World) -> int:
+    """The rank (in the world's group) whose median step time is the largest (the first such)."""
+    median = sorted(own_times_us)[len(own_times_us) // 2]
+    medians = [m for m, in timing.gather([median], world.group.pg, world.device)]
+    return medians.index(max(medians))
+
+
+def slowest_timeline(timeline: Timeline, own_times_us: list[float], world: World) -> tuple[int, list[dict]]:
+    """(slowest rank, its timeline's spans for every timed iteration), on every rank."""
+    rank = slowest_rank(own_times_us, world)
+    mine = [row for i in range(len(timeline.instants)) for row in timeline.spans(i)]
+    gathered: list = [None] * world.size
+    dist.all_gather_object(gathered, mine, group=world.group.pg)
+    return rank, gathered[rank]

@@ -1,0 +1,127 @@
+"""`model ddp`'s work: a data-parallel training step on each given link, or its weak scaling
+over GPU counts, from the step model (model/step.py), as lines of text."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from allreduce_bench.core import units
+from allreduce_bench.core.config.checks import check_finite
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.model import step as ddp
+from allreduce_bench.model.cost import modelled
+from allreduce_bench.model.predict import GivenLinks, describe, load_model, native_model, resolve_links
+
+
+def check_backward_share(backward_share: float) -> None:
+    check_finite(backward_share, "--backward-share", low=None)
+    if not 0 <= backward_share <= 1:
+        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The data-parallel step `model ddp` is given: its gradients, compute, DDP's bucket and
+    what may overlap (step.step_time's keywords)."""
+
+    params: float
+    dtype: str
+    compute_s: float
+    bucket_bytes: float
+    backward_share: float
+    overlappable_s: float | None
+    gradient_bytes: float
+    buckets: int
+
+    @property
+    def overlap(self) -> dict:
+        return {"backward_share": self.backward_share, "overlappable_s": self.overlappable_s}
+
+
+def training_step(params: float, dtype: str, compute_s: float, bucket_bytes: float,
+                  backward_share: float, overlappable_s: float | None) -> TrainingStep:
+    """The step, its gradient bytes and bucket count; one line on an unknown dtype or bucket."""
+    grad = ddp.gradient_bytes(params, dtype)
+    full, _ = ddp.buckets(grad, bucket_bytes)
+    return TrainingStep(params, dtype, compute_s, bucket_bytes, backward_share, overlappable_s,
+                        grad, full + 1)
+
+
+def steps_on_links(step: TrainingStep, bandwidths) -> list[tuple[float, ddp.StepTime]]:
+    """The seed's step on each --bandwidth."""
+    if not bandwidths:
+        raise UsageError("give --bandwidth (e.g. --bandwidth 900GB/s --bandwidth 25GB/s), or --gpus "
+                         "with link parameters for a scaling table")
+    return [(bandwidth, ddp.seed_step(step.gradient_bytes, step.compute_s, bandwidth,
+                                      step.bucket_bytes, **step.overlap))
+            for bandwidth in bandwidths]
+
+
+def scaling(step: TrainingStep, gpus: str, ranks_per_node: int, algo: str, bandwidths, model_path,
+            given: GivenLinks, native_as: str | None) -> tuple[pd.DataFrame, str]:
+    """The weak-scaling table and a line saying what it assumed. With --gpus, one --bandwidth
+    is every link's and two are intra then inter, unless the links are given apart."""
+    if algo not in modelled():
+        raise UsageError(f"unknown --algo {algo!r}; choose from {', '.join(modelled())}")
+    if len(bandwidths) > 2:
+        raise UsageError("with --gpus give at most two --bandwidth values: intra-node, then inter-node")
+    if bandwidths:
+        given = replace(given, intra_bw=given.intra_bw or bandwidths[0],
+                        inter_bw=given.inter_bw or bandwidths[-1])
+    counts = ddp.parse_gpu_counts(gpus)
+    cost_model = load_model(model_path)
+    native_as = native_model(native_as, cost_model)
+    links = resolve_links(algo, cost_model, given)
+    table = ddp.weak_scaling(counts, ranks_per_node, step.gradient_bytes, step.compute_s, links, algo,
+                             step.bucket_bytes, native_as, **step.overlap)
+    label = f"{algo} (as {native_as})" if algo == "native" else algo
+    return table, (f"weak scaling, {ranks_per_node} GPUs per node, one {label} AllReduce per bucket; "
+                   f"{describe(links)}")
+
+
+def gradient_lines(step: TrainingStep) -> Iterator[str]:
+    """What the step moves and what may overlap it."""
+    grad = step.gradient_bytes
+    yield (f"gradients: {units.format_count(step.params)} parameters x {ddp.dtype_bytes(step.dtype)} B "
+           f"({step.dtype}) = {units.format_bytes(grad)}; AllReduce traffic per step 2 x "
+           f"{units.format_bytes(grad)} = {units.format_bytes(ddp.traffic_bytes(grad))}")
+    window = (f"{units.format_seconds(step.overlappable_s, 's')} given as overlappable"
+              if step.overlappable_s is not None
+              else f"backward {units.format_seconds(step.backward_share * step.compute_s, 's')} "
+                   "can overlap all but the last bucket")
+    yield (f"compute {units.format_seconds(step.compute_s, 's')} per step; {step.buckets} buckets "
+           f"of up to {units.format_bytes(step.bucket_bytes)}; {window}")
+
+
+def scaling_title(step: TrainingStep, ranks_per_node: int) -> str:
+    return (f"DDP weak scaling: {units.format_count(step.params)} {step.dtype} gradients, "
+            f"{units.format_seconds(step.compute_s, 's')} compute, {ranks_per_node} GPUs/node")
+
+
+def scaling_lines(table: pd.DataFrame, header: str) -> Iterator[str]:
+    yield header
+    yield (f"\n{'gpus':>6} {'nodes':>6} {'comm':>10} {'exposed':>10} {'step':>10} "
+           f"{'efficiency':>11}  communication")
+    for row in table.itertuples():
+        yield (f"{row.gpus:>6} {row.nodes:>6} {units.format_seconds(row.comm_s, 's'):>10} "
+               f"{units.format_seconds(row.exposed_s, 's'):>10} {units.format_seconds(row.step_s, 's'):>10} "
+               f"{row.efficiency:>10.1%}  {'hidden' if row.hidden else 'exposed'}")
+
+
+def step_lines(steps: list[tuple[float, ddp.StepTime]]) -> Iterator[str]:
+    yield f"\n{'bandwidth':>12} {'comm':>10} {'exposed':>10} {'step':>10} {'efficiency':>11}  communication"
+    for bandwidth, step in steps:
+        yield (f"{units.format_bandwidth(bandwidth):>12} {units.format_seconds(step.comm_s, 's'):>10} "
+               f"{units.format_seconds(step.exposed_s, 's'):>10} {units.format_seconds(step.step_s, 's'):>10} "
+               f"{step.efficiency:>10.1%}  {_verdict(step)}")
+
+
+def _verdict(step: ddp.StepTime) -> str:
+    if step.hidden:
+        return (f"hidden behind compute (only the last bucket, "
+                f"{units.format_seconds(step.last_bucket_s)}, is exposed)")
+    text = f"exposed: {units.format_seconds(step.exposed_s, 's')} added to every step"
+    return text + (f"; comm is {step.comm_s / step.compute_s:.1f}x compute, the bottleneck"
+                   if step.comm_s > step.compute_s else "")
