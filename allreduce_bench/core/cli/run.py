@@ -105,5 +105,7 @@ def finish_run(config, lent) -> int:
     """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish
+    from allreduce_bench.core.measure.meta import close_machine_facts
 
+    close_machine_facts(config.out_dir)
     return finish(config, terminal_summary, lent=lent)

@@ -9,6 +9,7 @@ from allreduce_bench.core.config import (
     DTYPES,
     GPU_DEFAULTS,
     QUICK,
+    cpu_world_sizes,
     RunConfig,
     check_sizes_fit_dtype,
     check_timeout,
@@ -31,6 +32,7 @@ from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure.machine import cpus_allowed
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
 
@@ -67,7 +69,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     elif wants_gpu and gpus >= 2:
         chosen = gpu_world_sizes(gpus)
     else:
-        chosen = CPU_DEFAULTS["world_sizes"]
+        chosen = cpu_world_sizes(cpus_allowed())[0]
     per_host = env.local_world_size if env else max(chosen)
     if env is not None and gpus == 1:
         per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
@@ -91,13 +93,22 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
+def left_out_world_sizes(world_sizes: str | None, device: str) -> tuple[int, ...]:
+    """The default world sizes `resolve_world` left out for lack of CPUs: none when
+    --world-sizes was given, under a launcher, or on GPU."""
+    if world_sizes is not None or launcher_env() is not None or device != "cpu":
+        return ()
+    return cpu_world_sizes(cpus_allowed())[1]
+
+
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
                   check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
-                  flight_recorder: bool = False) -> LaunchConfig:
+                  flight_recorder: bool = False, left_out: tuple[int, ...] = ()) -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
-    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
+    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it.
+    `left_out`: `left_out_world_sizes`' answer."""
     chosen, backend, device, ranks_per_node = world
     check_timeout(timeout_s)
     tag = check_tag(tag)
@@ -109,7 +120,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, flight_recorder=flight_recorder,
-                        **({"run_id": run_id} if run_id else {}))
+                        world_sizes_left_out=tuple(left_out), **({"run_id": run_id} if run_id else {}))
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
@@ -197,7 +208,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder)
+                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
+                           left_out=left_out_world_sizes(world_sizes, device))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick), collectives=others,
                        in_place=bool(in_place))
