@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
-from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.advice import machine_lines
+from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
 from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
+from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table
 from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,

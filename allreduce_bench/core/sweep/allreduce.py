@@ -17,9 +17,8 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import RunConfig
-from allreduce_bench.core.measure import machine
+from allreduce_bench.core.measure import machine, patterns, timing
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import Console
 from allreduce_bench.core.measure.faults import DONE
 from allreduce_bench.core.measure.rank import Benchmark, Session
