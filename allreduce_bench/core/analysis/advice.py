@@ -15,6 +15,7 @@ from allreduce_bench.core.analysis.noise import (
     unstable_rows,
     why_unstable,
 )
+from allreduce_bench.core.analysis.tables import label_runs, run_metas
 from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
@@ -64,7 +65,7 @@ def states_line(frame: pd.DataFrame) -> str | None:
             f"state (e.g. {first['algorithm']} N={first['world_size']} at "
             f"{format_size(int(first['size_bytes']))}: {first['fast_us_median']:.0f} us "
             f"{100 * first['fast_share']:.0f}% / {first['slow_us_median']:.0f} us "
-            f"{100 * first['slow_share']:.0f}%); report.md lists both for each")
+            f"{100 * first['slow_share']:.0f}%); the two-state table lists both for each")
 
 
 def advice(frame: pd.DataFrame, meta: dict) -> str:
@@ -110,3 +111,14 @@ def machine_lines(frame: pd.DataFrame, meta: dict) -> list[str]:
     """Every line this module has for one run's summary, in order."""
     lines = (machine_line(meta), left_out_line(meta), states_line(frame), unstable_line(frame, meta))
     return [line for line in lines if line]
+
+
+def facts_by_run(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """(run label, its `machine_lines`) for every run of `frame` that has any."""
+    labelled = label_runs(frame)
+    found = []
+    for run, meta in run_metas(frame).items():
+        lines = machine_lines(labelled[labelled["run"] == run], meta)
+        if lines:
+            found.append((run, lines))
+    return found

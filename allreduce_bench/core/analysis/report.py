@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.core.analysis.advice import machine_lines
+from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
 from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
@@ -256,6 +256,8 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              "the median over samples of the slowest rank's time per call (a sample times `loops` "
              "back-to-back calls; see doc/methodology.md).", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
+    for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
+        parts += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += markdown_parts(frame, markdown_table)
@@ -277,15 +279,24 @@ def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
         echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
 
 
+HTML_FILE = "report.html"
+
+
 def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
                  fmt: str = "png", sections=()) -> tuple[dict[str, Path], Path]:
-    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir,
-    with the features' `sections` (core/extensions.py; none: the sweep's own only)."""
+    """Every figure plus report.md (tables, figures embedded by relative path) and report.html
+    (the same, one self-contained page) into out_dir, with the features' `sections`
+    (core/extensions.py; none: the sweep's own only)."""
+    from allreduce_bench.core.analysis.html import report_html
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
+    from allreduce_bench.core.analysis.style import svg_copies
 
     size_bytes = chosen_size(frame, size)
     out_dir = Path(out_dir)
-    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
+    with svg_copies() as svgs:
+        figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
     path = out_dir / "report.md"
     path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections))
+    (out_dir / HTML_FILE).write_text(report_html(frame, size_bytes, figures, svgs, out_dir, sections),
+                                     encoding="utf-8")
     return figures, path
