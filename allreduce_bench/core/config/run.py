@@ -195,6 +195,7 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
     names, others = collective_plan(algos, collectives, backend)
+    check_gloo_on_gpu(names, others, backend, device)
     if in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
         raise UsageError(f"--in-place measures the in-place half of {' and '.join(IN_PLACE_HALVES)}, "
                          f"and --collectives {collectives} has neither; add them (e.g. --collectives "
@@ -219,6 +220,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
+
+
+def check_gloo_on_gpu(names, others, backend: str, device: str) -> None:
+    """gloo moves CUDA tensors only in its own collectives (through host memory), never point
+    to point, which the hand-written algorithms are made of: on GPU it measures native
+    AllReduce alone (one line, exit 2, for anything else)."""
+    if backend != "gloo" or device != "cuda":
+        return
+    odd = [n for n in names if n != "native"] + [c for c, _ in others]
+    if odd:
+        raise UsageError(f"gloo on GPU tensors runs only its own AllReduce (no point to point with "
+                         f"CUDA tensors), not {', '.join(odd)}; give --algos native (and "
+                         "--collectives all_reduce), or --backend nccl")
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
