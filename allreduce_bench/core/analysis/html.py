@@ -98,11 +98,12 @@ def figure_html(name: str, path: Path, svgs: dict) -> str:
             f"<figcaption>{html.escape(name)}</figcaption></figure>")
 
 
-def report_html(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
-                svgs: dict, out_dir: Path, sections=()) -> str:
-    """The page: runs and their machines, the flags explained, the report's tables, the
-    collectives' and the features' sections, every figure, then every measurement."""
-    from allreduce_bench.core.analysis.report import markdown_table, report_tables, runs_table
+def report_html(frame: pd.DataFrame, tables: list, figures: dict[str, Path], svgs: dict,
+                out_dir: Path, sections=()) -> str:
+    """The page: runs and their machines, the flags explained, the report's `tables`
+    (report.report_tables), the collectives' and the features' sections, every figure, then
+    every measurement."""
+    from allreduce_bench.core.analysis.report import markdown_table, runs_table
 
     by_file = {Path(p).name: (name, p) for name, p in figures.items()}
 
@@ -116,7 +117,7 @@ def report_html(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, 
             "<h2>Runs</h2>", table_html(runs_table(frame)), facts_html(frame),
             "<h2>Flags</h2><dl>" + "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>"
                                            for a, b in FLAGS) + "</dl>"]
-    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+    for title, note, table in tables:
         body += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(note)}</p>", table_html(table)]
     body.append(markdown_html("\n".join(markdown_parts(frame, markdown_table)), image))
     for section in sections:

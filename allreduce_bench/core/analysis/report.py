@@ -248,9 +248,10 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
-                    out_dir: Path, sections=()) -> str:
+                    out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
     """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
-    rows concern, then every figure no section embedded itself."""
+    rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
+    where the caller has it already."""
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
              "the median over samples of the slowest rank's time per call (a sample times `loops` "
@@ -258,7 +259,9 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
              markdown_table(runs_table(frame)), ""]
     for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
         parts += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
-    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+    if tables is None:
+        tables = report_tables(frame, size_bytes) if size_bytes is not None else []
+    for title, note, table in tables:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += markdown_parts(frame, markdown_table)
     for section in sections:
@@ -295,8 +298,9 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
     out_dir = Path(out_dir)
     with svg_copies() as svgs:
         figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
+    tables = report_tables(frame, size_bytes) if size_bytes is not None else []  # once for both
     path = out_dir / "report.md"
-    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections))
-    (out_dir / HTML_FILE).write_text(report_html(frame, size_bytes, figures, svgs, out_dir, sections),
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections, tables))
+    (out_dir / HTML_FILE).write_text(report_html(frame, tables, figures, svgs, out_dir, sections),
                                      encoding="utf-8")
     return figures, path

@@ -95,9 +95,11 @@ def svg_copies():
 
 
 def svg_text(fig) -> str:
-    """`fig` as an <svg> element to inline in HTML: no XML prologue, no date."""
+    """`fig` as an <svg> element to inline in HTML: no XML prologue, no date; text as text
+    (the browser's font), half the bytes of glyphs drawn as paths."""
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", dpi=DPI, metadata=STABLE_METADATA[".svg"])
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", dpi=DPI, metadata=STABLE_METADATA[".svg"])
     text = buffer.getvalue()
     return text[text.index("<svg"):]
 
