@@ -143,3 +143,71 @@ def test_the_machine_line_carries_what_decides_it(tmp_path):
     line = advice.machine_line(advice.run_metas(load_results(run))[""])
     assert line.startswith("machine: 2 CPUs allowed for 2 ranks; idle driver haltpoll (governor haltpoll)")
     assert "steal 0.1%" in line
+
+
+# --- SCHED_FIFO ranks (--sched) ------------------------------------------------------------------
+
+def test_sched_auto_means_fifo_on_cpu_runs_only():
+    from allreduce_bench.core.measure import scheduling
+
+    assert scheduling.wanted("auto", "cpu") == "fifo"
+    assert scheduling.wanted("auto", "cuda") == "other"
+    assert scheduling.wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
+    assert scheduling.wanted("fifo", "cuda") == "fifo" and scheduling.wanted("other", "cpu") == "other"
+    assert scheduling.apply("other", "cpu").as_dict() == {"asked": "other", "policy": "other",
+                                                          "why": "--sched other: as started"}
+
+
+SET_FIFO = """
+import json, os, threading, time
+from allreduce_bench.core.measure import scheduling
+before = threading.Thread(target=time.sleep, args=(1,)); before.start()
+sched = scheduling.apply("fifo", "cpu")
+after = []
+t = threading.Thread(target=lambda: after.append(os.sched_getscheduler(0))); t.start(); t.join()
+print(json.dumps({**sched.as_dict(), "main": os.sched_getscheduler(0), "later": after[0],
+                  "earlier": os.sched_getscheduler(before.native_id), "FIFO": os.SCHED_FIFO}))
+"""
+
+
+def test_sched_fifo_reaches_every_thread_or_says_why_not():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SET_FIFO], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    if seen["policy"] == "fifo":  # root, CAP_SYS_NICE or RLIMIT_RTPRIO: every thread, new ones too
+        assert seen["main"] == seen["earlier"] == seen["later"] == seen["FIFO"]
+    else:
+        assert "not permitted" in seen["why"] and seen["main"] != seen["FIFO"]
+
+
+def test_auto_binding_pins_one_cpu_per_rank_only_with_sched_fifo():
+    from allreduce_bench.core.measure.binding import plan
+
+    assert plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=True).how == "core"
+    unpinned = plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False)
+    assert unpinned.how == "none" and "SCHED_FIFO" in unpinned.why
+    assert plan("auto", 1, 2, [0, 1, 2, 3], {0: [0, 1, 2, 3]}, gpu=False, realtime=False).how == "core"
+    assert plan("core", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False).how == "core"
+
+
+def test_the_summary_names_the_policy_and_advises_fifo_where_it_was_refused(tmp_path):
+    refused = {"sched": "other", "sched_why": "SCHED_FIFO was not permitted (Operation not permitted)"}
+    two = {("ring", 2, 65536): "two", ("ring", 2, 4096): "steady"}
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(two))
+    meta_path = run / "meta.json"
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    meta["binding"] = {"2": {"summary": "ranks unbound", "ranks": [refused, refused]}}
+    meta_path.write_text(json.dumps(meta))
+    frame = load_results(run)
+    meta = advice.run_metas(frame)[""]
+    assert "ranks as started (SCHED_FIFO was not permitted" in advice.machine_line(meta)
+    assert "--sched fifo, as root" in advice.unstable_line(frame, meta)
+    meta["binding"]["2"]["ranks"] = [{"sched": "fifo"}] * 2
+    assert advice.machine_line(meta).endswith("ranks SCHED_FIFO")
+    assert "nothing this run can set removes it" in advice.unstable_line(frame, meta)

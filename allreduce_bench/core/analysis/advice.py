@@ -37,10 +37,28 @@ def machine_line(meta: dict) -> str | None:
         parts.append(f"steal {100 * facts['steal_share']:.1f}% of CPU time over the run")
     if facts.get("load_average_start") is not None:
         parts.append(f"load average {facts['load_average_start']:.2f} at the start")
-    quiet = facts.get("quiet")
-    if isinstance(quiet, dict) and quiet.get("summary"):
-        parts.append(quiet["summary"])
+    sched = sched_of(meta)
+    if sched:
+        parts.append(sched)
     return "machine: " + "; ".join(parts)
+
+
+def rank_scheds(meta: dict) -> list[dict]:
+    """Every rank's placement of the run's largest world (meta.json `binding`), [] if none."""
+    found = meta.get("binding") or {}
+    largest = max(found, key=int, default=None)
+    return list((found.get(largest) or {}).get("ranks") or []) if largest else []
+
+
+def sched_of(meta: dict) -> str | None:
+    """'ranks SCHED_FIFO', or 'ranks as started (SCHED_FIFO was not permitted ...)'; None for
+    runs from before --sched."""
+    ranks = [r for r in rank_scheds(meta) if r and r.get("sched")]
+    if not ranks:
+        return None
+    if all(r["sched"] == "fifo" for r in ranks):
+        return "ranks SCHED_FIFO"
+    return f"ranks as started ({ranks[0].get('sched_why') or 'SCHED_OTHER'})"
 
 
 def left_out_line(meta: dict) -> str | None:
@@ -86,12 +104,21 @@ def advice(frame: pd.DataFrame, meta: dict) -> str:
                 "start); rerun when they are done")
     states = two_state_rows(flagged)
     if len(states) * 2 >= len(flagged):
-        return ("their calls switch between a fast and a slow state (this machine's own wake-up "
-                "and scheduling; see the two-state table): the fast state's median is the "
-                "collective's own cost, the slow share this machine's noise")
+        return "their calls switch between a fast and a slow state: " + states_advice(meta)
     if (pd.to_numeric(flagged.get("samples"), errors="coerce") < FEW_SAMPLES).mean() > 0.5:
         return "few samples per row: a larger --budget narrows the median's interval"
     return "the machine changed state between rounds: something else ran during the run"
+
+
+def states_advice(meta: dict) -> str:
+    """What helps calls in a slow state: SCHED_FIFO ranks where they were not, else nothing
+    this run could do (the fast state's median is the collective's cost)."""
+    sched = sched_of(meta)
+    if sched and sched != "ranks SCHED_FIFO":
+        return ("SCHED_FIFO ranks keep gloo's calls in the fast one on machines like this "
+                "(--sched fifo, as root; doc/noise.md)")
+    return ("they stayed so with SCHED_FIFO ranks, so nothing this run can set removes it: read "
+            "the fast state's median (the two-state table) as the collective's own cost")
 
 
 def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:

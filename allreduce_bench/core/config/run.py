@@ -32,6 +32,7 @@ from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure import scheduling
 from allreduce_bench.core.measure.machine import cpus_allowed
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
@@ -104,11 +105,12 @@ def left_out_world_sizes(world_sizes: str | None, device: str) -> tuple[int, ...
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
                   check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
-                  flight_recorder: bool = False, left_out: tuple[int, ...] = ()) -> LaunchConfig:
+                  flight_recorder: bool = False, left_out: tuple[int, ...] = (),
+                  sched: str = "other") -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
     results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it.
-    `left_out`: `left_out_world_sizes`' answer."""
+    `left_out`: `left_out_world_sizes`' answer; `sched`: fifo or other (scheduling.wanted)."""
     chosen, backend, device, ranks_per_node = world
     check_timeout(timeout_s)
     tag = check_tag(tag)
@@ -120,7 +122,8 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, flight_recorder=flight_recorder,
-                        world_sizes_left_out=tuple(left_out), **({"run_id": run_id} if run_id else {}))
+                        world_sizes_left_out=tuple(left_out), sched=sched,
+                        **({"run_id": run_id} if run_id else {}))
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
@@ -184,9 +187,11 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
-               rounds: int | None = 1, collectives="all_reduce", in_place=False) -> RunConfig:
+               rounds: int | None = 1, collectives="all_reduce", in_place=False,
+               sched: str = "auto") -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
-    AllGather's and ReduceScatter's in-place halves too (`run --in-place`)."""
+    AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
+    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -210,7 +215,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
-                           left_out=left_out_world_sizes(world_sizes, device))
+                           left_out=left_out_world_sizes(world_sizes, device),
+                           sched=scheduling.wanted(sched, device))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick), collectives=others,
                        in_place=bool(in_place))
