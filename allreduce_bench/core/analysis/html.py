@@ -10,7 +10,6 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.advice import facts_by_run
-from allreduce_bench.core.analysis.collective_tables import markdown_parts
 from allreduce_bench.core.analysis.html_markdown import inline, markdown_html
 from allreduce_bench.core.analysis.style import unique_ids
 from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
@@ -98,13 +97,11 @@ def figure_html(name: str, path: Path, svgs: dict) -> str:
             f"<figcaption>{html.escape(name)}</figcaption></figure>")
 
 
-def report_html(frame: pd.DataFrame, tables: list, figures: dict[str, Path], svgs: dict,
-                out_dir: Path, sections=()) -> str:
-    """The page: runs and their machines, the flags explained, the report's `tables`
-    (report.report_tables), the collectives' and the features' sections, every figure, then
-    every measurement."""
-    from allreduce_bench.core.analysis.report import markdown_table, runs_table
-
+def report_html(frame: pd.DataFrame, runs: pd.DataFrame, tables: list, collectives: str,
+                figures: dict[str, Path], svgs: dict, out_dir: Path, sections=()) -> str:
+    """The page: the `runs` table and their machines, the flags explained, the report's
+    `tables` (report.report_tables), the `collectives` section (report.md's markdown), the
+    features' sections, every figure, then every measurement."""
     by_file = {Path(p).name: (name, p) for name, p in figures.items()}
 
     def image(alt: str, target: str) -> str:
@@ -114,12 +111,12 @@ def report_html(frame: pd.DataFrame, tables: list, figures: dict[str, Path], svg
     body = ["<h1>AllReduce benchmark report</h1>",
             "<p>busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times "
             "are the median over samples of the slowest rank's time per call.</p>",
-            "<h2>Runs</h2>", table_html(runs_table(frame)), facts_html(frame),
+            "<h2>Runs</h2>", table_html(runs), facts_html(frame),
             "<h2>Flags</h2><dl>" + "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>"
                                            for a, b in FLAGS) + "</dl>"]
     for title, note, table in tables:
         body += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(note)}</p>", table_html(table)]
-    body.append(markdown_html("\n".join(markdown_parts(frame, markdown_table)), image))
+    body.append(markdown_html(collectives, image))
     for section in sections:
         body.append(markdown_html("\n".join(section.markdown(frame, out_dir, figures)), image))
     own = {n for n in figures if any(section.own_figures(n) for section in sections)}

@@ -301,6 +301,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
     tables = report_tables(frame, size_bytes) if size_bytes is not None else []  # once for both
     path = out_dir / "report.md"
     path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections, tables))
-    (out_dir / HTML_FILE).write_text(report_html(frame, tables, figures, svgs, out_dir, sections),
-                                     encoding="utf-8")
+    page = report_html(frame, runs_table(frame), tables, "\n".join(markdown_parts(frame, markdown_table)),
+                       figures, svgs, out_dir, sections)
+    (out_dir / HTML_FILE).write_text(page, encoding="utf-8")
     return figures, path
