@@ -153,6 +153,7 @@ def test_sched_auto_means_fifo_on_cpu_runs_only():
     assert scheduling.wanted("auto", "cpu") == "fifo"
     assert scheduling.wanted("auto", "cuda") == "other"
     assert scheduling.wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
+    assert scheduling.wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
     assert scheduling.wanted("fifo", "cuda") == "fifo" and scheduling.wanted("other", "cpu") == "other"
     assert scheduling.apply("other", "cpu").as_dict() == {"asked": "other", "policy": "other",
                                                           "why": "--sched other: as started"}

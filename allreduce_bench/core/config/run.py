@@ -1,6 +1,7 @@
 """From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
@@ -29,7 +30,7 @@ from allreduce_bench.core.config.checks import (
     check_writable_dir,
 )
 from allreduce_bench.core.config.launch import LaunchConfig
-from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.environment import EMULATION_ENV, is_writer, launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import scheduling
@@ -216,7 +217,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
                            left_out=left_out_world_sizes(world_sizes, device),
-                           sched=scheduling.wanted(sched, device))
+                           sched=scheduling.wanted(sched, device,
+                                                   emulated=bool(os.environ.get(EMULATION_ENV))))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick), collectives=others,
                        in_place=bool(in_place))

@@ -41,14 +41,15 @@ class Sched:
         return asdict(self)
 
 
-def wanted(option: str, device: str, times_collectives: bool = True) -> str:
+def wanted(option: str, device: str, times_collectives: bool = True, emulated: bool = False) -> str:
     """fifo or other from --sched: auto means fifo on a CPU run that times collectives (run,
     links), as started elsewhere (GPU: NCCL's own threads; ddp: training compute would hold the
-    CPUs)."""
+    CPUs; an emulated cluster: its hosts' CPU shares are CFS quotas, which real-time threads
+    escape)."""
     if option not in POLICIES:
         raise ValueError(f"unknown scheduling policy {option!r}")
     if option == "auto":
-        return "fifo" if device == "cpu" and times_collectives else "other"
+        return "fifo" if device == "cpu" and times_collectives and not emulated else "other"
     return option
 
 
