@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.advice import facts_by_run
-from allreduce_bench.core.analysis.html_markdown import inline, markdown_html
+from allreduce_bench.core.analysis.html_markdown import inline, markdown_html, td
 from allreduce_bench.core.analysis.style import unique_ids
 from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
@@ -19,9 +19,9 @@ STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em;
        color: #222; line-height: 1.4; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: left; }
 th { background: #f2f2f2; }
-td:first-child, th:first-child { text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1em 0 2em; }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { color: #555; font-size: 0.9em; }
@@ -53,7 +53,7 @@ MEASUREMENTS = (("algorithm", "algorithm", None), ("world_size", "world size", N
 
 def table_html(table: pd.DataFrame, id_: str | None = None) -> str:
     header = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
+    rows = "".join("<tr>" + "".join(td(str(v), html.escape(str(v))) for v in row) + "</tr>"
                    for row in table.itertuples(index=False))
     ident = f' id="{id_}"' if id_ else ""
     return f"<table{ident}><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
@@ -62,10 +62,11 @@ def table_html(table: pd.DataFrame, id_: str | None = None) -> str:
 def _cell(value, digits: int | None) -> str:
     """One measurement's cell: shown to `digits`, the CSV's value exact in data-value."""
     if isinstance(value, float) and value != value:
-        return '<td data-value="">-</td>'
+        return '<td class="num" data-value="">-</td>'
     if digits is None or not isinstance(value, (int, float)) or isinstance(value, bool):
-        return f'<td data-value="{html.escape(str(value))}">{html.escape(str(value))}</td>'
-    return f'<td data-value="{float(value)!r}">{value:.{digits}f}</td>'
+        numeric = ' class="num"' if isinstance(value, int) and not isinstance(value, bool) else ""
+        return f'<td{numeric} data-value="{html.escape(str(value))}">{html.escape(str(value))}</td>'
+    return f'<td class="num" data-value="{float(value)!r}">{value:.{digits}f}</td>'
 
 
 def measurements_html(frame: pd.DataFrame) -> str:

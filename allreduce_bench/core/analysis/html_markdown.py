@@ -21,6 +21,16 @@ def inline(text: str) -> str:
     return text
 
 
+NUMBER = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?\s*(%|[KMG]|x)?|nan|-")
+
+
+def td(text: str, escaped: str | None = None) -> str:
+    """One cell, numbers right-aligned (class num) and words left."""
+    shown = inline(text) if escaped is None else escaped
+    numeric = ' class="num"' if NUMBER.fullmatch(text.strip()) else ""
+    return f"<td{numeric}>{shown}</td>"
+
+
 def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
@@ -28,7 +38,7 @@ def _cells(line: str) -> list[str]:
 def table_html(lines: list[str]) -> str:
     """A pipe table (header, rule, rows) as <table>."""
     head, *body = [_cells(line) for line in lines if not re.fullmatch(r"\|?[\s:|-]+\|?", line.strip())]
-    rows = "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>" for row in body)
+    rows = "".join("<tr>" + "".join(td(c) for c in row) + "</tr>" for row in body)
     header = "".join(f"<th>{inline(c)}</th>" for c in head)
     return f"<table><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
 
