@@ -4,9 +4,13 @@
 #   2. `run` with NCCL: every algorithm at the largest world size the GPUs allow (world size 1 on
 #      one GPU: init, device binding, CUDA-event timing, device-side alignment, the check), and
 #      with >= 2 GPUs the default sweep (2, 4, ... up to the GPU count);
-#   3. `ddp` at that world size;
+#   3. on one GPU, `run` at world sizes 2 and 4 with the ranks sharing that GPU (gloo with CUDA
+#      tensors: NCCL refuses two ranks on one device), so CUDA-event timing, device-side
+#      alignment and the check run with more than one rank (into shared-gpu/);
+#   4. `ddp` at the largest world size of step 2;
 # into results/example-<gpu model>-<n>gpu/ (results.csv, meta.json, plots/ with report.md;
-# ddp/ likewise; environment.txt, summary.txt), ready to commit, and a short summary.
+# shared-gpu/ and ddp/ likewise; environment.txt, summary.txt), ready to commit, and a short
+# summary.
 #
 #   scripts/gpu_check.sh [--out DIR] [--force] [--no-install]
 #   scripts/gpu_check.sh --name "NVIDIA H100 80GB HBM3" 8   # prints the output directory only
@@ -49,9 +53,10 @@ fi
 
 # ---- a GPU, or one line and exit 2 --------------------------------------------------------
 BACKEND=nccl QUICK=()
+SHARED_DEVICE=cuda  # where step 3's ranks put their tensors
 if [[ -n ${GPU_CHECK_CPU_RANKS:-} ]]; then
   # development only: walk through every step with gloo on N CPU ranks and tiny sweeps
-  GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=(--quick) MODEL="cpu test"
+  GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=(--quick) MODEL="cpu test" SHARED_DEVICE=cpu
 else
   GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
 fi
@@ -115,7 +120,7 @@ EOF
 } > "$SIDE/environment.txt" 2>&1
 grep -A1 '^## torch' "$SIDE/environment.txt" | sed -n 2p
 
-# ---- 2. run, 3. ddp -------------------------------------------------------------------------
+# ---- 2. run, 3. run sharing one GPU, 4. ddp ------------------------------------------------
 FAILED=()
 step() {  # step NAME SECONDS command...: run it under a time limit, log it, note a failure
   local name=$1 limit=$2; shift 2
@@ -133,6 +138,15 @@ fi
 step "run ($BACKEND, world sizes ${RUN_SIZES[1]:-2..$GPUS})" $(( $(left) * 2 / 3 )) \
   "$PYTHON" -m allreduce_bench run --backend "$BACKEND" "${RUN_SIZES[@]}" "${QUICK[@]}" \
   --timeout 60 --tag "gpu-check" --out "$OUT"
+if (( GPUS == 1 )); then
+  # four sizes, native AllReduce (gloo moves CUDA tensors in its own collectives only), a short
+  # budget: the staging through host memory makes each call slow, and this step checks the
+  # machinery with several ranks rather than measuring the GPU
+  step "run (gloo, world sizes 2,4 sharing one GPU)" $(( $(left) / 2 )) \
+    "$PYTHON" -m allreduce_bench run --backend gloo --device "$SHARED_DEVICE" --world-sizes 2,4 \
+    --algos native --sizes 4K,64K,1M,16M --budget 0.2 "${QUICK[@]}" --timeout 60 \
+    --tag "gpu-check-shared" --out "$OUT/shared-gpu"
+fi
 step "ddp (world size $GPUS)" $(( $(left) - 10 )) \
   "$PYTHON" -m allreduce_bench ddp --world-sizes "$GPUS" --backend "$BACKEND" --timeout 60 \
   ${QUICK[@]:+--params 1M --iters 2 --warmup 1} --out "$OUT/ddp"
@@ -145,14 +159,17 @@ from pathlib import Path
 import pandas as pd
 
 out = Path(sys.argv[1])
-for name, path in (("run", out / "results.csv"), ("ddp", out / "ddp" / "results.csv")):
+for name, path in (("run", out / "results.csv"), ("run sharing one GPU", out / "shared-gpu" / "results.csv"),
+                   ("ddp", out / "ddp" / "results.csv")):
+    if name == "run sharing one GPU" and not path.parent.exists():
+        continue  # two or more GPUs: no such step
     if not path.exists():
         print(f"{name}: no results")
         continue
     rows = pd.read_csv(path)
     print(f"{name}: {len(rows)} rows, world sizes {sorted(rows['world_size'].unique().tolist())}, "
           f"backend {','.join(rows['backend'].unique())}, #wrong {int(rows['wrong'].sum())}")
-    if name == "run":
+    if name.startswith("run"):
         peak = rows.pivot_table(index="algorithm", columns="world_size", values="busbw_GBps",
                                 aggfunc="max")
         largest = rows["world_size"].max()
@@ -165,7 +182,7 @@ for name, path in (("run", out / "results.csv"), ("ddp", out / "ddp" / "results.
         print(peak.round(1).to_string())
 EOF
 ELAPSED=$(( $(date +%s) - START ))
-echo "gpu_check.sh: $ELAPSED s; figures and report in $OUT/plots and $OUT/ddp/plots"
+echo "gpu_check.sh: $ELAPSED s; figures and report in $OUT/plots, $OUT/ddp/plots$( (( GPUS == 1 )) && echo " and $OUT/shared-gpu/plots")"
 if grep -q '#wrong [1-9]' "$SIDE/summary.txt" || (( ${#FAILED[@]} )); then
   echo "gpu_check.sh: FAILED: ${FAILED[*]:-wrong results}; see $OUT/gpu_check.log" >&2
   exit 1

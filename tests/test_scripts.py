@@ -189,3 +189,22 @@ def test_gpu_check_names_its_output_by_model_and_count(model, count, out):
 def test_gpu_check_bad_arguments_are_one_line_and_exit_2(args, says):
     done = gpu_check(*args)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_gpu_check_walk_through_runs_the_shared_gpu_step(tmp_path):
+    """GPU_CHECK_CPU_RANKS=1: every step of a one-GPU machine with gloo on CPU ranks, the step
+    whose ranks share the one GPU included (world sizes 2 and 4). A copy of the script runs in
+    a scratch checkout, so its results/ stay out of this one."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "gpu_check.sh", tmp_path / "scripts")
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "GPU_CHECK_CPU_RANKS": "1",
+           "HOME": os.environ.get("HOME", str(tmp_path))}
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "gpu_check.sh"), "--no-install"],
+                          env=env, capture_output=True, text=True, timeout=580, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "run (gloo, world sizes 2,4 sharing one GPU): exit 0" in done.stdout
+    assert "run sharing one GPU: 8 rows, world sizes [2, 4], backend gloo, #wrong 0" in done.stdout
+    shared = tmp_path / "results" / "example-cpu-test-1gpu" / "shared-gpu"
+    assert (shared / "plots" / "report.html").exists()

@@ -77,27 +77,71 @@ def collective_counts(collective: str, size_bytes: int, itemsize: int,
     return per_rank, per_rank * world_size * itemsize
 
 
-# A row is flagged unstable when its samples vary this much (coefficient of variation), or fall
-# into two groups apart by more than GAP of the median (two modes: e.g. a noisy neighbour, or a
-# transport that switches protocols), so a user sees "unstable" rather than a confident number.
-UNSTABLE_CV = 0.10
-TWO_MODES_GAP = 0.25
-TWO_MODES_MIN_SHARE = 0.2
-# ... or when its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round
-# medians above this. Rounds on a quiet machine agree within a few percent; 15% is another state.
-ROUNDS_DISAGREE = 0.15
+# A row is flagged `unstable` when its printed number (the median) cannot be trusted to within
+# TRUSTED_TO either way: judged on what decides that, not on how much single samples vary (on a
+# machine whose calls switch between a fast and a slow state they always vary, and a median of
+# many samples can still be exact). Two things decide it:
+# - the median's CONFIDENCE interval (distribution-free, from order statistics: `median_interval`)
+#   reaches further than TRUSTED_TO from it: too few samples, or states split near half and half;
+# - its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round medians
+#   above ROUNDS_DISAGREE = 2 x TRUSTED_TO, i.e. no one number lies within TRUSTED_TO of every
+#   round's; the machine changed state between them.
+TRUSTED_TO = 0.10
+CONFIDENCE = 0.90
+ROUNDS_DISAGREE = 2 * TRUSTED_TO
+# Two states: sorted samples that split at one gap of more than STATE_GAP x (the next sample is
+# 25% slower than the one before) into a fast and a slow group, each at least STATE_MIN_SHARE of
+# the samples, whose medians are STATE_RATIO apart or more (gloo's slow state on a VM: 2-8 ms
+# where the fast one takes 0.2 ms). A row with two states reports both medians and shares.
+STATE_GAP = 1.25
+STATE_MIN_SHARE = 0.10
+STATE_RATIO = 1.5
+NO_STATES = {"fast_us_median": math.nan, "fast_share": math.nan, "slow_us_median": math.nan,
+             "slow_share": math.nan}
 
 
-def two_modes(values: Sequence[float]) -> bool:
-    """True when the sorted samples split at one gap wider than TWO_MODES_GAP x median into two
-    groups of at least TWO_MODES_MIN_SHARE of the samples each."""
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """(low, high): the distribution-free confidence interval of the median, the order statistics
+    x_(j) and x_(n+1-j) with the largest j whose coverage 1 - 2 P(Binomial(n, 1/2) < j) is at
+    least `confidence` (the whole range where even it falls short: few samples)."""
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
-    if n < 5:
+    if n == 0:
+        return math.nan, math.nan
+    below, j = 0.0, 0  # below = P(B < j + 1) as j grows
+    while j + 1 <= n // 2:
+        below += math.comb(n, j) / 2.0 ** n
+        if 1.0 - 2.0 * below < confidence:
+            break
+        j += 1
+    j = max(j, 1)
+    return float(x[j - 1]), float(x[n - j])
+
+
+def untrusted(median: float, interval: tuple[float, float]) -> bool:
+    """True when the median's confidence interval reaches beyond TRUSTED_TO of it."""
+    low, high = interval
+    if not median > 0:
         return False
-    lo = max(1, math.ceil(TWO_MODES_MIN_SHARE * n))
-    gaps = np.diff(x)[lo - 1:n - lo]  # only splits leaving >= lo samples on each side
-    return bool(len(gaps)) and float(gaps.max()) > TWO_MODES_GAP * float(np.median(x))
+    return bool(max(median - low, high - median) > TRUSTED_TO * median)
+
+
+def two_states(values: Sequence[float]) -> dict:
+    """{fast_us_median, fast_share, slow_us_median, slow_share} when the samples fall into a fast
+    and a slow state (see STATE_GAP), NaNs otherwise. The split is at the widest gap, by ratio,
+    that leaves at least STATE_MIN_SHARE of the samples on each side."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = len(x)
+    least = max(1, math.ceil(STATE_MIN_SHARE * n))
+    if n < 2 * least or n < 5 or x[0] <= 0:
+        return dict(NO_STATES)
+    ratios = x[least:n - least + 1] / x[least - 1:n - least]  # split after index least-1 ...
+    cut = int(np.argmax(ratios)) + least  # the first slow sample
+    fast, slow = x[:cut], x[cut:]
+    if ratios.max() <= STATE_GAP or np.median(slow) < STATE_RATIO * np.median(fast):
+        return dict(NO_STATES)
+    return {"fast_us_median": float(np.median(fast)), "fast_share": len(fast) / n,
+            "slow_us_median": float(np.median(slow)), "slow_share": len(slow) / n}
 
 
 def sample_stats(per_rank_us, loops: int = 1) -> dict:
@@ -120,26 +164,35 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
     `skew_share`: how much of a sample was the alignment's exit skew, (max - min) / max per
     sample (the late rank's lag over the slowest rank's interval), median over samples. The
     sample's time (the MAX) holds that much waiting for the late rank beside the calls.
+
+    `time_us_ci_low`/`_high`: the median's CONFIDENCE interval; `unstable` when it reaches
+    beyond TRUSTED_TO of the median (a row's rounds can flag it too: sweep/rows.py). `fast_*`
+    and `slow_*`: the two states' medians and shares where the samples have two (`two_states`).
     """
     times = np.asarray(per_rank_us, dtype=float)
     if times.ndim != 2 or times.size == 0:
         raise ValueError("no samples")
     slowest = times.max(axis=0)
     series = pd.Series(slowest)
+    median = float(series.median())
+    interval = median_interval(slowest)
     mean = float(series.mean())
     cv = float(series.std(ddof=0) / mean) if mean > 0 else math.nan
     late = times.argmin(axis=0)
     counts = np.bincount(late, minlength=times.shape[0])
     rank = int(counts.argmax())
     return {
-        "time_us_median": float(series.median()),
+        "time_us_median": median,
         "time_us_mean": mean,
         "time_us_p5": float(series.quantile(0.05)),
         "time_us_p95": float(series.quantile(0.95)),
         "time_us_min": float(series.min()),
         "time_us_max": float(series.max()),
         "time_cv": cv,
-        "unstable": bool(cv > UNSTABLE_CV or two_modes(slowest)),
+        "time_us_ci_low": interval[0],
+        "time_us_ci_high": interval[1],
+        "unstable": untrusted(median, interval),
+        **two_states(slowest),
         "time_us_rank_mean": float(times.mean(axis=1).mean()),
         "late_rank": rank,
         "late_rank_share": float(counts[rank] / times.shape[1]),

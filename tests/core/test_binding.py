@@ -175,7 +175,7 @@ def test_a_phases_members_are_the_sub_worlds_ranks_on_this_host():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_binder_places_again_and_restores_what_it_started_with():
     before = os.sched_getaffinity(0)
-    binder = binding.Binder.here("auto", started_here=True)
+    binder = binding.Binder.here("auto", started_here=True, sched={"policy": "fifo", "why": "test"})
     try:
         assert binder.bind(0, 2).how == "core" and len(os.sched_getaffinity(0)) < len(before)
         wide = binder.bind(0, len(before) + 1)  # more ranks than CPUs: auto leaves them all

@@ -74,7 +74,8 @@ def test_quick_run_end_to_end(tmp_path):
     script = shutil.which("allreduce-bench")
     assert script
     out = tmp_path / "run"
-    done = subprocess.run([script, "run", "--quick", "--out", str(out), "--tag", "smoke"],
+    done = subprocess.run([script, "run", "--quick", "--world-sizes", "2,4", "--out", str(out),
+                           "--tag", "smoke"],
                           capture_output=True, text=True, timeout=170)
     assert done.returncode == 0, done.stdout + done.stderr
     frame = pd.read_csv(out / "results.csv")

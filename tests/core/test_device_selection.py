@@ -94,10 +94,20 @@ def test_backend_selection(fake_gpus, gpus, backend, device, needed, expected):
     assert resolve_backend(backend, device, needed) == expected
 
 
-def test_gloo_on_gpu_tensors_is_refused(fake_gpus):
-    fake_gpus(8)
-    with pytest.raises(UsageError, match="gloo cannot send GPU tensors"):
-        resolve_backend("gloo", "cuda", 8)
+def test_gloo_on_gpu_tensors_shares_gpus_and_runs_only_its_own_allreduce(fake_gpus, monkeypatch):
+    fake_gpus(1)
+    assert resolve_backend("gloo", "cuda", 4) == ("gloo", "cuda")  # four ranks on one GPU
+    with pytest.raises(UsageError, match="4 GPU ranks per host"):
+        resolve_backend("nccl", "cuda", 4)  # NCCL refuses two ranks on one device
+    assert make_device("cuda", 3, 4).torch_device == torch.device("cuda", 0)
+    from allreduce_bench.core.config.run import check_gloo_on_gpu
+
+    check_gloo_on_gpu(("native",), (), "gloo", "cuda")
+    with pytest.raises(UsageError, match="not ring.*--algos native"):
+        check_gloo_on_gpu(("native", "ring"), (), "gloo", "cuda")
+    with pytest.raises(UsageError, match="not all_gather"):
+        check_gloo_on_gpu(("native",), (("all_gather", ("native",)),), "gloo", "cuda")
+    check_gloo_on_gpu(("ring",), (), "gloo", "cpu")
 
 
 CLI_DEFAULTS = dict(algos="ring", world_sizes=None, sizes="4K", min_bytes=None, max_bytes=None,

@@ -103,14 +103,18 @@ def test_sample_stats_numbers():
     assert stats["unstable"]  # cv ~ 0.4
 
 
-def test_unstable_flags_spread_and_two_modes_but_not_a_tight_set():
+def test_unstable_judges_the_median_not_the_spread_of_single_samples():
     tight = [[100.0 + i % 3 for i in range(20)]]
     assert not metrics.sample_stats(tight)["unstable"]
-    two = [[100.0] * 10 + [140.0] * 10]  # cv 0.17 and two modes
-    assert metrics.two_modes(two[0])
-    modest = [[100.0] * 12 + [128.0] * 8]  # cv ~0.13 but also bimodal
-    assert metrics.sample_stats(modest)["unstable"]
-    assert not metrics.two_modes([100.0] * 19 + [300.0])  # one outlier is not a mode
+    split = [[100.0] * 12 + [128.0] * 8]  # the median's interval spans both groups
+    assert metrics.sample_stats(split)["unstable"]
+    # a bimodal machine: 30% of the samples 10x slower; the median is the fast state's, exactly
+    mostly_fast = [[100.0 + i % 3 for i in range(35)] + [1000.0 + i for i in range(15)]]
+    stats = metrics.sample_stats(mostly_fast)
+    assert stats["time_cv"] > 1 and not stats["unstable"]
+    assert stats["fast_us_median"] == pytest.approx(101) and stats["fast_share"] == 0.7
+    assert stats["slow_us_median"] == pytest.approx(1007) and stats["slow_share"] == 0.3
+    assert np.isnan(metrics.two_states([100.0] * 19 + [300.0])["slow_share"])  # one outlier
 
 
 # --- the loop's order of events, and the GPU path with mocks ----------------------------------

@@ -12,7 +12,7 @@ def placement_lines(meta: dict) -> list[str]:
 
 def placement_warnings(metas: dict[str, dict]) -> list[str]:
     """One line per run and world size whose ranks ran unbound or shared CPUs: their times
-    include migrations and waiting for a core (see doc/agreement.md)."""
+    include migrations and waiting for a core (see doc/methodology.md, "Runs that agree")."""
     lines = []
     for run, meta in metas.items():
         for line in placement_lines(meta):

@@ -73,11 +73,3 @@ def per_rank_times(samples: pd.DataFrame, size_bytes: int | None = None) -> pd.D
     return pd.DataFrame({"median_us": grouped.median(), "p5_us": grouped.quantile(0.05),
                          "p95_us": grouped.quantile(0.95)})
 
-
-def unstable_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows whose samples were flagged unstable (high spread or two modes)."""
-    rows = allreduce_rows(frame)
-    if "unstable" not in rows.columns:
-        return rows.iloc[0:0]
-    flagged = rows["unstable"].astype("object").map(lambda v: str(v).lower() in ("true", "1"))
-    return label_runs(rows[flagged])

@@ -5,9 +5,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
+from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
-from allreduce_bench.core.analysis.ranks import rank_table, unstable_rows
+from allreduce_bench.core.analysis.ranks import rank_table
 from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported for callers)
     algorithm_rank,
     chosen_size,
@@ -24,7 +26,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     run_metas,
     scaling_efficiency,
 )
-from allreduce_bench.core.metrics import ROUNDS_DISAGREE, UNSTABLE_CV
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -56,13 +58,10 @@ def allreduce_summary(frame: pd.DataFrame) -> list[str]:
                               for (series, world_size), row in ratios.iterrows())
             lines.append(f"{numerator} vs {denominator} (busbw ratio at the largest size both "
                          f"measured, > 1: {numerator} faster): {parts}")
-    flagged = unstable_rows(frame)
-    if len(flagged):
-        lines.append(f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows varied by more "
-                     f"than {100 * UNSTABLE_CV:.0f}% over their samples (or had two modes, or rounds "
-                     f"disagreed by > {100 * ROUNDS_DISAGREE:.0f}%); see "
-                     "report.md, or rerun on a quiet machine")
-    lines += placement_warnings(run_metas(frame))
+    metas = run_metas(frame)
+    if len(metas) == 1:  # one run's machine (a merged report's rows come from several)
+        lines += machine_lines(frame, next(iter(metas.values())))
+    lines += placement_warnings(metas)
     return lines
 
 
@@ -170,19 +169,32 @@ def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
 
 
 def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
-    flagged = unstable_rows(frame)
-    if not len(flagged):
+    table = unstable_table(frame)
+    if table.empty:
         return []
     return [(
         "Unstable measurements",
-        f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
-        "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
-        "machine, or with a larger --budget.",
-        _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
-            size=lambda f: f["size_bytes"].map(format_size),
-            cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
-            median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
-            ["size", "median_us", "cv"]], {**WORLD, "median_us": "median (us)"}))]
+        f"Rows whose median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
+        f"{100 * CONFIDENCE:.0f}% confidence interval (from the order statistics of the samples) "
+        f"reaches further from it, or the interleaved rounds' medians spread by more than "
+        f"{100 * ROUNDS_DISAGREE:.0f}% (the machine changed between them). How much single "
+        "samples vary does not decide it: on a machine whose calls switch between two states "
+        "they always vary. The summary says what would help on this machine.",
+        _readable(table, WORLD))]
+
+
+def _two_state_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
+    table = two_state_table(frame)
+    if table.empty:
+        return []
+    return [(
+        "Two states",
+        "Rows whose samples fell into a fast and a slow state (split at a gap of > 25% between "
+        "neighbouring samples, each state >= 10% of them, their medians >= 1.5x apart): each "
+        "state's median and share, beside the row's median, which lies in one of them or "
+        "between. The fast state is the collective's own cost; the slow one is the machine "
+        "getting in the way (a vCPU waking up, a descheduled rank).",
+        _readable(table, WORLD))]
 
 
 def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
@@ -207,7 +219,7 @@ def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
 
 # The report's tables in order; each builder returns its table, or none when the rows lack it.
 TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
-          _unstable_table, _links_table, _published_tables)
+          _unstable_table, _two_state_table, _links_table, _published_tables)
 
 
 def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
@@ -236,15 +248,20 @@ def markdown_table(table: pd.DataFrame) -> str:
 
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
-                    out_dir: Path, sections=()) -> str:
+                    out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
     """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
-    rows concern, then every figure no section embedded itself."""
+    rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
+    where the caller has it already."""
     parts = ["# AllReduce benchmark report", "",
              "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
              "the median over samples of the slowest rank's time per call (a sample times `loops` "
              "back-to-back calls; see doc/methodology.md).", "", "## Runs", "",
              markdown_table(runs_table(frame)), ""]
-    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+    for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
+        parts += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
+    if tables is None:
+        tables = report_tables(frame, size_bytes) if size_bytes is not None else []
+    for title, note, table in tables:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += markdown_parts(frame, markdown_table)
     for section in sections:
@@ -265,15 +282,26 @@ def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
         echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
 
 
+HTML_FILE = "report.html"
+
+
 def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
                  fmt: str = "png", sections=()) -> tuple[dict[str, Path], Path]:
-    """Every figure plus report.md (tables, figures embedded by relative path) into out_dir,
-    with the features' `sections` (core/extensions.py; none: the sweep's own only)."""
+    """Every figure plus report.md (tables, figures embedded by relative path) and report.html
+    (the same, one self-contained page) into out_dir, with the features' `sections`
+    (core/extensions.py; none: the sweep's own only)."""
+    from allreduce_bench.core.analysis.html import report_html
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
+    from allreduce_bench.core.analysis.style import svg_copies
 
     size_bytes = chosen_size(frame, size)
     out_dir = Path(out_dir)
-    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
+    with svg_copies() as svgs:
+        figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
+    tables = report_tables(frame, size_bytes) if size_bytes is not None else []  # once for both
     path = out_dir / "report.md"
-    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections))
+    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections, tables))
+    page = report_html(frame, runs_table(frame), tables, "\n".join(markdown_parts(frame, markdown_table)),
+                       figures, svgs, out_dir, sections)
+    (out_dir / HTML_FILE).write_text(page, encoding="utf-8")
     return figures, path

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib
@@ -69,6 +71,10 @@ def save(fig, path: Path) -> Path:
         image.quantize(colors=256, method=0).save(path, optimize=True)
     else:
         fig.savefig(path, dpi=DPI, metadata=STABLE_METADATA.get(path.suffix))
+    if _SVG_COPIES:
+        text = svg_text(fig)
+        for copies in _SVG_COPIES:
+            copies[path] = text
     plt.close(fig)
     return path
 
@@ -80,3 +86,33 @@ def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) 
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
     fig.tight_layout(rect=(0, 0.04, right, 1))
     return save(fig, path)
+_SVG_COPIES: list[dict] = []
+
+
+@contextmanager
+def svg_copies():
+    """Inside it, every figure `save` writes is also kept as SVG text, by the path it was saved
+    to: report.html inlines the very figures report.md links to, drawn once."""
+    copies: dict[Path, str] = {}
+    _SVG_COPIES.append(copies)
+    try:
+        yield copies
+    finally:
+        _SVG_COPIES.remove(copies)
+
+
+def svg_text(fig) -> str:
+    """`fig` as an <svg> element to inline in HTML: no XML prologue, no date; text as text
+    (the browser's font), half the bytes of glyphs drawn as paths."""
+    buffer = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", dpi=DPI, metadata=STABLE_METADATA[".svg"])
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def unique_ids(svg: str, prefix: str) -> str:
+    """`svg` with every id and reference to one prefixed: matplotlib names glyphs and clip paths
+    alike in every figure, and one page holds several."""
+    svg = re.sub(r'\bid="', f'id="{prefix}', svg)
+    return re.sub(r'(href="#|url\(#)', rf"\g<1>{prefix}", svg)

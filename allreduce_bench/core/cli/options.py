@@ -12,7 +12,9 @@ from allreduce_bench.core.measure.binding import MODES as BIND_MODES
 def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
     """Decorate a click command with the shared launch options."""
     options = [
-        click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU; "
+        click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU (only "
+                     "2 where this process may use fewer than 4 CPUs: more ranks than CPUs "
+                     "measure the scheduler); "
                      "2,4,... up to the GPU count with NCCL; under a launcher, its whole world "
                      "(sub-worlds are its first k ranks)."),
         click.option("--backend", type=BACKEND, default="auto", show_default=True,

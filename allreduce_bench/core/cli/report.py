@@ -61,11 +61,12 @@ def plot(paths, out_dir, fmt, size):
 @FORMAT
 @SIZE
 def report(paths, out_dir, fmt, size):
-    """Print the summary tables and write report.md with every figure beside it.
+    """Print the summary tables and write report.md with every figure beside it, and
+    report.html: the same as one self-contained page (figures inline) to open or send.
 
     PATHS are run directories or results.csv files, merged as for `plot`.
     """
-    from allreduce_bench.core.analysis.report import chosen_size, print_tables, write_report
+    from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
     from allreduce_bench.core.cli.finish import extensions
 
     frame = _load(paths, out_dir)
@@ -73,4 +74,5 @@ def report(paths, out_dir, fmt, size):
     print_tables(frame, size_bytes, echo=click.echo)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
                                  sections=extensions().sections)
-    click.echo(f"\nreport: {path} ({len(figures)} figures beside it)")
+    click.echo(f"\nreport: {path} and {path.with_name(HTML_FILE)} (one page to open in a browser), "
+               f"{len(figures)} figures beside them")

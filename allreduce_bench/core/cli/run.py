@@ -11,6 +11,7 @@ from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
+from allreduce_bench.core.measure.scheduling import POLICIES
 
 
 def sweep_options(command):
@@ -40,6 +41,13 @@ def sweep_options(command):
                      "the timed interval (no device-side spin before the start event)."),
         click.option("--quick", is_flag=True, help="A tiny sweep (4K and 256K, a few samples): "
                      "a smoke test."),
+        click.option("--sched", type=click.Choice(POLICIES), default="auto", show_default=True,
+                     help="How each rank's threads are scheduled. auto: on CPU, SCHED_FIFO "
+                     "(real-time, priority 1): a woken gloo thread then runs at once instead of "
+                     "waiting up to a scheduler tick, the slow state that puts 10-30% of the calls "
+                     "of a busy VM at 2-6 ms (doc/noise.md); on GPU as started. fifo: ask for it on "
+                     "GPU too. other: as started. Needs root or an RLIMIT_RTPRIO >= 1; without, the "
+                     "ranks run as started and the summary says so. Recorded in meta.json."),
     ]):
         command = option(command)
     return command
@@ -105,5 +113,7 @@ def finish_run(config, lent) -> int:
     """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish
+    from allreduce_bench.core.measure.meta import close_machine_facts
 
+    close_machine_facts(config.out_dir)
     return finish(config, terminal_summary, lent=lent)

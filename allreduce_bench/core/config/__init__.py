@@ -39,12 +39,13 @@ class Sampling:
 
 
 # --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
-# `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/agreement.md).
+# `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/methodology.md, "Runs that agree").
 ROUNDS = 4
-# Defaults of the main job: a CPU laptop sweep (under 30 s on 2 cores), and the GPU sweep
-# nccl-tests users expect. A CPU call is ~100 us at best, a GPU one ~10 us. gloo on loopback
-# reaches its bus bandwidth plateau by 4M-16M; 64M added 10 s of 37 to the default run on 2
-# cores (26 s without it) and no new information: --max-bytes 64M where it is wanted.
+# Defaults of the main job: a CPU laptop sweep (N=4 only where 4 CPUs are allowed:
+# cpu_world_sizes), and the GPU sweep nccl-tests users expect. A CPU call is ~100 us at best,
+# a GPU one ~10 us. gloo on loopback reaches its bus bandwidth plateau by 4M-16M; 64M added
+# 10 s of 37 to the default run on 2 cores (26 s without it) and no new information:
+# --max-bytes 64M where it is wanted.
 CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="16M", factor=4,
                     sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
                                       max_samples=50, warmup=1), rounds=ROUNDS)
@@ -54,6 +55,15 @@ GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
 QUICK = dict(sizes=(4 << 10, 256 << 10),
              sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,
                                warmup=1), rounds=1)
+
+
+def cpu_world_sizes(cpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the default CPU world sizes that fit `cpus`, those left out): a world of more ranks
+    than the CPUs this process may use measures the scheduler more than the collective, so a
+    2-core machine runs N=2 and leaves N=4 out. A collective needs two ranks: N=2 stays even
+    on one CPU (the placement line then says the ranks share it)."""
+    fits = tuple(k for k in CPU_DEFAULTS["world_sizes"] if k <= max(cpus, 2))
+    return fits, tuple(k for k in CPU_DEFAULTS["world_sizes"] if k not in fits)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,14 @@ class LaunchConfig:
     timeout_s: float
     plot: bool = True
     bind: str = "auto"  # --bind: where each rank runs (measure/binding.py)
+    # --sched resolved: fifo | other, the policy each rank's threads ask for (measure/scheduling.py)
+    sched: str = "other"
     nccl_debug: bool = False  # NCCL's log per rank into OUT/nccl-debug and meta.json (measure/nccl_debug.py)
     # every rank dumps torch's Flight Recorder to OUT/flight-recorder (measure/flight_recorder.py)
     flight_recorder: bool = False
+    # default world sizes left out because this process may use fewer CPUs than they have ranks
+    # (config.cpu_world_sizes); the summary names them and how to ask for them
+    world_sizes_left_out: tuple[int, ...] = ()
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     command: str = ""
 

@@ -25,7 +25,8 @@ from allreduce_bench.core.results.store import read_meta
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
                       "backend": "--backend", "device": "--device",
-                      "ranks_per_node": "--ranks-per-node", "tag": "--tag", "rounds": "--rounds"}
+                      "ranks_per_node": "--ranks-per-node", "tag": "--tag", "rounds": "--rounds",
+                      "sched": "--sched"}
 
 
 def stored_run(resume_dir: Path) -> dict:

@@ -1,6 +1,7 @@
 """From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
@@ -12,6 +13,7 @@ from allreduce_bench.core.config import (
     RunConfig,
     check_sizes_fit_dtype,
     check_timeout,
+    cpu_world_sizes,
     default_out_dir,
     parse_dtype,
     parse_world_sizes,
@@ -28,9 +30,11 @@ from allreduce_bench.core.config.checks import (
     check_writable_dir,
 )
 from allreduce_bench.core.config.launch import LaunchConfig
-from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.environment import EMULATION_ENV, is_writer, launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
+from allreduce_bench.core.measure import scheduling
+from allreduce_bench.core.measure.machine import cpus_allowed
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
 
@@ -67,7 +71,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     elif wants_gpu and gpus >= 2:
         chosen = gpu_world_sizes(gpus)
     else:
-        chosen = CPU_DEFAULTS["world_sizes"]
+        chosen = cpu_world_sizes(cpus_allowed())[0]
     per_host = env.local_world_size if env else max(chosen)
     if env is not None and gpus == 1:
         per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
@@ -91,13 +95,23 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
+def left_out_world_sizes(world_sizes: str | None, device: str) -> tuple[int, ...]:
+    """The default world sizes `resolve_world` left out for lack of CPUs: none when
+    --world-sizes was given, under a launcher, or on GPU."""
+    if world_sizes is not None or launcher_env() is not None or device != "cpu":
+        return ()
+    return cpu_world_sizes(cpus_allowed())[1]
+
+
 def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
                   command: str = "", label: str = "", run_id: str | None = None,
                   check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
-                  flight_recorder: bool = False) -> LaunchConfig:
+                  flight_recorder: bool = False, left_out: tuple[int, ...] = (),
+                  sched: str = "other") -> LaunchConfig:
     """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
     shared options. The writer (the driver, or rank 0) checks --out and claims the default
-    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
+    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it.
+    `left_out`: `left_out_world_sizes`' answer; `sched`: fifo or other (scheduling.wanted)."""
     chosen, backend, device, ranks_per_node = world
     check_timeout(timeout_s)
     tag = check_tag(tag)
@@ -109,6 +123,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, flight_recorder=flight_recorder,
+                        world_sizes_left_out=tuple(left_out), sched=sched,
                         **({"run_id": run_id} if run_id else {}))
 
 
@@ -173,9 +188,11 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
-               rounds: int | None = 1, collectives="all_reduce", in_place=False) -> RunConfig:
+               rounds: int | None = 1, collectives="all_reduce", in_place=False,
+               sched: str = "auto") -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
-    AllGather's and ReduceScatter's in-place halves too (`run --in-place`)."""
+    AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
+    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py)."""
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world
@@ -184,6 +201,7 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
     check_timeout(timeout_s)
     names, others = collective_plan(algos, collectives, backend)
+    check_gloo_on_gpu(names, others, backend, device)
     if in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
         raise UsageError(f"--in-place measures the in-place half of {' and '.join(IN_PLACE_HALVES)}, "
                          f"and --collectives {collectives} has neither; add them (e.g. --collectives "
@@ -197,7 +215,10 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
             resume.note_earlier_runs(out_dir)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder)
+                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
+                           left_out=left_out_world_sizes(world_sizes, device),
+                           sched=scheduling.wanted(sched, device,
+                                                   emulated=bool(os.environ.get(EMULATION_ENV))))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick), collectives=others,
                        in_place=bool(in_place))
@@ -207,6 +228,19 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     if stored:
         resume.check_same_measurement(stored, config, resume_dir)
     return config
+
+
+def check_gloo_on_gpu(names, others, backend: str, device: str) -> None:
+    """gloo moves CUDA tensors only in its own collectives (through host memory), never point
+    to point, which the hand-written algorithms are made of: on GPU it measures native
+    AllReduce alone (one line, exit 2, for anything else)."""
+    if backend != "gloo" or device != "cuda":
+        return
+    odd = [n for n in names if n != "native"] + [c for c, _ in others]
+    if odd:
+        raise UsageError(f"gloo on GPU tensors runs only its own AllReduce (no point to point with "
+                         f"CUDA tensors), not {', '.join(odd)}; give --algos native (and "
+                         "--collectives all_reduce), or --backend nccl")
 
 
 def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:

@@ -11,7 +11,8 @@ launch and copy (nccl-tests users bind with `mpirun --bind-to`; torchrun has `--
   the nodes dealt out over the local ranks.
 - `auto`: keep a launcher's binding (srun --cpu-bind, mpirun --bind-to, torchrun
   --numa-binding, taskset); else on GPU `numa`; else `core` when there are at least as many
-  CPUs as local ranks; else nothing.
+  CPUs as local ranks and the ranks are SCHED_FIFO (measure/scheduling.py) or get two CPUs
+  each (a rank pinned to its one CPU without it waits for that CPU: doc/noise.md); else nothing.
 - `none`: leave the affinity as it was.
 
 The planning is pure (CPU lists, NUMA maps and the environment in, a plan out); `bind_rank`
@@ -193,9 +194,10 @@ def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_w
 
 
 def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, gpu: bool,
-         gpu_node: int | None = None, launcher: str | None = None) -> Plan:
+         gpu_node: int | None = None, launcher: str | None = None, realtime: bool = True) -> Plan:
     """The binding of one rank (see the module doc). `allowed`: the CPUs it may use now;
-    `launcher`: how a launcher bound it, if one did (launcher_binding)."""
+    `launcher`: how a launcher bound it, if one did (launcher_binding); `realtime`: its threads
+    are SCHED_FIFO (measure/scheduling.py)."""
     if mode not in MODES:
         raise ValueError(f"unknown binding mode {mode!r}")
     if mode == "none":
@@ -213,6 +215,12 @@ def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, g
     if mode == "auto" and len(allowed) < local_world_size:
         return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
                     "binding would only stack them")
+    if mode == "auto" and not realtime and len(allowed) < 2 * local_world_size:
+        # measured on a 2-core VM, quiet and busy: a rank pinned to one CPU waits for it while
+        # its own gloo threads or other work hold it (1M median 0.9 -> 3 ms); with SCHED_FIFO
+        # it does not (doc/noise.md)
+        return Plan("none", None, "one CPU per rank without SCHED_FIFO: a pinned rank waits for "
+                    "its CPU (--sched fifo, or --bind core)")
     cpus = core_block(allowed, local_rank, local_world_size)
     shared = len(allowed) < local_world_size
     return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
@@ -241,6 +249,8 @@ class Placement:
     cpus: str  # the affinity it measured with, cpulist notation
     numa_nodes: list[int]
     why: str
+    sched: str = "other"  # its threads' policy: fifo | other (measure/scheduling.py)
+    sched_why: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -288,26 +298,30 @@ class Binder:
     launcher: str | None
     gpu: bool
     gpu_node: int | None
+    sched: dict | None = None  # scheduling.Sched.as_dict() of this rank; None: as started
 
     @classmethod
-    def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None) -> Binder:
+    def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None,
+             sched: dict | None = None) -> Binder:
         """`started_here`: the rank is one of a local run's (its affinity is the driver's,
-        never a launcher's binding)."""
+        never a launcher's binding); `sched`: the policy its threads got."""
         current = tuple(sorted(os.sched_getaffinity(0)))
         launcher = None if started_here else launcher_binding(os.environ, current, cgroup_cpus())
         return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
-                   gpu_node_of(gpu_index) if mode in ("auto", "numa") else None)
+                   gpu_node_of(gpu_index) if mode in ("auto", "numa") else None, sched)
 
     def bind(self, local_rank: int, local_world_size: int) -> Placement:
+        sched = self.sched or {"policy": "other", "why": "as started"}
         chosen = plan(self.mode, local_rank, local_world_size, self.allowed, self.nodes,
-                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher)
+                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher,
+                      realtime=sched["policy"] == "fifo")
         try:
             set_affinity(chosen.cpus if chosen.cpus is not None else self.allowed)
         except OSError as error:
             chosen = Plan("none", None, f"sched_setaffinity failed ({error.strerror})")
         now = sorted(os.sched_getaffinity(0))
         return Placement(self.mode, chosen.how, format_cpulist(now), node_of(now, self.nodes),
-                         chosen.why)
+                         chosen.why, sched["policy"], sched["why"])
 
 
 def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,

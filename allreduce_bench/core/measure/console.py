@@ -15,9 +15,24 @@ HEADER = (
 )
 
 
+def states_text(row: dict) -> str:
+    """'two states: 172 us 62% / 2.05 ms 38%' for a row whose samples have a fast and a slow
+    state (metrics.two_states), '' otherwise: one median would lie between them."""
+    share = row.get("slow_share")
+    if share is None or not share == share:  # None or NaN: one state
+        return ""
+    return (f"two states: {format_us(row['fast_us_median'])} {100 * row['fast_share']:.0f}% / "
+            f"{format_us(row['slow_us_median'])} {100 * share:.0f}%")
+
+
+def format_us(us: float) -> str:
+    return f"{us / 1e3:.3g} ms" if us >= 1e3 else f"{us:.3g} us"
+
+
 def format_row(row: dict) -> str:
     counts = f"{row['samples']}x{row['loops']}"
-    flag = "  unstable" if row.get("unstable") else ""
+    flag = "".join(f"  {part}" for part in ("unstable" if row.get("unstable") else "",
+                                             states_text(row)) if part)
     return (f" {row['size_bytes']:>11} {row['count']:>12} {row['dtype']:>9} "
             f"{row['time_us_median']:>10.1f} {row['time_us_p95']:>10.1f} "
             f"{row['time_us_rank_mean']:>10.1f} {100 * row['time_cv']:>6.1f} {counts:>11} "

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.device import cpu_model
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_THREADS",
@@ -108,7 +109,20 @@ def host_meta(config) -> dict:
         "platform": platform.platform(),
         "gpus": gpus(),
         "environment": environment(),
+        # CPUs allowed, idle driver and governor, the load and CPU times now; the run's end adds
+        # the steal over it (machine.facts_at_end)
+        "machine": machine.facts_at_start(),
     }
+
+
+def close_machine_facts(out_dir) -> None:
+    """meta.json's `machine` completed with the steal and load over the run (once the ranks
+    have ended, before the summary reads it)."""
+    from allreduce_bench.core.results.store import read_meta, update_meta
+
+    started = read_meta(out_dir).get("machine")
+    if isinstance(started, dict):
+        update_meta(out_dir, machine=machine.facts_at_end(started))
 
 
 def rank_info(device, env=None) -> dict:

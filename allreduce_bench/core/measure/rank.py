@@ -29,7 +29,15 @@ from allreduce_bench.core.environment import (
     launcher_env,
 )
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
-from allreduce_bench.core.measure import binding, flight_recorder, link_peaks, nccl_debug, stopped, world
+from allreduce_bench.core.measure import (
+    binding,
+    flight_recorder,
+    link_peaks,
+    nccl_debug,
+    scheduling,
+    stopped,
+    world,
+)
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.core.measure.faults import (
@@ -78,11 +86,14 @@ def join_world(config, env: RankEnv | None, present: bool = False):
     if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
+    # before the binding (which depends on it) and before gloo starts the threads that inherit it
+    sched = scheduling.apply(getattr(config, "sched", "other"), device.kind)
     # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
     here = (env.rank, env.world_size) if os.environ.get(EMULATION_ENV) else (env.local_rank,
                                                                               env.local_world_size)
     binder = binding.Binder.here(config.bind, started_here=DRIVER_PID_ENV in os.environ,
-                                 gpu_index=device.torch_device.index if device.kind == "cuda" else None)
+                                 gpu_index=device.torch_device.index if device.kind == "cuda" else None,
+                                 sched=sched.as_dict())
     placement = binder.bind(*here)
     options = process_group_options(config.backend, device, config.timeout_s)
     presence = None

@@ -59,7 +59,8 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
     One call that reaches the minimum alone is not trusted: gloo has two states (a 256K
     AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
     slow state, so the median of a row jumped between the states from run to run (doc/
-    agreement.md). A second call confirms it; the faster pace of the two decides."""
+    methodology.md, "Runs that agree"). A second call confirms it; the faster pace of the two
+    decides."""
     loops, pace = 1, math.inf
     for attempt in range(8):
         took, skew = sample(loops)

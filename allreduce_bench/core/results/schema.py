@@ -9,8 +9,10 @@ import pandas as pd
 # rank most often late is `late_rank` (schema 2 called it `slowest_rank`, though it names the
 # rank that started last, not the slowest: results/load.py renames the old columns); 4:
 # `skew_share` (how much of a sample was the barrier's exit skew), and loops calibrated so it is
-# <= 1% where a sample of <= max_sample_s allows (older rows leave the column empty).
-SCHEMA_VERSION = 4
+# <= 1% where a sample of <= max_sample_s allows (older rows leave the column empty); 5: the
+# median's confidence interval and the fast and slow states' medians and shares, `unstable`
+# judged on the interval and the rounds (metrics.py) instead of the samples' spread.
+SCHEMA_VERSION = 5
 SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_share",
                   "rank_lag_us": "late_rank_lag_us"}
 
@@ -28,6 +30,10 @@ COLUMNS = [
     # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
     # per-round medians (unstable also when rounds disagree; measure/rounds.py)
     "rounds", "round_spread",
+    # the median's confidence interval (unstable when it reaches beyond +-10% of the median);
+    # where the samples fall into a fast and a slow state, each state's median and share
+    "time_us_ci_low", "time_us_ci_high", "fast_us_median", "fast_share", "slow_us_median",
+    "slow_share",
     # nccl-tests' figure for the same data; the rank most often last to start, its share, its lag;
     # the share of a sample that was the alignment's exit skew (median over samples)
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share",

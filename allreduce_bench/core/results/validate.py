@@ -16,7 +16,9 @@ NUMERIC = ALWAYS_NUMERIC + [
     "nodes", "ranks_per_node", "count", "iters", "warmup", "time_us_mean", "time_us_p95",
     "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "wrong", "bucket_mb", "accum",
     "allreduce_calls", "allreduce_bytes", "samples", "loops", "time_us_p5", "time_cv",
-    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share"]
+    "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share",
+    "time_us_ci_low", "time_us_ci_high", "fast_us_median", "fast_share", "slow_us_median",
+    "slow_share"]
 
 # Counts, read back as whole numbers by the tables.
 WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loops"]

@@ -17,8 +17,8 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import RunConfig
+from allreduce_bench.core.measure import machine, patterns, timing
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import Console
 from allreduce_bench.core.measure.faults import DONE
 from allreduce_bench.core.measure.rank import Benchmark, Session
@@ -138,7 +138,8 @@ def prepare(config: RunConfig) -> None:
         restarts = stored.get("resumed", []) + [{
             "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": config.command}]
-        update_meta(config.out_dir, resumed=restarts)
+        # the machine's facts from this restart on: the steal of the time in between is not the run's
+        update_meta(config.out_dir, resumed=restarts, machine=machine.facts_at_start())
     else:
         start_meta(config.out_dir, run_meta.host_meta(config))
     resume.repair_tail(config.out_dir)

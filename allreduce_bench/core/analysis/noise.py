@@ -1,0 +1,97 @@
+"""What the machine's own noise did to a run's rows, and what would help: the rows whose median
+cannot be trusted (`unstable`, and why), the rows whose samples have a fast and a slow state,
+and the summary's lines built from meta.json's `machine` facts (measure/machine.py).
+
+The advice names the first thing that decides it on this machine: more ranks than CPUs, the
+hypervisor's steal, other processes' load, the slow state of the calls, too few samples, or a
+change of state between rounds."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from allreduce_bench.core.analysis.tables import label_runs
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.results.schema import allreduce_rows
+from allreduce_bench.core.units import format_size
+
+STEAL_NOTABLE = 0.02  # a share of CPU time the hypervisor took that shows in collective times
+FEW_SAMPLES = 10  # below this the median's interval spans most of the samples
+BUSY_BEFORE = 0.5  # load average per allowed CPU at the start: something else was running
+
+
+def _flag(values: pd.Series) -> pd.Series:
+    return values.astype("object").map(lambda v: str(v).lower() in ("true", "1"))
+
+
+def unstable_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """AllReduce rows flagged unstable, labelled with their series."""
+    rows = allreduce_rows(frame)
+    if "unstable" not in rows.columns:
+        return rows.iloc[0:0]
+    return label_runs(rows[_flag(rows["unstable"])])
+
+
+def two_state_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """AllReduce rows whose samples fell into a fast and a slow state, labelled."""
+    rows = allreduce_rows(frame)
+    if "slow_share" not in rows.columns:
+        return rows.iloc[0:0]
+    return label_runs(rows[pd.to_numeric(rows["slow_share"], errors="coerce").notna()])
+
+
+def why_unstable(row) -> str:
+    """'interval' (the median's), 'rounds' (they disagree), or both, for one flagged row."""
+    reasons = []
+    median, low, high = (row.get(k) for k in ("time_us_median", "time_us_ci_low", "time_us_ci_high"))
+    if all(isinstance(v, (int, float)) and v == v for v in (median, low, high)) and median > 0 \
+            and max(median - low, high - median) > TRUSTED_TO * median:
+        reasons.append("interval")
+    spread = row.get("round_spread")
+    if isinstance(spread, (int, float)) and spread > ROUNDS_DISAGREE:
+        reasons.append("rounds")
+    return " and ".join(reasons) or "samples' spread (an older run)"
+
+
+def _us(x: float) -> str:
+    return "-" if not x == x else f"{x:.1f}"
+
+
+def _pct(x: float) -> str:
+    return "-" if not x == x else f"{100 * x:.0f}%"
+
+
+def unstable_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per flagged row: size, median, its interval, the rounds' spread and why it is flagged;
+    indexed by (series, algorithm, world_size)."""
+    flagged = unstable_rows(frame)
+    if flagged.empty:
+        return pd.DataFrame()
+    get = lambda column: pd.to_numeric(flagged.get(column, pd.Series(math.nan, index=flagged.index)),  # noqa: E731
+                                       errors="coerce")
+    table = pd.DataFrame({
+        "size": flagged["size_bytes"].map(format_size),
+        "median (us)": get("time_us_median").map(_us),
+        f"{100 * CONFIDENCE:.0f}% interval (us)": [f"{_us(a)}-{_us(b)}" for a, b in
+                                                    zip(get("time_us_ci_low"), get("time_us_ci_high"))],
+        "rounds spread": get("round_spread").map(_pct),
+        "why": [why_unstable(row) for row in flagged.to_dict("records")]}, index=flagged.index)
+    return table.set_index([flagged["series"], flagged["algorithm"], flagged["world_size"]])
+
+
+def two_state_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per two-state row: size, the fast and the slow state's medians and shares, and whether
+    the row is unstable; indexed by (series, algorithm, world_size)."""
+    rows = two_state_rows(frame)
+    if rows.empty:
+        return pd.DataFrame()
+    number = lambda column: pd.to_numeric(rows[column], errors="coerce")  # noqa: E731
+    table = pd.DataFrame({
+        "size": rows["size_bytes"].map(format_size),
+        "fast (us)": number("fast_us_median").map(_us), "fast share": number("fast_share").map(_pct),
+        "slow (us)": number("slow_us_median").map(_us), "slow share": number("slow_share").map(_pct),
+        "median (us)": number("time_us_median").map(_us),
+        "unstable": _flag(rows["unstable"]).map({True: "yes", False: "no"}) if "unstable" in rows
+        else "-"}, index=rows.index)
+    return table.set_index([rows["series"], rows["algorithm"], rows["world_size"]])

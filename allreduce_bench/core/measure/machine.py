@@ -1,0 +1,95 @@
+"""What decides whether this machine's own noise reaches the numbers: the CPUs this process may
+use against the ranks, the idle driver and governor (how a vCPU waits for work, and so how long
+it takes to wake for the next message), and the time the hypervisor took (steal) over the run.
+
+Read from /proc and /sys, nothing else; every reader takes its root so tests give it a fake one.
+Linux only: elsewhere the answers are None and the report says "not known".
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
+PROC_STAT = Path("/proc/stat")
+# /proc/stat's `cpu` line: user nice system idle iowait irq softirq steal (guest counted in user)
+STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+
+
+def cpus_allowed() -> int:
+    """How many CPUs this process may run on (its affinity: taskset, a cgroup, a launcher)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpuidle(root: Path = CPUIDLE) -> dict:
+    """{"driver": "haltpoll", "governor": "haltpoll"}: None where sysfs does not say (a
+    container without /sys, or no cpuidle driver: then the kernel's default idle loop, `none`)."""
+    return {"driver": _read(root / "current_driver"),
+            "governor": _read(root / "current_governor_ro") or _read(root / "current_governor")}
+
+
+def cpu_times(path: Path = PROC_STAT) -> dict | None:
+    """The whole machine's CPU time so far in clock ticks, per /proc/stat field; None if
+    unreadable."""
+    text = _read(path)
+    if not text:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            values = [int(v) for v in parts[1:1 + len(STAT_FIELDS)]]
+            return dict(zip(STAT_FIELDS, values + [0] * (len(STAT_FIELDS) - len(values))))
+    return None
+
+
+def steal_share(start: dict | None, end: dict | None) -> float | None:
+    """The share of all CPU time between two `cpu_times` that the hypervisor gave to others
+    (steal): what another VM's load took from this one. None when either is unknown."""
+    if not start or not end:
+        return None
+    total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
+    if total <= 0:
+        return None
+    return (end.get("steal", 0) - start.get("steal", 0)) / total
+
+
+def busy_share(start: dict | None, end: dict | None) -> float | None:
+    """The share of all CPU time between two `cpu_times` that was not idle (this run's ranks and
+    anything else running): near 1 means the CPUs had no time to spare."""
+    if not start or not end:
+        return None
+    total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
+    idle = sum(end.get(k, 0) - start.get(k, 0) for k in ("idle", "iowait"))
+    return None if total <= 0 else 1.0 - idle / total
+
+
+def load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def facts_at_start() -> dict:
+    """meta.json's `machine` as a run starts: what the run's end completes (`facts_at_end`)."""
+    return {"cpus_allowed": cpus_allowed(), "cpu_count": os.cpu_count(),
+            "cpuidle": cpuidle(), "load_average_start": load_average(),
+            "cpu_times_start": cpu_times()}
+
+
+def facts_at_end(started: dict) -> dict:
+    """`started` completed with the steal and busy shares over the run and the load at its end."""
+    end = cpu_times()
+    start = started.get("cpu_times_start")
+    return {**started, "load_average_end": load_average(), "cpu_times_end": end,
+            "steal_share": steal_share(start, end), "busy_share": busy_share(start, end)}

@@ -1,0 +1,214 @@
+"""A first run a user can trust: world sizes sized to the CPUs allowed, the machine's facts in
+meta.json and the summary, `unstable` judged on the median (its interval, the rounds), rows
+with two states reported with both, and advice that names what would help."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import synthetic_runs
+
+from allreduce_bench.core import metrics
+from allreduce_bench.core.analysis import advice
+from allreduce_bench.core.analysis.report import terminal_summary
+from allreduce_bench.core.config import cpu_world_sizes
+from allreduce_bench.core.config import run as run_options
+from allreduce_bench.core.measure import machine
+from allreduce_bench.core.measure.console import format_row
+from allreduce_bench.core.results.load import load_results
+
+# --- world sizes sized to the CPUs allowed -------------------------------------------------------
+
+
+@pytest.mark.parametrize("cpus, chosen, left", [(1, (2,), (4,)), (2, (2,), (4,)), (3, (2,), (4,)),
+                                                (4, (2, 4), ()), (64, (2, 4), ())])
+def test_default_world_sizes_fit_the_cpus_allowed(cpus, chosen, left):
+    assert cpu_world_sizes(cpus) == (chosen, left)
+
+
+def test_a_two_cpu_run_measures_n2_and_names_what_it_left_out(monkeypatch):
+    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 2)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    world = run_options.resolve_world(None, "auto", "cpu", None)
+    assert world[0] == (2,) and world[3] == 2  # one node of two ranks
+    assert run_options.left_out_world_sizes(None, "cpu") == (4,)
+    assert run_options.left_out_world_sizes("2,4", "cpu") == ()  # asked for: nothing left out
+    assert run_options.resolve_world("2,4", "auto", "cpu", None)[0] == (2, 4)
+    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 8)
+    assert run_options.resolve_world(None, "auto", "cpu", None)[0] == (2, 4)
+
+
+def test_the_summary_says_which_world_sizes_were_left_out_and_how_to_ask(tmp_path):
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(synthetic_runs.default_states()),
+                                   world_sizes_left_out=[4])
+    text = terminal_summary(load_results(run))
+    line = next(line for line in text.splitlines() if line.startswith("world sizes left out"))
+    assert "4" in line and "--world-sizes 2,4" in line and "2 CPUs" in line
+
+
+# --- the machine's facts ------------------------------------------------------------------------
+
+def test_cpuidle_and_cpu_times_are_read_from_their_files(tmp_path):
+    idle = tmp_path / "cpuidle"
+    idle.mkdir()
+    (idle / "current_driver").write_text("haltpoll\n")
+    (idle / "current_governor_ro").write_text("haltpoll\n")
+    assert machine.cpuidle(idle) == {"driver": "haltpoll", "governor": "haltpoll"}
+    assert machine.cpuidle(tmp_path / "missing") == {"driver": None, "governor": None}
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n")
+    start = machine.cpu_times(stat)
+    assert start["steal"] == 35 and start["idle"] == 800
+    stat.write_text("cpu  200 0 100 1600 20 0 10 70 0 0\n")
+    end = machine.cpu_times(stat)
+    assert machine.steal_share(start, end) == pytest.approx(35 / 1000)
+    assert machine.busy_share(start, end) == pytest.approx(1 - 810 / 1000)
+    assert machine.steal_share(None, end) is None
+
+
+def test_meta_facts_at_start_and_end():
+    started = machine.facts_at_start()
+    assert started["cpus_allowed"] >= 1 and "driver" in started["cpuidle"]
+    ended = machine.facts_at_end(started)
+    assert set(ended) >= {"steal_share", "busy_share", "load_average_end"}
+
+
+# --- unstable: the median's interval and the rounds ----------------------------------------------
+
+def test_the_median_interval_covers_the_median_as_often_as_it_says():
+    rng = np.random.default_rng(1)
+    for n in (5, 8, 20, 50):
+        low, high = metrics.median_interval(list(range(n)))
+        assert low <= (n - 1) / 2 <= high
+        covered = 0
+        for _ in range(400):
+            low, high = metrics.median_interval(rng.exponential(1.0, n))
+            covered += low <= math.log(2) <= high  # the exponential's true median
+        assert covered / 400 >= metrics.CONFIDENCE - 0.05, n
+
+
+def test_a_row_with_two_states_reports_both_and_its_median_is_not_trusted_when_they_split():
+    rng = np.random.default_rng(2)
+    fast, slow = list(170 + rng.uniform(0, 10, 25)), list(2000 + rng.uniform(0, 500, 25))
+    stats = metrics.sample_stats([fast + slow])
+    assert stats["unstable"]  # a median between two states that both exist
+    assert stats["fast_us_median"] == pytest.approx(np.median(fast))
+    assert stats["slow_us_median"] == pytest.approx(np.median(slow)) and stats["slow_share"] == 0.5
+    line = format_row({**stats, "size_bytes": 16384, "count": 4096, "dtype": "float32",
+                       "samples": 50, "loops": 1, "algbw_GBps": 0.1, "busbw_GBps": 0.1, "wrong": 0})
+    assert line.endswith(f"unstable  two states: {np.median(fast):.0f} us 50% / "
+                         f"{np.median(slow) / 1e3:.3g} ms 50%")
+
+
+def test_noisy_single_samples_do_not_flag_a_median_many_samples_pin_down():
+    rng = np.random.default_rng(3)
+    spread = list(rng.uniform(80, 120, 200))  # cv ~12%: flagged before, by the cv alone
+    stats = metrics.sample_stats([spread])
+    assert stats["time_cv"] > 0.1 and not stats["unstable"]
+    assert metrics.sample_stats([spread[:5]])["unstable"]  # five of them cannot
+
+
+def test_rounds_that_disagree_flag_a_row(tmp_path):
+    from allreduce_bench.core.measure import rounds
+
+    steady = [[[100.0 + i for i in range(10)]]] * 4
+    assert not rounds.round_columns(steady)["rounds_disagree"]
+    shifted = steady[:2] + [[[130.0 + i for i in range(10)]]] * 2
+    assert rounds.round_columns(shifted)["rounds_disagree"]
+
+
+# --- the summary's advice -----------------------------------------------------------------------
+
+def _advice(tmp_path, states, **machine_facts) -> str:
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(states),
+                                   machine={**synthetic_runs.MACHINE, **machine_facts})
+    frame = load_results(run)
+    return advice.unstable_line(frame, advice.run_metas(frame)[""]) or ""
+
+
+def test_the_advice_names_the_first_cause_that_applies(tmp_path):
+    wide = {("ring", 2, 65536): "wide", ("ring", 4, 65536): "wide", ("ring", 2, 4096): "steady"}
+    assert "more ranks than the 2 CPUs" in _advice(tmp_path, wide)
+    two = {("ring", 2, 65536): "two", ("ring", 2, 4096): "steady"}
+    assert "steal" in _advice(tmp_path, two, steal_share=0.2)
+    assert "other processes" in _advice(tmp_path, two, load_average_start=6.0)
+    assert "fast and a slow state" in _advice(tmp_path, two)
+    assert _advice(tmp_path, {("ring", 2, 4096): "steady"}) == ""  # nothing flagged, no advice
+
+
+def test_the_machine_line_carries_what_decides_it(tmp_path):
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(synthetic_runs.default_states()))
+    line = advice.machine_line(advice.run_metas(load_results(run))[""])
+    assert line.startswith("machine: 2 CPUs allowed for 2 ranks; idle driver haltpoll (governor haltpoll)")
+    assert "steal 0.1%" in line
+
+
+# --- SCHED_FIFO ranks (--sched) ------------------------------------------------------------------
+
+def test_sched_auto_means_fifo_on_cpu_runs_only():
+    from allreduce_bench.core.measure import scheduling
+
+    assert scheduling.wanted("auto", "cpu") == "fifo"
+    assert scheduling.wanted("auto", "cuda") == "other"
+    assert scheduling.wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
+    assert scheduling.wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
+    assert scheduling.wanted("fifo", "cuda") == "fifo" and scheduling.wanted("other", "cpu") == "other"
+    assert scheduling.apply("other", "cpu").as_dict() == {"asked": "other", "policy": "other",
+                                                          "why": "--sched other: as started"}
+
+
+SET_FIFO = """
+import json, os, threading, time
+from allreduce_bench.core.measure import scheduling
+before = threading.Thread(target=time.sleep, args=(1,)); before.start()
+sched = scheduling.apply("fifo", "cpu")
+after = []
+t = threading.Thread(target=lambda: after.append(os.sched_getscheduler(0))); t.start(); t.join()
+print(json.dumps({**sched.as_dict(), "main": os.sched_getscheduler(0), "later": after[0],
+                  "earlier": os.sched_getscheduler(before.native_id), "FIFO": os.SCHED_FIFO}))
+"""
+
+
+def test_sched_fifo_reaches_every_thread_or_says_why_not():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SET_FIFO], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    if seen["policy"] == "fifo":  # root, CAP_SYS_NICE or RLIMIT_RTPRIO: every thread, new ones too
+        assert seen["main"] == seen["earlier"] == seen["later"] == seen["FIFO"]
+    else:
+        assert "not permitted" in seen["why"] and seen["main"] != seen["FIFO"]
+
+
+def test_auto_binding_pins_one_cpu_per_rank_only_with_sched_fifo():
+    from allreduce_bench.core.measure.binding import plan
+
+    assert plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=True).how == "core"
+    unpinned = plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False)
+    assert unpinned.how == "none" and "SCHED_FIFO" in unpinned.why
+    assert plan("auto", 1, 2, [0, 1, 2, 3], {0: [0, 1, 2, 3]}, gpu=False, realtime=False).how == "core"
+    assert plan("core", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False).how == "core"
+
+
+def test_the_summary_names_the_policy_and_advises_fifo_where_it_was_refused(tmp_path):
+    refused = {"sched": "other", "sched_why": "SCHED_FIFO was not permitted (Operation not permitted)"}
+    two = {("ring", 2, 65536): "two", ("ring", 2, 4096): "steady"}
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(two))
+    meta_path = run / "meta.json"
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    meta["binding"] = {"2": {"summary": "ranks unbound", "ranks": [refused, refused]}}
+    meta_path.write_text(json.dumps(meta))
+    frame = load_results(run)
+    meta = advice.run_metas(frame)[""]
+    assert "ranks as started (SCHED_FIFO was not permitted" in advice.machine_line(meta)
+    assert "--sched fifo, as root" in advice.unstable_line(frame, meta)
+    meta["binding"]["2"]["ranks"] = [{"sched": "fifo"}] * 2
+    assert advice.machine_line(meta).endswith("ranks SCHED_FIFO")
+    assert "nothing this run can set removes it" in advice.unstable_line(frame, meta)
