@@ -58,13 +58,14 @@ def links(collective, **options):
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
 
     given = options["ranks_per_node"] is not None
     config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
-             f"{len(config.sizes)} sizes -> {config.out_dir}")
+             f"sizes {byte_list(config.sizes)} -> {config.out_dir}")
     sys.exit(measure_then_finish(config, BENCHMARK, finish_links, extensions()))
 
 
