@@ -266,3 +266,21 @@ def test_terminal_summary_from_a_synthetic_frame():
     assert "Peak busbw (GB/s) per algorithm and world size:" in text
     assert "ring vs native (busbw ratio at the largest size both measured" in text
     assert "#wrong in total: 0" in text
+
+
+def test_report_names_the_rule_that_flagged_each_unstable_row():
+    """A row with cv 8% is flagged by its rounds or its two modes, never 'by more than 10%'."""
+    frame = model_frame(world_sizes=(2,)).head(3).assign(
+        unstable=True, time_cv=[0.08, 0.30, 0.05], round_spread=[0.40, 0.02, 0.01])
+    [(title, text, table)] = report._unstable_table(frame, 4 * K)
+    assert title == "Unstable measurements" and "any of three rules" in text
+    assert list(table["caught by"]) == ["rounds 40% apart > 15%", "cv 30% > 10%",
+                                        "two modes (a gap > 25% of the median)"]
+
+
+def test_a_long_footnote_is_wrapped_to_the_figure_not_cut():
+    line = "emulated-2x2 (411e91cd): backend gloo, device AMD EPYC, hosts node0, node1, 2026-12-01 21:34:06 UTC"
+    fig = plots._finish(plt.figure(figsize=(5, 4)), f"{line}\n{line}")
+    [note] = [t.get_text() for t in fig.texts]
+    assert len(note.splitlines()) == 4 and max(map(len, note.splitlines())) <= 85
+    plt.close(fig)

@@ -70,8 +70,13 @@ def links(collective, **options):
 
 
 def finish_links(config, lent) -> int:
-    """The intra/inter summary once the ranks have ended (links draws no sweep figures)."""
+    """The intra/inter summary and plots/links.png once the ranks have ended (not the whole
+    report: an emulated run's allreduce report in the same directory stays)."""
     from allreduce_bench.core.cli.finish import finish
-    from allreduce_bench.links.summary import links_summary
+    from allreduce_bench.links.summary import draw_links, links_summary
 
-    return finish(config, links_summary, draw=False, lent=lent)
+    def summarize(frame) -> str:
+        figure = draw_links(frame, config.out_dir / "plots") if config.plot else None
+        return links_summary(frame) + (f"\nfigure: {figure}" if figure else "")
+
+    return finish(config, summarize, draw=False, lent=lent)

@@ -24,7 +24,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     run_metas,
     scaling_efficiency,
 )
-from allreduce_bench.core.metrics import ROUNDS_DISAGREE, UNSTABLE_CV
+from allreduce_bench.core.metrics import ROUNDS_DISAGREE, TWO_MODES_GAP, UNSTABLE_CV
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -169,20 +169,36 @@ def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
             "stands out": late["stands_out"].map({True: "yes", False: "no"})}), WORLD))]
 
 
+def _caught_by(row) -> str:
+    """The rules (core/metrics.py) that flagged a row: its cv, its rounds' spread, or, when
+    neither, its samples' two groups (which the row's numbers alone cannot show)."""
+    rules = []
+    if row.time_cv > UNSTABLE_CV:
+        rules.append(f"cv {100 * row.time_cv:.0f}% > {100 * UNSTABLE_CV:.0f}%")
+    spread = getattr(row, "round_spread", float("nan"))
+    if spread == spread and spread > ROUNDS_DISAGREE:
+        rules.append(f"rounds {100 * spread:.0f}% apart > {100 * ROUNDS_DISAGREE:.0f}%")
+    return ", ".join(rules) or f"two modes (a gap > {100 * TWO_MODES_GAP:.0f}% of the median)"
+
+
 def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     flagged = unstable_rows(frame)
     if not len(flagged):
         return []
     return [(
         "Unstable measurements",
-        f"Rows whose samples varied by more than {100 * UNSTABLE_CV:.0f}% (coefficient of "
-        "variation) or fell into two groups: read their medians as rough. Rerun on a quiet "
-        "machine, or with a larger --budget.",
+        f"A row is flagged by any of three rules: its samples' coefficient of variation (cv) "
+        f"above {100 * UNSTABLE_CV:.0f}%; its samples in two groups apart by more than "
+        f"{100 * TWO_MODES_GAP:.0f}% of the median (two modes); its rounds' medians more than "
+        f"{100 * ROUNDS_DISAGREE:.0f}% apart. \"caught by\" names the rule for each row: read "
+        "their medians as rough. Rerun on a quiet machine, or with a larger --budget.",
         _readable(flagged.set_index(["series", "algorithm", "world_size"]).assign(
             size=lambda f: f["size_bytes"].map(format_size),
             cv=lambda f: f["time_cv"].map(lambda x: f"{100 * x:.0f}%"),
-            median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"))[
-            ["size", "median_us", "cv"]], {**WORLD, "median_us": "median (us)"}))]
+            median_us=lambda f: f["time_us_median"].map(lambda x: f"{x:.1f}"),
+            caught_by=[_caught_by(r) for r in flagged.itertuples()])[
+            ["size", "median_us", "cv", "caught_by"]],
+            {**WORLD, "median_us": "median (us)", "caught_by": "caught by"}))]
 
 
 def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
