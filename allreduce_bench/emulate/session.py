@@ -165,8 +165,8 @@ def hold_slurm(nodes: int, rate_bps: float | None, latency_s: float, inter_ratio
                      f"{slurm.cluster.hosts[0]}.., inter-node link {units.format_tc_rate(rate_bps)}"
                      f"{slowed}; slurmctld on {slurm.control_host}")
                 print(slurm.exports(), flush=True)
-                _say(f"in another shell: source {env_file}; srun -N {nodes} python -m "
-                     "allreduce_bench run --quick. Ctrl-C stops it and removes everything.")
+                _say(f"in another shell: source {env_file}; srun -N {nodes} allreduce-bench run "
+                     "--quick. Ctrl-C stops it and removes everything.")
                 while True:
                     time.sleep(3600)
         except (KeyboardInterrupt, SystemExit) as stop:
