@@ -162,15 +162,20 @@ def test_latency_needs_netem_and_leaves_nothing(tmp_path):
 
 
 @needs_namespaces
-@pytest.mark.timeout(240)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
     out = tmp_path / "emulated"
     driver = subprocess.Popen(CLI + ["emulate", "--benchmarks", "allreduce,links", "--sizes", "64K",
-                                     "--iters", "2", "--warmup", "1", "--no-plot", "--out", str(out)],
+                                     "--iters", "2", "--warmup", "1", "--out", str(out)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = driver.communicate(timeout=230)
+    stdout, stderr = driver.communicate(timeout=290)
     assert driver.returncode == 0, stdout + stderr
     assert ours(driver.pid) == []  # namespaces, and with them veths and qdiscs, are gone
+    # each step said, and no note about its own first benchmark's rows; links draws its figure
+    assert "emulate: [1/2] allreduce: `allreduce-bench run --sizes 64K" in stderr
+    assert "emulate: [2/2] links ended in" in stderr and "already holds" not in stderr
+    assert (out / "plots" / "links.png").exists() and (out / "plots" / "bandwidth.png").exists()
     root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " node0" not in root_links and " br0" not in root_links  # never made outside them
     frame = pd.read_csv(out / "results.csv")
@@ -280,6 +285,7 @@ def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
     assert set(map(tuple, frame[["link", "operation"]].values)) == {
         ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
     assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
+    assert (out / "plots" / "links.png").exists() and "sizes 4096 B" in done.stderr
 
 
 # ---------------------------------------------------------------- emulate --slurm (pure parts)

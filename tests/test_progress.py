@@ -108,3 +108,11 @@ def test_run_draws_its_bar_on_a_terminal_and_none_into_a_pipe(tmp_path):
     assert piped.returncode == 0, piped.stderr
     assert "measurements" not in piped.stdout + piped.stderr and "\r" not in piped.stderr
     assert "native: world size 2" in piped.stdout  # the table itself is there
+
+
+def test_health_says_its_rounds_and_time_up_front():
+    from allreduce_bench.health.cli import estimate
+
+    options = dict(device=None, backend="auto", expect=None, pairs="quick", bisect=False,
+                   sizes=None, samples=None, budget=None)
+    assert estimate(options, 4, 1).startswith("; 2 round(s) planned (3 at most), ~")
