@@ -3,10 +3,11 @@
 These are decimal, as hardware and model sizes are quoted: 1 GB = 1e9 bytes, 25 GB/s = 25e9
 bytes/s, 7B parameters = 7e9 (so 7B bf16 gradients are 14 GB and 28 GB / 25 GB/s is 1.12 s, the
 seed's arithmetic). KiB/MiB/GiB are binary; a lower-case b is bits (200Gb/s = 25 GB/s).
-Tensor sizes of the benchmark itself (--sizes, --min-bytes, --size 1G) are binary K/M/G, as
-nccl-tests' -b/-e are (`parse_size` below); the emulator's tc rates use tc's own units
-(`parse_tc_rate`). This is the one module that turns text into quantities. Every parser
-raises `UsageError` naming the option and showing a good example.
+Tensor sizes of the benchmark itself (--sizes, --min-bytes, --size 1G) read a bare K/M/G as
+binary, as nccl-tests' -b/-e do, and KB/MB/GB as decimal, as here (`parse_size` below); the
+emulator's tc rates use tc's own units (`parse_tc_rate`). This is the one module that turns
+text into quantities. Every parser raises `UsageError` naming the option and showing a good
+example.
 """
 from __future__ import annotations
 
@@ -152,30 +153,41 @@ def format_count(count: float) -> str:
     return f"{count:.3g}"
 
 
-# --- tensor sizes: binary K/M/G, as nccl-tests' -b/-e/-f --------------------------------
-
-_SIZE_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
-          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30, "T": 1 << 40, "TB": 1 << 40,
-          "TIB": 1 << 40}
+# --- tensor sizes: K/M/G binary as nccl-tests' -b/-e/-f, KB/MB/GB decimal as every GB/s -------
+# One reading per spelling, case aside: a bare K/M/G/T and KiB/MiB/GiB/TiB are binary (16M =
+# 16MiB = 16777216 B, what nccl-tests' -e 16M means); kB/KB/MB/GB/TB are decimal (16MB =
+# 16000000 B), as the bandwidths this package prints (GB/s) and the cost model's 14GB are.
+SIZE_UNITS = {"": 1, "B": 1,
+              "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
+              "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+              "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9, "TB": 10 ** 12}
+SIZE_SPELLING = ("K/M/G/T and KiB/MiB/GiB/TiB are binary (16M = 16777216 B), KB/MB/GB/TB decimal "
+                 "(16MB = 16000000 B)")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str | int, what: str = "size") -> int:
-    """'64M' -> 67108864. Raises UsageError naming `what` on anything else."""
+    """'64M' -> 67108864, '64MB' -> 64000000 (SIZE_UNITS). A fraction must come out a whole
+    number of bytes ('1.5K' is 1536 B; '1.3K' is refused, never rounded). Raises UsageError
+    naming `what` on anything else."""
     if isinstance(text, int):
         value = text
     else:
         match = _SIZE.match(str(text))
         unit = match.group(2).upper() if match else None
-        if not match or unit not in _SIZE_UNITS:
-            raise UsageError(f"{what} {text!r} is not a size; write bytes with an optional K, M or G "
-                             "suffix, e.g. 4K, 64M, 1G")
-        value = float(match.group(1)) * _SIZE_UNITS[unit]
-        if not math.isfinite(value) or value >= 1 << 62:
+        if not match or unit not in SIZE_UNITS:
+            raise UsageError(f"{what} {text!r} is not a size; write bytes with an optional suffix, "
+                             f"e.g. 4K, 64M, 1G; {SIZE_SPELLING}")
+        whole, _, fraction = match.group(1).partition(".")
+        scale = SIZE_UNITS[unit]
+        # exact: 1.5M is 3 x 2**19 B, 0.1K is 102.4 B (refused), 1e400 never a float
+        numerator, denominator = int(whole + fraction) * scale, 10 ** len(fraction)
+        if numerator >= (1 << 62) * denominator:
             raise UsageError(f"{what} {text!r} is too large; give at most a few T(iB)")
-        if value != int(value):
-            raise UsageError(f"{what} {text!r} is not a whole number of bytes")
-        value = int(value)
+        if numerator % denominator:
+            raise UsageError(f"{what} {text!r} is {numerator / denominator:,.1f} B, not a whole "
+                             f"number of bytes; give whole bytes, e.g. {numerator // denominator}")
+        value = numerator // denominator
     if value <= 0:
         raise UsageError(f"{what} must be at least 1 byte, got {text!r}")
     return value
@@ -187,6 +199,16 @@ def format_size(size_bytes: float) -> str:
         if size_bytes >= scale:
             return f"{size_bytes / scale:g}{unit}"
     return f"{size_bytes:g}"
+
+
+def byte_list(sizes, most: int = 8) -> str:
+    """[4096, 16384] -> '4096, 16384 B': sizes as the exact bytes they are (a run's first line);
+    more than `most`: the first three, '...', the last two and how many."""
+    shown = [str(s) for s in sizes]
+    if len(shown) > most:
+        shown = [*shown[:3], "...", *shown[-2:]]
+        return f"{', '.join(shown)} B ({len(sizes)} sizes)"
+    return f"{', '.join(shown)} B"
 
 
 # More sizes than this is a typo (--factor 1.00001), not a sweep anyone waits for.

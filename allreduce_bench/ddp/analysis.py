@@ -188,6 +188,27 @@ def overlap_markdown(table: pd.DataFrame) -> str:
     return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
 
 
+def clipped_notes(table: pd.DataFrame) -> list[str]:
+    """Why each clipped hidden share is what it is, in the row's own numbers: exposed (step -
+    compute) holds everything DDP adds to a step, so on shared CPU cores it can exceed the
+    AllReduce timed alone."""
+    notes = []
+    for r in table[table["clipped"]].itertuples():
+        where = f"N={r.world_size}, bucket cap {r.bucket_mb:g} MiB"
+        if r.hidden_share_raw < 0:
+            notes.append(
+                f"{where}: the DDP step took {_ms(r.exposed_us)} ms more than compute, more than "
+                f"the {_ms(r.comm_us)} ms its AllReduce takes alone, so nothing was hidden (raw "
+                f"share {r.hidden_share_raw:+.0%}, shown as 0%). Exposed counts all DDP adds: its "
+                f"own bucket work ({_ms(r.ddp_cost_us)} ms: a DDP step that does not communicate, "
+                f"less compute) and, on CPU, the AllReduce's {_ms(r.comm_cpu_us)} ms of CPU time "
+                "taken from the cores backward runs on.")
+        else:
+            notes.append(f"{where}: the DDP step took less than compute timed apart (raw share "
+                         f"{r.hidden_share_raw:+.0%}, shown as 100%): the two differ by noise.")
+    return notes
+
+
 def accumulation_markdown(table: pd.DataFrame) -> str:
     headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
                "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
@@ -217,7 +238,8 @@ def ddp_summary_text(frame: pd.DataFrame) -> str:
     overlap = overlap_table(frame)
     if not overlap.empty:
         parts.append("Per bucket cap: compute, communication alone, DDP step (medians):\n"
-                     + overlap_markdown(overlap))
+                     + overlap_markdown(overlap)
+                     + "".join(f"\n- {note}" for note in clipped_notes(overlap)))
     accum = accumulation_table(frame)
     if not accum.empty:
         parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
@@ -261,9 +283,9 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     if not overlap.empty:
         out += [overlap_markdown(overlap), ""]
         if overlap["clipped"].any():
-            out += ["Clipped shares: the DDP step took longer than compute + comm measured apart "
-                    "(or less than compute): on shared CPU cores computation and communication "
-                    "slow each other down instead of overlapping.", ""]
+            out += ["Clipped shares: on shared CPU cores computation and communication slow "
+                    "each other down instead of overlapping.", "",
+                    *(f"- {note}" for note in clipped_notes(overlap)), ""]
     if "overlap" in figures:
         out += [f"![step time split]({figures['overlap']})", ""]
     if "timeline" in figures:

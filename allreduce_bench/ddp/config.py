@@ -30,10 +30,21 @@ class DdpSettings:
     warmup: int
 
 
+# rows ddp/benchmark.py's measure_world records per world size: per bucket cap compute,
+# backward, ddp_no_comm, comm, step, comm_cpu and no_overlap; then accum_sync and accum_no_sync
+ROWS_PER_BUCKET_CAP, ACCUMULATION_ROWS = 7, 2
+
+
 @dataclass(frozen=True)
 class DdpConfig(Launched):
     launch: LaunchConfig
     settings: DdpSettings
+
+    @property
+    def rows_expected(self) -> int:
+        """The rows the run records (its progress bar counts them)."""
+        per_world = ROWS_PER_BUCKET_CAP * len(self.settings.bucket_mbs) + ACCUMULATION_ROWS
+        return per_world * len(self.world_sizes)
 
 
 def parse_bucket_mbs(text: str) -> tuple[float, ...]:

@@ -13,7 +13,7 @@ import click
 from allreduce_bench.core import units
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
-from allreduce_bench.core.config.resume_checks import resumed_dir, same_emulation
+from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed_dir, same_emulation
 from allreduce_bench.core.environment import EMULATION_ENV, overridden
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate.benchmarks import REGISTRY, command_of, config_of
@@ -141,6 +141,8 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
         rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
     claimed = out_dir is None
     out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
+    if resumed is None:
+        note_earlier_runs(out_dir)  # once here; the benchmarks' own commands leave it to us
     forwarded = per_benchmark_args(chosen, args)
     try:
         configs = check_benchmark_args(

@@ -68,10 +68,12 @@ def links_of(cluster: EmulatedCluster, plan: Plan) -> Emulation:
     """The emulation's parameters: the rate given, or measured here before any shaping."""
     rate, measured, backward = plan.rate_bps, None, None
     if rate is None and list(plan.configs) == ["ddp"]:  # the link paced to ddp's backward pass
+        _say("timing ddp's backward pass here, to pace the inter-node link to it (--inter-bandwidth auto)")
         backward = cluster.probe_backward(plan.configs["ddp"].settings)
         rate = ddp_rate_bps(plan.configs["ddp"].settings, plan.nodes, plan.ranks_per_node,
                             backward)
     elif rate is None:
+        _say("measuring the intra-node point-to-point bandwidth on node0 (--inter-bandwidth auto)")
         measured = cluster.probe_intra_p2p()
         rate = measured * 8e9 / plan.inter_ratio
     return Emulation(plan.nodes, plan.ranks_per_node, rate, plan.latency_s, measured,
@@ -102,9 +104,10 @@ def run_emulated(plan: Plan) -> int:
         cluster.shape(emulation.inter_rate_bps, emulation.inter_latency_s, plan.host_rates)
         _say(describe(cluster, emulation, out_dir) + _faults(plan))
         code = 0
-        for benchmark, args in plan.forwarded.items():
+        for step, (benchmark, args) in enumerate(plan.forwarded.items(), start=1):
             try:
-                code = _run_one(cluster, benchmark, args, out_dir, emulation, cpu) or code
+                code = _run_one(cluster, benchmark, args, out_dir, emulation, cpu,
+                                f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
                 code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
                     else 130
@@ -119,13 +122,21 @@ def run_emulated(plan: Plan) -> int:
         return code
 
 
-def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation, cpu) -> int:
-    """One benchmark on every host; its own exit code where it declares one (health's 0/3/1)."""
+def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation, cpu,
+             step: str) -> int:
+    """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
+    `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
+    bar below says how far the benchmark is)."""
     outcome, since = benchmarks.outcome_of(benchmark), time.time()
-    code = run_on_hosts(cluster, [benchmarks.command_of(benchmark), *args, "--out", str(out_dir)],
-                        emulation, cpu.procs, (lambda: outcome(out_dir, since)) if outcome else lambda: None)
+    command = [benchmarks.command_of(benchmark), *args, "--out", str(out_dir)]
+    _say(f"{step}: `allreduce-bench {shlex.join(command[:-2])}` on {cluster.nodes} hosts x "
+         f"{cluster.ranks_per_node} ranks")
+    code = run_on_hosts(cluster, command, emulation, cpu.procs,
+                        (lambda: outcome(out_dir, since)) if outcome else lambda: None)
     final = outcome(out_dir, since) if outcome else None
-    return code if final is None else final
+    code = code if final is None else final
+    _say(f"{step} ended in {time.time() - since:.0f} s (exit code {code})")
+    return code
 
 
 def _faults(plan: Plan) -> str:
@@ -154,8 +165,8 @@ def hold_slurm(nodes: int, rate_bps: float | None, latency_s: float, inter_ratio
                      f"{slurm.cluster.hosts[0]}.., inter-node link {units.format_tc_rate(rate_bps)}"
                      f"{slowed}; slurmctld on {slurm.control_host}")
                 print(slurm.exports(), flush=True)
-                _say(f"in another shell: source {env_file}; srun -N {nodes} python -m "
-                     "allreduce_bench run --quick. Ctrl-C stops it and removes everything.")
+                _say(f"in another shell: source {env_file}; srun -N {nodes} allreduce-bench run "
+                     "--quick. Ctrl-C stops it and removes everything.")
                 while True:
                     time.sleep(3600)
         except (KeyboardInterrupt, SystemExit) as stop:

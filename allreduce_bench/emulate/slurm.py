@@ -36,6 +36,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -319,9 +320,15 @@ class EmulatedSlurm(SlurmDaemons):
         return ["-launcher", "rsh", "-launcher-exec", str(self.agent), "-iface", self.uplink]
 
     def exports(self) -> str:
-        """Lines a user sources to use this cluster from another shell."""
+        """Lines a user sources to use this cluster from another shell: with them, that shell
+        runs the Python (and its allreduce-bench) that runs this emulation, activated or not,
+        and srun/sbatch/mpirun pass it on to the tasks."""
+        package_root = Path(__file__).resolve().parents[2]  # the directory holding allreduce_bench
         return "\n".join([
             f"export SLURM_CONF={self.conf}",
+            f"export PATH={shlex.quote(str(Path(sys.executable).parent))}:$PATH  # this Python's allreduce-bench",
+            f"export PYTHONPATH={shlex.quote(str(package_root))}${{PYTHONPATH:+:$PYTHONPATH}}"
+            "  # set, so mpirun -x PYTHONPATH has it",
             "unset GLOO_SOCKET_IFNAME  # each host binds the address of its own name",
             "export TORCH_CPP_LOG_LEVEL=ERROR  # c10d warns on every reverse lookup of 10.231.0.x",
             "export UCX_TLS=tcp,self  # MPICH/UCX: never shared memory past the shaped link",

@@ -10,6 +10,7 @@ import click
 
 from allreduce_bench.core.cli.options import measuring_options, with_options
 from allreduce_bench.core.cli.types import DTYPE
+from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
 
 health_options = with_options([
@@ -38,22 +39,38 @@ health_options = with_options([
 ])
 
 
+def _plan(options: dict, hosts: int, L: int):
+    """(the planned rounds, their Costs) of a check of `hosts` hosts of L ranks."""
+    from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
+    from allreduce_bench.health.plan import costs, plan
+    from allreduce_bench.health.reference import parse_expect
+
+    device = options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
+    cost = costs(device, parse_expect(options["expect"]))
+    return plan(hosts, L, parse_pairs(options["pairs"]), options["bisect"],
+                health_sizes(options["sizes"], device),
+                health_sampling(device, options["samples"], options["budget"]), cost), cost
+
+
 def dry_run(options: dict) -> int:
     """The plan of `--hosts N [--ranks-per-node L] [--pairs ...] [--bisect]`, no process started."""
-    from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
-    from allreduce_bench.health.plan import costs, describe, plan
-    from allreduce_bench.health.reference import parse_expect
+    from allreduce_bench.health.plan import describe
 
     hosts, L = options["hosts"], options["ranks_per_node"] or 1
     if hosts is None or hosts < 1 or L < 1:
         raise UsageError("--dry-run needs --hosts N (>= 1) and, when not 1, --ranks-per-node L")
-    device = options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
-    cost = costs(device, parse_expect(options["expect"]))
-    planned = plan(hosts, L, parse_pairs(options["pairs"]), options["bisect"],
-                   health_sizes(options["sizes"], device),
-                   health_sampling(device, options["samples"], options["budget"]), cost)
+    planned, cost = _plan(options, hosts, L)
     click.echo(describe(planned, hosts, L, cost))
     return 0
+
+
+def estimate(options: dict, hosts: int, L: int) -> str:
+    """'; 2 round(s) planned, ~17 s (...)': how long the check should take, said up front."""
+    planned, cost = _plan(options, hosts, L)
+    always = [r for r in planned if r.when == "always"]
+    seconds = cost.start_s + sum(r.seconds for r in always)
+    return (f"; {len(always)} round(s) planned ({len(planned)} at most), ~{seconds:.0f} s by "
+            "`--dry-run`'s estimate (longer on a loaded machine)")
 
 
 @click.command("health", short_help="Find the bad host, NIC or link in a few rounds (exit 3 if any).")
@@ -88,6 +105,10 @@ def health(**options):
     from allreduce_bench.health.finish import finish_health
 
     config = health_config(command=shlex.join(sys.argv), **options)
+    env = launcher_env()
+    L = config.ranks_per_node or (env.local_world_size if env else 1)
+    world = env.world_size if env else max(config.world_sizes)
     announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "
-             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}")
+             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}"
+             + estimate(options, world // L, L))
     sys.exit(measure_then_finish(config, BENCHMARK, finish_health, extensions()))

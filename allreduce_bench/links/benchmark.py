@@ -152,6 +152,8 @@ def measure_links(session: Session) -> int:
     session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
                                      flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
+    links = 2 if world.ranks_per_node >= 2 else 1  # intra (when a node has 2 ranks) and inter
+    session.expect(len(config.sizes) * links * 2, "links")  # an AllReduce row and a p2p row each
     wrong = links_sweep(config, world, session.record, session.hosts)
     end_phase(world, "links", device)
     return wrong

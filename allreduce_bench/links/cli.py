@@ -58,19 +58,25 @@ def links(collective, **options):
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
 
     given = options["ranks_per_node"] is not None
     config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
-             f"{len(config.sizes)} sizes -> {config.out_dir}")
+             f"sizes {byte_list(config.sizes)} -> {config.out_dir}")
     sys.exit(measure_then_finish(config, BENCHMARK, finish_links, extensions()))
 
 
 def finish_links(config, lent) -> int:
-    """The intra/inter summary once the ranks have ended (links draws no sweep figures)."""
+    """The intra/inter summary and plots/links.png once the ranks have ended (not the whole
+    report: an emulated run's allreduce report in the same directory stays)."""
     from allreduce_bench.core.cli.finish import finish
-    from allreduce_bench.links.summary import links_summary
+    from allreduce_bench.links.summary import draw_links, links_summary
 
-    return finish(config, links_summary, draw=False, lent=lent)
+    def summarize(frame) -> str:
+        figure = draw_links(frame, config.out_dir / "plots") if config.plot else None
+        return links_summary(frame) + (f"\nfigure: {figure}" if figure else "")
+
+    return finish(config, summarize, draw=False, lent=lent)

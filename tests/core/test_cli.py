@@ -28,7 +28,9 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--backend", "mpi"], "'mpi' is not one of"),
     (["--sizes", "1M", "--min-bytes", "4K"], "either --sizes or"),
     (["--iters", "0"], "--iters must be at least 1"),
-    (["--dtype", "float64", "--sizes", "4"], "smaller than one float64 element"),
+    (["--dtype", "float64", "--sizes", "4"], "4 B is not a whole number of float64 elements"),
+    (["--sizes", "1.3M"], "--sizes entry '1.3M' is 1,363,148.8 B, not a whole number of bytes"),
+    (["--sizes", "6"], "--sizes entry 6 B is not a whole number of float32 elements (4 B each)"),
     (["--bogus-option"], "No such option"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message, monkeypatch):
@@ -137,11 +139,13 @@ def test_ranks_sitting_out_a_sub_world_outwait_the_timeout(tmp_path):
 
 
 def test_sizes_are_whole_elements(monkeypatch):
+    """A size given by hand that is no whole number of elements is refused (above); a point of
+    a sweep between the given ends is rounded down to whole elements."""
     from allreduce_bench.core.config.run import run_config
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    config = run_config(algos="ring", world_sizes="2", sizes="4,6,8", min_bytes=None, max_bytes=None,
-                        factor=None, dtype="float32", warmup=None, backend="gloo",
-                        device=None, ranks_per_node=None, tag="", out_dir=None, timeout_s=60.0,
-                        quick=False, no_plot=True)
-    assert config.sizes == (4, 8)
+    config = run_config(algos="ring", world_sizes="2", sizes=None, min_bytes="4K",
+                        max_bytes="400000", factor=1.5, dtype="float32", warmup=None,
+                        backend="gloo", device=None, ranks_per_node=None, tag="", out_dir=None,
+                        timeout_s=60.0, quick=False, no_plot=True)
+    assert 4096 * 1.5 ** 11 == 354294 and config.sizes[-1] == 354292

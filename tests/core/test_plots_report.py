@@ -269,3 +269,23 @@ def test_terminal_summary_from_a_synthetic_frame():
     assert "Peak busbw (GB/s) per algorithm and world size:" in text
     assert "ring vs native (busbw ratio at the largest size both measured" in text
     assert "#wrong in total: 0" in text
+
+
+def test_report_names_the_rule_that_flagged_each_unstable_row():
+    """The table's text states the rule, and each row says which part of it caught the row: its
+    median's interval, its rounds, or (a run from before the rule) its samples' spread."""
+    frame = model_frame(world_sizes=(2,)).head(3).assign(
+        unstable=True, time_cv=[0.08, 0.30, 0.05], round_spread=[0.40, 0.02, 0.01])
+    median = frame["time_us_median"].to_numpy()
+    frame = frame.assign(time_us_ci_low=median, time_us_ci_high=median * [1.0, 1.5, 1.0])
+    [(title, text, table)] = report._unstable_table(frame, 4 * K)
+    assert title == "Unstable measurements" and "cannot be trusted to +-10%" in text
+    assert list(table["why"]) == ["rounds", "interval", "samples' spread (an older run)"]
+
+
+def test_a_long_footnote_is_wrapped_to_the_figure_not_cut():
+    line = "emulated-2x2 (411e91cd): backend gloo, device AMD EPYC, hosts node0, node1, 2026-12-01 21:34:06 UTC"
+    fig = plots._finish(plt.figure(figsize=(5, 4)), f"{line}\n{line}")
+    [note] = [t.get_text() for t in fig.texts]
+    assert len(note.splitlines()) == 4 and max(map(len, note.splitlines())) <= 85
+    plt.close(fig)

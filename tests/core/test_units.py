@@ -19,12 +19,17 @@ from allreduce_bench.core.units import format_size, parse_size, parse_size_list,
 
 @pytest.mark.parametrize("text,expected", [
     ("4K", 4096), ("64M", 64 << 20), ("1G", 1 << 30), ("1g", 1 << 30), ("512", 512),
-    ("1.5K", 1536), ("8MB", 8 << 20), ("2KiB", 2048), (" 3 M ", 3 << 20), (7, 7)])
+    ("1.5K", 1536), ("2KiB", 2048), (" 3 M ", 3 << 20), (7, 7),
+    # one reading per spelling: bare K/M/G and KiB/MiB binary, KB/MB/GB decimal (as GB/s)
+    ("16M", 16 << 20), ("16MiB", 16 << 20), ("16mib", 16 << 20), ("16MB", 16_000_000),
+    ("16mb", 16_000_000), ("4kB", 4000), ("1GB", 10 ** 9), ("1.5M", 1_572_864),
+    ("1.5MB", 1_500_000), ("0.5K", 512)])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("text", ["0", "12XB", "", "K", "-4K", "1.3", "4 K B"])
+@pytest.mark.parametrize("text", ["0", "12XB", "", "K", "-4K", "1.3", "4 K B", "1.3K", "0.1K",
+                                  "1.0000001M", "1e6", "99999999T"])
 def test_parse_size_rejects(text):
     with pytest.raises(UsageError):
         parse_size(text, "--min-bytes")
@@ -39,6 +44,34 @@ def test_size_sweep_like_nccl_tests():
         size_sweep(2, 1, 2)
     with pytest.raises(UsageError, match="greater than 1"):
         size_sweep(1, 8, 1)
+
+
+def test_a_fraction_of_a_byte_is_one_line_naming_the_bytes():
+    with pytest.raises(UsageError, match=r"--sizes entry '1\.3K' is 1,331\.2 B, not a whole "
+                       r"number of bytes; give whole bytes, e.g\. 1331"):
+        parse_size("1.3K", "--sizes entry")
+
+
+def test_a_size_given_must_be_whole_elements_of_the_dtype():
+    from allreduce_bench.core.config import CPU_DEFAULTS, resolve_sizes
+
+    assert resolve_sizes("16MB,1.5M", None, None, None, CPU_DEFAULTS, "float64") == (
+        1_572_864, 16_000_000)
+    with pytest.raises(UsageError, match=r"--sizes entry 6 B is not a whole number of float32 "
+                       r"elements \(4 B each\); give a multiple of 4 B, e\.g\. 4 or 8"):
+        resolve_sizes("6", None, None, None, CPU_DEFAULTS, "float32")
+    with pytest.raises(UsageError, match="--max-bytes 1000002 B is not a whole number of float32"):
+        resolve_sizes(None, "4K", "1000002", 2, CPU_DEFAULTS, "float32")
+    # a sweep's own points between the given ends are rounded down by run_sizes, not refused
+    assert resolve_sizes(None, "4K", "16K", 1.5, CPU_DEFAULTS, "float32")[1] == 6144
+
+
+def test_byte_list_names_every_size_or_the_ends_of_a_long_sweep():
+    from allreduce_bench.core.units import byte_list
+
+    assert byte_list([4096, 16 << 20]) == "4096, 16777216 B"
+    assert byte_list(size_sweep(1 << 10, 1 << 30, 2)) == (
+        "1024, 2048, 4096, ..., 536870912, 1073741824 B (21 sizes)")
 
 
 def test_size_list_and_format():

@@ -17,6 +17,7 @@ from allreduce_bench.ddp.analysis import (
     accumulation_table,
     ddp_markdown,
     ddp_section,
+    ddp_summary_text,
     overlap_table,
     overlappable_us,
     pipelined_step_us,
@@ -253,6 +254,12 @@ def test_overlap_table_hidden_share_and_clipping():
     slow = overlap_table(_frame(step_us=500.0)).iloc[0]  # slower than compute + comm
     assert slow["hidden_share"] == 0.0 and slow["clipped"]
     assert slow["hidden_share_raw"] == pytest.approx(-1.0)
+    # the console explains it where it prints it: exposed 200 ms > comm 100 ms
+    summary = ddp_summary_text(_frame(step_us=500.0))
+    assert "0% (raw -100%, clipped)" in summary
+    assert ("N=2, bucket cap 25 MiB: the DDP step took 0.2 ms more than compute, more than the "
+            "0.1 ms its AllReduce takes alone, so nothing was hidden") in summary
+    assert "less than compute" in ddp_summary_text(_frame(step_us=250.0))  # raw > 1: noise
     accum = accumulation_table(_frame(340.0)).iloc[0]
     assert accum["saving"] == pytest.approx(0.2)
     assert (accum["sync_calls"], accum["no_sync_calls"]) == (8, 2)
@@ -265,6 +272,9 @@ def test_overlap_table_hidden_share_and_clipping():
 @pytest.mark.timeout(240)
 def test_ddp_command_end_to_end(tmp_path):
     """The CLI on a local world of 2: rows, figures, meta with the set_epoch check, a section."""
+    from allreduce_bench.core.config.launch import LaunchConfig
+    from allreduce_bench.ddp.config import DdpConfig, ddp_settings
+
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["ddp", "--world-sizes", "2", "--params", "40K", "--layers",
                                        "4", "--bucket-mb", "0.0625,25", "--accum", "2", "--iters",
@@ -274,6 +284,11 @@ def test_ddp_command_end_to_end(tmp_path):
     assert set(frame["benchmark"]) == {"ddp"}
     assert set(frame["measure"]) == {"compute", "backward", "ddp_no_comm", "step", "comm", "comm_cpu",
                                      "no_overlap", "accum_sync", "accum_no_sync"}
+    # the progress bar counts DdpConfig.rows_expected: every row the run records
+    settings = ddp_settings(params="40K", layers=4, batch_size=None, bucket_mb="0.0625,25",
+                            accum=2, iters=2, warmup=0, device="cpu")
+    launch = LaunchConfig((2,), "gloo", "cpu", None, "", out, 60.0)
+    assert len(frame) == DdpConfig(launch, settings).rows_expected == 16
     assert int(frame["wrong"].sum()) == 0
     table = overlap_table(frame)
     assert list(table["bucket_mb"]) == [0.0625, 25.0]

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core.environment import export_for_env_init, launcher_env
 from allreduce_bench.core.measure import nccl_debug
+from allreduce_bench.nccl_log import record as nccl_record
 
 LINES = [  # the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_debug.py)
     "{host}:{pid}:{pid} [0] NCCL INFO NET/Socket : Using [0]{host}:10.231.0.1<0>",
@@ -40,6 +41,8 @@ def main(out: str) -> None:
         line.format(host=host, pid=pid, rank=env.rank, size=env.world_size) + "\n" for line in LINES))
     nccl_debug.collect(config, env.rank, env.world_size)
     dist.destroy_process_group()
+    if env.rank == 0:  # the writer, once the ranks have ended, as the command does
+        nccl_record.after_ranks(config)
 
 
 if __name__ == "__main__":

@@ -141,15 +141,20 @@ def test_latency_needs_netem_and_leaves_nothing(tmp_path):
 
 @pytest.mark.slow
 @needs_namespaces
-@pytest.mark.timeout(240)
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_emulated_2x2_runs_every_algorithm_and_links(tmp_path):
     out = tmp_path / "emulated"
     driver = subprocess.Popen(CLI + ["emulate", "--benchmarks", "allreduce,links", "--sizes", "64K",
-                                     "--iters", "2", "--warmup", "1", "--no-plot", "--out", str(out)],
+                                     "--iters", "2", "--warmup", "1", "--out", str(out)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = driver.communicate(timeout=230)
+    stdout, stderr = driver.communicate(timeout=290)
     assert driver.returncode == 0, stdout + stderr
     assert ours(driver.pid) == []  # namespaces, and with them veths and qdiscs, are gone
+    # each step said, and no note about its own first benchmark's rows; links draws its figure
+    assert "emulate: [1/2] allreduce: `allreduce-bench run --sizes 64K" in stderr
+    assert "emulate: [2/2] links ended in" in stderr and "already holds" not in stderr
+    assert (out / "plots" / "links.png").exists() and (out / "plots" / "bandwidth.png").exists()
     root_links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     assert " node0" not in root_links and " br0" not in root_links  # never made outside them
     frame = pd.read_csv(out / "results.csv")

@@ -38,6 +38,7 @@ def test_links_rows_on_nodes_simulated_on_loopback(tmp_path):
     assert set(map(tuple, frame[["link", "operation"]].values)) == {
         ("intra", "allreduce"), ("inter", "allreduce"), ("intra", "p2p"), ("inter", "p2p")}
     assert (frame["wrong"] == 0).all() and (frame["nodes"] == 2).all()
+    assert (out / "plots" / "links.png").exists() and "sizes 4096 B" in done.stderr
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ same in every figure.
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -76,11 +77,22 @@ def _panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
     return fig, axes[:count]
 
 
+FOOTNOTE_POINTS = 7
+
+
+def fit_footnote(note: str, width_in: float) -> str:
+    """Each line of `note` wrapped to a figure `width_in` inches wide (a one-panel figure cut a
+    run's line short): ~0.6 em per character of the footnote's font."""
+    chars = max(40, int(width_in * 72 / (0.6 * FOOTNOTE_POINTS)))
+    return "\n".join(textwrap.fill(line, chars, subsequent_indent="  ") for line in note.splitlines())
+
+
 def _finish(fig, note: str):
     """Footnote (backend, device, hosts, date) under the axes, layout that leaves room for it."""
+    note = fit_footnote(note, fig.get_figwidth()) if note else note
     lines = note.count("\n") + 1 if note else 0
     if note:
-        fig.text(0.01, 0.01, note, fontsize=7, alpha=0.75, va="bottom", ha="left")
+        fig.text(0.01, 0.01, note, fontsize=FOOTNOTE_POINTS, alpha=0.75, va="bottom", ha="left")
     bottom = (0.06 + 0.15 * lines) / fig.get_figheight()
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
@@ -263,12 +275,15 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
                         yerr=[curve["median_us"] - curve["p5_us"], curve["p95_us"] - curve["median_us"]],
                         color=colour, marker="o", markersize=4, capsize=3, label=algorithm)
         ax.set_xticks(sorted(at.index.get_level_values("rank").unique()))
-        ax.set_xlabel("rank (the shortest time started last: the others waited for it)", fontsize=8)
+        ax.set_xlabel("rank")
         ax.set_ylabel("time per call (us), median and p5-p95")
         ax.set_title(f"N = {world_size} at {format_size(size)}", fontsize=10)
         ax.grid(True, alpha=0.3)
         legend(ax, fontsize=7)
-    return _finish(fig, footnote)
+    # A rank that calls late finds the others already waiting: it measures the least time, they
+    # their wait. Said in the footnote (wrapped to the figure): no axis label holds it readably.
+    return _finish(fig, "Lowest point: the rank that called last; the others' times include "
+                   "waiting for it." + (f"\n{footnote}" if footnote else ""))
 
 
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",

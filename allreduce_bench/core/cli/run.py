@@ -18,12 +18,14 @@ def sweep_options(command):
     """What `run` and `links` sweep and how each size is sampled."""
     for option in reversed([
         click.option("--sizes", help="Comma-separated per-rank tensor sizes, e.g. 1M,8M "
-                     "(instead of a sweep)."),
-        click.option("--min-bytes", help="Smallest size of the sweep, K/M/G binary suffixes. "
+                     "(instead of a sweep). K/M/G/T and KiB/MiB/GiB are binary (16M = 16MiB = "
+                     "16777216 B, as nccl-tests' -e 16M), KB/MB/GB decimal (16MB = 16000000 B); "
+                     "each a whole number of --dtype elements. The first line says the bytes."),
+        click.option("--min-bytes", help="Smallest size of the sweep, written as --sizes. "
                      "[4K on CPU, 1K on GPU]"),
         click.option("--max-bytes", help="Largest size of the sweep. [16M on CPU, 1G on GPU]"),
-        click.option("--factor", type=float, help="Multiply the size by this each step. "
-                     "[4 on CPU, 2 on GPU]"),
+        click.option("--factor", type=float, help="Multiply the size by this each step (a "
+                     "step's size is rounded down to whole elements). [4 on CPU, 2 on GPU]"),
         click.option("--dtype", type=DTYPE, default="float32", show_default=True,
                      help="Element type."),
         click.option("--loops", type=int, help="Back-to-back calls per sample. [calibrated per "
@@ -101,10 +103,11 @@ def run(**options):
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
+    from allreduce_bench.core.units import byte_list
 
     config = run_config(command=shlex.join(sys.argv), **options)
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
-             f"{','.join(map(str, config.world_sizes))}, {len(config.sizes)} sizes, "
+             f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")
     sys.exit(measure_then_finish(config, BENCHMARK, finish_run, extensions()))
 

@@ -146,14 +146,31 @@ def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = Fal
 
 
 def resolve_sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None,
-                  factor: float | None, defaults: dict) -> tuple[int, ...]:
+                  factor: float | None, defaults: dict, dtype: str | None = None) -> tuple[int, ...]:
+    """The sizes of --sizes, or of the sweep --min-bytes..--max-bytes by --factor (the device's
+    defaults for what is not given). With `dtype`, a size given by hand must be a whole number
+    of its elements (6 B of float32 is refused, not measured as 4 B)."""
     if sizes is not None:  # --sizes '' is an error, never the default sweep
         if min_bytes is not None or max_bytes is not None or factor is not None:
             raise UsageError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
-        return tuple(parse_size_list(sizes))
+        listed = tuple(parse_size_list(sizes))
+        for size in listed:
+            check_whole_elements(size, dtype, "--sizes entry")
+        return listed
     lo = parse_size(defaults["min_bytes"] if min_bytes is None else min_bytes, "--min-bytes")
     hi = parse_size(defaults["max_bytes"] if max_bytes is None else max_bytes, "--max-bytes")
+    check_whole_elements(lo, dtype, "--min-bytes")
+    check_whole_elements(hi, dtype, "--max-bytes")
     return tuple(size_sweep(lo, hi, factor if factor is not None else defaults["factor"]))
+
+
+def check_whole_elements(size: int, dtype: str | None, what: str) -> None:
+    itemsize = DTYPES[dtype] if dtype else 1
+    if size % itemsize:
+        below = size // itemsize * itemsize
+        raise UsageError(f"{what} {size} B is not a whole number of {dtype} elements ({itemsize} B "
+                         f"each); give a multiple of {itemsize} B, e.g. "
+                         f"{' or '.join(str(s) for s in (below, below + itemsize) if s)}")
 
 
 def check_sizes_fit_dtype(sizes: tuple[int, ...], dtype: str) -> None:

@@ -59,7 +59,11 @@ def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
 
 
 def note_earlier_runs(out_dir: Path) -> None:
-    """Say so when a new run's rows will go beside an earlier run's (no --resume given)."""
+    """Say so when a new run's rows will go beside an earlier run's (no --resume given). Not
+    under `emulate`, which says it once for all its benchmarks: its second benchmark's rows go
+    beside its first's by design."""
+    if EMULATION_ENV in os.environ:
+        return
     rows = count_rows(out_dir)
     if rows:
         print(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "

@@ -128,12 +128,14 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
-    """The sweep's sizes in whole elements: 6 B of float32 is measured as 4 B."""
+    """The sweep's sizes in whole elements: a size given must be one (resolve_sizes); a point
+    of a sweep between them is rounded down to one (4K x 1.5^11 = 354294 B of float32 is
+    measured as 354292 B), and the run's first line says the bytes."""
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     if quick and not (sizes or min_bytes or max_bytes or factor):
         swept = QUICK["sizes"]
     else:
-        swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults)
+        swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults, dtype)
     check_sizes_fit_dtype(swept, dtype)
     itemsize = DTYPES[dtype]
     return tuple(sorted({size // itemsize * itemsize for size in swept}))

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from tqdm import tqdm
+
+from allreduce_bench.core.units import format_size
 
 # time: median over samples of the slowest rank's time per call; rank-mean: what nccl-tests
 # would print for the same calls; cv: spread over samples; samples x loops calls were timed.
@@ -39,24 +42,81 @@ def format_row(row: dict) -> str:
             f"{row['algbw_GBps']:>8.3f} {row['busbw_GBps']:>8.3f} {row['wrong']:>7}{flag}")
 
 
-class Console:
-    """Progress over every (world size, algorithm, size) and a table per (algorithm, world size)."""
+# what is being done, how far, and the time left at the rate so far (tqdm's estimate)
+BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}, ~{remaining} left]"
 
-    def __init__(self, total: int, enabled: bool = True):
-        self.enabled = enabled
-        self.bar = tqdm(total=total, unit="size", file=sys.stderr, disable=None if enabled else True,
-                        dynamic_ncols=True, leave=False)
+
+def progress_bar(total: int, unit: str, enabled: bool, description: str = "") -> tqdm:
+    """A bar on stderr, drawn only where stderr is a terminal (tqdm's disable=None) and only
+    when `enabled` (rank 0): piped or logged output stays the plain lines."""
+    return tqdm(total=total, unit=unit, desc=description, file=sys.stderr,
+                disable=None if enabled else True, dynamic_ncols=True, leave=False,
+                bar_format=BAR_FORMAT)
+
+
+class Console:
+    """Progress over every measurement (each (world size, algorithm, size) once per round) and
+    a table per (algorithm, world size)."""
+
+    def __init__(self, total: int, enabled: bool = True, rounds: int = 1):
+        self.enabled, self.rounds = enabled, rounds
+        self.bar = progress_bar(total * rounds, "measurements", enabled)
+        self._started = 0  # the measurement under way, counted once the next one starts
 
     def algorithm(self, name: str, world) -> None:
         if self.enabled:
-            self.bar.set_description(f"{name} N={world.size}")
             tqdm.write(f"\n# {name}: world size {world.size} ({world.nodes} node(s) x "
                        f"{world.ranks_per_node} ranks), {world.device.kind}\n{HEADER}")
+
+    def measuring(self, label: str, world_size: int, size_bytes: int, round_index: int) -> None:
+        """One measurement starts: the one before it is done."""
+        self.bar.update(self._started)
+        self._started = 1
+        rounds = f", round {round_index + 1}/{self.rounds}" if self.rounds > 1 else ""
+        self.bar.set_description(f"{label} N={world_size} {format_size(size_bytes)}{rounds}",
+                                 refresh=False)
+
+    def skipped(self) -> None:
+        """A resumed run's finished row: none of its rounds is measured."""
+        self.bar.update(self.rounds)
 
     def row(self, row: dict) -> None:
         if self.enabled:
             tqdm.write(format_row(row))
-            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.update(self._started)
+        self.bar.close()
+
+
+def row_label(row: dict) -> str:
+    """'N=4 step, bucket 25 MiB': which measurement a row is, from the fields it has."""
+    parts = [f"N={row['world_size']}"] if "world_size" in row else []
+    for field in ("link", "operation", "measure"):
+        if row.get(field):
+            parts.append(str(row[field]))
+    bucket = row.get("bucket_mb")
+    if isinstance(bucket, (int, float)) and bucket == bucket:  # ddp's rows; NaN elsewhere
+        parts.append(f"bucket {bucket:g} MiB")
+    if row.get("size_bytes") and not row.get("measure"):
+        parts.append(format_size(row["size_bytes"]))
+    return " ".join(parts)
+
+
+class RowBar:
+    """A benchmark's rows as a bar (rank 0, a terminal only): how many of the rows it will
+    record are done, the last one, and the time left at the rate so far. The benchmark's own
+    line for each row prints above the bar."""
+
+    def __init__(self, total: int, what: str, enabled: bool = True):
+        self.what = what
+        self.bar = progress_bar(total, "rows", enabled, what)
+
+    def show(self, line: Callable[[dict], None], row: dict) -> None:
+        with tqdm.external_write_mode(file=sys.stderr):
+            line(row)
+        self.bar.set_description(f"{self.what} (done: {row_label(row)})", refresh=False)
+        self.bar.update(1)
 
     def close(self) -> None:
         self.bar.close()

@@ -39,6 +39,7 @@ from allreduce_bench.core.measure import (
     world,
 )
 from allreduce_bench.core.measure import meta as run_meta
+from allreduce_bench.core.measure.console import RowBar
 from allreduce_bench.core.measure.device import PeerTimeout, make_device, process_group_options
 from allreduce_bench.core.measure.faults import (
     Fault,
@@ -147,6 +148,7 @@ class Session:
         # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/peaks.py)
         self.peaks = read_meta(config.out_dir).get("peaks", {}).get(str(env.world_size), {}) if self.lead else {}
         self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
+        self.bar: RowBar | None = None  # progress over the rows (expect)
         self._rows = ResultsWriter(config.out_dir, COLUMNS + PEAK_COLUMNS) if self.lead else None
         self._samples = SamplesWriter(config.out_dir) if self.lead else None
 
@@ -159,10 +161,22 @@ class Session:
                 self._samples.append(samples)  # first: a row never points at missing samples
             row = self.with_peak(row)
             self._rows.append(row)
-            self.show(row)
+            if self.bar is not None:
+                self.bar.show(self.show, row)
+            else:
+                self.show(row)
         self.rows_done += 1
         if self.fault:
             self.fault.after_row(self.env.rank, self.rows_done)
+
+    def expect(self, rows: int, what: str) -> None:
+        """Show a progress bar over the `rows` this run will record (rank 0, a terminal)."""
+        if self.lead:
+            self.bar = RowBar(rows, what)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
     def bind_phase(self, world_size: int) -> None:
         """Before the sub-world of the first `world_size` ranks measures: its ranks on each
@@ -244,7 +258,11 @@ def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placeme
     """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
-        wrong = benchmark.measure(Session(config, env, device, progress, hosts, binder, presence))
+        session = Session(config, env, device, progress, hosts, binder, presence)
+        if getattr(config, "rows_expected", None):  # a config that knows its rows (ddp's)
+            session.expect(config.rows_expected, benchmark.name)
+        wrong = benchmark.measure(session)
+        session.close()
         if presence is not None:
             presence.end_world()
         nccl_debug.collect(config, env.rank, env.world_size)

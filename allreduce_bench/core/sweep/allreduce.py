@@ -68,20 +68,23 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
 def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           on_algorithm: Callable[[str, World], None] = lambda a, w: None,
           should_measure: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
-          hosts: list[str] | None = None, before_clock=None) -> int:
+          hosts: list[str] | None = None, before_clock=None,
+          on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure every algorithm at every size, in `config.rounds` interleaved passes
     (benchmarks/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
-    raw samples (only rank 0's matter).
+    raw samples (only rank 0's matter); `on_measure(label, size_bytes, round)` runs before each
+    measurement (the progress bar).
 
     `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
     """
     items = [allreduce_item(config, world, name, size // config.itemsize, hosts, before_clock)
              for name in config.algorithms for size in config.sizes]
-    wrong_total = passes.run(config, world, items, on_row, on_algorithm, should_measure)
+    wrong_total = passes.run(config, world, items, on_row, on_algorithm, should_measure,
+                             on_measure)
     for collective, names in config.collectives:  # --collectives beyond AllReduce
         wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
-                                         should_measure, hosts, before_clock)
+                                         should_measure, hosts, before_clock, on_measure)
     return wrong_total
 
 
@@ -96,7 +99,7 @@ def measure_phases(session: Session) -> int:
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
     done = done[0]
     total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)
-    console = Console(total, enabled=session.lead)
+    console = Console(total, enabled=session.lead, rounds=config.rounds)
     session.show = console.row
     wrong = 0
     try:
@@ -110,7 +113,7 @@ def measure_phases(session: Session) -> int:
 
             def should_measure(algorithm: str, size_bytes: int) -> bool:
                 if (algorithm, world_size, size_bytes) in done:
-                    console.bar.update(1)
+                    console.skipped()
                     return False
                 progress.at(phase, next(steps), f"{algorithm}, world size {world_size}, "
                             f"{size_bytes} B", members)
@@ -119,7 +122,9 @@ def measure_phases(session: Session) -> int:
             if world is not None:
                 wrong += sweep(config, world, on_row=session.record, on_algorithm=console.algorithm,
                                should_measure=should_measure, hosts=session.hosts,
-                               before_clock=session.before_clock())
+                               before_clock=session.before_clock(),
+                               on_measure=lambda label, size, index: console.measuring(
+                                   label, world_size, size, index))
             progress.at(phase, DONE, f"the end of world size {world_size}",
                         tuple(range(env.world_size)))
             end_phase(world, f"run-{world_size}", device)

@@ -50,7 +50,8 @@ def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int,
 def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
           on_row: Callable[..., None], on_algorithm: Callable[[str, World], None],
           should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
-          before_clock=None) -> int:
+          before_clock=None,
+          on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
     (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
     AllReduce's sweep does (benchmarks/passes.py: a row pools its rounds' samples, and only the
@@ -66,7 +67,7 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
                     items.append(collective_item(config, world, collective, name, algorithm,
                                                  in_place_half, count, size_bytes, hosts,
                                                  before_clock))
-    return passes.run(config, world, items, on_row, on_algorithm, should_measure)
+    return passes.run(config, world, items, on_row, on_algorithm, should_measure, on_measure)
 
 
 def collective_item(config: RunConfig, world: World, collective: str, name: str, algorithm,

@@ -30,11 +30,13 @@ class Item:
 
 def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[..., None],
         on_algorithm: Callable[[str, World], None],
-        should_measure: Callable[[str, int], bool]) -> int:
+        should_measure: Callable[[str, int], bool],
+        on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure `items` in the rounds' order; `on_algorithm(label, world)` before a label's
     first row and `on_row(row, samples)` after each row's last round (rows come in the order
-    of `items`). `should_measure(label, size_bytes)` returns False to skip an item (a resumed
-    run's finished rows), asked once and remembered. #wrong summed over the rows."""
+    of `items`); `on_measure(label, size_bytes, round)` before every measurement (progress).
+    `should_measure(label, size_bytes)` returns False to skip an item (a resumed run's
+    finished rows), asked once and remembered. #wrong summed over the rows."""
     wrong_total, last = 0, config.rounds - 1
     skipped, taken, current = set(), {}, None
     for index, item in rounds.order(items, config.rounds):
@@ -45,6 +47,7 @@ def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[...
         if index == last and item.label != current:  # the rows come in the last pass
             on_algorithm(item.label, world)
             current = item.label
+        on_measure(item.label, item.size_bytes, index)
         earlier = taken.setdefault(key, [])
         sampling = rounds.round_sampling(config.sampling, config.rounds, index,
                                          earlier[0] if earlier else None)
