@@ -137,10 +137,15 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     base_rows = load_results(base, explain_skips=False)
     out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    sides = [(other, load_results(other, explain_skips=False)) for other in others]
+    for other, other_rows in sides:  # every side read and checked before anything is written
+        if comparing.same_runs(base_rows, other_rows):
+            raise UsageError(f"{other} holds the same run(s) as {base} (run id "
+                             f"{', '.join(sorted(set(base_rows['run_id'].astype(str))))}): a run compared with "
+                             "itself says nothing; give the run to compare against another")
     failed = False
     tables = []
-    for other in others:
-        other_rows = load_results(other, explain_skips=False)
+    for other, other_rows in sides:
         table = comparing.compare_runs(base_rows, other_rows, load_samples(base), load_samples(other),
                                        confidence=confidence)
         click.echo(f"\n{other} against {base}:")
@@ -159,13 +164,15 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
             slower = comparing.regressions(table, threshold)
             if len(slower):
                 failed = True
-                click.echo(f"REGRESSION: {len(slower)} size(s) significantly slower than {base} by more "
-                           f"than {threshold:.0%}: " + ", ".join(comparing.size_label(s) for s in slower["size_bytes"]),
+                click.echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
+                                      f"{base} by more than {threshold:.0%}:", *comparing.regression_lines(slower)]),
                            err=True)
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
-    csv_path, figure = comparing.write(table, out_dir, fmt)
-    click.echo(f"\ncompare: {csv_path}\nfigure: {figure}")
+    csv_path, figure, replaced = comparing.write(table, out_dir, fmt)
+    click.echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; "
+                                           "give --out-dir to keep both)" if replaced else "")
+               + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
 
