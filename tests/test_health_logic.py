@@ -469,3 +469,15 @@ def test_every_ok_row_shows_the_bandwidth_size():
     doc = document(check, {"hosts": 4, "ranks_per_node": 1, "sizes": list(SIZES), "pairs": "quick"})
     from allreduce_bench.health.plots import report_section
     assert "| node1 | ok | 4M |" in report_section(doc, None, Path("."))
+
+
+def test_a_noisy_machine_says_how_far_under_a_host_must_be():
+    from allreduce_bench.health.outputs import confidence
+    from allreduce_bench.health.reference import Threshold
+
+    quiet = Threshold("pair", 4 << 20, 1.0, 0.75, 0.25, "fleet", 4, 0.01, 0.01)
+    noisy = Threshold("pair", 4 << 20, 1.0, 0.4, 0.6, "fleet", 4, 0.01, 0.2)
+    latency = Threshold("pair", 4096, 1.0, 0.1, 0.9, "fleet", 4, 0.01, 0.2)
+    assert confidence([quiet, latency], 4 << 20) == []
+    [line] = confidence([noisy, latency], 4 << 20)
+    assert "more than 60% under" in line and "standard error 14%" in line and "--budget" in line

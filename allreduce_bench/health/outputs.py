@@ -29,7 +29,26 @@ def document(check: HealthCheck, layout: dict, complete: bool = True, note: str 
                          for (k, c, size), value in sorted(check.reference.controls.items())],
             "bisect": check.bisection.as_json() if check.bisection else None,
             "exclude": exclude(found["hosts"]), "complete": complete, "note": note,
+            "confidence": confidence(check.reference.thresholds(), max(layout.get("sizes") or [0])),
             "exit_code": code if complete else 1}
+
+
+def confidence(thresholds, bandwidth_size: int) -> list[str]:
+    """Where the samples' noise widened a fleet threshold at the bandwidth size past its floor:
+    how far under the fleet's median a host must be to be flagged, so an `ok` on a busy
+    machine is read for what it is."""
+    from allreduce_bench.health.reference import K_NOISE, TOLERANCE_FLOOR
+
+    lines = []
+    for t in thresholds:
+        if t.source == "fleet" and t.size_bytes == bandwidth_size and t.tolerance > TOLERANCE_FLOOR + 1e-9:
+            noisy = t.noise and K_NOISE * t.noise >= t.tolerance - 1e-9
+            lines.append(f"{t.check} checks at {format_size(t.size_bytes)} flag only a group more than "
+                         f"{t.tolerance:.0%} under the fleet's median (the floor is {TOLERANCE_FLOOR:.0%}): "
+                         + ("the samples were noisy (a median's standard error "
+                            f"{t.noise / 2 ** 0.5:.0%}); a quieter machine or a longer --budget narrows it"
+                            if noisy else "the fleet's measurements spread that much"))
+    return lines
 
 
 def explain(doc: dict, nccl_block: dict | None) -> dict:
@@ -115,5 +134,6 @@ def summary(doc: dict) -> str:
         lines.append(f"  bisection narrows slowness at scale to {', '.join(doc['bisect']['suspects'])}")
     if doc.get("note"):
         lines.append(f"  note: {doc['note']}")
+    lines += [f"  confidence: {line}" for line in doc.get("confidence", ())]
     lines.append(f"--exclude={doc['exclude']}" if doc["exclude"] else "all hosts healthy: nothing to exclude")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ two known-good hosts are free and the round budget allows: re-measured before it
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -242,7 +243,9 @@ class HealthCheck:
                 busy |= pair
         pairs += self._beside_control(states, good, busy)
         free = [g for g in good if g not in {h for p in pairs for h in p}]
-        controls = [tuple(free[:2])] if pairs and len(free) >= 2 else []
+        slow_pairs = {frozenset(r.hosts) for r in results if r.slow}
+        control = next((c for c in itertools.combinations(free, 2) if frozenset(c) not in slow_pairs), None)
+        controls = [control] if pairs and control else []
         return self._round("pairs", pairs, "each host not yet told apart with a known-good host "
                                            "it has not met; slow links once more"
                            + ("; beside a control pair of known-good hosts" if controls else ""),
