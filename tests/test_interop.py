@@ -451,6 +451,16 @@ def test_no_published_log_loses_a_row_and_nccl_lines_go_into_meta(tmp_path):
     assert meta["environment"] == {"NCCL_TREE_THRESHOLD": "600000000"}
 
 
+@needs_logs
+def test_an_nccl_banner_alone_is_not_said_as_zero_hosts(tmp_path):
+    result = CliRunner().invoke(main, ["import", str(_log("01-")), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and "16 ranks" in result.output
+    assert "NCCL 2.4.6+cuda10.0: the version banner only" in result.output
+    assert "0 host(s)" not in result.output and "? ranks" not in result.output
+    result = CliRunner().invoke(main, ["import", str(_log("03-")), "--out", str(tmp_path / "p")])
+    assert "1 host(s) (its lines do not give the world size)" in result.output
+
+
 @pytest.mark.skipif(not (_shared() / "data" / "nccl-info").is_dir(), reason="nccl-info logs not found")
 def test_a_log_whose_only_row_is_cut_off_is_refused_naming_it(tmp_path):
     path = next((_shared() / "data" / "nccl-info").glob("02-*.txt"))

@@ -241,7 +241,7 @@ def test_run_leaves_figures_and_report(quick_run):
 
 
 @pytest.mark.timeout(300)
-def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
+def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path, monkeypatch):
     other = tmp_path / "other"
     other.mkdir()
     rows = pd.read_csv(quick_run / "results.csv")
@@ -253,11 +253,20 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
         "bandwidth.svg", "latency.svg", "ranks.svg", "scaling.svg", "speedup.svg"]  # ranks: samples kept
 
+    before = {p: p.stat().st_mtime_ns for p in quick_run.rglob("*")}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     result = CliRunner().invoke(main, ["report", str(quick_run), str(other)])
     assert result.exit_code == 0, result.output
     assert "Peak bus bandwidth" in result.output and "second" in result.output
-    text = (quick_run / "plots" / "report.md").read_text()  # default: plots/ of the first run
+    # default: plots/<first run>+<more runs> here, never into the runs read
+    text = (cwd / "plots" / "run+1" / "report.md").read_text()
     assert "| second |" in text
+    assert {p: p.stat().st_mtime_ns for p in quick_run.rglob("*")} == before
+    monkeypatch.chdir(quick_run)  # a default that would land inside a run read: told to say where
+    result = CliRunner().invoke(main, ["report", "."])
+    assert result.exit_code == 2 and "give --out-dir" in result.output
 
 
 def test_terminal_summary_from_a_synthetic_frame():
