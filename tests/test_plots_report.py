@@ -108,6 +108,10 @@ def test_two_tags_merged_get_two_line_styles_and_tagged_labels():
     assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "ring [ib]" in labels and "ring [nvlink]" in labels
+    # one algorithm's two runs: two shades, not one colour
+    colour = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colour["ring [ib]"] != colour["ring [nvlink]"]
+    assert len(set(colour.values())) == len(colour)
     plt.close(fig)
 
 
