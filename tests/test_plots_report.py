@@ -279,3 +279,22 @@ def test_terminal_summary_from_a_synthetic_frame():
     assert "Peak busbw (GB/s) per algorithm and world size:" in text
     assert "ring vs native (busbw ratio at the largest size both measured" in text
     assert "#wrong in total: 0" in text
+
+
+EXAMPLES = sorted(p.parent for p in (REPO / "results").glob("example-*/results.csv"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_a_committed_example_is_what_report_makes_of_it_and_report_leaves_it_alone(example, tmp_path,
+                                                                                   monkeypatch):
+    """scripts/regenerate_figures.sh keeps each example's report.md current (its model.json
+    included), and `report` on it with the default output writes nothing into it."""
+    before = {p: p.read_bytes() for p in example.rglob("*") if p.is_file()}
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["report", str(example)])
+    assert result.exit_code == 0, result.output
+    made = (tmp_path / "plots" / example.name / "report.md").read_text()
+    assert made == (example / "plots" / "report.md").read_text(), "run scripts/regenerate_figures.sh"
+    assert {p: p.read_bytes() for p in example.rglob("*") if p.is_file()} == before
