@@ -313,10 +313,10 @@ def test_report_shows_another_collective_in_its_own_section(tmp_path):
     log.write_text("# Collective test starting: reduce_scatter_perf\n" + text)
     out = tmp_path / "o"
     assert CliRunner().invoke(main, ["import", str(log), "--out", str(out)]).exit_code == 0
-    result = CliRunner().invoke(main, ["report", str(out)])
+    result = CliRunner().invoke(main, ["report", str(out), "--out-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "in-place rows" not in result.output  # both halves are lines of the collectives' table
-    report = next(out.rglob("report.md")).read_text()
+    report = (tmp_path / "r" / "report.md").read_text()
     assert "## Other collectives" in report and "| reduce_scatter | native |" in report
     assert "| reduce_scatter | native (in place) |" in report
 
@@ -497,7 +497,8 @@ def test_no_shared_file_gives_a_traceback_in_any_command(tmp_path):
     for path in sorted(p for p in LOGS.iterdir() if p.is_file()):
         out = tmp_path / path.stem[:2]
         steps = [["import", str(path), "--out", str(out)], ["model", "fit", str(out)],
-                 ["plot", str(out)], ["report", str(out)],
+                 ["plot", str(out), "--out-dir", str(out / "plots")],
+                 ["report", str(out), "--out-dir", str(out / "plots")],
                  ["compare", str(out), str(out), "--out-dir", str(tmp_path / f"c{path.stem[:2]}")]]
         for args in steps:
             result = CliRunner().invoke(main, args)
