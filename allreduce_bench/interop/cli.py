@@ -157,16 +157,7 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
         table.insert(0, "base", str(base))
         tables.append(table)
         if threshold is not None:
-            unjudged = int(table["significant"].isna().sum())
-            if unjudged:
-                click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
-                           "both sides; they never fail the gate", err=True)
-            slower = comparing.regressions(table, threshold)
-            if len(slower):
-                failed = True
-                click.echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
-                                      f"{base} by more than {threshold:.0%}:", *comparing.regression_lines(slower)]),
-                           err=True)
+            failed = _gate(table, threshold, base, other) or failed
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     csv_path, figure, replaced = comparing.write(table, out_dir, fmt)
@@ -175,6 +166,22 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
                + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _gate(table, threshold: float, base: Path, other: Path) -> bool:
+    """--fail-if-slower: whether a size regressed, each such size said on a line of its own."""
+    from allreduce_bench.interop import compare as comparing
+
+    unjudged = int(table["significant"].isna().sum())
+    if unjudged:
+        click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
+                   "both sides; they never fail the gate", err=True)
+    slower = comparing.regressions(table, threshold)
+    if len(slower):
+        click.echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
+                              f"{base} by more than {threshold:.0%}:", *comparing.regression_lines(slower)]),
+                   err=True)
+    return bool(len(slower))
 
 
 def _metas(path: Path, read_meta) -> list[dict]:
