@@ -38,7 +38,6 @@ from allreduce_bench.core.analysis.tables import (  # noqa: E402
 )
 from allreduce_bench.core.units import format_size  # noqa: E402
 
-
 PAIRED = plt.get_cmap("tab20").colors  # 10 hues, each a dark then a light shade
 
 
