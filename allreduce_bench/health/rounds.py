@@ -255,7 +255,9 @@ class HealthCheck:
         """Hosts found faulty without a control yet, each with a known-good partner (one it
         has not met where it can), while two known-good hosts stay free for the control."""
         pairs = []
-        for host in (h for h in self.hosts if states[h].status == "faulty" and not states[h].controlled):
+        unsure = [h for h, state in states.items() if state.status == "faulty" and not state.controlled
+                  and ("intra", None) not in state.channels]  # intra: judged in the intra rounds
+        for host in unsure:
             free = [g for g in good if g not in busy]
             if host in busy or len(free) < 3:
                 continue
