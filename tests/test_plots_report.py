@@ -298,3 +298,15 @@ def test_a_committed_example_is_what_report_makes_of_it_and_report_leaves_it_alo
     made = (tmp_path / "plots" / example.name / "report.md").read_text()
     assert made == (example / "plots" / "report.md").read_text(), "run scripts/regenerate_figures.sh"
     assert {p: p.read_bytes() for p in example.rglob("*") if p.is_file()} == before
+
+
+def test_a_merged_runs_series_keep_their_own_style_when_its_links_rows_have_another_run_id():
+    # the README's merged plot: the emulated example's AllReduce rows are one run, its links
+    # rows another; the local run's lines and the emulated run's took one colour and style
+    frame = load_results([REPO / "results" / "example-cpu-gloo", REPO / "results" / "example-emulated-2x2"])
+    fig = plots.bandwidth_figure(frame)
+    ax = visible_axes(fig)[1]  # N = 4: both runs
+    style = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()}
+    assert style["native"] != style["native [emulated-2x2]"]
+    assert style["native [emulated-2x2]"][1] == "--"
+    plt.close(fig)

@@ -50,7 +50,11 @@ class Styles:
         ordered = sorted(set(frame["algorithm"].astype(str)), key=algorithm_rank)
         cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         self.colours = {a: cycle[i % len(cycle)] for i, a in enumerate(ordered)}
-        self.series = sorted(set(label_runs(frame)["series"]))
+        # named as the curves name them (their AllReduce rows only): a run whose other rows
+        # (links' intra/inter) carry another run id would otherwise rename its series
+        points = curves(frame)
+        self.series = sorted(set(points.index.get_level_values("series") if len(points)
+                                 else label_runs(frame)["series"]))
 
     def order(self, points: pd.DataFrame) -> list[tuple[str, str]]:
         """(series, algorithm) pairs present in `points`, series first, then algorithms in the
