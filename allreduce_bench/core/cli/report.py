@@ -6,13 +6,12 @@ from pathlib import Path
 import click
 
 from allreduce_bench.core.config.checks import OUTPUT_PATH
-from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.load import load_results
 
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
                        help="Where the figures (and report.md) go; RUN/plots to write beside a run, as "
-                       "`run` does. [plots/<first run's name>[+N] in the current directory: never "
+                       "`run` does. [plots/<first run's name>[+N] under the current directory, not "
                        "into the runs read]")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
                       show_default=True, help="Figure file format.")
@@ -21,16 +20,11 @@ SIZE = click.option("--size", help="Size the scaling figure and table compare wo
 
 
 def default_out_dir(paths: tuple[Path, ...]) -> Path:
-    """plots/<first run's folder name>, +N for N more runs, in the current directory: the runs
-    read are never written to unless --out-dir names a place in them."""
-    folders = [(p if p.is_dir() else p.parent).resolve() for p in paths]
-    name = folders[0].name or "run"
-    chosen = Path("plots") / (name + (f"+{len(paths) - 1}" if len(paths) > 1 else ""))
-    inside = next((f for f in folders if chosen.resolve().is_relative_to(f)), None)
-    if inside is not None:
-        raise UsageError(f"the default output folder {chosen} would be inside {inside}, which is read; "
-                         "give --out-dir (e.g. --out-dir plots/, or --out-dir RUN/plots to write beside it)")
-    return chosen
+    """plots/<first run's folder name>, +N for N more runs, under the current directory: not
+    into the runs read (a committed example stays as it is) unless --out-dir names a place there."""
+    first = paths[0] if paths[0].is_dir() else paths[0].parent
+    name = first.resolve().name or "run"
+    return Path("plots") / (name + (f"+{len(paths) - 1}" if len(paths) > 1 else ""))
 
 
 def _load(paths: tuple[Path, ...], out_dir: Path | None):
