@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for run in results/*/; do
     [ -f "$run/results.csv" ] || continue
-    python -m allreduce_bench report "$run" >/dev/null
+    # the model first: report.md has a section from model.json
     if [ -f "$run/model.json" ]; then python -m allreduce_bench model fit "$run" >/dev/null; fi
+    python -m allreduce_bench report "$run" --out-dir "${run}plots" >/dev/null
     echo "redrawn: ${run}plots/"
 done

@@ -77,10 +77,17 @@ def tables(verdict) -> str:
         lines.append(f"{group_label(group['group'], group['desc'])}, ranks {ranges(group['members'])}"
                      + (f", no dump from {ranges(group['no_dump'])}" if group["no_dump"] else ""))
         lines.append(f"  {'seq':>6}  {'collective':<40} {'entered':<12} {'completed':<12} never reached")
+        # gloo's entries stay `scheduled`: no completion is recorded, so none is shown as none
+        recorded = any(row["completed"] or set(row.get("state", ())) - {"scheduled"}
+                       for row in group["collectives"])
         for row in group["collectives"]:
             mark = "  <- parted" if row["seq"] == group["parted_at"] else ""
+            completed = ranges(row["completed"]) if recorded else "-"
             lines.append(f"  {row['seq']:>6}  {row['collective']:<40} {ranges(row['entered']):<12} "
-                         f"{ranges(row['completed']):<12} {ranges(row['never_reached'])}{mark}")
+                         f"{completed:<12} {ranges(row['never_reached'])}{mark}")
             for rank, call in sorted(row["other_call"].items(), key=lambda kv: int(kv[0])):
                 lines.append(f"  {'':>6}  rank {rank} called {call}")
+        if not recorded and group["collectives"]:
+            lines.append("  completed -: the backend records no completion (gloo's entries stay `scheduled`; "
+                         "NCCL's record it)")
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from allreduce_bench.core.sweep.rows import make_row
 from allreduce_bench.health import pairing, throttle
 from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.health.decide import Measurement
+from allreduce_bench.health.reference import MEDIAN_SE
 from allreduce_bench.health.verdicts import BAD_INPUT
 
 NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
@@ -230,8 +231,16 @@ def collect(session, board: Board, k: int, slots: list[list[Group]]) -> list:
                 # a wrong result is a broken path, whatever its speed
                 busbw = 0.0 if row["wrong"] else row["busbw_GBps"]
                 found.append(Measurement(k, group.check, group.hosts, group.rail, row["size_bytes"],
-                                         busbw, row["time_us_median"]))
+                                         busbw, row["time_us_median"], median_noise(row)))
     return found
+
+
+def median_noise(row: dict) -> float:
+    """The relative standard error of a row's median time, from its samples' cv and count."""
+    cv, samples = row.get("time_cv"), row.get("samples") or 0
+    if cv is None or cv != cv or samples < 1:  # no spread known (NaN: a zero mean)
+        return 0.0
+    return MEDIAN_SE * float(cv) / samples ** 0.5
 
 
 def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) -> None:

@@ -12,7 +12,11 @@ The rules (the same for `--pairs quick` and `--pairs all`):
   again), or when it was slow with CONFIRMATIONS partners good for it, on a check common to all
   of them (that check names the rail); slow with each on another check is noise;
 - a pair slow while both members are good elsewhere is a link or path suspect, confirmed when
-  measured again and slow again on the same check.
+  measured again and slow again on the same check;
+- a finding is *controlled* when one of its slow measurements was made beside a control (known-
+  good hosts measured side by side in the same round, reference.py) and judged against it: the
+  plan (rounds.py) re-measures a finding that is not, where two known-good hosts are free, and a
+  healthy host then reads fine beside the control, however slow the earlier rounds' moments were.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class Measurement:
     size_bytes: int
     busbw_GBps: float
     time_us_median: float
+    noise: float = 0.0  # relative standard error of its median: 1.2533 cv / sqrt(samples)
 
 
 @dataclass
@@ -61,6 +66,7 @@ class HostState:
     slow_with: list[str] = field(default_factory=list)  # partners good for it it was slow with
     ok_with: list[str] = field(default_factory=list)
     tried: set[str] = field(default_factory=set)  # every partner it was measured with
+    controlled: bool = False  # faulty, and slow in a round with a control (reference.py)
 
 
 def channel_of(m: Measurement) -> Channel:
@@ -75,19 +81,20 @@ def pair_results(measurements: Iterable[Measurement], reference: Reference) -> l
             continue
         result = found.setdefault((m.round, m.hosts), PairResult(m.round, m.hosts))  # type: ignore[arg-type]
         result.measurements.append(m)
-        if reference.slow(m.check, m.size_bytes, m.busbw_GBps):
+        if reference.slow(m.check, m.size_bytes, m.busbw_GBps, m.round):
             result.slow.add((m.check, m.rail, m.size_bytes))
     return list(found.values())
 
 
-def intra_rounds(measurements: Iterable[Measurement], reference: Reference) -> dict[str, list[bool]]:
-    """host -> for each round its intra check ran in, whether it was slow (at any size)."""
+def intra_rounds(measurements: Iterable[Measurement], reference: Reference) -> dict[str, dict[int, bool]]:
+    """host -> round -> whether its intra check was slow in that round (at any size), in the
+    order of the rounds."""
     slow: dict[str, dict[int, bool]] = defaultdict(dict)
     for m in measurements:
         if m.check == "intra":
             was = slow[m.hosts[0]].get(m.round, False)
-            slow[m.hosts[0]][m.round] = was or reference.slow(m.check, m.size_bytes, m.busbw_GBps)
-    return {h: [rounds[r] for r in sorted(rounds)] for h, rounds in slow.items()}
+            slow[m.hosts[0]][m.round] = was or reference.slow(m.check, m.size_bytes, m.busbw_GBps, m.round)
+    return {h: dict(sorted(rounds.items())) for h, rounds in slow.items()}
 
 
 def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], reference: Reference,
@@ -95,7 +102,8 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
     """Every host's state after the rounds measured so far (recomputed from all of them)."""
     states = {h: HostState(h) for h in hosts}
     results = pair_results(measurements, reference)
-    intra = intra_rounds(measurements, reference)
+    intra_by_round = intra_rounds(measurements, reference)
+    intra = {h: list(rounds.values()) for h, rounds in intra_by_round.items()}
     intra_bad = {h for h, slow in intra.items() if slow and slow[-1]}  # confirmed, or measured again
     ok_partners: dict[str, set[str]] = defaultdict(set)
     by_host: dict[str, list[PairResult]] = defaultdict(list)
@@ -115,6 +123,9 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
         state.slow_with = [r.partner(h) for r in confirming]
         state.status, state.channels = _status(intra.get(h, []), bool(ok_partners[h]), confirming,
                                                bool(by_host[h]))
+        if state.status == "faulty":
+            state.controlled = (reference.controlled(max(intra_by_round[h])) if ("intra", None) in state.channels
+                                else any(reference.controlled(r.round) for r in confirming))
     for h in unreachable:
         states[h].status = "unreachable"
     return states
@@ -140,7 +151,8 @@ def _status(intra: list[bool], fine_once: bool, confirming: list[PairResult],
 
 def link_findings(results: Sequence[PairResult], states: dict[str, HostState]) -> dict[frozenset, str]:
     """Slow pairs whose hosts are both good elsewhere: `confirmed` (slow every time, >= 2, on a
-    common check), `suspect` (slow once, not measured again yet) or `noise` (fine again)."""
+    common check), `suspect` (slow once, not measured again yet) or `noise` (fine again).
+    Whether a confirmed one was slow beside a control: controlled_link."""
     by_pair: dict[frozenset, list[PairResult]] = defaultdict(list)
     for r in results:
         by_pair[frozenset(r.hosts)].append(r)
@@ -156,3 +168,8 @@ def link_findings(results: Sequence[PairResult], states: dict[str, HostState]) -
         else:
             found[pair] = "noise"
     return found
+
+
+def controlled_link(results: Sequence[PairResult], pair: frozenset, reference: Reference) -> bool:
+    """Whether a slow measurement of this pair was made in a round with a control."""
+    return any(r.slow and frozenset(r.hosts) == pair and reference.controlled(r.round) for r in results)

@@ -8,6 +8,7 @@ from pathlib import Path
 import hostlist
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.units import format_size
 from allreduce_bench.health.rounds import HealthCheck
 from allreduce_bench.health.verdicts import VERDICTS, exit_code, verdicts
 
@@ -24,9 +25,30 @@ def document(check: HealthCheck, layout: dict, complete: bool = True, note: str 
     return {"layout": layout, **found,
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
             "thresholds": [t.as_json() for t in check.reference.thresholds()],
+            "controls": [{"round": k, "check": c, "size_bytes": size, "busbw_GBps": value}
+                         for (k, c, size), value in sorted(check.reference.controls.items())],
             "bisect": check.bisection.as_json() if check.bisection else None,
             "exclude": exclude(found["hosts"]), "complete": complete, "note": note,
+            "confidence": confidence(check.reference.thresholds(), max(layout.get("sizes") or [0])),
             "exit_code": code if complete else 1}
+
+
+def confidence(thresholds, bandwidth_size: int) -> list[str]:
+    """Where the samples' noise widened a fleet threshold at the bandwidth size past its floor:
+    how far under the fleet's median a host must be to be flagged, so an `ok` on a busy
+    machine is read for what it is."""
+    from allreduce_bench.health.reference import K_NOISE, TOLERANCE_FLOOR
+
+    lines = []
+    for t in thresholds:
+        if t.source == "fleet" and t.size_bytes == bandwidth_size and t.tolerance > TOLERANCE_FLOOR + 1e-9:
+            noisy = t.noise and K_NOISE * t.noise >= t.tolerance - 1e-9
+            lines.append(f"{t.check} checks at {format_size(t.size_bytes)} flag only a group more than "
+                         f"{t.tolerance:.0%} under the fleet's median (the floor is {TOLERANCE_FLOOR:.0%}): "
+                         + ("the samples were noisy (a median's standard error "
+                            f"{t.noise / 2 ** 0.5:.0%}); a quieter machine or a longer --budget narrows it"
+                            if noisy else "the fleet's measurements spread that much"))
+    return lines
 
 
 def explain(doc: dict, nccl_block: dict | None) -> dict:
@@ -85,6 +107,10 @@ def _figure(value) -> str:
     return "-" if value is None else f"{value:.3g} GB/s"
 
 
+def _size(size_bytes) -> str:
+    return "-" if size_bytes is None else format_size(size_bytes)
+
+
 def summary(doc: dict) -> str:
     """One line per unhealthy host (measured, expected, partners tried), unhealthy links, and
     the ready --exclude."""
@@ -93,16 +119,21 @@ def summary(doc: dict) -> str:
     lines = [f"health: {len(hosts)} host(s), {len(hosts) - len(bad)} ok, "
              f"{len(doc['rounds'])} round(s)" + (" (one host: intra check only)" if len(hosts) == 1 else "")]
     for h in bad:
-        lines.append(f"  {h['host']:<16} {h['verdict'].upper():<11} measured {_figure(h.get('measured_GBps'))}, "
-                     f"expected {_figure(h.get('expected_GBps'))}; partners {', '.join(h['partners']) or '-'}; "
-                     f"{h['why']}")
-    for p in doc["pairs"]:
-        if p["verdict"] != "ok" and p.get("link"):
-            lines.append(f"  link {' - '.join(p['hosts']):<24} {p['verdict'].upper()} measured "
-                         f"{_figure(p['measured_GBps'])}, expected {_figure(p['expected_GBps'])}; {p['why']}")
+        lines.append(f"  {h['host']:<16} {h['verdict'].upper():<11} measured {_figure(h.get('measured_GBps'))} "
+                     f"at {_size(h.get('size_bytes'))}, expected {_figure(h.get('expected_GBps'))}; "
+                     f"partners {', '.join(h['partners']) or '-'}; {h['why']}")
+    said = set()
+    for p in doc["pairs"]:  # one line per link: the pairs list has a row per round measured
+        if p["verdict"] != "ok" and p.get("link") and frozenset(p["hosts"]) not in said:
+            said.add(frozenset(p["hosts"]))
+            state = p["verdict"].upper() if p.get("confirmed") else "SUSPECT (not confirmed: exit 0)"
+            lines.append(f"  link {' - '.join(p['hosts']):<24} {state} measured "
+                         f"{_figure(p['measured_GBps'])} at {_size(p.get('size_bytes'))}, expected "
+                         f"{_figure(p['expected_GBps'])}; {p['why']}")
     if doc.get("bisect") and doc["bisect"]["suspects"]:
         lines.append(f"  bisection narrows slowness at scale to {', '.join(doc['bisect']['suspects'])}")
     if doc.get("note"):
         lines.append(f"  note: {doc['note']}")
+    lines += [f"  confidence: {line}" for line in doc.get("confidence", ())]
     lines.append(f"--exclude={doc['exclude']}" if doc["exclude"] else "all hosts healthy: nothing to exclude")
     return "\n".join(lines)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from allreduce_bench.core.analysis.style import plt, save
+from allreduce_bench.core.units import format_size
 
 COLOURS = {"ok": "#4c72b0", "slow": "#dd8452", "bad": "#c44e52", "unreachable": "#8c8c8c"}
 FIGURE = "health.png"
@@ -67,9 +68,13 @@ def report_section(doc: dict, figure: Path | None, base: Path) -> str:
     """report.md's health section: the verdict table and the figure."""
     lines = ["## Health", "", f"{len(doc['hosts'])} host(s), exit code {doc['exit_code']}"
              + (f", exclude `{doc['exclude']}`" if doc["exclude"] else ", nothing to exclude"), "",
-             "| host | verdict | measured GB/s | expected GB/s | partners | why |", "|---|---|---|---|---|---|"]
+             "Busbw at the bandwidth size (the largest), or for a host found slow at the size it "
+             "was slow at.", "",
+             "| host | verdict | size | measured GB/s | expected GB/s | partners | why |",
+             "|---|---|---|---|---|---|---|"]
     for h in doc["hosts"]:
-        lines.append(f"| {h['host']} | {h['verdict']} | {_number(h.get('measured_GBps'))} | "
+        size = "-" if h.get("size_bytes") is None else format_size(h["size_bytes"])
+        lines.append(f"| {h['host']} | {h['verdict']} | {size} | {_number(h.get('measured_GBps'))} | "
                      f"{_number(h.get('expected_GBps'))} | {', '.join(h['partners']) or '-'} | {h['why']} |")
     if figure is not None:
         lines += ["", f"![health]({Path(figure).relative_to(base).as_posix()})"]

@@ -13,10 +13,18 @@ Three sources, per (check, size_bytes), first found wins:
   K_SIGMA * sigma / median). The median stays put while fewer than half of the hosts are slow
   (breakdown point 50%), and the one-sided MAD is not widened by them at all, so up to N/8 bad
   hosts (N/4 of round 1's pairs) cannot drag the threshold down to them. doc/health.md gives the measurements the
-  two constants come from.
+  two constants come from. The tolerance is also at least K_NOISE standard errors of a ratio of
+  two medians as noisy as the fleet's samples (their cv over their count): on a busy machine the
+  pairs' medians differ by that much without any fault; on a quiet fabric the term is ~1%.
+
+A measurement made beside a *control* (known-good hosts measured side by side in the same
+round, as re-pairing rounds do) is judged against the control's busbw of that moment instead
+of the fleet's median, with the fleet's tolerance: load that slows a whole round (other jobs
+on the machine, a busy fabric) slows the control alike and flags nobody.
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterable
@@ -30,6 +38,8 @@ K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 
 TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
 LATENCY_FLOOR = 0.9  # smaller sizes: flagged only 10x slower (a ~100 us call moves with the load)
 MAD_TO_SIGMA = 1.4826
+K_NOISE = 3.0  # standard errors of the ratio of two medians the tolerance is at least
+MEDIAN_SE = 1.2533  # standard error of a median: 1.2533 sigma / sqrt(n) (normal samples)
 MIN_FLEET = 3  # fewer groups than this: no outlier test (nothing is an outlier of one or two)
 BAD_FRACTION = 0.5  # a confirmed host under half of expected is `bad`, else `slow`
 _EXPECT_KEYS = {"inter": ("pair", "rail"), "intra": ("intra",)}
@@ -44,17 +54,19 @@ class Threshold:
     expected_GBps: float
     threshold_GBps: float
     tolerance: float  # threshold = expected * (1 - tolerance)
-    source: str  # expect | baseline | fleet | too few groups
+    source: str  # expect | baseline | fleet | too few groups | control (round k)
     groups: int = 0  # how many measurements the fleet statistics came from
     spread: float | None = None  # fleet's sigma / median
+    noise: float | None = None  # standard error of a ratio of two medians, from the samples
 
     def as_json(self) -> dict:
         return asdict(self)
 
 
 def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: float = K_SIGMA,
-                    floor: float = TOLERANCE_FLOOR) -> Threshold:
-    """The robust outlier threshold of one check's measurements at one size."""
+                    floor: float = TOLERANCE_FLOOR, noise: float = 0.0) -> Threshold:
+    """The robust outlier threshold of one check's measurements at one size; `noise` is the
+    relative standard error of a ratio of two of its medians (ratio_noise)."""
     if not values:
         raise ValueError(f"no {check} measurements at {size_bytes} bytes to compare")
     median = statistics.median(values)
@@ -63,9 +75,15 @@ def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: f
     # the spread on the fast side of the median only: a fault only slows a group, so slow
     # outliers (and the healthy partners they drag down) must not widen the tolerance
     spread = MAD_TO_SIGMA * statistics.median(v - median for v in values if v >= median) / median
-    tolerance = min(1.0, max(floor, k_sigma * spread))
+    tolerance = min(1.0, max(floor, k_sigma * spread, K_NOISE * noise))
     return Threshold(check, size_bytes, median, median * (1 - tolerance), tolerance, "fleet",
-                     len(values), spread)
+                     len(values), spread, noise)
+
+
+def ratio_noise(standard_errors: list[float]) -> float:
+    """The relative standard error of a ratio of two medians, each as noisy as the typical
+    (median) one of `standard_errors` (each a median's relative standard error)."""
+    return math.sqrt(2) * statistics.median(standard_errors) if standard_errors else 0.0
 
 
 def parse_expect(text: str | None) -> dict[str, float]:
@@ -103,22 +121,41 @@ class Reference:
                 self.fixed[(check, bandwidth_size)] = Threshold(check, bandwidth_size, value, value,
                                                                 0.0, "expect")
         self.fitted: dict[tuple[str, int], Threshold] = {}
+        self.controls: dict[tuple[int, str, int], float] = {}  # (round, check, size) -> busbw
 
-    def fit(self, values: dict[tuple[str, int], list[float]]) -> None:
+    def fit(self, values: dict[tuple[str, int], list[float]],
+            noise: dict[tuple[str, int], float] | None = None) -> None:
         """Fleet thresholds for every (check, size) measured that nothing fixed; fitted once
         (later rounds re-pair suspects and are no sample of the fleet). Sizes below the
-        bandwidth size are latency-bound: their floor is LATENCY_FLOOR."""
+        bandwidth size are latency-bound: their floor is LATENCY_FLOOR. `noise`: per key, the
+        relative standard error of a ratio of two medians (ratio_noise)."""
         for key, found in values.items():
             if key not in self.fixed and key not in self.fitted and found:
                 floor = self.floor if key[1] == self.sizes[-1] else max(self.floor, LATENCY_FLOOR)
-                self.fitted[key] = fleet_threshold(*key, found, self.k_sigma, floor)
+                self.fitted[key] = fleet_threshold(*key, found, self.k_sigma, floor,
+                                                   (noise or {}).get(key, 0.0))
 
-    def get(self, check: str, size_bytes: int) -> Threshold | None:
+    def control(self, round_index: int, check: str, size_bytes: int, busbw_GBps: float) -> None:
+        """The busbw the control groups of a round measured on one check and size."""
+        self.controls[(round_index, check, size_bytes)] = busbw_GBps
+
+    def controlled(self, round_index: int) -> bool:
+        """Whether a round had a control to judge its measurements against."""
+        return any(key[0] == round_index for key in self.controls)
+
+    def get(self, check: str, size_bytes: int, round_index: int | None = None) -> Threshold | None:
+        """The threshold of a check and size; in a round with a control, a fleet threshold
+        moves to the control's busbw of that round (same tolerance)."""
         key = (check, size_bytes)
-        return self.fixed.get(key) or self.fitted.get(key)
+        found = self.fixed.get(key) or self.fitted.get(key)
+        beside = self.controls.get((round_index, check, size_bytes))
+        if found is None or beside is None or found.source != "fleet":
+            return found
+        return Threshold(check, size_bytes, beside, beside * (1 - found.tolerance), found.tolerance,
+                         f"control (round {round_index})", found.groups, found.spread, found.noise)
 
-    def slow(self, check: str, size_bytes: int, busbw_GBps: float) -> bool:
-        threshold = self.get(check, size_bytes)
+    def slow(self, check: str, size_bytes: int, busbw_GBps: float, round_index: int | None = None) -> bool:
+        threshold = self.get(check, size_bytes, round_index)
         return threshold is not None and busbw_GBps < threshold.threshold_GBps
 
     def thresholds(self) -> list[Threshold]:

@@ -10,15 +10,29 @@ pairs every host not yet good or faulty (the members of a slow pair, a host that
 partner of a host that stopped answering) with a known-good host it has not met, until nobody
 needs a partner. A bad host is slow with its round-1 partner once that one is proven good and
 with its round-2 partner: two confirmations; two bad hosts in one pair need round 3.
+
+Every re-pairing round (and the intra round that measures the slow ones again) also measures a
+*control*: two known-good hosts left free (one for intra), side by side with the suspects, and
+each suspect is judged against the control of its round (reference.py): a moment of load slows
+both. A host or link found slow without a control yet is measured once more beside one, where
+two known-good hosts are free and the round budget allows: re-measured before it is judged.
 """
 from __future__ import annotations
 
+import itertools
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from allreduce_bench.health import pairing
-from allreduce_bench.health.decide import Measurement, host_states, link_findings, pair_results
-from allreduce_bench.health.reference import MIN_FLEET, TOLERANCE_FLOOR, Reference
+from allreduce_bench.health.decide import (
+    Measurement,
+    controlled_link,
+    host_states,
+    link_findings,
+    pair_results,
+)
+from allreduce_bench.health.reference import MIN_FLEET, TOLERANCE_FLOOR, Reference, ratio_noise
 
 MODES = ("quick", "all")
 QUICK_PAIR_ROUNDS = 3  # round 1, re-pairing, confirmation (from 6 hosts on)
@@ -31,10 +45,11 @@ class Round:
     groups: tuple[tuple[str, ...], ...]  # the hosts of each group measured side by side
     idle: tuple[str, ...]
     why: str
+    controls: tuple[tuple[str, ...], ...] = ()  # groups of known-good hosts the others are judged against
 
     def as_json(self) -> dict:
         return {"round": self.index, "kind": self.kind, "groups": [list(g) for g in self.groups],
-                "idle": list(self.idle), "why": self.why}
+                "idle": list(self.idle), "why": self.why, "controls": [list(g) for g in self.controls]}
 
 
 class Bisection:
@@ -136,8 +151,10 @@ class HealthCheck:
         for host in unreachable:
             self.unreachable.setdefault(host, measured.index)
         self.measurements.extend(measurements)
+        for (check, size), value in _control_values(measured, measurements).items():
+            self.reference.control(measured.index, check, size, value)
         if measured.kind == "intra":
-            self.reference.fit(_values(measurements))  # the first intra round: the fleet
+            self.reference.fit(_values(measurements), _noise(measurements))  # the first intra round: the fleet
         elif measured.kind == "pairs" and self.mode == "quick" and not self._fitted:
             pairs = {m.hosts for m in self.measurements if m.check == "pair"}
             if len(pairs) >= MIN_FLEET:
@@ -150,10 +167,12 @@ class HealthCheck:
             else:
                 self.bisection.record([by_group[g] for g in measured.groups])
 
-    def _round(self, kind: str, groups, why: str) -> Round:
+    def _round(self, kind: str, groups, why: str, controls=()) -> Round:
+        groups = [*groups, *controls]
         busy = {h for g in groups for h in g}
         made = Round(len(self.rounds) + 1, kind, tuple(tuple(g) for g in groups),
-                     tuple(h for h in self.reachable() if h not in busy), why)
+                     tuple(h for h in self.reachable() if h not in busy), why,
+                     tuple(tuple(g) for g in controls))
         self.rounds.append(made)
         return made
 
@@ -165,13 +184,22 @@ class HealthCheck:
         states = self.states()
         again = [(h,) for h in self.reachable() if states[h].status == "recheck"]
         if done == 1 and again:
-            return self._round("intra", again, "the slow ones once more, to confirm")
+            fine = [(h,) for h in self.reachable() if (h,) not in again and h in self._intra_fine()]
+            return self._round("intra", again, "the slow ones once more, to confirm"
+                               + (", beside a host found fine" if fine else ""), fine[:1])
         return None
+
+    def _intra_fine(self) -> set[str]:
+        """Hosts whose first intra check was fine: the intra round's control."""
+        ref = self.reference
+        slow = {m.hosts[0] for m in self.measurements
+                if m.check == "intra" and ref.slow(m.check, m.size_bytes, m.busbw_GBps, m.round)}
+        return {m.hosts[0] for m in self.measurements if m.check == "intra"} - slow
 
     def _fit(self) -> None:
         """Fit the fleet's thresholds on the pair rounds so far: later rounds re-pair suspects
         with good hosts and are no sample of the fleet."""
-        self.reference.fit(_values(self.measurements))
+        self.reference.fit(_values(self.measurements), _noise(self.measurements))
         self._fitted, self._fit_round = True, self.pair_rounds
 
     def _circle_round(self) -> Round | None:
@@ -206,12 +234,37 @@ class HealthCheck:
         tried = {h: s.tried for h, s in states.items()}
         pairs, _ = pairing.repair(needy, good, tried)
         busy = {h for p in pairs for h in p}
-        for pair, finding in link_findings(pair_results(self.measurements, self.reference), states).items():
-            if finding == "suspect" and not pair & busy:  # a slow link, measured once more
+        results = pair_results(self.measurements, self.reference)
+        for pair, finding in link_findings(results, states).items():
+            again = finding == "suspect" or (finding == "confirmed"
+                                             and not controlled_link(results, pair, self.reference))
+            if again and not pair & busy:  # a slow link, measured once more
                 pairs.append(tuple(sorted(pair)))
                 busy |= pair
+        pairs += self._beside_control(states, good, busy)
+        free = [g for g in good if g not in {h for p in pairs for h in p}]
+        slow_pairs = {frozenset(r.hosts) for r in results if r.slow}
+        control = next((c for c in itertools.combinations(free, 2) if frozenset(c) not in slow_pairs), None)
+        controls = [control] if pairs and control else []
         return self._round("pairs", pairs, "each host not yet told apart with a known-good host "
-                                           "it has not met; slow links once more") if pairs else None
+                                           "it has not met; slow links once more"
+                           + ("; beside a control pair of known-good hosts" if controls else ""),
+                           controls) if pairs else None
+
+    def _beside_control(self, states, good: list[str], busy: set[str]) -> list[tuple[str, str]]:
+        """Hosts found faulty without a control yet, each with a known-good partner (one it
+        has not met where it can), while two known-good hosts stay free for the control."""
+        pairs = []
+        unsure = [h for h, state in states.items() if state.status == "faulty" and not state.controlled
+                  and ("intra", None) not in state.channels]  # intra: judged in the intra rounds
+        for host in unsure:
+            free = [g for g in good if g not in busy]
+            if host in busy or len(free) < 3:
+                continue
+            partner = next((g for g in free if g not in states[host].tried), free[0])
+            pairs.append((host, partner))
+            busy |= {host, partner}
+        return pairs
 
 
 def _values(measurements: Sequence[Measurement]) -> dict[tuple[str, int], list[float]]:
@@ -225,3 +278,23 @@ def _values(measurements: Sequence[Measurement]) -> dict[tuple[str, int], list[f
             for host in m.hosts:
                 per_host[(host, m.rail)] = max(per_host.get((host, m.rail), 0.0), m.busbw_GBps)
     return {key: list(values.values()) for key, values in best.items()}
+
+
+def _noise(measurements: Sequence[Measurement]) -> dict[tuple[str, int], float]:
+    """Per (check, size): the relative standard error of a ratio of two of its medians."""
+    found: dict[tuple[str, int], list[float]] = {}
+    for m in measurements:
+        if m.check in ("intra", "pair", "rail") and m.noise > 0:
+            found.setdefault((m.check, m.size_bytes), []).append(m.noise)
+    return {key: ratio_noise(values) for key, values in found.items()}
+
+
+def _control_values(measured: Round, measurements: Sequence[Measurement]) -> dict[tuple[str, int], float]:
+    """Per (check, size): the median busbw of the round's control groups (0 where a control
+    measured a wrong result: no control then)."""
+    found: dict[tuple[str, int], list[float]] = {}
+    for m in measurements:
+        if m.hosts in measured.controls:
+            found.setdefault((m.check, m.size_bytes), []).append(m.busbw_GBps)
+    medians = {key: statistics.median(values) for key, values in found.items()}
+    return {key: value for key, value in medians.items() if value > 0}

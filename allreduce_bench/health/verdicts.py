@@ -13,6 +13,7 @@ from allreduce_bench.health.decide import (
     Measurement,
     PairResult,
     channel_of,
+    controlled_link,
     link_findings,
     pair_results,
 )
@@ -30,17 +31,25 @@ HEALTHY, UNHEALTHY, BAD_INPUT, INCOMPLETE = 0, 3, 2, 1  # exit codes
 
 
 def _worst(ms: Sequence[Measurement], reference: Reference) -> dict:
-    """The size at which these measurements (one check) are furthest under expected."""
-    best: dict = {}
-    for size in sorted({m.size_bytes for m in ms}):
-        threshold = reference.get(ms[0].check, size)
-        measured = statistics.median(m.busbw_GBps for m in ms if m.size_bytes == size)
-        expected = threshold.expected_GBps if threshold else None
-        ratio = measured / expected if expected else 1.0
-        if not best or ratio < best["ratio"]:
-            best = {"size_bytes": size, "measured_GBps": measured, "expected_GBps": expected,
-                    "threshold_GBps": threshold.threshold_GBps if threshold else None, "ratio": ratio}
-    return best
+    """The size to show for these measurements (one check): of the sizes they were slow at
+    (each against its own round's expectation: the fleet's, or a control's), the one furthest
+    under; where none was slow, the bandwidth size (the largest), so an `ok` row shows the
+    same size as the others. `ratio`: the median of measured / expected over the measurements."""
+    by_size: dict[int, list[Measurement]] = {}
+    for m in ms:
+        by_size.setdefault(m.size_bytes, []).append(m)
+    shown: list[dict] = []
+    for size, group in sorted(by_size.items()):
+        threshold = reference.get(group[0].check, size)
+        ratios = [m.busbw_GBps / t.expected_GBps for m in group
+                  if (t := reference.get(m.check, size, m.round)) is not None and t.expected_GBps]
+        shown.append({"size_bytes": size, "measured_GBps": statistics.median(m.busbw_GBps for m in group),
+                      "expected_GBps": threshold.expected_GBps if threshold else None,
+                      "threshold_GBps": threshold.threshold_GBps if threshold else None,
+                      "ratio": statistics.median(ratios) if ratios else 1.0,
+                      "slow": any(reference.slow(m.check, size, m.busbw_GBps, m.round) for m in group)})
+    slow = [row for row in shown if row["slow"]]
+    return min(slow, key=lambda row: row["ratio"]) if slow else shown[-1] if shown else {}
 
 
 def _severity(ratio: float) -> str:
@@ -73,10 +82,11 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
         named = [c for c in state.channels if c[0] == "rail"] or list(state.channels)
         worst = min((_worst(_host_channel_ms(host, c, results, state.slow_with, intra), ref) | {"channel": c}
                      for c in sorted(named, key=str)), key=lambda w: w["ratio"])
-        with_whom = (f" with {len(state.slow_with)} known-good partners ({', '.join(state.slow_with)})"
-                     if worst["channel"][0] != "intra" else "")
+        intra = worst["channel"][0] == "intra"
+        with_whom = "" if intra else f" with {len(state.slow_with)} known-good partners ({', '.join(state.slow_with)})"
         return {**out, **_public(worst), "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
-                "why": f"{_name(worst['channel'])} slow{with_whom}"}
+                "control": state.controlled,
+                "why": f"{_name(worst['channel'])} slow{with_whom}{_confidence(state.controlled, intra)}"}
     mine = [m for r in results if host in r.hosts for m in r.measurements if m.check == "pair"]
     mine = mine or [m for m in intra if m.hosts == (host,)]
     worst = _worst(mine, ref) if mine else {}
@@ -92,6 +102,14 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
            "intra check only (a world of one host)" if len(check.hosts) == 1 else
            "no pair measured: no partner was available")
     return {**out, **_public(worst), "verdict": "ok", "why": why}
+
+
+def _confidence(controlled: bool, intra: bool = False) -> str:
+    """How sure a finding is: re-measured beside a control of the same moment, or not."""
+    control = "a host found fine" if intra else "a control pair of known-good hosts"
+    if controlled:
+        return f", and again beside {control} measured at the same time"
+    return f"; not re-measured beside {control} (none free): judged against the fleet's median only"
 
 
 def holdback(per_rank: dict[int, dict] | None) -> dict | None:
@@ -178,13 +196,16 @@ def pair_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
                      for c in channels), key=lambda w: w["ratio"])
         rows.append({**base, "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
                      "link": finding is not None, "confirmed": finding != "suspect", **_public(worst),
-                     "why": _pair_why(r, states, finding, _name(worst["channel"]))})
+                     "why": _pair_why(r, states, finding, _name(worst["channel"]),
+                                      controlled_link(results, frozenset(r.hosts), check.reference))})
     return rows
 
 
-def _pair_why(r: PairResult, states: dict[str, HostState], finding: str | None, what: str) -> str:
+def _pair_why(r: PairResult, states: dict[str, HostState], finding: str | None, what: str,
+              controlled: bool = False) -> str:
     if finding == "confirmed":
-        return f"{what} slow each time while both hosts are fine elsewhere: the link or path"
+        return (f"{what} slow each time while both hosts are fine elsewhere: the link or path"
+                + _confidence(controlled))
     if finding == "suspect":
         return f"{what} slow once while both hosts are fine elsewhere; not measured again (round budget)"
     blamed = [h for h in r.hosts if states[h].status not in ("good", "unconfirmed")]

@@ -137,10 +137,15 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     base_rows = load_results(base, explain_skips=False)
     out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    sides = [(other, load_results(other, explain_skips=False)) for other in others]
+    for other, other_rows in sides:  # every side read and checked before anything is written
+        if comparing.same_runs(base_rows, other_rows):
+            raise UsageError(f"{other} holds the same run(s) as {base} (run id "
+                             f"{', '.join(sorted(set(base_rows['run_id'].astype(str))))}): a run compared with "
+                             "itself says nothing; give the run to compare against another")
     failed = False
     tables = []
-    for other in others:
-        other_rows = load_results(other, explain_skips=False)
+    for other, other_rows in sides:
         table = comparing.compare_runs(base_rows, other_rows, load_samples(base), load_samples(other),
                                        confidence=confidence)
         click.echo(f"\n{other} against {base}:")
@@ -152,22 +157,31 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
         table.insert(0, "base", str(base))
         tables.append(table)
         if threshold is not None:
-            unjudged = int(table["significant"].isna().sum())
-            if unjudged:
-                click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
-                           "both sides; they never fail the gate", err=True)
-            slower = comparing.regressions(table, threshold)
-            if len(slower):
-                failed = True
-                click.echo(f"REGRESSION: {len(slower)} size(s) significantly slower than {base} by more "
-                           f"than {threshold:.0%}: " + ", ".join(comparing.size_label(s) for s in slower["size_bytes"]),
-                           err=True)
+            failed = _gate(table, threshold, base, other) or failed
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
-    csv_path, figure = comparing.write(table, out_dir, fmt)
-    click.echo(f"\ncompare: {csv_path}\nfigure: {figure}")
+    csv_path, figure, replaced = comparing.write(table, out_dir, fmt)
+    click.echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; "
+                                           "give --out-dir to keep both)" if replaced else "")
+               + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _gate(table, threshold: float, base: Path, other: Path) -> bool:
+    """--fail-if-slower: whether a size regressed, each such size said on a line of its own."""
+    from allreduce_bench.interop import compare as comparing
+
+    unjudged = int(table["significant"].isna().sum())
+    if unjudged:
+        click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
+                   "both sides; they never fail the gate", err=True)
+    slower = comparing.regressions(table, threshold)
+    if len(slower):
+        click.echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
+                              f"{base} by more than {threshold:.0%}:", *comparing.regression_lines(slower)]),
+                   err=True)
+    return bool(len(slower))
 
 
 def _metas(path: Path, read_meta) -> list[dict]:

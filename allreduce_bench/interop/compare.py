@@ -161,8 +161,37 @@ def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
     return table[(table["significant"] == True) & (table["ratio"] > 1 + threshold)]  # noqa: E712
 
 
+def what(row) -> str:
+    """'allreduce ring N=4 16M' (with the link and in-place half where a row has them): which
+    collective, algorithm, world size and size a line of the table is."""
+    extra = [v for v in (getattr(row, "link", ""), getattr(row, "operation", "")) if v]
+    return " ".join([str(row.benchmark), str(row.algorithm), f"N={row.world_size}", *extra,
+                     size_label(row.size_bytes)])
+
+
+def regression_lines(slower: pd.DataFrame) -> list[str]:
+    """One line per regressed size: what it is, the two times, the ratio and its interval."""
+    return [f"  {what(r)}: {r.base_us:.1f} us -> {r.other_us:.1f} us ({r.statistic}), {r.ratio:.2f}x slower "
+            f"[{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in slower.itertuples()]
+
+
+def same_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame) -> bool:
+    """Whether two sides hold the same runs (the same run ids): a run compared with itself or
+    with a copy of itself."""
+    ids = [set(rows["run_id"].dropna().astype(str)) if "run_id" in rows.columns else set()
+           for rows in (base_rows, other_rows)]
+    return bool(ids[0]) and ids[0] == ids[1]
+
+
+STATISTIC_NOTE = ("  times: the median of each side's samples (over its rounds and runs), the "
+                  "time_us_median the run's tables print")
+MEAN_NOTE = ("  (mean): the sides' samples average calls of very different counts (loops, e.g. 3 and 17), "
+             "and where calls switch between a fast and a slow state their medians differ by that "
+             "alone: those sizes compare the mean per call, which does not depend on it")
+
+
 def format_table(table: pd.DataFrame) -> str:
-    out = []
+    out = [STATISTIC_NOTE]
     for (benchmark, algorithm, world_size, link), group in table.groupby(
             ["benchmark", "algorithm", "world_size", "link"], sort=False):
         name = f"{algorithm}" + (f" {benchmark}" if benchmark != "allreduce" else "") + \
@@ -170,7 +199,8 @@ def format_table(table: pd.DataFrame) -> str:
         out.append(f"  {name}, N={world_size}:")
         for r in group.itertuples():
             interval = f"  [{r.ci_low:.3f}, {r.ci_high:.3f}]" if r.ci_low == r.ci_low else ""
-            out.append(f"    {size_label(r.size_bytes):>6}  {r.base_us:10.1f} us -> {r.other_us:10.1f} us"
+            mark = " (mean)" if r.statistic == "mean" else ""
+            out.append(f"    {size_label(r.size_bytes):>6}  {r.base_us:10.1f} us -> {r.other_us:10.1f} us{mark}"
                        f"  {r.verdict}{interval}")
     sampled = table["base_samples"].gt(0) & table["other_samples"].gt(0)
     if not sampled.all():
@@ -181,6 +211,8 @@ def format_table(table: pd.DataFrame) -> str:
         out.append(f"  rounds per size: base {int(rounds['base_rounds'].median())}, other "
                    f"{int(rounds['other_rounds'].median())} (over all runs of a side; the bootstrap "
                    "draws runs, then rounds, then samples)")
+    if table["statistic"].eq("mean").any():
+        out.append(MEAN_NOTE)
     significant = table["significant"].fillna(False).astype(bool)
     out.append(f"  {int(significant.sum())} of {len(table)} sizes significantly different")
     return "\n".join(out)
@@ -221,14 +253,30 @@ def figure(table: pd.DataFrame):
     return fig
 
 
-def write(table: pd.DataFrame, out_dir: Path, fmt: str = "png") -> tuple[Path, Path]:
+def write(table: pd.DataFrame, out_dir: Path, fmt: str = "png") -> tuple[Path, Path, str | None]:
+    """compare.csv and the figure; the third item says what an earlier compare.csv there
+    compared, when this one replaces it (None when there was none)."""
     from allreduce_bench.core.analysis.style import save
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path = out_dir / "compare.csv"
+    replaced = earlier_comparison(csv_path)
     table.to_csv(csv_path, index=False)
-    return csv_path, save(figure(table), out_dir / f"compare.{fmt}")
+    return csv_path, save(figure(table), out_dir / f"compare.{fmt}"), replaced
+
+
+def earlier_comparison(csv_path: Path) -> str | None:
+    """'OTHER against BASE' of the compare.csv at csv_path, 'an unreadable file' for one that
+    is not a comparison, None where there is none."""
+    if not csv_path.exists():
+        return None
+    try:
+        earlier = pd.read_csv(csv_path, usecols=["base", "other"])
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        return "a file that is not a comparison"
+    pairs = earlier.drop_duplicates()
+    return "; ".join(f"{r.other} against {r.base}" for r in pairs.itertuples()) or "nothing"
 
 
 def differing_settings(base_metas: list[dict], other_metas: list[dict], base_rows: pd.DataFrame,

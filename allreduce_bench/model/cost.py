@@ -313,7 +313,7 @@ class CostModel:
     def save(self, path: Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        path.write_text(json.dumps(_rounded(self.to_json()), indent=2) + "\n")
         return path
 
     @classmethod
@@ -474,3 +474,18 @@ def rank_algorithms(links_for, algorithms: list[str], size_bytes: float, world_s
     table = pd.DataFrame(rows).sort_values("time_s", ignore_index=True)
     table["vs_best"] = table["time_s"] / table["time_s"].iloc[0]
     return table
+
+
+SAVED_DIGITS = 9  # significant digits kept: a refit on another machine (BLAS) differs in the 15th
+
+
+def _rounded(value):
+    """Floats to SAVED_DIGITS significant digits, so refitting the same rows writes the same
+    model.json everywhere (a committed example stays unchanged)."""
+    if isinstance(value, float):
+        return float(f"{value:.{SAVED_DIGITS}g}") if math.isfinite(value) else value
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value

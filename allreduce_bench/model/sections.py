@@ -3,6 +3,7 @@ algorithm wins where, measured beside what a fitted model.json predicts, and the
 fit per collective and algorithm."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -17,8 +18,10 @@ from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compar
 
 def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
     """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
-    where `model fit` left a model.json in the run directory (the parent of plots/)."""
-    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent)
+    where `model fit` left a model.json: in the report's folder or its parent (a run's plots/),
+    else in the run directory read (report writes elsewhere unless told)."""
+    read = [Path(d) for d in dict.fromkeys(frame["source"].dropna().astype(str))] if "source" in frame else []
+    path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent, *read)
                  if (p / MODEL_FILE).exists()), None)
     if path is None:
         return []
@@ -41,9 +44,10 @@ def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
         lines += ["Predicted crossover sizes: " + "; ".join(
             f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
             for r in cross.itertuples()), ""]
-    figure = Path(out_dir) / "model_best.png"
-    if figure.exists():
-        lines += ["![fastest algorithm](model_best.png)", ""]
+    figure = next((f for f in (Path(out_dir) / "model_best.png", path.parent / "plots" / "model_best.png")
+                   if f.exists()), None)
+    if figure is not None:  # beside the report, or `model fit`'s own beside model.json
+        lines += [f"![fastest algorithm]({Path(os.path.relpath(figure, out_dir)).as_posix()})", ""]
     return lines
 
 

@@ -116,10 +116,14 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def summary_line(block: dict) -> str:
+    """What NCCL's own lines said: its version, hosts and ranks as far as they tell them."""
     lines = block.get("lines", {})
-    return (f"NCCL {block.get('nccl_version') or '(version not in the log)'}: "
-            f"{len(block.get('hosts') or {})} host(s), {block.get('world_size') or '?'} ranks; "
-            f"{lines.get('messages', 0)} NCCL lines read ({lines.get('info', 0)} INFO, "
+    version = f"NCCL {block.get('nccl_version') or '(version not in the log)'}"
+    if not lines.get("messages"):  # nccl-tests' banner names the version, no NCCL_DEBUG line ran
+        return f"{version}: the version banner only, no NCCL INFO or WARN line (no host set-up to read)"
+    hosts, ranks = len(block.get("hosts") or {}), block.get("world_size")
+    return (f"{version}: {hosts} host(s)" + (f", {ranks} ranks" if ranks else " (its lines do not give the "
+            "world size)") + f"; {lines.get('messages', 0)} NCCL lines read ({lines.get('info', 0)} INFO, "
             f"{lines.get('warn', 0)} WARN, {lines.get('unrecognized', 0)} of a kind not read)")
 
 

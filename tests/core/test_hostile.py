@@ -518,6 +518,27 @@ def test_a_directory_in_use_is_locked(tmp_path):
         with pytest.raises(UsageError, match=f"in use by pid {os.getpid()}"):
             DirectoryLock(tmp_path).acquire()
     DirectoryLock(tmp_path).acquire().release()  # free again once the holder is done
+    assert not (tmp_path / ".lock").exists()  # and a finished run leaves no lock file
+
+
+def test_a_lock_file_removed_between_open_and_lock_is_taken_again(tmp_path, monkeypatch):
+    """A holder that finishes removes its file while it still holds it; a writer that opened
+    the file just before then locks an inode no longer at the path: it must open it anew, or
+    two writers would hold the one directory."""
+    from allreduce_bench.core.results import lock as locking
+
+    real, calls = locking.fcntl.flock, []
+
+    def flock(fd, operation):
+        if not calls:
+            os.unlink(tmp_path / ".lock")  # the holder finished between our open and our lock
+        calls.append(fd)
+        return real(fd, operation)
+
+    monkeypatch.setattr(locking.fcntl, "flock", flock)
+    held = DirectoryLock(tmp_path).acquire()
+    assert len(calls) == 2 and os.stat(tmp_path / ".lock").st_ino == os.fstat(held._fd).st_ino
+    held.release()
 
 
 def test_default_directories_are_unique(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """Figures and report numbers from results alone: synthetic frames, and one real --quick run."""
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,10 @@ def test_two_tags_merged_get_two_line_styles_and_tagged_labels():
     assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "ring [ib]" in labels and "ring [nvlink]" in labels
+    # one algorithm's two runs: two shades, not one colour
+    colour = {line.get_label(): line.get_color() for line in ax.get_lines()}
+    assert colour["ring [ib]"] != colour["ring [nvlink]"]
+    assert len(set(colour.values())) == len(colour)
     plt.close(fig)
 
 
@@ -244,7 +249,7 @@ def test_run_leaves_figures_and_report(quick_run):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
+def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path, monkeypatch):
     other = tmp_path / "other"
     other.mkdir()
     rows = pd.read_csv(quick_run / "results.csv")
@@ -256,11 +261,17 @@ def test_plot_and_report_commands_merge_tagged_runs(quick_run, tmp_path):
     assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == [
         "bandwidth.svg", "latency.svg", "ranks.svg", "scaling.svg", "speedup.svg"]  # ranks: samples kept
 
+    before = {p: p.stat().st_mtime_ns for p in quick_run.rglob("*")}
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     result = CliRunner().invoke(main, ["report", str(quick_run), str(other)])
     assert result.exit_code == 0, result.output
     assert "Peak bus bandwidth" in result.output and "second" in result.output
-    text = (quick_run / "plots" / "report.md").read_text()  # default: plots/ of the first run
+    # default: plots/<first run>+<more runs> here, never into the runs read
+    text = (cwd / "plots" / "run+1" / "report.md").read_text()
     assert "| second |" in text
+    assert {p: p.stat().st_mtime_ns for p in quick_run.rglob("*")} == before
 
 
 def test_terminal_summary_from_a_synthetic_frame():
@@ -288,4 +299,38 @@ def test_a_long_footnote_is_wrapped_to_the_figure_not_cut():
     fig = plots._finish(plt.figure(figsize=(5, 4)), f"{line}\n{line}")
     [note] = [t.get_text() for t in fig.texts]
     assert len(note.splitlines()) == 4 and max(map(len, note.splitlines())) <= 85
+EXAMPLES = sorted(p.parent for p in (REPO / "results").glob("example-*/results.csv"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_a_committed_example_is_what_report_makes_of_it_and_report_leaves_it_alone(example, tmp_path):
+    """scripts/regenerate_figures.sh keeps each example's report.md current (its model.json
+    included), and `report` on it with the default output writes nothing into it."""
+    before = {p: p.read_bytes() for p in example.rglob("*") if p.is_file()}
+    result = CliRunner().invoke(main, ["report", str(example)])  # from tmp_path (conftest)
+    assert result.exit_code == 0, result.output
+    elsewhere = tmp_path / "plots" / example.name / "report.md"
+    assert {p: p.read_bytes() for p in example.rglob("*") if p.is_file()} == before
+    if (example / "model.json").exists():  # found in the run read, its figure linked there
+        text = elsewhere.read_text()
+        link = text.split("![fastest algorithm](", 1)[1].split(")", 1)[0]
+        assert "## Which algorithm wins where" in text and (elsewhere.parent / link).exists()
+    copy = shutil.copytree(example, tmp_path / "copy")  # redrawn where the script redraws it
+    result = CliRunner().invoke(main, ["report", str(copy), "--out-dir", str(copy / "plots")])
+    assert result.exit_code == 0, result.output
+    made = (copy / "plots" / "report.md").read_text()
+    assert made == (example / "plots" / "report.md").read_text(), "run scripts/regenerate_figures.sh"
+
+
+def test_a_merged_runs_series_keep_their_own_style_when_its_links_rows_have_another_run_id():
+    # the README's merged plot: the emulated example's AllReduce rows are one run, its links
+    # rows another; the local run's lines and the emulated run's took one colour and style
+    frame = load_results([REPO / "results" / "example-cpu-gloo", REPO / "results" / "example-emulated-2x2"])
+    fig = plots.bandwidth_figure(frame)
+    ax = visible_axes(fig)[1]  # N = 4: both runs
+    style = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()}
+    assert style["native"] != style["native [emulated-2x2]"]
+    assert style["native [emulated-2x2]"][1] == "--"
     plt.close(fig)

@@ -181,7 +181,7 @@ def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_pa
     assert "note: sum-by-plugin not fitted: declares no cost" in fitted.stdout
     assert (out / "model_best.csv").exists()
 
-    report = cli(plugin_env, "report", str(out))
+    report = cli(plugin_env, "report", str(out), "--out-dir", str(out / "plots"))
     assert report.returncode == 0, report.stderr
     text = (out / "plots" / "report.md").read_text()
     assert "sum-by-plugin" in text and "Which algorithm wins where" in text

@@ -177,3 +177,18 @@ def test_dumps_are_read_without_torch(dumps):
     done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == [f"[{CULPRIT}]", "False"], done.stdout + done.stderr
+
+
+def test_a_backend_without_completions_shows_none_recorded_not_an_empty_column():
+    from allreduce_bench.hang.cli import tables
+    from allreduce_bench.hang.verdict import Verdict
+
+    row = {"seq": 7, "collective": "all_reduce float32[4]", "entered": [0, 1], "completed": [],
+           "never_reached": [], "other_call": {}, "state": ["scheduled"]}
+    group = {"group": "0", "desc": "default_pg", "members": [0, 1], "no_dump": [], "parted_at": None,
+             "collectives": [row]}
+    gloo = tables(Verdict(ranks=[0, 1], dumped=[0, 1], culprits=[], missing_dumps=[], groups=[group], notes=[]))
+    assert "0,1          -            " in gloo and "the backend records no completion" in gloo
+    nccl = {**group, "collectives": [{**row, "completed": [0, 1], "state": ["completed"]}]}
+    text = tables(Verdict(ranks=[0, 1], dumped=[0, 1], culprits=[], missing_dumps=[], groups=[nccl], notes=[]))
+    assert "records no completion" not in text and "0,1          0,1" in text

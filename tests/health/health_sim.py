@@ -26,6 +26,10 @@ class SimCluster:
     rail: dict[tuple[str, int], float] = field(default_factory=dict)
     link: dict[frozenset, float] = field(default_factory=dict)
     frozen: set[str] = field(default_factory=set)  # stop answering from the first round on
+    # moments of load, not faults: every group of a round slowed (round -> factor), or the
+    # groups of one host in one round ((round, host) -> factor)
+    load: dict[int, float] = field(default_factory=dict)
+    moments: dict[tuple[int, str], float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.rng = random.Random(self.seed)
@@ -54,9 +58,10 @@ class SimCluster:
                     channels += [("rail", r, f) for r, f in enumerate(rails)]
             else:
                 channels = [("bisect", None, min(self.host.get(h, 1.0) for h in group))]
+            moment = self.load.get(round.index, 1.0) * min(self.moments.get((round.index, h), 1.0) for h in group)
             for check, rail, factor in channels:
                 for size in SIZES:
-                    value = self._value(check, size, factor)
+                    value = self._value(check, size, factor * moment)
                     out.append(Measurement(round.index, check, tuple(group), rail, size, value,
                                            size / value / 1e3))
         return out

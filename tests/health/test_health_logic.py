@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from health_sim import SIZES, SimCluster, names, random_faults
@@ -33,7 +34,8 @@ def _flagged(v: dict) -> set[str]:
 
 
 def _pair_rounds(check) -> list[list[tuple[str, ...]]]:
-    return [list(r.groups) for r in check.rounds if r.kind == "pairs"]
+    """The pairs of each pair round, without its control pair."""
+    return [[g for g in r.groups if g not in r.controls] for r in check.rounds if r.kind == "pairs"]
 
 
 # ------------------------------------------------------------------ pairing rules
@@ -62,12 +64,16 @@ def test_one_bad_host_of_four():
     cluster = SimCluster(names(4), noise=0.02, host={"node1": 0.25})
     check, v = cluster.run()
     # two perfect matchings (one has only two pairs: no median), then node1 is slow with
-    # node2 and node3, both fine with node0: confirmed, nothing more to measure
+    # node2 and node3, both fine with node0: found, and measured once more with node0 beside
+    # a control pair of the two others before it is judged
     assert _pair_rounds(check) == [[("node0", "node3"), ("node1", "node2")],
-                                   [("node0", "node2"), ("node3", "node1")]]
+                                   [("node0", "node2"), ("node3", "node1")],
+                                   [("node1", "node0")]]
+    assert check.rounds[-1].controls == (("node2", "node3"),)
     assert _flagged(v) == {"node1"}
     bad = next(h for h in v["hosts"] if h["host"] == "node1")
-    assert bad["verdict"] == "bad" and bad["partners"] == ["node2", "node3"]
+    assert bad["verdict"] == "bad" and bad["partners"] == ["node0", "node2", "node3"]
+    assert "beside a control" in bad["why"]
     assert bad["measured_GBps"] < 0.3 * bad["expected_GBps"]
     assert exit_code(v["hosts"], v["pairs"]) == UNHEALTHY
     assert exclude(v["hosts"]) == "node1"
@@ -81,6 +87,7 @@ def test_two_bad_hosts_of_eight_in_one_pair():
     # neither can vouch for the other: each gets two known-good partners, one per round
     assert rounds[1] == [("node2", "node0"), ("node5", "node1")]
     assert rounds[2] == [("node2", "node1"), ("node5", "node0")]
+    assert [r.controls for r in check.rounds[1:]] == [(("node3", "node4"),)] * 2  # judged beside it
     assert _flagged(v) == {"node2", "node5"} and len(rounds) == 3
     assert exclude(v["hosts"]) == "node[2,5]"
 
@@ -391,3 +398,87 @@ def test_a_throttled_host_is_slow_though_its_timing_looked_fine():
                           "gpu_events": ["sw_power_cap"]}) is None
     assert "hw_thermal_slowdown" in held_back_why(
         {"cpus_per_rank": None, "nr_throttled": 0, "throttled_s": 0.0, "gpu_events": ["hw_thermal_slowdown"]})
+
+
+# ------------------------------------------------------------------ moments of load (issue 37)
+
+def test_a_host_slow_in_two_moments_is_cleared_beside_a_control():
+    # on one machine a healthy node0 read 0.70 of expected in both its pair rounds (its rounds'
+    # moments of load), and a third round slowed everybody by half: beside the control pair of
+    # that round it is fine, so nobody is flagged
+    cluster = SimCluster(names(4), noise=0.02, moments={(1, "node0"): 0.6, (2, "node0"): 0.6}, load={3: 0.5})
+    check, v = cluster.run()
+    assert _pair_rounds(check)[2] == [("node0", "node1")] and check.rounds[2].controls == (("node2", "node3"),)
+    assert _flagged(v) == set() and exit_code(v["hosts"], v["pairs"]) == HEALTHY
+    assert not any(p.get("link") and p.get("confirmed") for p in v["pairs"])
+
+
+def test_a_bad_host_stays_bad_beside_a_control_in_a_slow_moment():
+    cluster = SimCluster(names(4), noise=0.02, host={"node0": 0.25}, load={3: 0.5})
+    check, v = cluster.run()
+    bad = next(h for h in v["hosts"] if h["host"] == "node0")
+    assert _flagged(v) == {"node0"} and bad["verdict"] == "bad" and bad["control"] is True
+    assert bad["size_bytes"] == max(SIZES)  # judged on the bandwidth size, not the 4K latency one
+
+
+def test_without_two_free_good_hosts_a_finding_says_it_had_no_control():
+    check, v = SimCluster(names(3), noise=0.02, host={"node1": 0.25}).run(expect={"inter": 15.0})
+    bad = next(h for h in v["hosts"] if h["host"] == "node1")
+    assert bad["verdict"] == "bad" and bad["control"] is False
+    assert "not re-measured beside a control" in bad["why"]
+
+
+def test_a_slow_link_is_confirmed_beside_a_control():
+    cluster = SimCluster(names(4), noise=0.02, link={frozenset(("node0", "node2")): 0.3})
+    check, v = cluster.run()
+    assert check.rounds[-1].controls == (("node1", "node3"),)  # the link again, beside the others
+    link = [p for p in v["pairs"] if set(p["hosts"]) == {"node0", "node2"}]
+    assert all(p["link"] and p["confirmed"] for p in link) and "beside a control pair" in link[-1]["why"]
+    doc = document(check, {"hosts": 4, "ranks_per_node": 1, "sizes": list(SIZES)})
+    assert summary(doc).count("link node0 - node2") == 1  # one line per link, not per round
+    assert {c["round"] for c in doc["controls"]} == {check.rounds[-1].index}
+
+
+def test_an_intra_recheck_is_judged_beside_a_host_found_fine():
+    cluster = SimCluster(names(4), ranks_per_node=2, noise=0.02, moments={(1, "node1"): 0.3}, load={2: 0.3})
+    check, v = cluster.run()
+    again = check.rounds[1]
+    assert again.kind == "intra" and again.controls == (("node0",),) and ("node1",) in again.groups
+    assert _flagged(v) == set()  # slow once, then fine beside node0 though the whole round was slow
+    check, v = SimCluster(names(4), ranks_per_node=2, noise=0.02, intra={"node1": 0.25}).run()
+    assert _flagged(v) == {"node1"} and next(h for h in v["hosts"] if h["host"] == "node1")["control"]
+
+
+def test_the_tolerance_widens_with_the_samples_noise():
+    from allreduce_bench.health.benchmark import median_noise
+    from allreduce_bench.health.reference import K_NOISE, MEDIAN_SE, ratio_noise
+
+    values = [10.0, 10.0, 10.0, 10.0]
+    assert fleet_threshold("pair", 1, values, noise=0.01).tolerance == TOLERANCE_FLOOR  # a quiet fabric
+    # loopback gloo on a busy 2-core machine: cv 17% over 5 samples per median
+    se = median_noise({"time_cv": 0.17, "samples": 5})
+    assert se == pytest.approx(MEDIAN_SE * 0.17 / 5 ** 0.5)
+    noisy = fleet_threshold("pair", 1, values, noise=ratio_noise([se, se, 2 * se]))
+    assert noisy.tolerance == pytest.approx(K_NOISE * 2 ** 0.5 * se) and 0.35 < noisy.tolerance < 0.45
+    assert median_noise({"time_cv": float("nan"), "samples": 5}) == 0.0 == median_noise({"samples": 0})
+
+
+def test_every_ok_row_shows_the_bandwidth_size():
+    check, v = SimCluster(names(4), noise=0.02).run()
+    assert {h["size_bytes"] for h in v["hosts"]} == {max(SIZES)}
+    assert {p["size_bytes"] for p in v["pairs"]} == {max(SIZES)}
+    doc = document(check, {"hosts": 4, "ranks_per_node": 1, "sizes": list(SIZES), "pairs": "quick"})
+    from allreduce_bench.health.plots import report_section
+    assert "| node1 | ok | 4M |" in report_section(doc, None, Path("."))
+
+
+def test_a_noisy_machine_says_how_far_under_a_host_must_be():
+    from allreduce_bench.health.outputs import confidence
+    from allreduce_bench.health.reference import Threshold
+
+    quiet = Threshold("pair", 4 << 20, 1.0, 0.75, 0.25, "fleet", 4, 0.01, 0.01)
+    noisy = Threshold("pair", 4 << 20, 1.0, 0.4, 0.6, "fleet", 4, 0.01, 0.2)
+    latency = Threshold("pair", 4096, 1.0, 0.1, 0.9, "fleet", 4, 0.01, 0.2)
+    assert confidence([quiet, latency], 4 << 20) == []
+    [line] = confidence([noisy, latency], 4 << 20)
+    assert "more than 60% under" in line and "standard error 14%" in line and "--budget" in line

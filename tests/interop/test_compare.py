@@ -1,6 +1,7 @@
 """compare: ratio of medians per size, significance from raw samples, the regression gate."""
 import json
 import re
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -274,3 +275,36 @@ def test_samples_of_very_different_loops_are_compared_by_their_mean_per_call():
     assert "means per call: samples of 1 and 20 calls" in line["verdict"]
     same = compare_runs(rows, rows.assign(run_id="b"), one, _two_state_samples("b", 1, seed=3)).iloc[0]
     assert same["statistic"] == "median" and "means per call" not in same["verdict"]
+
+
+def test_a_regression_line_names_collective_algorithm_world_size_and_size(tmp_path):
+    base = _run_dir(tmp_path / "base", "a", seed=1)
+    slow = _run_dir(tmp_path / "slow", "c", {1 << 22: 1.5, 1 << 24: 1.5}, seed=3)
+    result = CliRunner().invoke(main, ["compare", str(base), str(slow), "--fail-if-slower", "5%",
+                                       "--out-dir", str(tmp_path / "c")])
+    assert result.exit_code == 1, result.output
+    assert f"REGRESSION: 2 size(s) of {slow} significantly slower than {base} by more than 5%:" in result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("  allreduce ring N=4 ")]
+    assert [line.split(":")[0] for line in lines] == ["  allreduce ring N=4 4M", "  allreduce ring N=4 16M"]
+    assert all(re.search(r"us -> .* us \(median\), 1\.\d\dx slower \[", line) for line in lines)
+    # the times are the run's own: the median its tables print as time_us_median
+    assert "the time_us_median the run's tables print" in result.output
+
+
+def test_a_run_compared_with_itself_is_refused(tmp_path):
+    run = _run_dir(tmp_path / "run", "a", seed=1)
+    shutil.copytree(run, tmp_path / "copy")
+    for other in (run, tmp_path / "copy"):
+        result = CliRunner().invoke(main, ["compare", str(run), str(other), "--out-dir", str(tmp_path / "c")])
+        assert result.exit_code == 2 and "the same run(s)" in result.output
+        assert "Traceback" not in result.output and not (tmp_path / "c").exists()
+
+
+def test_an_earlier_comparison_is_not_replaced_silently(tmp_path):
+    base = _run_dir(tmp_path / "base", "a", seed=1)
+    one, two = _run_dir(tmp_path / "one", "b", seed=2), _run_dir(tmp_path / "two", "c", seed=3)
+    first = CliRunner().invoke(main, ["compare", str(base), str(one), "--out-dir", str(tmp_path / "c")])
+    assert first.exit_code == 0 and "replaces" not in first.output
+    second = CliRunner().invoke(main, ["compare", str(base), str(two), "--out-dir", str(tmp_path / "c")])
+    assert second.exit_code == 0
+    assert f"replaces the earlier one there, which compared {one} against {base}" in second.output

@@ -314,10 +314,10 @@ def test_report_shows_another_collective_in_its_own_section(tmp_path):
     log.write_text("# Collective test starting: reduce_scatter_perf\n" + text)
     out = tmp_path / "o"
     assert CliRunner().invoke(main, ["import", str(log), "--out", str(out)]).exit_code == 0
-    result = CliRunner().invoke(main, ["report", str(out)])
+    result = CliRunner().invoke(main, ["report", str(out), "--out-dir", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     assert "in-place rows" not in result.output  # both halves are lines of the collectives' table
-    report = next(out.rglob("report.md")).read_text()
+    report = (tmp_path / "r" / "report.md").read_text()
     assert "## Other collectives" in report and "| reduce_scatter | native |" in report
     assert "| reduce_scatter | native (in place) |" in report
 
@@ -452,6 +452,16 @@ def test_no_published_log_loses_a_row_and_nccl_lines_go_into_meta(tmp_path):
     assert meta["environment"] == {"NCCL_TREE_THRESHOLD": "600000000"}
 
 
+@needs_logs
+def test_an_nccl_banner_alone_is_not_said_as_zero_hosts(tmp_path):
+    result = CliRunner().invoke(main, ["import", str(_log("01-")), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0 and "16 ranks" in result.output
+    assert "NCCL 2.4.6+cuda10.0: the version banner only" in result.output
+    assert "0 host(s)" not in result.output and "? ranks" not in result.output
+    result = CliRunner().invoke(main, ["import", str(_log("03-")), "--out", str(tmp_path / "p")])
+    assert "1 host(s) (its lines do not give the world size)" in result.output
+
+
 @pytest.mark.skipif(not (_shared() / "data" / "nccl-info").is_dir(), reason="nccl-info logs not found")
 def test_a_log_whose_only_row_is_cut_off_is_refused_naming_it(tmp_path):
     path = next((_shared() / "data" / "nccl-info").glob("02-*.txt"))
@@ -489,7 +499,8 @@ def test_no_shared_file_gives_a_traceback_in_any_command(tmp_path):
     for path in sorted(p for p in LOGS.iterdir() if p.is_file()):
         out = tmp_path / path.stem[:2]
         steps = [["import", str(path), "--out", str(out)], ["model", "fit", str(out)],
-                 ["plot", str(out)], ["report", str(out)],
+                 ["plot", str(out), "--out-dir", str(out / "plots")],
+                 ["report", str(out), "--out-dir", str(out / "plots")],
                  ["compare", str(out), str(out), "--out-dir", str(tmp_path / f"c{path.stem[:2]}")]]
         for args in steps:
             result = CliRunner().invoke(main, args)

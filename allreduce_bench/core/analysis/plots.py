@@ -39,15 +39,23 @@ from allreduce_bench.core.analysis.tables import (  # noqa: E402
 )
 from allreduce_bench.core.units import format_size  # noqa: E402
 
+PAIRED = plt.get_cmap("tab20").colors  # 10 hues, each a dark then a light shade
+
 
 class Styles:
-    """Colour per algorithm, line style and marker per series, stable across figures."""
+    """Colour per algorithm, line style and marker per series, stable across figures. With
+    several series (merged runs), an algorithm's series take the dark and the light shade of
+    its hue in turn, so two runs' lines of one algorithm are told apart by colour too."""
 
     def __init__(self, frame: pd.DataFrame):
         ordered = sorted(set(frame["algorithm"].astype(str)), key=algorithm_rank)
         cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         self.colours = {a: cycle[i % len(cycle)] for i, a in enumerate(ordered)}
-        self.series = sorted(set(label_runs(frame)["series"]))
+        # named as the curves name them (their AllReduce rows only): a run whose other rows
+        # (links' intra/inter) carry another run id would otherwise rename its series
+        points = curves(frame)
+        self.series = sorted(set(points.index.get_level_values("series") if len(points)
+                                 else label_runs(frame)["series"]))
 
     def order(self, points: pd.DataFrame) -> list[tuple[str, str]]:
         """(series, algorithm) pairs present in `points`, series first, then algorithms in the
@@ -61,8 +69,16 @@ class Styles:
     def __call__(self, algorithm: str, series: str = "") -> dict:
         i = self.series.index(series) if series in self.series else 0
         label = f"{algorithm} [{series}]" if len(self.series) > 1 and series else algorithm
-        return dict(color=self.colours.get(algorithm, "black"), linestyle=LINE_STYLES[i % 6],
+        return dict(color=self.colour(algorithm, i), linestyle=LINE_STYLES[i % 6],
                     marker=MARKERS[i % 6], markersize=3, label=label)
+
+    def colour(self, algorithm: str, series_index: int = 0):
+        if algorithm not in self.colours:
+            return "black"
+        if len(self.series) < 2:
+            return self.colours[algorithm]
+        hue = list(self.colours).index(algorithm) % (len(PAIRED) // 2)
+        return PAIRED[2 * hue + series_index % 2]
 
 
 def _panels(count: int, title: str, width: float = 5.0, height: float = 3.8):

@@ -10,7 +10,9 @@ from allreduce_bench.core.results.load import load_results
 
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
-                       help="Where figures go. [plots/ of the first run]")
+                       help="Where the figures (and report.md) go; RUN/plots to write beside a run, as "
+                       "`run` does. [plots/<first run's name>[+N] under the current directory, not "
+                       "into the runs read]")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
                       show_default=True, help="Figure file format.")
 SIZE = click.option("--size", help="Size the scaling figure and table compare world sizes at, "
@@ -18,8 +20,11 @@ SIZE = click.option("--size", help="Size the scaling figure and table compare wo
 
 
 def default_out_dir(paths: tuple[Path, ...]) -> Path:
-    first = paths[0]
-    return (first if first.is_dir() else first.parent) / "plots"
+    """plots/<first run's folder name>, +N for N more runs, under the current directory: not
+    into the runs read (a committed example stays as it is) unless --out-dir names a place there."""
+    first = paths[0] if paths[0].is_dir() else paths[0].parent
+    name = first.resolve().name or "run"
+    return Path("plots") / (name + (f"+{len(paths) - 1}" if len(paths) > 1 else ""))
 
 
 def _load(paths: tuple[Path, ...], out_dir: Path | None):

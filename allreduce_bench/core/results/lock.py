@@ -1,7 +1,9 @@
 """One run per directory: the writer of a run holds an exclusive lock on <dir>/.lock.
 
 flock is released by the kernel when the holder exits, however it exits (SIGKILL included), so a
-stale lock never blocks a resume. The file keeps the holder's pid for the message."""
+stale lock never blocks a resume. The file keeps the holder's pid for the message. A holder that
+ends normally removes the file before it lets go, so a finished run leaves no .lock; whoever
+locked the file in between holds an inode no longer at the path, sees it and takes the new one."""
 from __future__ import annotations
 
 import fcntl
@@ -22,22 +24,36 @@ class DirectoryLock:
 
     def acquire(self) -> DirectoryLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise UsageError(f"{self.path.parent} is in use by pid {holder} (another run writes "
-                             "there); wait for it to finish or choose another --out") from None
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                os.close(fd)
+                raise UsageError(f"{self.path.parent} is in use by pid {holder} (another run writes "
+                                 "there); wait for it to finish or choose another --out") from None
+            if self._still_at_path(fd):
+                break
+            os.close(fd)  # its holder removed it as it finished, after we opened it: again
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
         return self
 
+    def _still_at_path(self, fd: int) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)  # the kernel drops the lock; the file stays (harmless, tiny)
+            try:
+                os.unlink(self.path)  # while still held (module doc): no .lock left behind
+            except FileNotFoundError:
+                pass
+            os.close(self._fd)  # the kernel drops the lock
             self._fd = None
 
     def __enter__(self) -> DirectoryLock:
