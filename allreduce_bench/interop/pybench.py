@@ -73,8 +73,7 @@ def parse(text: str, source: str) -> list[ImportedRun]:
                              f"{len(columns)}")
         named = dict(zip(columns, cells))
         try:
-            # its payloads are powers of two printed as 32KB, 16GB: binary, whatever KB means here
-            size = parse_size(re.sub(r"([KMGT])B$", r"\1", named["payload"]), "payload")
+            size = parse_size(re.sub(r"([KMGT])B$", r"\1", named["payload"]), "payload")  # 32KB: 2**15
             algbw = parse_bandwidth(named["algbw"], "algbw") / 1e9
             busbw = parse_bandwidth(named["busbw"], "busbw") / 1e9
         except (KeyError, UsageError) as error:

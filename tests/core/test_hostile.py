@@ -93,8 +93,8 @@ def cli(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     stub = Stub()
     modules = sys.modules  # cli/__init__ binds `ddp` and `emulate` to commands: go by module
-    import allreduce_bench.core.cli.finish  # noqa: F401  (the commands call the driver through it)
-    monkeypatch.setattr(modules["allreduce_bench.core.cli.finish"], "drive", stub)
+    import allreduce_bench.core.launch.driver  # noqa: F401  (finish imports drive from it when called)
+    monkeypatch.setattr(modules["allreduce_bench.core.launch.driver"], "drive", stub)
 
     def no_namespaces():  # emulate validated everything: stop before building namespaces
         raise SystemExit(0)

@@ -104,7 +104,7 @@ def test_svg_ids_are_unique_across_the_page(run_dir):
 
 
 def test_report_command_writes_the_page_beside_report_md(run_dir):
-    result = CliRunner().invoke(main, ["report", str(run_dir)])
+    result = CliRunner().invoke(main, ["report", str(run_dir), "--out-dir", str(run_dir / "plots")])
     assert result.exit_code == 0, result.output
     assert (run_dir / "plots" / HTML_FILE).exists() and (run_dir / "plots" / "report.md").exists()
     assert HTML_FILE in result.output
