@@ -36,17 +36,3 @@ def entry(name: str) -> Entry:
         return REGISTRY[name]
     except KeyError:
         raise UsageError(f"unknown benchmark {name!r}; choose from {', '.join(REGISTRY)}") from None
-
-
-def command_of(name: str) -> str:
-    return entry(name).command
-
-
-def config_of(name: str, **options):
-    """The benchmark's config from its command's options (validated, one line on bad input)."""
-    return entry(name).config(**options)
-
-
-def outcome_of(name: str):
-    """The benchmark's outcome(out_dir, since) function, or None."""
-    return entry(name).outcome

@@ -16,7 +16,7 @@ from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed_dir, same_emulation
 from allreduce_bench.core.environment import EMULATION_ENV, overridden
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.emulate.benchmarks import REGISTRY, command_of, config_of
+from allreduce_bench.emulate.benchmarks import REGISTRY, entry
 from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
 
 NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
@@ -80,7 +80,7 @@ def per_benchmark_args(benchmarks: list[str], args: list[str]) -> dict[str, list
     """benchmark -> the options its command gets on every host."""
     ctx = click.get_current_context()
     root = ctx.find_root().command
-    commands = {b: root.get_command(ctx, command_of(b)) for b in benchmarks}
+    commands = {b: root.get_command(ctx, entry(b).command) for b in benchmarks}
     split = split_args(commands, args)
     if "ddp" in split:
         split["ddp"] = with_ddp_defaults(split["ddp"])
@@ -96,10 +96,10 @@ def check_benchmark_args(forwarded: dict[str, list[str]], nodes: int, ranks_per_
                 "LOCAL_WORLD_SIZE": str(ranks_per_node), EMULATION_ENV: "validating"}
     configs = {}
     for benchmark, args in forwarded.items():
-        name = command_of(benchmark)
+        name = entry(benchmark).command
         command = root.get_command(click.get_current_context(), name)
         with command.make_context(name, list(args)) as ctx, overridden(as_rank0):
-            config = config_of(benchmark, **ctx.params)
+            config = entry(benchmark).config(**ctx.params)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"

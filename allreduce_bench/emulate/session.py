@@ -127,8 +127,8 @@ def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation,
     """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
     `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
     bar below says how far the benchmark is)."""
-    outcome, since = benchmarks.outcome_of(benchmark), time.time()
-    command = [benchmarks.command_of(benchmark), *args, "--out", str(out_dir)]
+    outcome, since = benchmarks.entry(benchmark).outcome, time.time()
+    command = [benchmarks.entry(benchmark).command, *args, "--out", str(out_dir)]
     _say(f"{step}: `allreduce-bench {shlex.join(command[:-2])}` on {cluster.nodes} hosts x "
          f"{cluster.ranks_per_node} ranks")
     code = run_on_hosts(cluster, command, emulation, cpu.procs,
