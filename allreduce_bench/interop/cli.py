@@ -162,6 +162,11 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     size whose runs disagree with themselves more than the change says that. Runs without
     samples (imports, older runs) are compared by the ratio alone, and say so.
     Writes compare.csv and compare.<format> (ratio against size, with its interval).
+    A job's collectives (an `import` of NCCL Inspector records) against a benchmark run:
+    `compare BENCH_RUN JOB_RUN` shows, size by size, the job's busbw as a share of the
+    benchmark's at the same collective, world size and size (interpolated between measured
+    sizes), and writes job_vs_benchmark.csv and .<format>: the benchmark's busbw curve with
+    the job's calls over it.
     """
     from allreduce_bench.core.results.load import load_results, load_samples
     from allreduce_bench.core.results.store import read_meta
@@ -172,6 +177,8 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     base_rows = load_results(base, explain_skips=False)
     out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    if _compared_job(base, base_rows, others, out_dir, fmt):
+        return
     failed = False
     tables = []
     for other in others:
@@ -203,6 +210,27 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     click.echo(f"\ncompare: {csv_path}\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _compared_job(base: Path, base_rows, others, out_dir: Path, fmt: str) -> bool:
+    """The job view (interop/job_vs_benchmark.py) when one side is a job run; False otherwise."""
+    from allreduce_bench.core.results.load import load_results, load_samples
+    from allreduce_bench.interop import job_vs_benchmark as view
+
+    sides = [(other, load_results(other, explain_skips=False)) for other in others]
+    jobs = [(other, rows) for other, rows in sides if view.is_job(rows)]
+    if view.is_job(base_rows):
+        if len(others) != 1 or jobs:
+            raise UsageError("give the benchmark run first and one job run after it: compare BENCH_RUN JOB_RUN")
+        click.echo(f"note: {base} is the job; comparing it against {others[0]}")
+        jobs, (base, base_rows) = [(base, base_rows)], sides[0]
+    for job, job_rows in jobs:
+        table = view.compare_job(base_rows, job_rows)
+        click.echo(f"\n{job} (a job's calls, NCCL Inspector) against the benchmark {base}:")
+        click.echo(view.format_table(table))
+        csv_path, figure = view.write(table, base_rows, load_samples(job), out_dir, fmt)
+        click.echo(f"\njob vs benchmark: {csv_path}\nfigure: {figure}")
+    return bool(jobs)
 
 
 def _metas(path: Path, read_meta) -> list[dict]:
