@@ -32,7 +32,7 @@ def _job(folder, layout="v4", verbose=False, algo=None):
 
 def _import(tmp_path, *paths):
     result = CliRunner().invoke(main, ["import", *map(str, paths), "--out", str(tmp_path / "out")])
-    return result, tmp_path / "out" / paths[0].name.split(".")[0]
+    return result, tmp_path / "out" / (paths[0].name if paths[0].is_dir() else paths[0].name.split(".")[0])
 
 
 def test_v4_records_become_one_row_per_collective_size_and_communicator_size(tmp_path):

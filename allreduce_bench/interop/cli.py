@@ -62,7 +62,7 @@ def import_command(files, out_dir, tag, collective, world_size):
     out_dir.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
     if job is not None:
-        _write_job(job, jobs, _unique_dir(out_dir, jobs[0].name.split(".")[0], taken), tag)
+        _write_job(job, jobs, _unique_dir(out_dir, _job_name(jobs[0]), taken), tag)
     for path, runs in parsed:
         digest = interop.digest(path)
         for index, run in enumerate(runs):
@@ -74,6 +74,11 @@ def import_command(files, out_dir, tag, collective, world_size):
             _describe(path, run, frame, samples is not None, target)
 
 
+def _job_name(path: Path) -> str:
+    """A job's run directory: its folder's name, or its first file's without the suffixes."""
+    return path.name if path.is_dir() else path.name.split(".")[0]
+
+
 def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
     """A job's Inspector records as one run (interop/job.py), and what was read and skipped."""
     import uuid
@@ -82,7 +87,7 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
     from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
     from allreduce_bench.interop import job
 
-    tag = tag if tag is not None else paths[0].name.split(".")[0]
+    tag = tag if tag is not None else _job_name(paths[0])
     run_id = uuid.uuid5(uuid.NAMESPACE_URL, ":".join(interop.digest(f) for f in read.files)).hex
     target.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
@@ -194,22 +199,29 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
         table.insert(0, "base", str(base))
         tables.append(table)
         if threshold is not None:
-            unjudged = int(table["significant"].isna().sum())
-            if unjudged:
-                click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
-                           "both sides; they never fail the gate", err=True)
-            slower = comparing.regressions(table, threshold)
-            if len(slower):
-                failed = True
-                click.echo(f"REGRESSION: {len(slower)} size(s) significantly slower than {base} by more "
-                           f"than {threshold:.0%}: " + ", ".join(comparing.size_label(s) for s in slower["size_bytes"]),
-                           err=True)
+            failed = _gate(table, threshold, base) or failed
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     csv_path, figure = comparing.write(table, out_dir, fmt)
     click.echo(f"\ncompare: {csv_path}\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _gate(table, threshold: float, base: Path) -> bool:
+    """--fail-if-slower: True (and a REGRESSION line) when a size is significantly slower."""
+    from allreduce_bench.interop import compare as comparing
+
+    unjudged = int(table["significant"].isna().sum())
+    if unjudged:
+        click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
+                   "both sides; they never fail the gate", err=True)
+    slower = comparing.regressions(table, threshold)
+    if len(slower):
+        click.echo(f"REGRESSION: {len(slower)} size(s) significantly slower than {base} by more "
+                   f"than {threshold:.0%}: " + ", ".join(comparing.size_label(s) for s in slower["size_bytes"]),
+                   err=True)
+    return bool(len(slower))
 
 
 def _compared_job(base: Path, base_rows, others, out_dir: Path, fmt: str) -> bool:

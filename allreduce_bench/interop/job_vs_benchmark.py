@@ -116,8 +116,12 @@ def figure(table: pd.DataFrame, bench: pd.DataFrame, calls: pd.DataFrame):
     from allreduce_bench.core.analysis.style import plt, size_axis
 
     panels = list(table.groupby(["collective", "world_size"], sort=False))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
-    for ax, ((collective, n), group) in zip(axes[0], panels):
+    columns = min(3, len(panels))
+    grid = -(-len(panels) // columns)
+    fig, axes = plt.subplots(grid, columns, figsize=(5 * columns, 3.6 * grid), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, ((collective, n), group) in zip(axes.flat, panels):
         found = curve(bench[bench["benchmark"] != JOB], collective, n)
         if found is not None:
             sizes = found[1].index.to_numpy()
@@ -128,11 +132,12 @@ def figure(table: pd.DataFrame, bench: pd.DataFrame, calls: pd.DataFrame):
         ax.scatter(group["size_bytes"], group["job_busbw_GBps"], s=60, marker="D", color="tab:red",
                    edgecolors="black", label="job (median)")
         size_axis(ax)
+        ax.set_yscale("log")  # busbw spans decades from latency- to bandwidth-bound sizes
         ax.set_ylabel("busbw (GB/s)")
         ax.set_title(f"{collective}, N={n}", fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle("a job's collectives (NCCL Inspector) against the benchmark", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the title
     return fig
 
 
