@@ -19,9 +19,9 @@ MIN_BUSBW_OPTION = click.option(
 
 
 def checked_floor(options: dict) -> float | None:
-    """Take --min-busbw out of the command's options (the run's config does not hold it), in
-    GB/s, refused before any rank starts when it is not a bandwidth."""
-    text = options.pop("min_busbw", None)
+    """--min-busbw of the command's options in GB/s (the run's config only checks it), refused
+    before any rank starts when it is not a bandwidth."""
+    text = options.get("min_busbw")
     return None if text is None else parse_floor(text)
 
 
