@@ -106,7 +106,8 @@ from allreduce_bench.model import cli as model  # noqa: E402
 from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
 
 COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model, emulate.emulate,
-            links.links, health.health, interop.import_command, interop.compare_command,
+            links.links, health.health, interop.import_command, interop.export_command,
+            interop.compare_command,
             nccl_log.nccl_log_command, hang.hang)
 for command in COMMANDS:
     main.add_command(command)

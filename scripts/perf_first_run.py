@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout measured, installed or not
 SIZES = {"16K": 16 << 10, "1M": 1 << 20}
 HOG = "while True: pass"
 
@@ -153,7 +154,7 @@ def report_page(run_dir: Path) -> None:
     page = run_dir / "plots" / "report.html"
     text = page.read_text(encoding="utf-8")
     print(f"   {page}: {page.stat().st_size / 1024:.0f} KiB, {text.count('<svg')} figures inline, "
-          f"{text.count('<table')} tables; in a browser: python -m pytest tests/test_report_html.py")
+          f"{text.count('<table')} tables; in a browser: python -m pytest tests/core/test_report_html.py")
 
 
 def main() -> None:

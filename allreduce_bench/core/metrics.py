@@ -186,6 +186,7 @@ def sample_stats(per_rank_us, loops: int = 1) -> dict:
         "time_us_mean": mean,
         "time_us_p5": float(series.quantile(0.05)),
         "time_us_p95": float(series.quantile(0.95)),
+        "time_us_p99": float(series.quantile(0.99)),
         "time_us_min": float(series.min()),
         "time_us_max": float(series.max()),
         "time_cv": cv,

@@ -127,10 +127,12 @@ def _benchmark(run: ImportedRun, in_place: bool) -> str:
 def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:
     if run.source_tool != "nccl-tests":
         return {"timing": run.source_tool}
-    kept = 0 if run.samples is None else int(((run.samples["size_bytes"] == row["size_bytes"])
-                                              & (run.samples["in_place"] == row["in_place"])).sum())
-    if kept:
-        return {"timing": "nccl-tests -J per-iteration", "samples": kept, "loops": 1}
+    samples = run.samples
+    if samples is not None:
+        samples = samples[(samples["size_bytes"] == row["size_bytes"]) & (samples["in_place"] == row["in_place"])]
+    if samples is not None and len(samples):  # iterations (a list per process), of `loops` calls (-m)
+        return {"timing": "nccl-tests -J per-iteration", "samples": int(samples["sample"].nunique()),
+                "loops": int(samples["loops"].iloc[0])}
     return {"timing": "nccl-tests average", "samples": 1, "loops": settings.get("iters")}
 
 
@@ -143,7 +145,7 @@ def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFr
     rows = []
     for r in run.rows:
         row = {"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
-               "benchmark": _benchmark(run, r["in_place"]), "algorithm": "native",
+               "benchmark": _benchmark(run, r["in_place"]), "algorithm": run.algorithm,
                "backend": backend, "device": device, "world_size": run.world_size,
                "nodes": nodes,
                "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
@@ -184,7 +186,7 @@ def samples_frame(run: ImportedRun, run_id: str) -> pd.DataFrame | None:
     if run.samples is None or run.samples.empty:
         return None
     frame = run.samples.copy()
-    frame["run_id"], frame["algorithm"], frame["world_size"] = run_id, "native", run.world_size
+    frame["run_id"], frame["algorithm"], frame["world_size"] = run_id, run.algorithm, run.world_size
     frame["benchmark"] = [_benchmark(run, bool(p)) for p in frame["in_place"]]
     for column in SAMPLE_COLUMNS:
         if column not in frame.columns:

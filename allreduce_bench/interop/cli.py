@@ -29,7 +29,7 @@ def _unique_dir(out: Path, name: str, taken: set[str]) -> Path:
 @click.option("--world-size", type=int, default=None, help="Ranks, when the log neither prints them "
               "nor lets busbw/algbw tell.")
 def import_command(files, out_dir, tag, collective, world_size):
-    """Import nccl-tests, PARAM comms or all_reduce_bench.py output as runs.
+    """Import nccl-tests, PARAM comms, all_reduce_bench.py or NCCL Inspector output as runs.
 
     \b
     FILES: nccl-tests text output (any generation, pasted with launcher prefixes, NCCL INFO
@@ -41,14 +41,28 @@ def import_command(files, out_dir, tag, collective, world_size):
     NCCL's own debug lines in the file go into meta.json's `nccl` block (see `nccl-log`).
     Every result row is imported or listed as skipped with FILE:LINE and why; a file whose
     rows cannot be told apart is refused.
+    NCCL Inspector's records of a real job (JSON Lines, <host>-pid<pid>.log, v4 records or
+    flat ones, verbose or not, .gz too; a folder: every such file below it): all given
+    together are one job, one run of benchmark=job with a row per (collective, size,
+    communicator size), its calls as samples; hold it against a benchmark run with
+    `compare BENCH_RUN JOB_RUN`. A line cut short is skipped and counted.
     """
     from allreduce_bench import interop
+    from allreduce_bench.interop import inspector
 
     if world_size is not None and world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {world_size}")
+    jobs = [path for path in files if inspector.looks_like(path)]
+    for path in files:
+        if path.is_dir() and path not in jobs:
+            raise UsageError(f"{path} is a folder without NCCL Inspector files (*.log, *.jsonl[.gz]); give "
+                             "tool output files, or the folder NCCL_INSPECTOR_DUMP_DIR names")
+    job = inspector.read(jobs) if jobs else None
+    parsed = [(path, interop.read_file(path)) for path in files if path not in jobs]  # all read first
     out_dir.mkdir(parents=True, exist_ok=True)
-    parsed = [(path, interop.read_file(path)) for path in files]  # every file read before writing any
     taken: set[str] = set()
+    if job is not None:
+        _write_job(job, jobs, _unique_dir(out_dir, _job_name(jobs[0]), taken), tag)
     for path, runs in parsed:
         digest = interop.digest(path)
         for index, run in enumerate(runs):
@@ -58,6 +72,32 @@ def import_command(files, out_dir, tag, collective, world_size):
             frame, samples = _write_run(run, path, target, tag if tag is not None else path.stem,
                                         interop.run_id_of(str(path), run, digest))
             _describe(path, run, frame, samples is not None, target)
+
+
+def _job_name(path: Path) -> str:
+    """A job's run directory: its folder's name, or its first file's without the suffixes."""
+    return path.name if path.is_dir() else path.name.split(".")[0]
+
+
+def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
+    """A job's Inspector records as one run (interop/job.py), and what was read and skipped."""
+    import uuid
+
+    from allreduce_bench import interop
+    from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
+    from allreduce_bench.interop import job
+
+    tag = tag if tag is not None else _job_name(paths[0])
+    run_id = uuid.uuid5(uuid.NAMESPACE_URL, ":".join(interop.digest(f) for f in read.files)).hex
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
+    frame = job.rows(read.frame, run_id, tag, ",".join(map(str, paths)))
+    frame.to_csv(target / "results.csv", index=False)
+    write_parquet(target, frame)
+    write_meta(target, job.meta(read, run_id, tag, read.files))
+    SamplesWriter(target).append(job.samples(read.frame, run_id))
+    for line in job.describe(read, frame, target):
+        click.echo(line)
 
 
 def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
@@ -127,6 +167,11 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     size whose runs disagree with themselves more than the change says that. Runs without
     samples (imports, older runs) are compared by the ratio alone, and say so.
     Writes compare.csv and compare.<format> (ratio against size, with its interval).
+    A job's collectives (an `import` of NCCL Inspector records) against a benchmark run:
+    `compare BENCH_RUN JOB_RUN` shows, size by size, the job's busbw as a share of the
+    benchmark's at the same collective, world size and size (interpolated between measured
+    sizes), and writes job_vs_benchmark.csv and .<format>: the benchmark's busbw curve with
+    the job's calls over it.
     """
     from allreduce_bench.core.results.load import load_results, load_samples
     from allreduce_bench.core.results.store import read_meta
@@ -138,6 +183,8 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     base_rows = load_results(base, explain_skips=False)
     out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
     sides = [(other, load_results(other, explain_skips=False)) for other in others]
+    if _compared_job(base, base_rows, sides, out_dir, fmt):
+        return
     for other, other_rows in sides:  # every side read and checked before anything is written
         if comparing.same_runs(base_rows, other_rows):
             raise UsageError(f"{other} holds the same run(s) as {base} (run id "
@@ -184,6 +231,70 @@ def _gate(table, threshold: float, base: Path, other: Path) -> bool:
     return bool(len(slower))
 
 
+def _compared_job(base: Path, base_rows, sides, out_dir: Path, fmt: str) -> bool:
+    """The job view (interop/job_vs_benchmark.py) when one side is a job run; False otherwise."""
+    from allreduce_bench.core.results.load import load_samples
+    from allreduce_bench.interop import job_vs_benchmark as view
+
+    jobs = [(other, rows) for other, rows in sides if view.is_job(rows)]
+    if view.is_job(base_rows):
+        if len(sides) != 1 or jobs:
+            raise UsageError("give the benchmark run first and one job run after it: compare BENCH_RUN JOB_RUN")
+        click.echo(f"note: {base} is the job; comparing it against {sides[0][0]}")
+        jobs, (base, base_rows) = [(base, base_rows)], sides[0]
+    for job, job_rows in jobs:
+        table = view.compare_job(base_rows, job_rows)
+        click.echo(f"\n{job} (a job's calls, NCCL Inspector) against the benchmark {base}:")
+        click.echo(view.format_table(table))
+        csv_path, figure = view.write(table, base_rows, load_samples(job), out_dir, fmt)
+        click.echo(f"\njob vs benchmark: {csv_path}\nfigure: {figure}")
+    return bool(jobs)
+
+
 def _metas(path: Path, read_meta) -> list[dict]:
     from allreduce_bench.core.results.load import result_files
     return [read_meta(f.parent) for f in result_files(path)]
+
+
+@click.command("export")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["nccl-tests-json"]), default="nccl-tests-json",
+              show_default=True, help="nccl-tests-json: what nccl-tests 2.19's `-J FILE -I 1` writes "
+              "(JSON version 3).")
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
+              help="Folder for the files (one per collective, algorithm, world size and dtype).")
+@click.option("--min-busbw", default=None, metavar="BANDWIDTH", help="Judge each file's "
+              "average_bus_bandwidth as NCCL_TESTS_MIN_BW would (okay \"true\" when >= 90% of it); "
+              "without it okay is \"unchecked\", as nccl-tests writes without the variable.")
+def export_command(run_dir, fmt, out_dir, min_busbw):
+    """Write a run as nccl-tests' JSON files, for the tools that read them.
+
+    \b
+    RUN_DIR: a run directory (or a folder of runs). One file per (collective, algorithm, world
+    size, dtype), named <collective>_perf-<algorithm>-n<N>-<dtype>.json, holding every key
+    nccl-tests 2.19's writer emits with -I 1, with its meanings: time = each rank's mean time
+    per call averaged over ranks (nccl-tests' -a 1), algbw/busbw from it, per-iteration blocks
+    from the raw samples (per_process_max_times_us: one list per rank; times_us: the max over
+    ranks). AllReduce, Broadcast and Reduce run in place: their numbers are the in_place half
+    (out_of_place is null, as nccl-tests writes a half it did not run; NVIDIA's
+    tools/analyze_perf_json.py reads them with --in-place). `import` reads the files back.
+    """
+    from allreduce_bench.core.analysis.floor import parse_floor
+    from allreduce_bench.core.results.load import load_results, load_samples
+    from allreduce_bench.core.results.store import read_meta
+    from allreduce_bench.interop import export_nccl_tests as export
+
+    floor = None if min_busbw is None else parse_floor(min_busbw)
+    rows = load_results(run_dir, explain_skips=False)
+    chosen = export.exportable(rows)
+    if chosen.empty:
+        raise UsageError(f"{run_dir} holds no collective rows to export (links, ddp, health and job "
+                         "rows have no nccl-tests program); give a run of `run`")
+    left = sorted(set(rows["benchmark"].astype(str)) - set(chosen["benchmark"].astype(str)))
+    if left:
+        click.echo(f"note: {len(rows) - len(chosen)} rows of {', '.join(left)} are not collectives "
+                   "nccl-tests measures; not exported")
+    metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
+    for name, document in export.documents(chosen, load_samples(run_dir), metas, floor):
+        path = export.write(out_dir, name, document)
+        click.echo(f"{path}: {export.describe(document)}")

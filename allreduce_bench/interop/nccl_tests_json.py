@@ -6,8 +6,14 @@ One document per run: `version` (1-3), `start_time`, `args` (the command line), 
 "    -1", `out_of_place` / `in_place` objects {time or cpu_time, alg_bw, bus_bw, nwrong}, null
 when not run), `out_of_bounds`, and `average_bus_bandwidth`, spelt `average_bus_bandwidith` up
 to 2.17.8. Booleans are written as the strings "true"/"false" and NaN as "nan". From version 2
-each half may carry `<half>_per_iter` with min/max/avg/p50/p95/p99/stdev, cv_pct and
-`times_us` (every iteration, the max over processes): those become raw samples.
+each half may carry `<half>_per_iter` with min/max/avg/p50/p95/p99/stdev, cv_pct, `times_us`
+(every iteration, the max over processes) and, with more than one process,
+`per_process_max_times_us` (one list per process): those become raw samples, one per process
+(rank of `config.devices`) and iteration, or the max over processes as rank 0 without them.
+A sample is one iteration's time per call over `config.aggregated_iterations` calls (`-m`).
+`time` is nccl-tests' mean over ranks (`-a 1`): the rows' `time_us_rank_mean` as well.
+Files written by `allreduce-bench export` name the algorithm in an `env` line
+ALLREDUCE_BENCH_ALGORITHM=<name>, which becomes the rows' algorithm.
 """
 from __future__ import annotations
 
@@ -57,10 +63,11 @@ def _document(text: str, source: str) -> dict:
     return document
 
 
-def _half(base: dict, body: dict, in_place: bool, per_iter) -> tuple[dict, list[dict]]:
+def _half(base: dict, body: dict, in_place: bool, per_iter, processes: dict) -> tuple[dict, list[dict]]:
     """One half (out-of-place or in-place) of a result as a row, and its per-iteration samples."""
     time_us = _float(body.get("time", body.get("cpu_time")))
     row = {**base, "in_place": in_place, "time_us_median": time_us, "time_us_mean": time_us,
+           "time_us_rank_mean": time_us,
            "algbw_GBps": _float(body.get("alg_bw")), "busbw_GBps": _float(body.get("bus_bw")),
            "time_printed": str(body.get("time", body.get("cpu_time"))),
            "algbw_printed": str(body.get("alg_bw")), "busbw_printed": str(body.get("bus_bw")),
@@ -75,12 +82,35 @@ def _half(base: dict, body: dict, in_place: bool, per_iter) -> tuple[dict, list[
     row.update({name: _float(per_iter.get(key)) for name, key in (
         ("time_us_min", "min_us"), ("time_us_max", "max_us"), ("time_us_p95", "p95_us"),
         ("time_us_p99", "p99_us"), ("time_cv_pct", "cv_pct"))})
-    return row, [{"size_bytes": base["size_bytes"], "in_place": in_place, "sample": i, "rank": 0,
-                  "loops": 1, "time_us": t} for i, t in enumerate(times)]
+    return row, _samples(base["size_bytes"], in_place, times, per_iter.get("per_process_max_times_us"),
+                         processes)
+
+
+def _samples(size_bytes: int, in_place: bool, times: list[float], per_process, processes: dict) -> list[dict]:
+    """One sample per process and iteration (`per_process_max_times_us`), else the max over
+    processes (`times_us`) as rank 0's."""
+    base = {"size_bytes": size_bytes, "in_place": in_place, "loops": processes["loops"]}
+    ranks, hosts = processes["ranks"], processes["hosts"]
+    if isinstance(per_process, list) and len(per_process) > 1 and all(isinstance(p, list) for p in per_process):
+        return [{**base, "sample": i, "rank": ranks[r] if r < len(ranks) else r,
+                 "host": hosts[r] if r < len(hosts) else "", "time_us": t}
+                for r, row in enumerate(per_process) for i, t in enumerate(map(_float, row)) if t is not None]
+    return [{**base, "sample": i, "rank": 0, "time_us": t} for i, t in enumerate(times)]
+
+
+def _processes(document: dict) -> dict:
+    """The global rank and host of each per-process list, and the calls per sample (-m)."""
+    config = document.get("config") if isinstance(document.get("config"), dict) else {}
+    devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
+    loops = config.get("aggregated_iterations")
+    return {"ranks": [d.get("rank", i) for i, d in enumerate(devices)],
+            "hosts": [str(d.get("hostname") or "") for d in devices],
+            "loops": loops if isinstance(loops, int) and loops > 0 else 1}
 
 
 def _rows(document: dict, source: str) -> tuple[list[dict], list[dict]]:
     rows, samples = [], []
+    processes = _processes(document)
     for index, result in enumerate(document["results"]):
         if not isinstance(result, dict) or "size" not in result:
             raise ParseError(source, 1, f"results[{index}] has no `size`")
@@ -93,7 +123,7 @@ def _rows(document: dict, source: str) -> tuple[list[dict], list[dict]]:
                 "source_line": index}  # JSON has no lines: the index in `results`
         for in_place, half in ((False, "out_of_place"), (True, "in_place")):
             if isinstance(result.get(half), dict):  # null: that half was not run
-                row, times = _half(base, result[half], in_place, result.get(f"{half}_per_iter"))
+                row, times = _half(base, result[half], in_place, result.get(f"{half}_per_iter"), processes)
                 rows.append(row)
                 samples += times
     if not rows:
@@ -107,7 +137,7 @@ def _meta(document: dict, args: list[str]) -> dict:
             "end_time": document.get("end_time"), "command": " ".join(args) or None,
             "settings": {k: _bool(v) for k, v in (document.get("config") or {}).items() if k != "devices"},
             "environment": document.get("env") or []}
-    if isinstance(document.get("nccl_version"), int):
+    if isinstance(document.get("nccl_version"), int) and document["nccl_version"] > 0:  # 0: no NCCL
         meta["versions"] = {"nccl": nccl_version_of_code(document["nccl_version"])}
     if devices:
         meta["devices"] = [{"rank": d.get("rank"), "group": d.get("group"), "pid": d.get("pid"),
@@ -140,4 +170,14 @@ def parse(text: str, source: str) -> list[ImportedRun]:
                                            rooted=any(r["root"] not in (None, -1) for r in rows))
     run = ImportedRun(TOOL, collective, rows, meta, 1, text.count("\n") + 1, world_size, why)
     run.samples = pd.DataFrame(samples) if samples else None
+    run.algorithm = _algorithm(document.get("env")) or run.algorithm
     return [run]
+
+
+def _algorithm(environment) -> str | None:
+    """The algorithm an `allreduce-bench export` file names in its env lines."""
+    for line in environment if isinstance(environment, list) else []:
+        name, _, value = str(line).partition("=")
+        if name == "ALLREDUCE_BENCH_ALGORITHM" and value:
+            return value
+    return None

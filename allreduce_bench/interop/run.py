@@ -22,6 +22,7 @@ class ImportedRun:
     last_line: int
     world_size: int | None = None
     why: str = ""  # how the collective and world size were told (when no line names them)
+    algorithm: str = "native"  # the tool's own collective, unless the file names another
     samples: pd.DataFrame | None = field(default=None, repr=False)  # per-iteration times
     notes: list[str] = field(default_factory=list)  # what the reader found (interleaved runs, ...)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why) of result-like

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from allreduce_bench.core.cli.floor import MIN_BUSBW_OPTION, checked_floor, judged
 from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.run import sweep_options
 from allreduce_bench.core.environment import launcher_env
@@ -44,6 +45,7 @@ def check_world(config, ranks_per_node_given: bool) -> None:
               "reduce_scatter, alltoall, broadcast, reduce or sendrecv (operation column).")
 @sweep_options
 @measuring_options()
+@MIN_BUSBW_OPTION
 def links(collective, **options):
     """Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 nodes.
 
@@ -62,11 +64,17 @@ def links(collective, **options):
     from allreduce_bench.links.benchmark import BENCHMARK
 
     given = options["ranks_per_node"] is not None
+    floor = checked_floor(options)
     config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"sizes {byte_list(config.sizes)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, finish_links, extensions()))
+    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_links, floor, _links_rows),
+                                 extensions()))
+
+
+def _links_rows(frame):
+    return frame[frame["benchmark"] == "links"]
 
 
 def finish_links(config, lent) -> int:

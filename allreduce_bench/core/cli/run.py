@@ -7,6 +7,7 @@ import sys
 import click
 
 from allreduce_bench.core.algorithms import help_text as algorithms_help
+from allreduce_bench.core.cli.floor import MIN_BUSBW_OPTION, checked_floor, judged
 from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import ROUNDS
@@ -89,6 +90,7 @@ def describe(config) -> str:
 @click.option("--resume", "resume_dir", type=OUTPUT_PATH,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
+@MIN_BUSBW_OPTION
 def run(**options):
     """Measure AllReduce (or any collective) over a sweep of sizes and world sizes, check
     every result.
@@ -97,7 +99,8 @@ def run(**options):
     Without a launcher, starts one local world of the largest world size (gloo on loopback,
     or NCCL with one GPU per rank) whose first k ranks measure world size k; under torchrun /
     srun / mpirun it uses that world the same way.
-    Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong.
+    Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong, or
+    if a table's average busbw is below 90% of --min-busbw.
     """
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
@@ -105,11 +108,12 @@ def run(**options):
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
+    floor = checked_floor(options)
     config = run_config(command=shlex.join(sys.argv), **options)
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, finish_run, extensions()))
+    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), extensions()))
 
 
 def finish_run(config, lent) -> int:

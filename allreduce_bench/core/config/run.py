@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
+from allreduce_bench.core.analysis.floor import parse_floor
 from allreduce_bench.core.config import (
     CPU_DEFAULTS,
     DTYPES,
@@ -191,10 +192,14 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce", in_place=False,
-               sched: str = "auto") -> RunConfig:
+               sched: str = "auto", min_busbw: str | None = None) -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
     AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
-    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py)."""
+    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `min_busbw` is only checked here
+    (emulate validates every host's options up front): the command judges it after the run
+    (core/cli/floor.py)."""
+    if min_busbw is not None:
+        parse_floor(min_busbw)
     env = launcher_env()
     world = resolve_world(world_sizes, backend, device, ranks_per_node)
     chosen, backend, device, ranks_per_node = world

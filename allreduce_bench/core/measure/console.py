@@ -8,12 +8,13 @@ from tqdm import tqdm
 
 from allreduce_bench.core.units import format_size
 
-# time: median over samples of the slowest rank's time per call; rank-mean: what nccl-tests
-# would print for the same calls; cv: spread over samples; samples x loops calls were timed.
+# time: median over samples of the slowest rank's time per call (p95, and p99 as nccl-tests -I's
+# i_p99); rank-mean: what nccl-tests would print for the same calls; cv: spread over samples;
+# samples x loops calls were timed.
 HEADER = (
-    f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'p95':>10} {'rank-mean':>10} "
+    f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'p95':>10} {'p99':>10} {'rank-mean':>10} "
     f"{'cv':>6} {'samples':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
-    f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'(us)':>10} {'(us)':>10} {'(us)':>10} "
+    f"#{'(B)':>11} {'(elements)':>12} {'':>9} {'(us)':>10} {'(us)':>10} {'(us)':>10} {'(us)':>10} "
     f"{'(%)':>6} {'x loops':>11} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}"
 )
 
@@ -37,7 +38,7 @@ def format_row(row: dict) -> str:
     flag = "".join(f"  {part}" for part in ("unstable" if row.get("unstable") else "",
                                              states_text(row)) if part)
     return (f" {row['size_bytes']:>11} {row['count']:>12} {row['dtype']:>9} "
-            f"{row['time_us_median']:>10.1f} {row['time_us_p95']:>10.1f} "
+            f"{row['time_us_median']:>10.1f} {row['time_us_p95']:>10.1f} {row['time_us_p99']:>10.1f} "
             f"{row['time_us_rank_mean']:>10.1f} {100 * row['time_cv']:>6.1f} {counts:>11} "
             f"{row['algbw_GBps']:>8.3f} {row['busbw_GBps']:>8.3f} {row['wrong']:>7}{flag}")
 

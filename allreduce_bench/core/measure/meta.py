@@ -148,6 +148,7 @@ def world_meta(infos: list[dict]) -> dict:
     """meta.json fields from every rank's `rank_info`, in rank order."""
     found = {"hostnames": [i["hostname"] for i in infos],
              "device_names": [i["device"] for i in infos], "device_name": infos[0]["device"],
+             "pids": [i.get("pid") for i in infos],  # what `export` writes as nccl-tests' pid
              "nodes_seen": len(dict.fromkeys(i["hostname"] for i in infos))}
     if infos[0].get("launcher"):
         found["launcher"] = infos[0]["launcher"]

@@ -24,8 +24,10 @@ COLUMNS = [
     # how it was timed: `timing` = samples (schema 2) or per-iteration (older runs); each of
     # `samples` samples times `loops` back-to-back calls; `warmup` untimed calls came first
     "timing", "samples", "loops", "warmup",
-    # over samples of the slowest rank's time per call (metrics.sample_stats)
-    "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_min", "time_us_max",
+    # over samples of the slowest rank's time per call (metrics.sample_stats); p99 as nccl-tests
+    # -I prints it (i_p99)
+    "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_p99", "time_us_min",
+    "time_us_max",
     "time_cv", "unstable",
     # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
     # per-round medians (unstable also when rounds disagree; measure/rounds.py)
@@ -90,11 +92,11 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 
 
 
 # Rows imported from other tools (allreduce-bench import): which tool and collective, out-of-place
-# or in-place, the cells exactly as printed, per-iteration statistics nccl-tests -I prints, and
-# where in the source file each row was read.
+# or in-place, the cells exactly as printed, the cv nccl-tests -I prints, where in the source
+# file each row was read, and (a job's NCCL Inspector records) the ranks whose calls it pooled.
 IMPORTED_COLUMNS = ["source_tool", "in_place", "time_printed", "algbw_printed",
-                    "busbw_printed", "wrong_printed", "max_error", "time_us_p99", "time_cv_pct",
-                    "source_file", "source_line"]
+                    "busbw_printed", "wrong_printed", "max_error", "time_cv_pct",
+                    "source_file", "source_line", "ranks"]
 # How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)
 PEAK_COLUMNS = ["link_peak_GBps", "busbw_pct_of_peak"]
 PARQUET_FILE = "results.parquet"

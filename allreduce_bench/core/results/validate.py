@@ -13,7 +13,7 @@ from allreduce_bench.core.errors import UsageError
 ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
 # Numbers where present (a ddp row has no busbw for compute alone).
 NUMERIC = ALWAYS_NUMERIC + [
-    "nodes", "ranks_per_node", "count", "iters", "warmup", "time_us_mean", "time_us_p95",
+    "nodes", "ranks_per_node", "count", "iters", "warmup", "time_us_mean", "time_us_p95", "time_us_p99",
     "time_us_min", "time_us_max", "algbw_GBps", "busbw_GBps", "wrong", "bucket_mb", "accum",
     "allreduce_calls", "allreduce_bytes", "samples", "loops", "time_us_p5", "time_cv",
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share",

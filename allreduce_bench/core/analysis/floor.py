@@ -1,0 +1,66 @@
+"""A floor on the bus bandwidth, judged as nccl-tests judges NCCL_TESTS_MIN_BW: per table, the
+plain mean of the busbw of every row (every size, both halves where a collective has an in-place
+one, small sizes included, unweighted) is "Avg bus bandwidth", and the table fails when that mean
+is below 90% of the floor (nccl-tests src/common.cu: `bw[0] < check_avg_bw * 0.9`).
+
+A table is what `run` prints one of: a collective's algorithm at one world size (and, for
+`links`, one link and operation). Pure functions of the rows: no files, no printing."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.units import parse_bandwidth
+
+# nccl-tests fails a run whose average is below this share of NCCL_TESTS_MIN_BW
+FLOOR_SHARE = 0.9
+# what keeps two tables apart, where the rows have it (links: link and operation)
+TABLE_KEY = ["collective", "algorithm", "world_size", "link", "operation"]
+
+
+def parse_floor(text) -> float:
+    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s' (bits), or a bare number of GB/s as
+    NCCL_TESTS_MIN_BW is written."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return parse_bandwidth(text, "--min-busbw") / 1e9
+    if not value > 0 or math.isinf(value):
+        raise UsageError(f"--min-busbw must be greater than zero, got {text!r}; write e.g. 1.2GB/s")
+    return value
+
+
+def table_averages(frame: pd.DataFrame) -> pd.DataFrame:
+    """One line per table: its name and the plain mean of its rows' busbw (GB/s)."""
+    frame = frame.copy()
+    key = [c for c in TABLE_KEY if c in frame.columns]
+    for column in key:
+        if column != "world_size":
+            values = frame[column].astype("object")
+            frame[column] = values.where(values.notna(), "").astype(str)
+    means = frame.groupby(key, sort=False)["busbw_GBps"].mean().reset_index()
+    means["table"] = [" ".join(f"N={v}" if c == "world_size" else str(v) for c, v in zip(key, row) if v != "")
+                      for row in means[key].itertuples(index=False)]
+    return means.rename(columns={"busbw_GBps": "avg_busbw_GBps"})[["table", "avg_busbw_GBps"]]
+
+
+def footer_lines(averages: pd.DataFrame, floor_GBps: float) -> list[str]:
+    """nccl-tests' footer line per table (its printf "# %-20s : %g %s"), the table's name after
+    it, so `grep 'Avg bus bandwidth' | awk '{print $6}'` reads the number as from nccl-tests."""
+    return [f"# {'Avg bus bandwidth':<20} : {row.avg_busbw_GBps:g} "
+            f"{'FAILED' if below(row.avg_busbw_GBps, floor_GBps) else 'OK'}  ({row.table})"
+            for row in averages.itertuples()]
+
+
+def below(average_GBps: float, floor_GBps: float) -> bool:
+    """nccl-tests' verdict: below 90% of the floor fails (an empty average fails too)."""
+    return not average_GBps >= floor_GBps * FLOOR_SHARE
+
+
+def verdict_lines(averages: pd.DataFrame, floor_GBps: float) -> list[str]:
+    """One line per table below 90% of the floor (none when all pass)."""
+    return [f"FAILED: {row.table}: average bus bandwidth {row.avg_busbw_GBps:g} GB/s is below "
+            f"{FLOOR_SHARE:.0%} of --min-busbw {floor_GBps:g} GB/s"
+            for row in averages.itertuples() if below(row.avg_busbw_GBps, floor_GBps)]

@@ -1,0 +1,54 @@
+"""`--min-busbw` of `run` and `links`: nccl-tests' NCCL_TESTS_MIN_BW for our tables. After the
+run's own finish (results, figures, report: all written either way) the footer of every table
+and one line per table below 90% of the floor; exit 1 when there is any."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import click
+
+from allreduce_bench.core.analysis.floor import footer_lines, parse_floor, table_averages, verdict_lines
+
+MIN_BUSBW_OPTION = click.option(
+    "--min-busbw", "min_busbw", default=None, metavar="BANDWIDTH",
+    help="Fail (exit 1) when a table's average bus bandwidth (the plain mean of its busbw over "
+    "every size, as nccl-tests' 'Avg bus bandwidth') is below 90% of this, as nccl-tests judges "
+    "NCCL_TESTS_MIN_BW; e.g. 1.2GB/s, 200Gb/s, or a bare number of GB/s. Prints nccl-tests' "
+    "footer per table; results are written either way.")
+
+
+def checked_floor(options: dict) -> float | None:
+    """--min-busbw of the command's options in GB/s (the run's config only checks it), refused
+    before any rank starts when it is not a bandwidth."""
+    text = options.get("min_busbw")
+    return None if text is None else parse_floor(text)
+
+
+def judged(finish: Callable, floor_GBps: float | None, select: Callable | None = None) -> Callable:
+    """`finish(config, lent) -> code` followed by the floor's judgement of this run's rows
+    (`select(frame)` first: links judges its own rows)."""
+    if floor_GBps is None:
+        return finish
+
+    def finish_then_judge(config, lent) -> int:
+        code = finish(config, lent)
+        return max(code, judge(config, floor_GBps, select))
+
+    return finish_then_judge
+
+
+def judge(config, floor_GBps: float, select: Callable | None = None) -> int:
+    """Print every table's footer and a line per table that fails; 1 when any does."""
+    from allreduce_bench.core.results.load import load_results
+
+    frame = load_results(config.out_dir, explain_skips=False)
+    frame = frame[frame["run_id"] == config.run_id]
+    if select is not None:
+        frame = select(frame)
+    averages = table_averages(frame)
+    print("\n".join(["#", *footer_lines(averages, floor_GBps), "#"]))
+    failed = verdict_lines(averages, floor_GBps)
+    for line in failed:
+        print(line, file=sys.stderr)
+    return 1 if failed else 0
