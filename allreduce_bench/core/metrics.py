@@ -85,10 +85,15 @@ def collective_counts(collective: str, size_bytes: int, itemsize: int,
 #   reaches further than TRUSTED_TO from it: too few samples, or states split near half and half;
 # - its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round medians
 #   above ROUNDS_DISAGREE = 2 x TRUSTED_TO, i.e. no one number lies within TRUSTED_TO of every
-#   round's; the machine changed state between them.
+#   round's, AND the rounds' samples differ by more than their own spread explains (Kruskal-
+#   Wallis p < ROUNDS_ALPHA): the machine changed state between them. Without the test, a row
+#   of 2 samples a round (a large size in the default run) was flagged by chance in a quarter
+#   to a third of rows on a quiet machine; what those few samples leave uncertain is the
+#   interval's to say.
 TRUSTED_TO = 0.10
 CONFIDENCE = 0.90
 ROUNDS_DISAGREE = 2 * TRUSTED_TO
+ROUNDS_ALPHA = 0.05
 # Two states: sorted samples that split at one gap of more than STATE_GAP x (the next sample is
 # 25% slower than the one before) into a fast and a slow group, each at least STATE_MIN_SHARE of
 # the samples, whose medians are STATE_RATIO apart or more (gloo's slow state on a VM: 2-8 ms

@@ -1,4 +1,6 @@
 """--rounds: the order of the passes, the sampling of each round, pooling and the spread."""
+import math
+
 import pytest
 
 from allreduce_bench.core.config import Sampling
@@ -42,12 +44,23 @@ def test_pooling_and_the_spread_of_round_medians():
     assert rounds.pooled(per_round) == [[10, 11, 12, 20, 20], [10, 10, 13, 21, 19]]
     # medians 11 and 20.5: (20.5 - 11) / 15.75
     assert rounds.round_spread(per_round) == pytest.approx(9.5 / 15.75)
-    columns = rounds.round_columns(per_round)
-    assert columns["rounds"] == 2 and columns["rounds_disagree"]
     agree = rounds.round_columns([[[10, 10]], [[10.5, 10.4]]])
     assert not agree["rounds_disagree"] and agree["round_spread"] < 0.06
-    assert rounds.round_columns([[[1, 2]]]) == {"rounds": 1, "round_spread": 0.0,
-                                                "rounds_disagree": False}
+    one = rounds.round_columns([[[1, 2]]])
+    assert one["rounds"] == 1 and one["round_spread"] == 0.0 and not one["rounds_disagree"]
+
+
+def test_rounds_disagree_only_when_apart_and_beyond_their_samples_spread():
+    # 4 rounds of 6 samples, each round 30% slower than the one before: apart and significant
+    shifted = [[[100 * 1.3 ** k + j for j in range(6)]] for k in range(4)]
+    columns = rounds.round_columns(shifted)
+    assert columns["round_spread"] > 0.2 and columns["round_p"] < 0.01 and columns["rounds_disagree"]
+    # 2 samples a round drawn from one wide distribution: medians far apart by chance, p large
+    chance = [[[100, 130]], [[135, 160]], [[95, 170]], [[105, 150]]]
+    columns = rounds.round_columns(chance)
+    assert columns["round_spread"] > 0.2 and columns["round_p"] > 0.5 and not columns["rounds_disagree"]
+    # close rounds are never tested
+    assert math.isnan(rounds.round_columns([[[10, 10]], [[10.5, 10.4]]])["round_p"])
 
 
 @pytest.mark.slow

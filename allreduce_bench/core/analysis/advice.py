@@ -16,7 +16,7 @@ from allreduce_bench.core.analysis.noise import (
     why_unstable,
 )
 from allreduce_bench.core.analysis.tables import label_runs, run_metas
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -130,7 +130,8 @@ def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:
     by_rounds = int(reasons.str.contains("rounds").sum())
     return (f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows' medians cannot be "
             f"trusted to +-{100 * TRUSTED_TO:.0f}% ({by_interval} by their {100 * CONFIDENCE:.0f}% "
-            f"interval, {by_rounds} by rounds that disagree by > {100 * ROUNDS_DISAGREE:.0f}%): "
+            f"interval, {by_rounds} by rounds that disagree: > {100 * ROUNDS_DISAGREE:.0f}% apart, "
+            f"p < {ROUNDS_ALPHA:g}): "
             + advice(frame, meta))
 
 

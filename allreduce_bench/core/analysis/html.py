@@ -12,7 +12,7 @@ import pandas as pd
 from allreduce_bench.core.analysis.advice import facts_by_run
 from allreduce_bench.core.analysis.html_markdown import inline, markdown_html, td
 from allreduce_bench.core.analysis.style import unique_ids
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 
 STYLE = """
@@ -31,7 +31,8 @@ pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
 FLAGS = (
     ("unstable", f"the row's median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
      f"{100 * CONFIDENCE:.0f}% confidence interval reaches further, or the interleaved rounds' "
-     f"medians spread by more than {100 * ROUNDS_DISAGREE:.0f}%. The samples' own spread does not "
+     f"medians spread by more than {100 * ROUNDS_DISAGREE:.0f}%, more than their samples' own spread "
+     f"explains (Kruskal-Wallis p < {ROUNDS_ALPHA:g}). The samples' spread alone does not "
      "decide it: on a machine whose calls switch between a fast and a slow state they always vary."),
     ("two states", "the row's samples fell into a fast and a slow state; both medians and "
      "shares are given, since one median would lie between them. The fast state is the "

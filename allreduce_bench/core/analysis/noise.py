@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from allreduce_bench.core.analysis.tables import label_runs
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -48,8 +48,9 @@ def why_unstable(row) -> str:
     if all(isinstance(v, (int, float)) and v == v for v in (median, low, high)) and median > 0 \
             and max(median - low, high - median) > TRUSTED_TO * median:
         reasons.append("interval")
-    spread = row.get("round_spread")
-    if isinstance(spread, (int, float)) and spread > ROUNDS_DISAGREE:
+    spread, p = row.get("round_spread"), row.get("round_p")
+    significant = not isinstance(p, (int, float)) or not p == p or p < ROUNDS_ALPHA  # older runs: no p
+    if isinstance(spread, (int, float)) and spread > ROUNDS_DISAGREE and significant:
         reasons.append("rounds")
     return " and ".join(reasons) or "samples' spread (an older run)"
 

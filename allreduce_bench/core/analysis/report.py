@@ -26,7 +26,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     run_metas,
     scaling_efficiency,
 )
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -177,7 +177,8 @@ def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         f"Rows whose median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
         f"{100 * CONFIDENCE:.0f}% confidence interval (from the order statistics of the samples) "
         f"reaches further from it, or the interleaved rounds' medians spread by more than "
-        f"{100 * ROUNDS_DISAGREE:.0f}% (the machine changed between them). How much single "
+        f"{100 * ROUNDS_DISAGREE:.0f}% and their samples differ by more than their own spread explains "
+        f"(Kruskal-Wallis p < {ROUNDS_ALPHA:g}: the machine changed between them). How much single "
         "samples vary does not decide it: on a machine whose calls switch between two states "
         "they always vary. The summary says what would help on this machine.",
         _readable(table, WORLD))]

@@ -5,7 +5,8 @@ migration, a frequency step lands on one size and reads as a property of it. R p
 alternating directions (the last one forward), each with budget / R, spread every measurement
 over the run and put the sizes measured first in one pass last in the next. A row pools its
 rounds' samples; the spread of the per-round medians says how much the run disagrees with
-itself, and `unstable` fires when it exceeds ROUNDS_DISAGREE. Pure: plain values in, plain values out.
+itself, and `unstable` fires when it exceeds ROUNDS_DISAGREE and the rounds' samples differ
+significantly (metrics.py). Pure: plain values in, plain values out.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from allreduce_bench.core.metrics import ROUNDS_DISAGREE
+from allreduce_bench.core.metrics import ROUNDS_ALPHA, ROUNDS_DISAGREE
 
 Item = TypeVar("Item")
 
@@ -57,18 +58,35 @@ def pooled(per_round: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
     return [[t for one in per_round for t in one[rank]] for rank in range(ranks)]
 
 
+def _slowest(one) -> np.ndarray:
+    return np.max(np.asarray(one, dtype=float), axis=0)
+
+
 def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
     """(max - min) / median of the per-round medians of the slowest rank's time per sample
     (0 with one round)."""
-    medians = np.array([np.median(np.max(np.asarray(one, dtype=float), axis=0))
-                        for one in per_round])
+    medians = np.array([np.median(_slowest(one)) for one in per_round])
     if len(medians) < 2:
         return 0.0
     return float((medians.max() - medians.min()) / np.median(medians))
 
 
+def round_p(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
+    """Kruskal-Wallis p that the rounds' samples (the slowest rank's) come from one
+    distribution; nan with one round or when every sample is the same. scipy is imported
+    here, outside any timed region, only for rows whose rounds' medians spread that far."""
+    from scipy.stats import kruskal
+
+    groups = [_slowest(one) for one in per_round]
+    if len(groups) < 2 or np.ptp(np.concatenate(groups)) == 0:
+        return math.nan
+    return float(kruskal(*groups).pvalue)
+
+
 def round_columns(per_round: Sequence[Sequence[Sequence[float]]]) -> dict:
-    """What a row says about its rounds: how many, and how much their medians differ."""
+    """What a row says about its rounds: how many, how much their medians differ, and whether
+    that is more than their samples' spread explains (the p is computed only past the spread)."""
     spread = round_spread(per_round)
-    return {"rounds": len(per_round), "round_spread": spread,
-            "rounds_disagree": bool(spread > ROUNDS_DISAGREE)}
+    p = round_p(per_round) if spread > ROUNDS_DISAGREE else math.nan
+    return {"rounds": len(per_round), "round_spread": spread, "round_p": p,
+            "rounds_disagree": bool(spread > ROUNDS_DISAGREE and p < ROUNDS_ALPHA)}

@@ -29,9 +29,10 @@ COLUMNS = [
     "time_us_median", "time_us_mean", "time_us_p5", "time_us_p95", "time_us_p99", "time_us_min",
     "time_us_max",
     "time_cv", "unstable",
-    # --rounds: how many interleaved passes the samples pooled, and (max - min) / median of their
-    # per-round medians (unstable also when rounds disagree; measure/rounds.py)
-    "rounds", "round_spread",
+    # --rounds: how many interleaved passes the samples pooled, (max - min) / median of their
+    # per-round medians, and where that exceeds 20% the Kruskal-Wallis p of the rounds' samples
+    # (unstable also when rounds disagree: both; measure/rounds.py)
+    "rounds", "round_spread", "round_p",
     # the median's confidence interval (unstable when it reaches beyond +-10% of the median);
     # where the samples fall into a fast and a slow state, each state's median and share
     "time_us_ci_low", "time_us_ci_high", "fast_us_median", "fast_share", "slow_us_median",

@@ -55,6 +55,7 @@ def pooled_row(config: RunConfig, world: World, algorithm: str, count: int,
     row = make_row(config, world, algorithm, count, pooled, wrong, **row_fields)
     agreement = rounds.round_columns(times)
     row.update(rounds=agreement["rounds"], round_spread=agreement["round_spread"],
+               round_p=agreement["round_p"],
                unstable=row["unstable"] or agreement["rounds_disagree"])
     # one frame of the pooled samples (numbered on across rounds), each tagged with its round:
     # a frame per round and a concat cost ~20 ms a row
