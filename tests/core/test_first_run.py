@@ -4,6 +4,8 @@ with two states reported with both, and advice that names what would help."""
 from __future__ import annotations
 
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -66,6 +68,10 @@ def test_cpuidle_and_cpu_times_are_read_from_their_files(tmp_path):
     assert machine.steal_share(start, end) == pytest.approx(35 / 1000)
     assert machine.busy_share(start, end) == pytest.approx(1 - 810 / 1000)
     assert machine.steal_share(None, end) is None
+    # 1000 ticks, 810 idle (35 of them steal: not busy either): 225 busy, 1.5 s (150 ticks) ours
+    tick = os.sysconf("SC_CLK_TCK")
+    assert machine.others_share(start, end, 150 / tick) == pytest.approx((1000 - 810 - 35 - 150) / 1000)
+    assert machine.others_share(start, end, None) is None  # ranks not ours to count: unknown
 
 
 def test_meta_facts_at_start_and_end():
@@ -73,6 +79,11 @@ def test_meta_facts_at_start_and_end():
     assert started["cpus_allowed"] >= 1 and "driver" in started["cpuidle"]
     ended = machine.facts_at_end(started)
     assert set(ended) >= {"steal_share", "busy_share", "load_average_end"}
+    assert ended["others_share"] is None  # a rank of a launcher's world: its siblings not counted
+    until = time.monotonic() + 0.1
+    while time.monotonic() < until:  # CPU time of our own, so the interval has ticks to share
+        pass
+    assert 0 <= machine.facts_at_end(started, ranks_are_children=True)["others_share"] <= 1
 
 
 # --- unstable: the median's interval and the rounds ----------------------------------------------
@@ -133,7 +144,12 @@ def test_the_advice_names_the_first_cause_that_applies(tmp_path):
     assert "more ranks than the 2 CPUs" in _advice(tmp_path, wide)
     two = {("ring", 2, 65536): "two", ("ring", 2, 4096): "steady"}
     assert "steal" in _advice(tmp_path, two, steal_share=0.2)
-    assert "other processes" in _advice(tmp_path, two, load_average_start=6.0)
+    assert "other processes were running" in _advice(tmp_path, two, load_average_start=6.0)
+    # what ran during the run decides over a load average that trails the minute before it
+    assert "took 40% of the CPU time" in _advice(tmp_path, two, others_share=0.4)
+    assert "other processes were" not in _advice(tmp_path, two, load_average_start=6.0, others_share=0.01)
+    wide = {("ring", 2, 65536): "wide", ("ring", 2, 4096): "steady"}
+    assert "nothing else ran (other processes 1%" in _advice(tmp_path, wide, others_share=0.01)
     assert "fast and a slow state" in _advice(tmp_path, two)
     assert _advice(tmp_path, {("ring", 2, 4096): "steady"}) == ""  # nothing flagged, no advice
 

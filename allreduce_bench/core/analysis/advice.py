@@ -10,6 +10,7 @@ import pandas as pd
 from allreduce_bench.core.analysis.noise import (
     BUSY_BEFORE,
     FEW_SAMPLES,
+    OTHERS_NOTABLE,
     STEAL_NOTABLE,
     two_state_rows,
     unstable_rows,
@@ -35,7 +36,9 @@ def machine_line(meta: dict) -> str | None:
              f"{idle.get('governor') or 'not known'})"]
     if facts.get("steal_share") is not None:
         parts.append(f"steal {100 * facts['steal_share']:.1f}% of CPU time over the run")
-    if facts.get("load_average_start") is not None:
+    if facts.get("others_share") is not None:
+        parts.append(f"other processes {100 * facts['others_share']:.0f}% of CPU time over the run")
+    elif facts.get("load_average_start") is not None:
         parts.append(f"load average {facts['load_average_start']:.2f} at the start")
     sched = sched_of(meta)
     if sched:
@@ -98,8 +101,11 @@ def advice(frame: pd.DataFrame, meta: dict) -> str:
     if (facts.get("steal_share") or 0) > STEAL_NOTABLE:
         return (f"the hypervisor took {100 * facts['steal_share']:.0f}% of the CPU time (steal: other "
                 "VMs' load); rerun when it is lower, or on a dedicated host")
-    load = facts.get("load_average_start")
-    if cpus and load is not None and load > BUSY_BEFORE * cpus:
+    others, load = facts.get("others_share"), facts.get("load_average_start")
+    if others is not None and others > OTHERS_NOTABLE:
+        return (f"other processes took {100 * others:.0f}% of the CPU time during the run; rerun "
+                "when they are done")
+    if others is None and cpus and load is not None and load > BUSY_BEFORE * cpus:
         return (f"other processes were running (load average {load:.1f} on {cpus} CPUs at the "
                 "start); rerun when they are done")
     states = two_state_rows(flagged)
@@ -107,6 +113,12 @@ def advice(frame: pd.DataFrame, meta: dict) -> str:
         return "their calls switch between a fast and a slow state: " + states_advice(meta)
     if (pd.to_numeric(flagged.get("samples"), errors="coerce") < FEW_SAMPLES).mean() > 0.5:
         return "few samples per row: a larger --budget narrows the median's interval"
+    if others is not None:  # known, and below OTHERS_NOTABLE: nothing else to blame
+        return (f"nothing else ran (other processes {100 * others:.0f}%, steal "
+                f"{100 * (facts.get('steal_share') or 0):.0f}% of CPU time): this machine's calls "
+                "varied between rounds on their own, and no setting of this run removes that; read "
+                "each median with its interval (time_us_ci_low/high) and judge two runs with compare, "
+                "which weighs their rounds")
     return "the machine changed state between rounds: something else ran during the run"
 
 

@@ -19,6 +19,8 @@ from allreduce_bench.core.units import format_size
 STEAL_NOTABLE = 0.02  # a share of CPU time the hypervisor took that shows in collective times
 FEW_SAMPLES = 10  # below this the median's interval spans most of the samples
 BUSY_BEFORE = 0.5  # load average per allowed CPU at the start: something else was running
+# (read only where others_share is unknown: the load average trails by a minute)
+OTHERS_NOTABLE = 0.10  # share of CPU time other processes took during the run
 
 
 def _flag(values: pd.Series) -> pd.Series:

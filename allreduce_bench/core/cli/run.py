@@ -120,7 +120,8 @@ def finish_run(config, lent) -> int:
     """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish
+    from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.core.measure.meta import close_machine_facts
 
-    close_machine_facts(config.out_dir)
+    close_machine_facts(config.out_dir, ranks_are_children=launcher_env() is None)
     return finish(config, terminal_summary, lent=lent)

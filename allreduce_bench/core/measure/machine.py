@@ -73,6 +73,28 @@ def busy_share(start: dict | None, end: dict | None) -> float | None:
     return None if total <= 0 else 1.0 - idle / total
 
 
+def others_share(start: dict | None, end: dict | None, own_s: float | None) -> float | None:
+    """The share of all CPU time between two `cpu_times` that processes other than this run's
+    took: the busy time less `own_s`, the CPU seconds this process and its ranks used meanwhile
+    (`own_cpu_s` deltas; known only where the ranks are this process's children, a local run).
+    Unlike the load average, which trails by a minute (a test suite that just ended still
+    counts), it says what ran *during* the run. None when unknown."""
+    if not start or not end or own_s is None:
+        return None
+    total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
+    idle = sum(end.get(k, 0) - start.get(k, 0) for k in ("idle", "iowait", "steal"))
+    if total <= 0:
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return min(1.0, max(0.0, (total - idle - own_s * tick) / total))
+
+
+def own_cpu_s() -> float:
+    """CPU seconds of this process and its ended (waited-for) children: the local ranks."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
@@ -84,12 +106,17 @@ def facts_at_start() -> dict:
     """meta.json's `machine` as a run starts: what the run's end completes (`facts_at_end`)."""
     return {"cpus_allowed": cpus_allowed(), "cpu_count": os.cpu_count(),
             "cpuidle": cpuidle(), "load_average_start": load_average(),
-            "cpu_times_start": cpu_times()}
+            "cpu_times_start": cpu_times(), "own_cpu_s_start": own_cpu_s()}
 
 
-def facts_at_end(started: dict) -> dict:
-    """`started` completed with the steal and busy shares over the run and the load at its end."""
+def facts_at_end(started: dict, ranks_are_children: bool = False) -> dict:
+    """`started` completed with the steal and busy shares over the run and the load at its end;
+    with `ranks_are_children` (a local run, finished by the process that started it and its
+    ranks), the share other processes took (`others_share`)."""
     end = cpu_times()
     start = started.get("cpu_times_start")
+    own = started.get("own_cpu_s_start")
+    own_s = own_cpu_s() - own if ranks_are_children and own is not None else None
     return {**started, "load_average_end": load_average(), "cpu_times_end": end,
-            "steal_share": steal_share(start, end), "busy_share": busy_share(start, end)}
+            "steal_share": steal_share(start, end), "busy_share": busy_share(start, end),
+            "others_share": others_share(start, end, own_s)}

@@ -115,14 +115,14 @@ def host_meta(config) -> dict:
     }
 
 
-def close_machine_facts(out_dir) -> None:
+def close_machine_facts(out_dir, ranks_are_children: bool = False) -> None:
     """meta.json's `machine` completed with the steal and load over the run (once the ranks
-    have ended, before the summary reads it)."""
+    have ended, before the summary reads it); `ranks_are_children`: machine.facts_at_end."""
     from allreduce_bench.core.results.store import read_meta, update_meta
 
     started = read_meta(out_dir).get("machine")
     if isinstance(started, dict):
-        update_meta(out_dir, machine=machine.facts_at_end(started))
+        update_meta(out_dir, machine=machine.facts_at_end(started, ranks_are_children))
 
 
 def rank_info(device, env=None) -> dict:
