@@ -73,32 +73,26 @@ def substitutes(scratch: Path) -> dict[str, str]:
             "dumps/": str(scratch / "dumps")}
 
 
-def claims(command: str, output: str) -> str:
-    """What the README's comment claims that this run's output can show, counted."""
-    said = []
-    if "--algos all" in command:
-        run = _run_dir(output)
-        if run:
-            import pandas as pd
-            rows = pd.read_csv(run / "results.csv")
-            said.append("algorithms per world size " + ", ".join(
-                f"N={n}: {k}" for n, k in rows.groupby("world_size")["algorithm"].nunique().items()))
-    if "--collectives all" in command:
-        run = _run_dir(output)
-        if run:
-            import pandas as pd
-            rows = pd.read_csv(run / "results.csv")
-            said.append(f"{rows['collective'].nunique()} collectives, {len(rows)} rows")
-    if " links " in f" {command} " or "links" in command.split("--benchmarks")[-1]:
-        run = _run_dir(output)
-        said.append(f"links.png {'drawn' if run and (run / 'plots' / 'links.png').exists() else 'MISSING'}")
+def claims(command: str, made: list[Path]) -> str:
+    """What the README's comment claims that the run folders `made` can show, counted."""
+    import pandas as pd
+
+    said, runs = [], [p for p in made if (p / "results.csv").exists()]
+    if "--algos all" in command and runs:
+        rows = pd.read_csv(runs[0] / "results.csv")
+        said.append("algorithms per world size " + ", ".join(
+            f"N={n}: {k}" for n, k in rows.groupby("world_size")["algorithm"].nunique().items()))
+    if "--collectives all" in command and runs:
+        rows = pd.read_csv(runs[0] / "results.csv")
+        said.append(f"{rows['collective'].nunique()} collectives, {len(rows)} rows")
+    if " links " in f" {command} " or "allreduce,links" in command:
+        drawn = any((p / "plots" / "links.png").exists() for p in made)
+        said.append(f"links.png {'drawn' if drawn else 'MISSING'}")
     return "; ".join(said)
 
 
-def _run_dir(output: str) -> Path | None:
-    found = re.findall(r"results: (\S+)/results\.csv", output)
-    return (ROOT / found[-1]).parent if found and not Path(found[-1]).is_absolute() else (
-        Path(found[-1]).parent if found else None)
+def folders() -> set[Path]:
+    return {p for d in ("results", "plots") for p in (ROOT / d).glob("*")}
 
 
 def git_status() -> str:
@@ -112,7 +106,7 @@ def main() -> None:
     only = set(filter(None, options.only.split(",")))
     if git_status():
         sys.exit("check_readme: `git status` is not clean; commit or stash first (the check is that it stays so)")
-    made_before = {p for d in ("results", "plots") for p in (ROOT / d).glob("*")}
+    made_before, status = folders(), git_status()
     scratch = Path(tempfile.mkdtemp(prefix="check-readme-"))
     table = substitutes(scratch)
     print(f"check_readme: {len(examples(ROOT / 'README.md'))} example lines; load {os.getloadavg()[0]:.2f}")
@@ -128,18 +122,19 @@ def main() -> None:
             continue
         if words[:2] == ["sudo", "-E"] and os.geteuid() == 0:
             line = line.replace("sudo -E ", "", 1)
-        start = time.perf_counter()
+        before, start = folders(), time.perf_counter()
         done = subprocess.run(line, shell=True, cwd=ROOT, capture_output=True, text=True)
         wall = time.perf_counter() - start
         ok = done.returncode in EXPECTED.get(name, {0})
-        clean = "git status clean" if not git_status() else "GIT STATUS CHANGED:\n" + git_status()
+        now = git_status()
+        clean = "git status unchanged" if now == status else "GIT STATUS CHANGED:\n" + now
         print(f"- {'ok' if ok else 'FAILED'} exit {done.returncode}, {wall:.1f} s, {clean}: {line}")
-        said = claims(line, done.stdout)
+        said = claims(line, sorted(folders() - before))
         if said:
             print(f"    counted: {said}   (README: {comment})")
         if not ok:
             print("    " + (done.stderr or done.stdout)[-600:].replace("\n", "\n    "))
-    for path in {p for d in ("results", "plots") for p in (ROOT / d).glob("*")} - made_before:
+    for path in folders() - made_before:
         shutil.rmtree(path, ignore_errors=True)  # the examples' own outputs (ignored by git)
     shutil.rmtree(scratch, ignore_errors=True)
 

@@ -120,3 +120,23 @@ def test_the_emulated_table_is_the_committed_example():
             assert round(median_ms[algorithm, size_bytes]) == int(shown), (algorithm, size)
         ring_over = median_ms["ring", size_bytes] / median_ms["hierarchical", size_bytes]
         assert f"{ring_over:.2f}" == ratio, size
+
+
+def test_every_readme_example_writes_where_git_does_not_look():
+    """No README example edits the repository (issue 37): each output it names (--out, --out-dir)
+    and each default folder a command writes into (results/..., plots/...) is one git ignores.
+    scripts/check_readme.py runs them all and checks `git status` itself."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from check_readme import examples
+
+    lines = [command for _, command in examples(README)]
+    assert len(lines) >= 15
+    outputs = [m for line in lines for m in re.findall(r"--out(?:-dir)? (\S+)", line)]
+    outputs += ["results/20261204T000000Z-laptop/results.csv", "plots/example-cpu-gloo/report.md"]
+    for path in outputs:
+        inside = path if not path.endswith("/") else path + "x"
+        ignored = subprocess.run(["git", "check-ignore", "-q", inside], cwd=ROOT).returncode == 0
+        assert ignored or Path(path).is_absolute(), f"README example writes {path}, which git would show"
