@@ -111,8 +111,8 @@ def main() -> None:
     table = substitutes(scratch)
     print(f"check_readme: {len(examples(ROOT / 'README.md'))} example lines; load {os.getloadavg()[0]:.2f}")
     for comment, line in examples(ROOT / "README.md"):
-        for placeholder, real in table.items():
-            line = line.replace(placeholder, real)
+        for placeholder, real in table.items():  # whole words: results/bench, not results/bench-json
+            line = re.sub(re.escape(placeholder) + r"(?![\w-])", lambda _: real, line)
         words = shlex.split(line.replace("&&", " && "))
         name = words[words.index("allreduce-bench") + 1] if "allreduce-bench" in words else words[0]
         if only and name not in only:
