@@ -42,7 +42,8 @@ def import_command(files, out_dir, tag, collective, world_size):
     Every result row is imported or listed as skipped with FILE:LINE and why; a file whose
     rows cannot be told apart is refused.
     NCCL Inspector's records of a real job (JSON Lines, <host>-pid<pid>.log, v4 records or
-    flat ones, verbose or not, .gz too; a folder: every such file below it): all given
+    flat ones, verbose or not, .gz too; a folder: every such file below it; a folder of
+    nccl-tests -J files, as `export` writes, is read file by file): all given
     together are one job, one run of benchmark=job with a row per (collective, size,
     communicator size), its calls as samples; hold it against a benchmark run with
     `compare BENCH_RUN JOB_RUN`. A line cut short is skipped and counted.
@@ -52,11 +53,8 @@ def import_command(files, out_dir, tag, collective, world_size):
 
     if world_size is not None and world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {world_size}")
+    files = [f for path in files for f in _files_of(path, inspector)]
     jobs = [path for path in files if inspector.looks_like(path)]
-    for path in files:
-        if path.is_dir() and path not in jobs:
-            raise UsageError(f"{path} is a folder without NCCL Inspector files (*.log, *.jsonl[.gz]); give "
-                             "tool output files, or the folder NCCL_INSPECTOR_DUMP_DIR names")
     job = inspector.read(jobs) if jobs else None
     parsed = [(path, interop.read_file(path)) for path in files if path not in jobs]  # all read first
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -72,6 +70,19 @@ def import_command(files, out_dir, tag, collective, world_size):
             frame, samples = _write_run(run, path, target, tag if tag is not None else path.stem,
                                         interop.run_id_of(str(path), run, digest))
             _describe(path, run, frame, samples is not None, target)
+
+
+def _files_of(path: Path, inspector) -> list[Path]:
+    """[path], or a folder's nccl-tests -J files (what `export` writes) where it holds no
+    NCCL Inspector files."""
+    if not path.is_dir() or inspector.looks_like(path):
+        return [path]
+    found = sorted(path.glob("*.json"))
+    if not found:
+        raise UsageError(f"{path} is a folder without NCCL Inspector files (*.log, *.jsonl[.gz]) or "
+                         "nccl-tests -J files (*.json); give tool output files, or the folder "
+                         "NCCL_INSPECTOR_DUMP_DIR names")
+    return found
 
 
 def _job_name(path: Path) -> str:

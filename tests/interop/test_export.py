@@ -159,6 +159,18 @@ def test_import_of_the_export_gives_back_every_collective(tmp_path):
     assert differences == dict.fromkeys(differences, 0)
 
 
+def test_import_of_the_export_folder_reads_every_file(tmp_path):
+    run, files = _exported(tmp_path)
+    folder = next(iter(files.values())).parent
+    result = CliRunner().invoke(main, ["import", str(folder), "--out", str(tmp_path / "back")])
+    assert result.exit_code == 0, result.output
+    assert set(load_results(tmp_path / "back", explain_skips=False)["collective"]) == set(COLLECTIVES)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["import", str(empty), "--out", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "nccl-tests -J files (*.json)" in result.output
+
+
 def test_nothing_to_export_is_one_line(tmp_path):
     run = write_run(tmp_path / "run", [("all_reduce", "native", False)])
     rows = pd.read_csv(run / "results.csv").assign(benchmark="links")
