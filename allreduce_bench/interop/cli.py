@@ -159,7 +159,8 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 @click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Where compare.csv and the figure go. [compare/ beside the first OTHER]")
 @click.option("--fail-if-slower", default=None, help="Exit 1 when any size is significantly slower "
-              "than BASE by more than this, e.g. 5%% (a regression gate).")
+              "than BASE by more than this, e.g. 5% (a regression gate): the ratio's whole confidence "
+              "interval beyond 1.05.")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Confidence level of the intervals.")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",

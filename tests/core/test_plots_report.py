@@ -329,8 +329,10 @@ def test_a_merged_runs_series_keep_their_own_style_when_its_links_rows_have_anot
     # rows another; the local run's lines and the emulated run's took one colour and style
     frame = load_results([REPO / "results" / "example-cpu-gloo", REPO / "results" / "example-emulated-2x2"])
     fig = plots.bandwidth_figure(frame)
-    ax = visible_axes(fig)[1]  # N = 4: both runs
-    style = {line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.get_lines()}
+    # the local example is N=2 (a 2-core machine), the emulated one N=4: a series keeps one
+    # style across the panels, so the labels are gathered from all of them
+    style = {line.get_label(): (line.get_color(), line.get_linestyle())
+             for ax in visible_axes(fig) for line in ax.get_lines()}
     assert style["native"] != style["native [emulated-2x2]"]
     assert style["native [emulated-2x2]"][1] == "--"
     plt.close(fig)
