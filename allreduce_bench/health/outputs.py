@@ -37,12 +37,12 @@ def confidence(thresholds, bandwidth_size: int) -> list[str]:
     """Where the samples' noise widened a fleet threshold at the bandwidth size past its floor:
     how far under the fleet's median a host must be to be flagged, so an `ok` on a busy
     machine is read for what it is."""
-    from allreduce_bench.health.reference import TOLERANCE_FLOOR, noise_tolerance
+    from allreduce_bench.health.reference import K_NOISE, TOLERANCE_FLOOR, under
 
     lines = []
     for t in thresholds:
         if t.source == "fleet" and t.size_bytes == bandwidth_size and t.tolerance > TOLERANCE_FLOOR + 1e-9:
-            noisy = t.noise and noise_tolerance(t.noise) >= t.tolerance - 1e-9
+            noisy = t.noise and under(K_NOISE * t.noise) >= t.tolerance - 1e-9
             lines.append(f"{t.check} checks at {format_size(t.size_bytes)} flag only a group more than "
                          f"{t.tolerance:.0%} under the fleet's median (the floor is {TOLERANCE_FLOOR:.0%}): "
                          + ("the samples were noisy (a median's standard error "

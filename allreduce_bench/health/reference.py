@@ -10,13 +10,14 @@ Three sources, per (check, size_bytes), first found wins:
   the hosts of one check and size, the spread sigma = 1.4826 * MAD (the normal-consistent
   median absolute deviation) taken on the fast side of the median (a fault only slows), and a
   measurement is slow under median * (1 - tolerance) with tolerance = max(TOLERANCE_FLOOR,
-  K_SIGMA * sigma / median). The median stays put while fewer than half of the hosts are slow
+  under(K_SIGMA * sigma / median)), `under` reading a spread in log space (bandwidth noise is
+  multiplicative). The median stays put while fewer than half of the hosts are slow
   (breakdown point 50%), and the one-sided MAD is not widened by them at all, so up to N/8 bad
   hosts (N/4 of round 1's pairs) cannot drag the threshold down to them. doc/health.md gives
   the measurements the two constants come from. The tolerance is also at least K_NOISE
   standard errors of a ratio of two medians as noisy as the fleet's samples (their cv over
-  their count), in log space (noise_tolerance): on a busy machine the pairs' medians differ by
-  that much without any fault; on a quiet fabric the term is ~1%.
+  their count): on a busy machine the pairs' medians differ by that much without any fault;
+  on a quiet fabric the term is ~1%.
 
 A measurement made beside a *control* (known-good hosts measured side by side in the same
 round, as re-pairing rounds do) is judged against the control's busbw of that moment instead
@@ -76,17 +77,17 @@ def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: f
     # the spread on the fast side of the median only: a fault only slows a group, so slow
     # outliers (and the healthy partners they drag down) must not widen the tolerance
     spread = MAD_TO_SIGMA * statistics.median(v - median for v in values if v >= median) / median
-    tolerance = min(1.0, max(floor, k_sigma * spread, noise_tolerance(noise)))
+    tolerance = max(floor, under(k_sigma * spread), under(K_NOISE * noise))
     return Threshold(check, size_bytes, median, median * (1 - tolerance), tolerance, "fleet",
                      len(values), spread, noise)
 
 
-def noise_tolerance(noise: float) -> float:
-    """How far under the median K_NOISE standard errors of a ratio of two medians reach, taken
-    in log space: timing noise is multiplicative, so 3 x 30% is a ratio of exp(-0.9) = 0.41,
-    not a 90% (or, past 33%, a more-than-100%) drop that no slow host could ever show. For a
-    small noise it is K_NOISE x noise."""
-    return 1 - math.exp(-K_NOISE * noise)
+def under(spread: float) -> float:
+    """How far under the median a relative spread (k sigmas, k standard errors) reaches, taken in
+    log space: bandwidth noise is multiplicative, so 3 x 30% is a ratio of exp(-0.9) = 0.41, not
+    a 90% (or, past 33%, a more-than-100%) drop that no slow host could ever show. For a small
+    spread it is the spread itself."""
+    return 1 - math.exp(-spread)
 
 
 def ratio_noise(standard_errors: list[float]) -> float:
