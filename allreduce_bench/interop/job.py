@@ -18,6 +18,7 @@ import datetime as _dt
 import numpy as np
 import pandas as pd
 
+from allreduce_bench.core.measure.binding import format_cpulist
 from allreduce_bench.core.metrics import algbw_GBps, busbw_GBps, median_interval, two_states, untrusted
 from allreduce_bench.core.results.schema import COLUMNS, IMPORTED_COLUMNS, SAMPLE_COLUMNS, SCHEMA_VERSION
 from allreduce_bench.interop import inspector
@@ -37,14 +38,8 @@ def calls(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranks_text(ranks) -> str:
-    """[0, 1, 2, 3, 6] -> '0-3,6'."""
-    values, parts = sorted({int(r) for r in ranks}), []
-    for value in values:
-        if parts and value == parts[-1][1] + 1:
-            parts[-1][1] = value
-        else:
-            parts.append([value, value])
-    return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in parts)
+    """[0, 1, 2, 3, 6] -> '0-3,6': written as the kernel writes a CPU list."""
+    return format_cpulist(int(r) for r in ranks)
 
 
 def _stats(times: np.ndarray) -> dict:
