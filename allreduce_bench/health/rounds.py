@@ -184,7 +184,8 @@ class HealthCheck:
         states = self.states()
         again = [(h,) for h in self.reachable() if states[h].status == "recheck"]
         if done == 1 and again:
-            fine = [(h,) for h in self.reachable() if (h,) not in again and h in self._intra_fine()]
+            known_fine = self._intra_fine() - {h for (h,) in again}  # once: it reads every measurement
+            fine = [(h,) for h in self.reachable() if h in known_fine]
             return self._round("intra", again, "the slow ones once more, to confirm"
                                + (", beside a host found fine" if fine else ""), fine[:1])
         return None
