@@ -185,9 +185,9 @@ class HealthCheck:
         again = [(h,) for h in self.reachable() if states[h].status == "recheck"]
         if done == 1 and again:
             known_fine = self._intra_fine() - {h for (h,) in again}  # once: it reads every measurement
-            fine = [(h,) for h in self.reachable() if h in known_fine]
+            fine = [(h,) for h in self.reachable() if h in known_fine][:1]
             return self._round("intra", again, "the slow ones once more, to confirm"
-                               + (", beside a host found fine" if fine else ""), fine[:1])
+                               + (", beside a host found fine" if fine else ""), fine)
         return None
 
     def _intra_fine(self) -> set[str]:

@@ -158,11 +158,9 @@ def _line(key, row, base: significance.Side, other: significance.Side, confidenc
 
 def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
     """Sizes significantly slower than the base by more than `threshold` (0.05 = 5%): the
-    ratio's whole interval beyond 1 + threshold, not only its point. A gate over every size of
-    a sweep tests tens of them at once; with "significant (the interval excludes 1) and the
-    point past 5%", two default runs of the same code on the 2-core VM failed it in 2 of 5
-    pairs, one size of 28 each ([1.00, 1.16] and [1.01, 1.30]): what 28 tests at 95% give by
-    chance. Sizes without samples on both sides have no interval and never fail it."""
+    ratio's whole interval beyond 1 + threshold, not only its point, since a gate over a sweep
+    tests tens of sizes at once (doc/interop.md gives the same-code pairs that chance failed).
+    Sizes without samples on both sides have no interval and never fail it."""
     return table[(table["significant"] == True) & (table["ci_low"] > 1 + threshold)]  # noqa: E712
 
 
