@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.core.results.schema import read_results_csv
+
 TIMELINE_FILE = "ddp_timeline.csv"
 TIMELINE_COLUMNS = ["run_id", "world_size", "bucket_mb", "measure", "rank", "iteration",
                     "step_us", "span", "bucket", "bytes", "start_us", "end_us"]
@@ -37,7 +39,7 @@ def read_timeline(run_dir: Path | str, run_id: str | None = None) -> pd.DataFram
     path = Path(run_dir) / TIMELINE_FILE
     if not path.exists() or path.stat().st_size == 0:
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
-    frame = pd.read_csv(path)
+    frame = read_results_csv(path)
     if run_id is not None:
         frame = frame[frame["run_id"].astype(str) == str(run_id)]
     return frame

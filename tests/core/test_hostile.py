@@ -30,7 +30,7 @@ from allreduce_bench.core.launch import driver, reasons  # noqa: F401
 from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.lock import DirectoryLock
-from allreduce_bench.core.results.store import DiskFullError, ResultsWriter
+from allreduce_bench.core.results.store import DiskFullError, ResultsWriter, write_parquet
 from allreduce_bench.emulate import session  # noqa: F401  (sys.modules entries)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -437,6 +437,17 @@ def test_a_torn_row_is_never_counted_or_reported(tmp_path):
     run = write_run(tmp_path / "run", GOOD_CSV + good_rows()[0][:30])
     assert resume.count_rows(run) == len(good_rows())
     assert len(load_results(run)) == len(good_rows())
+
+
+@pytest.mark.parametrize("run_id", ["1234e5678901", "123456789012", "000000000e01"])
+def test_a_run_id_or_tag_that_looks_like_a_number_stays_text(tmp_path, run_id):
+    """uuid4().hex[:12] reads as a number 0.7% of the time; read as one, the finished run found
+    none of its own rows (`no rows of a collective`, a CI failure)."""
+    rows = [row.replace("r1,2026-01-01T00:00:00,,", f"{run_id},2026-01-01T00:00:00,2024,")
+            for row in good_rows()]
+    run = write_run(tmp_path / "run", "\n".join([HEADER, *rows]) + "\n")
+    for frame in (load_results(run), load_results(write_parquet(run))):
+        assert (frame["run_id"] == run_id).all() and (frame["tag"] == "2024").all()
 
 
 def test_a_non_utf8_tag_is_refused(cli):

@@ -22,6 +22,7 @@ from allreduce_bench.core.results.schema import (
     SAMPLE_COLUMNS,
     SAMPLES_DIR,
     SCHEMA_2_NAMES,
+    read_results_csv,
 )
 from allreduce_bench.core.results.validate import check_results
 
@@ -54,7 +55,7 @@ def _read(path: Path) -> pd.DataFrame:
     try:
         if path.suffix == ".parquet":
             return pd.read_parquet(path)
-        return pd.read_csv(path)
+        return read_results_csv(path)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()
     except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as error:

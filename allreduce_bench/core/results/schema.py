@@ -52,6 +52,9 @@ COLUMNS = [
     # benchmark = health rows: which check (intra|rail|pair|bisect), round, hosts (a+b), rail
     "health_check", "health_round", "hosts", "rail",
 ]
+# Text that can look like a number: a run_id (uuid4 hex[:12]) reads as one 0.7% of the time
+# ("1234e5678901" is a float, "123456789012" an int), and a --tag may be "2024". Read as text.
+TEXT_DTYPES = {"run_id": str, "tag": str}
 REQUIRED = ["algorithm", "world_size", "size_bytes", "time_us_median", "busbw_GBps"]
 RESULTS_FILE, META_FILE, SAMPLES_DIR = "results.csv", "meta.json", "samples.parquet"
 # samples.parquet: one row per (measurement, sample, rank); a directory of parts, one per
@@ -61,6 +64,9 @@ SAMPLE_COLUMNS = ["run_id", "benchmark", "algorithm", "world_size", "size_bytes"
                   "round"]
 
 
+def read_results_csv(path, **options) -> pd.DataFrame:
+    """A results.csv (or any CSV with a run_id) as pandas reads it, its ids kept as text."""
+    return pd.read_csv(path, dtype=TEXT_DTYPES, **options)
 
 
 def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:

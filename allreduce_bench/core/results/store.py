@@ -21,6 +21,7 @@ from allreduce_bench.core.results.schema import (
     RESULTS_FILE,
     SAMPLES_DIR,
     SCHEMA_VERSION,
+    read_results_csv,
 )
 
 
@@ -210,7 +211,7 @@ def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
     the CSV as it is now. Written to a temporary name and renamed, so a reader never sees half."""
     out_dir = Path(out_dir)
     if frame is None:
-        frame = pd.read_csv(out_dir / RESULTS_FILE)
+        frame = read_results_csv(out_dir / RESULTS_FILE)
     path = out_dir / PARQUET_FILE
     tmp = out_dir / f".{PARQUET_FILE}.tmp"
     parquet_safe(frame).to_parquet(tmp, index=False)
