@@ -4,6 +4,8 @@ import os
 
 import pandas as pd
 import pytest
+from distributed import run_world
+from rank_functions import link_probe
 
 from allreduce_bench.core.analysis.published import judge, normal_rows
 from allreduce_bench.core.measure import link_peaks as peaks
@@ -36,6 +38,21 @@ def test_nic_rates_from_sysfs(tmp_path):
         (port / "rate").write_text(rate)
     found = peaks.nic_peaks(tmp_path)
     assert [(n["name"], n["rate_GBps"]) for n in found] == [("mlx5_0", 50.0)]
+
+
+def test_the_probe_is_sized_to_the_link_so_nobody_waits_seconds_for_it():
+    # 8 MiB at an emulated 200 Mbit/s held the other ranks 4.8 s in a gather timed by --timeout 8
+    assert peaks.probe_size(64 << 10, (64 << 10) / 25e6, 8 << 20) == 1_250_000  # 0.05 s at 25 MB/s
+    assert peaks.probe_size(64 << 10, 30e-6, 8 << 20) == 8 << 20  # loopback: the largest
+    assert peaks.probe_size(64 << 10, 10.0, 8 << 20) == 64 << 10  # never below the small one
+    assert peaks.probe_size(64 << 10, 0.0, 8 << 20) == 8 << 20
+    assert peaks.probe_size(1000, 1e-3, 10 ** 9) % 4 == 0
+
+
+def test_the_probe_runs_the_same_transfers_on_ranks_0_and_1():
+    first, second, third = run_world(3, link_probe, 1 << 20)
+    assert first[1] == second[1] and 64 << 10 <= first[1] <= 1 << 20, (first, second)
+    assert first[0] > 0 and second[0] > 0 and third is None
 
 
 def test_world_peaks_per_link_class():

@@ -211,3 +211,11 @@ def slow_calibration_calls() -> tuple[int, float]:
     assert time.perf_counter() - started < 30
     per_sample = sorted(max(times) for times in zip(*measured.per_rank_us))
     return measured.loops, per_sample[len(per_sample) // 2] * measured.loops / 1e6
+
+
+def link_probe(largest: int):
+    """What the CPU link probe gives on this rank (measure/link_peaks.py)."""
+    import torch.distributed as dist
+
+    from allreduce_bench.core.measure import link_peaks
+    return link_peaks.probe(dist.get_rank(), largest=largest)

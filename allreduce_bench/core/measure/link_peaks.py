@@ -21,8 +21,13 @@ import time
 from pathlib import Path
 
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
-PROBE_BYTES = 8 << 20
+PROBE_BYTES = 8 << 20  # the largest probe message: a fast link's transfer outlasts its latency
 PROBE_ROUNDS = 5
+# The probe is sized so one transfer takes about PROBE_TARGET_S at the rate a small ping-pong
+# shows: every other rank waits for it in the next world collective, under --timeout; 8 MiB at
+# an emulated 200 Mbit/s took 0.34 s a transfer, 4.8 s in all, and an 8 s timeout ran out.
+PROBE_SIZING_BYTES = 64 << 10
+PROBE_TARGET_S = 0.05
 
 
 # ---- pure parsers (unit-tested on the tools' text) ---------------------------------------------
@@ -126,18 +131,19 @@ def local_peaks(device) -> dict:
     return found
 
 
-def probe(rank: int, group=None, size_bytes: int = PROBE_BYTES, rounds: int = PROBE_ROUNDS) -> float | None:
+def probe(rank: int, group=None, largest: int = PROBE_BYTES,
+          rounds: int = PROBE_ROUNDS) -> tuple[float, int] | None:
     """Point-to-point bandwidth between ranks 0 and 1 in GB/s (one direction: half a ping-pong),
-    the best of `rounds` after two warm-ups; None on the other ranks. Called by every rank."""
+    the best of `rounds` after two warm-ups, and the message size it used (at most `largest`);
+    None on the other ranks. Called by every rank."""
     import torch
     import torch.distributed as dist
 
     if rank > 1:
         return None
-    buffer = torch.zeros(size_bytes // 4, dtype=torch.float32)
     peer = 1 - rank
-    best = None
-    for i in range(rounds + 2):  # two warm-ups: the first send also connects the pair
+
+    def ping_pong(buffer) -> float:
         start = time.perf_counter()
         if rank == 0:
             dist.send(buffer, peer, group=group)
@@ -145,10 +151,47 @@ def probe(rank: int, group=None, size_bytes: int = PROBE_BYTES, rounds: int = PR
         else:
             dist.recv(buffer, peer, group=group)
             dist.send(buffer, peer, group=group)
-        elapsed = (time.perf_counter() - start) / 2
-        if i > 1:
-            best = elapsed if best is None else min(best, elapsed)
-    return size_bytes / best / 1e9 if best else None
+        return (time.perf_counter() - start) / 2
+
+    size_bytes = _agreed_size(rank, peer, largest, group, ping_pong)
+    buffer = torch.zeros(size_bytes // 4, dtype=torch.float32)
+    times = [ping_pong(buffer) for _ in range(rounds + 2)][2:]  # two warm-ups
+    best = min(times, default=0.0)
+    return (size_bytes / best / 1e9, size_bytes) if best > 0 else None
+
+
+def probe_size(small_bytes: int, seconds: float, largest: int) -> int:
+    """The probe's message: what moves in PROBE_TARGET_S at the rate `small_bytes` took
+    `seconds` to move, in whole float32 elements, between `small_bytes` and `largest`."""
+    rate = small_bytes / seconds if seconds > 0 else float("inf")
+    fits = min(float(largest), max(float(small_bytes), rate * PROBE_TARGET_S))
+    return int(fits) // 4 * 4
+
+
+def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
+    """`probe_size` at the first message, growing 4x from PROBE_SIZING_BYTES, whose transfer
+    takes a quarter of PROBE_TARGET_S (best of two, after one that connects): a small one alone
+    would fit inside a shaped link's burst and look fast. Rank 0 decides each step and sends it,
+    so both ranks run the same transfers."""
+    import torch
+    import torch.distributed as dist
+
+    size = min(PROBE_SIZING_BYTES, largest) // 4 * 4
+    ping_pong(torch.zeros(size // 4, dtype=torch.float32))
+    while True:
+        buffer = torch.zeros(size // 4, dtype=torch.float32)
+        seconds = min(ping_pong(buffer) for _ in range(2))
+        step = torch.zeros(2, dtype=torch.int64)  # (next size, 1 when it is the probe's)
+        if rank == 0:
+            done = size >= largest or seconds >= PROBE_TARGET_S / 4
+            step[0] = probe_size(size, seconds, largest) if done else min(largest, 4 * size) // 4 * 4
+            step[1] = int(done)
+            dist.send(step, peer, group=group)
+        else:
+            dist.recv(step, peer, group=group)
+        size = int(step[0])
+        if step[1]:
+            return size
 
 
 def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:

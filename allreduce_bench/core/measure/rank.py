@@ -302,9 +302,9 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device,
     new run starts its meta here when no driver did, as under a launcher). On CPU, ranks 0 and 1
     first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`, its
     ranks' placements to `binding.<N>`. Returns every rank's hostname (for the raw samples)."""
-    probe_GBps = None
+    probe_GBps = probe_bytes = None
     if device.kind == "cpu" and env.world_size > 1:
-        probe_GBps = link_peaks.probe(env.rank)
+        probe_GBps, probe_bytes = link_peaks.probe(env.rank) or (None, None)
     infos = [None] * env.world_size
     dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
                                    "peaks": link_peaks.local_peaks(device),
@@ -322,7 +322,7 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device,
         meta.update(run_meta.world_meta(infos))
         run_meta.save_topologies(config.out_dir, meta.get("gpu_topology"))
     meta.setdefault("peaks", {})[str(env.world_size)] = {
-        **world_peaks, "probe": {"GBps": probe_GBps, "bytes": link_peaks.PROBE_BYTES} if probe_GBps else None,
+        **world_peaks, "probe": {"GBps": probe_GBps, "bytes": probe_bytes} if probe_GBps else None,
         "per_rank": per_rank}
     meta.setdefault("binding", {})[str(env.world_size)] = {
         "summary": binding.summary(placements, hosts), "ranks": placements}
