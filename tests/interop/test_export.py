@@ -208,4 +208,7 @@ def test_a_real_run_of_every_collective_and_algorithm_round_trips(tmp_path):
         result = runner.invoke(main, ["compare", str(out), str(tmp_path / "jobs" / f"job{slower}"),
                                       "--out-dir", str(tmp_path / f"view{slower}")])
         table = pd.read_csv(tmp_path / f"view{slower}" / "job_vs_benchmark.csv")
-        assert len(table) > 0 and table["share"].between(share - 0.02, share + 0.02).all(), result.output
+        # the job's calls are whole µs (Inspector truncates): up to 1 µs faster, 2.5% of a 40 µs call
+        truncated = share * (slower * table["bench_us"]) / (slower * table["bench_us"] - 1)
+        assert len(table) > 0 and (table["share"] >= share - 0.02).all(), result.output
+        assert (table["share"] <= truncated + 0.02).all(), result.output
