@@ -23,9 +23,9 @@ from pathlib import Path
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
 PROBE_BYTES = 8 << 20  # the largest probe message: a fast link's transfer outlasts its latency
 PROBE_ROUNDS = 5
-# The probe is sized so one transfer takes about PROBE_TARGET_S at the rate a small ping-pong
-# shows: every other rank waits for it in the next world collective, under --timeout; 8 MiB at
-# an emulated 200 Mbit/s took 0.34 s a transfer, 4.8 s in all, and an 8 s timeout ran out.
+# The probe is sized so one transfer takes about PROBE_TARGET_S (`_agreed_size`): every other
+# rank waits for it in the next world collective, under --timeout; 8 MiB at an emulated
+# 200 Mbit/s took 0.34 s a transfer, 4.8 s in all, and an 8 s timeout ran out.
 PROBE_SIZING_BYTES = 64 << 10
 PROBE_TARGET_S = 0.05
 
