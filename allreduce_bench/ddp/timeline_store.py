@@ -41,5 +41,5 @@ def read_timeline(run_dir: Path | str, run_id: str | None = None) -> pd.DataFram
         return pd.DataFrame(columns=TIMELINE_COLUMNS)
     frame = read_results_csv(path)
     if run_id is not None:
-        frame = frame[frame["run_id"].astype(str) == str(run_id)]
+        frame = frame[frame["run_id"] == str(run_id)]  # read as text
     return frame

@@ -64,9 +64,9 @@ SAMPLE_COLUMNS = ["run_id", "benchmark", "algorithm", "world_size", "size_bytes"
                   "round"]
 
 
-def read_results_csv(path, **options) -> pd.DataFrame:
+def read_results_csv(path) -> pd.DataFrame:
     """A results.csv (or any CSV with a run_id) as pandas reads it, its ids kept as text."""
-    return pd.read_csv(path, dtype=TEXT_DTYPES, **options)
+    return pd.read_csv(path, dtype=TEXT_DTYPES)
 
 
 def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
