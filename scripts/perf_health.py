@@ -15,6 +15,13 @@ with a fault put in on purpose on one random host, and the verdicts are scored:
           its process appears, while torch starts, before the world forms; target: named
           unreachable ("never joined"), the others judged among themselves, exit 3,
           health.json final within --timeout + 30 s of the freeze.
+- matrix: the fault matrix of doc/health.md: kind (kill: SIGKILL; stop: SIGSTOP; cut: the host's
+          link set down in its namespace) x role (rank0: node0, the coordinator's and the
+          store's host; middle: node1; last: the last host) x phase (startup: 2 s after its
+          process appeared; round1 / later: as `health: round 1` / `round 2` is announced;
+          writing: once health.json is complete, while the verdict is written); target: the
+          faulted host named dead or unreachable, nobody else flagged, exit 3, health.json
+          written within --timeout + 15 s of the fault, no traceback on the console.
 A hit names the faulty host; a miss does not; a false alarm is any other host flagged. Also
 printed: the quick check's wall time on 4 x 1 (target <= 60 s) against the dry-run plan's
 estimate (target within 25%). The link rate is the emulator's default (1/36 of the intra-node
@@ -22,6 +29,9 @@ p2p measured here by a first clean run), then given explicitly so every trial ha
 
 Usage: sudo python scripts/perf_health.py [--layouts 4x1,8x1,4x2] [--trials 10]
                                           [--kinds rate,cpu,clean,freeze,startup] [--timeout 20]
+       sudo python scripts/perf_health.py --kinds matrix --layouts 4x1 [--faults kill,stop,cut]
+                                          [--roles rank0,middle,last]
+                                          [--phases startup,round1,later,writing]
 The machine may be shared: say `uptime` beside the figures; CPU contention is noise here.
 """
 from __future__ import annotations
@@ -158,6 +168,101 @@ def startup_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int
             "false": len((bad or set()) - {target})}
 
 
+def namespace_of(driver: int, host: int) -> str:
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return next(n for n in names if n.startswith(f"arb-{driver}-") and n.endswith(f"-h{host}"))
+
+
+def put_fault(kind: str, driver: int, host: int) -> bool:
+    """SIGKILL or SIGSTOP the host's last rank, or set its link down; False when it has no
+    rank left to fault (its part had ended)."""
+    if kind == "cut":
+        return subprocess.run(["ip", "-n", namespace_of(driver, host), "link", "set", f"node{host}",
+                               "down"]).returncode == 0
+    try:
+        pid = worker_pids(driver, host)[-1]
+        os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    except (IndexError, StopIteration, ProcessLookupError):
+        return False
+    return True
+
+
+def matrix_trial(layout: str, out: Path, rate: str, timeout_s: float, kind: str, role: str,
+                 phase: str) -> dict:
+    """One case of the fault matrix (see the module's text), scored."""
+    nodes = int(layout.split("x")[0])
+    host = {"rank0": 0, "middle": 1, "last": nodes - 1}[role]
+    proc = emulate(layout, out, rate, [], timeout_s, background=True)
+    lines: list[str] = []
+    said = threading.Event()
+    announce = {"round1": "health: round 1:", "later": "health: round 2:"}.get(phase)
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if announce and line.startswith(announce):
+                said.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if phase == "startup":
+        while proc.poll() is None:
+            try:
+                if worker_pids(proc.pid, host):
+                    break
+            except StopIteration:  # its namespace is not made yet
+                pass
+            time.sleep(0.05)
+        time.sleep(2.0)
+    elif phase == "writing":
+        doc = out / "health.json"
+        while proc.poll() is None and not (doc.exists() and '"complete": true' in doc.read_text()):
+            time.sleep(0.02)
+    else:
+        while proc.poll() is None and not said.wait(0.05):
+            pass
+    landed = proc.poll() is None and put_fault(kind, proc.pid, host)
+    faulted_at = time.monotonic()
+    try:
+        proc.wait(timeout=timeout_s * 3 + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    seconds = time.monotonic() - faulted_at
+    reader.join(timeout=5)
+    output = "".join(lines)
+    out.with_suffix(".log").write_text(f"{kind} node{host} at {phase} (landed: {landed})\n" + output)
+    bad, doc = flagged(out)
+    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    target = f"node{host}"
+    return {"kind": kind, "role": role, "phase": phase, "host": host, "landed": landed,
+            "code": proc.returncode, "seconds": seconds, "verdicts": verdicts, "written": bad is not None,
+            "hit": verdicts.get(target) in ("dead", "unreachable"),
+            "false_ok": verdicts.get(target) == "ok",
+            "false": len((bad or set()) - {target} - {h for h, v in verdicts.items() if v == "not judged"}),
+            "traceback": "Traceback" in output or "ChildFailedError" in output}
+
+
+def report_matrix(layout: str, trials: list[dict], timeout_s: float) -> None:
+    """The matrix as doc/health.md's table, then the totals against the targets."""
+    print(f"\n{layout}: | kind | role | phase | verdict of the faulted host | others | exit | s after "
+          f"the fault | traceback |\n|---|---|---|---|---|---|---|---|")
+    for t in trials:
+        others = sorted({v for h, v in t["verdicts"].items() if h != f"node{t['host']}"})
+        print(f"| {t['kind']} | {t['role']} (node{t['host']}) | {t['phase']} | "
+              f"{t['verdicts'].get('node%d' % t['host'], '(no health.json)')}"
+              f"{'' if t['landed'] else ' (the fault found no rank: its part had ended)'} | "
+              f"{', '.join(others) or '-'} | {t['code']} | {t['seconds']:.1f} | "
+              f"{'yes' if t['traceback'] else 'no'} |", flush=True)
+    landed = [t for t in trials if t["landed"]]
+    n = len(landed)
+    print(f"{layout} matrix: {n} of {len(trials)} faults landed; hits {sum(t['hit'] for t in landed)}/{n}, "
+          f"false ok {sum(t['false_ok'] for t in landed)}, false alarms {sum(t['false'] for t in trials)}, "
+          f"exit 3 {sum(t['code'] == 3 for t in landed)}/{n}, health.json {sum(t['written'] for t in trials)}/"
+          f"{len(trials)}, within --timeout + 15 s {sum(t['seconds'] <= timeout_s + 15 for t in trials)}/"
+          f"{len(trials)} (max {max(t['seconds'] for t in trials):.1f} s), tracebacks "
+          f"{sum(t['traceback'] for t in trials)}", flush=True)
+
+
 def one_trial(kind: str, layout: str, out: Path, rate: str, bits: float, timeout_s: float, rng) -> dict:
     nodes = int(layout.split("x")[0])
     host = rng.randrange(1 if kind == "freeze" else 0, nodes)
@@ -219,6 +324,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--kinds", default="rate,cpu,clean,freeze,startup")
     parser.add_argument("--timeout", type=float, default=20.0)
+    parser.add_argument("--faults", default="kill,stop,cut", help="matrix: the kinds of fault")
+    parser.add_argument("--roles", default="rank0,middle,last", help="matrix: whose host")
+    parser.add_argument("--phases", default="startup,round1,later,writing", help="matrix: when")
+    parser.add_argument("--rate", help="The inter-node link (e.g. 400mbit) instead of measuring the default.")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", help="Write the trials here (kept) instead of a temporary folder.")
     args = parser.parse_args()
@@ -226,9 +335,16 @@ def main() -> None:
     print(f"# {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="perf-health-") as tmp:
         work = Path(args.keep or tmp)
-        rate, bits = default_rate(work, "4x1", args.timeout)
+        rate, bits = (args.rate, 0.0) if args.rate else default_rate(work, "4x1", args.timeout)
         print(f"# the emulator's default link here: {rate} ({bits / 8e6:.1f} MB/s)", flush=True)
         for layout in args.layouts.split(","):
+            if args.kinds == "matrix":
+                cases = [(f, r, ph) for f in args.faults.split(",") for r in args.roles.split(",")
+                         for ph in args.phases.split(",")]
+                report_matrix(layout, [matrix_trial(layout, work / f"{layout}-{f}-{r}-{ph}-{i}", rate,
+                                                    args.timeout, f, r, ph)
+                                       for f, r, ph in cases for i in range(args.trials)], args.timeout)
+                continue
             for kind in args.kinds.split(","):
                 trials = [one_trial(kind, layout, work / f"{layout}-{kind}-{i}", rate, bits, args.timeout, rng)
                           for i in range(args.trials)]

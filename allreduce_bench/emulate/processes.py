@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 
 def namespace_pids(name: str) -> list[str]:
@@ -15,35 +19,99 @@ def namespace_pids(name: str) -> list[str]:
     return done.stdout.split()
 
 
+class FirstFailure:
+    """The default watch over a run's launches: done when all ended or one failed; its exit code
+    then, else 0. A benchmark whose verdict survives a lost host brings its own (health's
+    salvage.Watch): same two calls."""
+
+    def done(self, codes: list[int | None], worker_exits: list[int | None]) -> bool:
+        return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
+
+    def result(self, codes: list[int | None], worker_exits: list[int | None]) -> int:
+        return next((c for c in codes if c not in (None, 0)), 0)
+
+
+# torchrun's own lines: its log records, and its tracebacks (ChildFailedError's block)
+_TORCH_LOG = re.compile(r"^\[?[IWE]\d{4} \d\d:\d\d:\d\d")
+_WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")
+
+
+class LauncherOutput:
+    """A host's launch output, all of it into the run's launcher log, and on to the console
+    without torchrun's log records and tracebacks (the run's own lines say what happened).
+    `worker_exit`: the exit code torchrun reported for a failed rank (-9: SIGKILL)."""
+
+    def __init__(self, host: str, log, console):
+        self.host, self.log, self.console = host, log, console
+        self.worker_exit: int | None = None
+        self._skipping, self._rules = None, 0
+
+    def pump(self, stream) -> None:
+        for line in stream:
+            if self.log is not None:
+                self.log.write(f"{self.host}: {line}")
+                self.log.flush()
+            if (found := _WORKER_EXIT.search(line)) and self.worker_exit is None:
+                self.worker_exit = int(found.group(1))
+            if self._keep(line):
+                self.console.write(line)
+                self.console.flush()
+
+    def _keep(self, line: str) -> bool:
+        if self._skipping == "traceback":
+            if line[:1] in (" ", "\t") or not line.strip():
+                return False
+            self._skipping = "failure" if "ChildFailedError" in line else None
+            self._rules = 0
+            return False
+        if self._skipping == "failure":  # between two ===== rules
+            self._rules += line.startswith("=====")
+            self._skipping = None if self._rules >= 2 else "failure"
+            return False
+        if line.startswith("Traceback (most recent call last)"):
+            self._skipping = "traceback"
+            return False
+        return not (_TORCH_LOG.match(line) or line.startswith(("During handling of the above",
+                                                               "The above exception")))
+
+
 def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda i: None,
-                 outcome=lambda: None) -> int:
-    """Launch on every host at once; the first failure stops the others. Returns an exit code:
-    `outcome()` once it gives one (a benchmark whose result is final while a frozen host's
-    launch would wait on; the others are then stopped), else the first failure's, else 0.
-    `cgroup_procs(i)`: the cgroup host i joins, or None."""
-    procs = []
+                 watch=None, log_path: Path | None = None) -> int:
+    """Launch on every host at once, until `watch` (default FirstFailure) is done; the rest
+    is then stopped quietly and `watch.result` is the exit code. Every launch's output goes to
+    `log_path` and, without torchrun's tracebacks, to the console. `cgroup_procs(i)`: the
+    cgroup host i joins, or None."""
+    watch = watch or FirstFailure()
+    procs, pumps = [], []
+    log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
     try:
         for i in range(cluster.nodes):
             procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i)),
-                                          env=cluster.host_env(i, emulation),
+                                          env=cluster.host_env(i, emulation), text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           start_new_session=True, preexec_fn=die_with_parent))
+            for stream, console in ((procs[-1].stdout, sys.stdout), (procs[-1].stderr, sys.stderr)):
+                pump = LauncherOutput(f"node{i}", log, console)
+                pumps.append((i, pump, threading.Thread(target=pump.pump, args=(stream,), daemon=True)))
+                pumps[-1][2].start()
         while True:
-            final = outcome()
-            if final is not None:  # the rest only waits (on a frozen host): stop it quietly
+            codes = [p.poll() for p in procs]
+            exits = [next((pump.worker_exit for j, pump, _ in pumps if j == i and pump.worker_exit is not None),
+                          None) for i in range(cluster.nodes)]
+            if watch.done(codes, exits):
+                final = watch.result(codes, exits)
                 kill_quietly(cluster, procs)
                 return final
-            codes = [p.poll() for p in procs]
-            failed = [c for c in codes if c not in (None, 0)]
-            if failed:
-                return failed[0]
-            if all(c == 0 for c in codes):
-                return 0
             time.sleep(0.2)
     except (KeyboardInterrupt, SystemExit):
         kill_quietly(cluster, procs)
         raise
     finally:
         _stop(procs)
+        for _, _, thread in pumps:
+            thread.join(timeout=2)
+        if log is not None:
+            log.close()
 
 
 def kill_quietly(cluster, procs: list[subprocess.Popen]) -> None:

@@ -48,6 +48,9 @@ class Plan:
                 "host_cpu": {f"node{i}": f"{share:.0%}" for i, share in self.host_cpu.items()}}
 
 
+LAUNCHER_LOG = "launcher.log"  # every host's torchrun output, tracebacks included
+
+
 def _say(line: str) -> None:
     print(f"emulate: {line}", file=sys.stderr, flush=True)
 
@@ -106,7 +109,7 @@ def run_emulated(plan: Plan) -> int:
         code = 0
         for step, (benchmark, args) in enumerate(plan.forwarded.items(), start=1):
             try:
-                code = _run_one(cluster, benchmark, args, out_dir, emulation, cpu,
+                code = _run_one(cluster, benchmark, args, plan.configs[benchmark], out_dir, emulation, cpu,
                                 f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
                 code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
@@ -122,20 +125,20 @@ def run_emulated(plan: Plan) -> int:
         return code
 
 
-def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation, cpu,
+def _run_one(cluster, benchmark: str, args: list[str], config, out_dir: Path, emulation, cpu,
              step: str) -> int:
     """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
     `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
     bar below says how far the benchmark is)."""
-    outcome, since = benchmarks.entry(benchmark).outcome, time.time()
+    watch, since = benchmarks.entry(benchmark).watch, time.time()
     command = [benchmarks.entry(benchmark).command, *args, "--out", str(out_dir)]
     _say(f"{step}: `allreduce-bench {shlex.join(command[:-2])}` on {cluster.nodes} hosts x "
          f"{cluster.ranks_per_node} ranks")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / LAUNCHER_LOG
     code = run_on_hosts(cluster, command, emulation, cpu.procs,
-                        (lambda: outcome(out_dir, since)) if outcome else lambda: None)
-    final = outcome(out_dir, since) if outcome else None
-    code = code if final is None else final
-    _say(f"{step} ended in {time.time() - since:.0f} s (exit code {code})")
+                        watch(out_dir, since, config) if watch else None, log)
+    _say(f"{step} ended in {time.time() - since:.0f} s (exit code {code}; the launchers' output: {log})")
     return code
 
 

@@ -44,6 +44,7 @@ from allreduce_bench.core.sweep.rows import make_row
 from allreduce_bench.health import pairing, throttle
 from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.health.decide import Measurement
+from allreduce_bench.health.journal import Journal
 from allreduce_bench.health.reference import MEDIAN_SE
 from allreduce_bench.health.verdicts import BAD_INPUT
 
@@ -89,8 +90,9 @@ class Rank:
     """This rank's part in the rounds: make its groups, measure, report."""
 
     def __init__(self, session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
-                 ranks_per_node: int, hosts: list[str] | None = None):
+                 ranks_per_node: int, hosts: list[str] | None = None, journal: Journal | None = None):
         self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
+        self.journal = journal
         self.ranks_per_node = ranks_per_node
         # every launched host in launch order: those of ranks_of, and those that never came
         self.hosts = hosts or list(ranks_of)
@@ -117,6 +119,10 @@ class Rank:
             if mine is None:
                 continue
             slot_number = plan["slot_base"] + index
+            where = f"health round {k} ({mine.check} {'+'.join(mine.hosts)})"
+            self.session.progress.at(k, index, where, mine.ranks)  # the phase a failure line names
+            if self.journal:
+                self.journal.note("round", k=k, where=where)
             try:
                 assemble(self.board, self.liveness, slot_number, mine.ranks, self.me, self.liveness.timeout_s)
                 pg = self.groups.new(mine.ranks, slot_number)
@@ -157,6 +163,7 @@ class Rank:
             k += 1
 
     def _wait_plan(self, k: int) -> dict:
+        self.session.progress.at(k, 0, f"health: waiting for round {k}", (0,))
         checked = time.monotonic()
         while not self.board.has(f"r{k}/plan"):
             time.sleep(POLL_S)
@@ -351,20 +358,41 @@ def measure_health(session) -> int:
             exit_now(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
         os._exit(BAD_INPUT)
     session.hosts = names
+    journal = Journal(config.out_dir, came.members[env.rank], host=names[env.rank], world_rank=env.rank,
+                      coordinator=names[0])
     board = Board("health", env.rank)
     rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L,
-                list(dict.fromkeys(launched)))
+                list(dict.fromkeys(launched)), journal)
+    def lost(said: str) -> None:
+        journal.note("lost", host=names[0], why=said)
+        exit_now(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
+                 f"{config.out_dir}", code=1)
+
+    threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, config.timeout_s + MARGIN_S),
+                     daemon=True, name="store-watch").start()
     try:
         if session.lead:
             lead(session, rank, board)
         else:
             rank.follow()
-    except CoordinatorLost as lost:
-        exit_now(f"allreduce-bench health: rank {env.rank}: {lost}; rows measured so far are "
-                 f"kept in {config.out_dir}", code=1)
+    except (CoordinatorLost, RuntimeError) as error:  # RuntimeError: the store (its host) is gone
+        lost(str(error) if isinstance(error, CoordinatorLost) else
+             f"lost the coordinator (rank 0 on {names[0]}) and the launcher's store at {session.progress.where}: "
+             f"{(str(error).strip().splitlines() or [type(error).__name__])[0][:200]}")
     finally:
         board.close()
+    journal.note("end")
     return 0
+
+
+def _watch_store(board: Board, progress, coordinator: str, lost, limit_s: float) -> None:
+    """A store that stopped answering (its host cut off) ends this rank with its one line."""
+    while board.unanswered_s() <= limit_s:
+        if board.closed:
+            return
+        time.sleep(1.0)
+    lost(f"the launcher's store (with the coordinator on {coordinator}) did not answer for "
+         f"{limit_s:g} s at {progress.where}")
 
 
 def _nodelist() -> list[str]:

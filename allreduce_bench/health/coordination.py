@@ -52,6 +52,7 @@ class Board:
         self.store = dist.PrefixStore(f"allreduce-bench/{run_id}/", _default_store())
         self.rank = rank
         self._stop = threading.Event()
+        self.beaten = time.monotonic()  # when a heartbeat last went through
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
         self._beat.start()
 
@@ -61,10 +62,20 @@ class Board:
                 self.store.add(f"alive/{self.rank}", 1)
             except (RuntimeError, OSError):  # the store's host is gone: the main loop says so
                 return
+            self.beaten = time.monotonic()
             self._stop.wait(HEARTBEAT_S)
+
+    def unanswered_s(self) -> float:
+        """Seconds since the store last took a heartbeat: a store whose host was cut off leaves
+        the calls hanging far beyond any timeout (TCP retransmits), not failing."""
+        return time.monotonic() - self.beaten
 
     def close(self) -> None:
         self._stop.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
 
     def put(self, key: str, value) -> None:
         self.store.set(key, json.dumps(value))

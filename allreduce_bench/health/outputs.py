@@ -10,27 +10,37 @@ import hostlist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.units import format_size
 from allreduce_bench.health.rounds import HealthCheck
-from allreduce_bench.health.verdicts import VERDICTS, exit_code, verdicts
+from allreduce_bench.health.verdicts import INCOMPLETE, NOT_JUDGED, UNHEALTHY, VERDICTS, exit_code, named, verdicts
 
 
-def exclude(hosts: Sequence[dict]) -> str:
-    """Every host not ok as one hostlist expression (node[03,17]); '' when all are ok."""
-    return hostlist.collect_hostlist([h["host"] for h in hosts if h["verdict"] != "ok"])
+def exclude(hosts: Sequence[dict], verdict=named) -> str:
+    """Every host named unhealthy (slow, bad, unreachable, dead) as one hostlist expression
+    (node[03,17]); '' when none is. `verdict=not_judged`: the hosts to check again."""
+    return hostlist.collect_hostlist([h["host"] for h in hosts if verdict(h)])
+
+
+def not_judged(host: dict) -> bool:
+    return host["verdict"] == NOT_JUDGED
+
+
+def finish_document(doc: dict) -> dict:
+    """A document's exclude lists and exit code from its host verdicts, as they now stand."""
+    code = exit_code(doc["hosts"], doc["pairs"])
+    return {**doc, "exclude": exclude(doc["hosts"]), "not_judged": exclude(doc["hosts"], not_judged),
+            "exit_code": code if doc.get("complete") or code == UNHEALTHY else INCOMPLETE}
 
 
 def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
     """health.json's content (results/health.py adds schema_version and writes it)."""
-    found = verdicts(check)
-    code = exit_code(found["hosts"], found["pairs"])
-    return {"layout": layout, **found,
+    found = verdicts(check, complete)
+    return finish_document({"layout": layout, **found,
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
             "thresholds": [t.as_json() for t in check.reference.thresholds()],
             "controls": [{"round": k, "check": c, "size_bytes": size, "busbw_GBps": value}
                          for (k, c, size), value in sorted(check.reference.controls.items())],
             "bisect": check.bisection.as_json() if check.bisection else None,
-            "exclude": exclude(found["hosts"]), "complete": complete, "note": note,
-            "confidence": confidence(check.reference.thresholds(), max(layout.get("sizes") or [0])),
-            "exit_code": code if complete else 1}
+            "complete": complete, "note": note,
+            "confidence": confidence(check.reference.thresholds(), max(layout.get("sizes") or [0]))})
 
 
 def confidence(thresholds, bandwidth_size: int) -> list[str]:
@@ -98,8 +108,8 @@ def write_prometheus(path: Path, doc: dict) -> None:
         rail_ok.labels(r["host"], str(r["rail"])).set(r["verdict"] == "ok")
         if r.get("measured_GBps") is not None:
             rail_busbw.labels(r["host"], str(r["rail"])).set(r["measured_GBps"])
-    Gauge("allreduce_bench_health_unhealthy_hosts", "hosts not ok", registry=registry).set(
-        sum(h["verdict"] != "ok" for h in doc["hosts"]))
+    Gauge("allreduce_bench_health_unhealthy_hosts", "hosts named unhealthy (not ok, not 'not judged')",
+          registry=registry).set(sum(named(h) for h in doc["hosts"]))
     write_to_textfile(str(path), registry)
 
 
@@ -116,8 +126,10 @@ def summary(doc: dict) -> str:
     the ready --exclude."""
     hosts = doc["hosts"]
     bad = [h for h in hosts if h["verdict"] != "ok"]
-    lines = [f"health: {len(hosts)} host(s), {len(hosts) - len(bad)} ok, "
-             f"{len(doc['rounds'])} round(s)" + (" (one host: intra check only)" if len(hosts) == 1 else "")]
+    unjudged = sum(not_judged(h) for h in hosts)
+    lines = [f"health: {len(hosts)} host(s), {sum(h['verdict'] == 'ok' for h in hosts)} ok, "
+             + (f"{unjudged} not judged, " if unjudged else "")
+             + f"{len(doc['rounds'])} round(s)" + (" (one host: intra check only)" if len(hosts) == 1 else "")]
     for h in bad:
         lines.append(f"  {h['host']:<16} {h['verdict'].upper():<11} measured {_figure(h.get('measured_GBps'))} "
                      f"at {_size(h.get('size_bytes'))}, expected {_figure(h.get('expected_GBps'))}; "
@@ -135,5 +147,8 @@ def summary(doc: dict) -> str:
     if doc.get("note"):
         lines.append(f"  note: {doc['note']}")
     lines += [f"  confidence: {line}" for line in doc.get("confidence", ())]
-    lines.append(f"--exclude={doc['exclude']}" if doc["exclude"] else "all hosts healthy: nothing to exclude")
+    if doc.get("not_judged"):
+        lines.append(f"not judged (check them again): {doc['not_judged']}")
+    lines.append(f"--exclude={doc['exclude']}" if doc["exclude"] else
+                 "nobody named: nothing to exclude" if unjudged else "all hosts healthy: nothing to exclude")
     return "\n".join(lines)

@@ -7,7 +7,8 @@ from pathlib import Path
 from allreduce_bench.core.analysis.style import plt, save
 from allreduce_bench.core.units import format_size
 
-COLOURS = {"ok": "#4c72b0", "slow": "#dd8452", "bad": "#c44e52", "unreachable": "#8c8c8c"}
+COLOURS = {"ok": "#4c72b0", "slow": "#dd8452", "bad": "#c44e52", "unreachable": "#8c8c8c", "dead": "#000000",
+           "not judged": "#dddddd"}
 FIGURE = "health.png"
 
 

@@ -1,6 +1,8 @@
-"""Verdicts per host, rail (host, local rank) and pair: `ok`, `slow`, `bad` or `unreachable`,
-each with measured vs expected busbw and why. A confirmed host or link is `bad` under
-BAD_FRACTION of expected and `slow` above it; the exit code follows from the hosts."""
+"""Verdicts per host, rail (host, local rank) and pair: `ok`, `slow`, `bad`, `unreachable`,
+`dead` or `not judged`, each with measured vs expected busbw and why. `ok` needs evidence: a
+measurement judged against a threshold; a host never so measured is `not judged`. A confirmed
+host or link is `bad` under BAD_FRACTION of expected and `slow` above it; `dead` (its process
+died) comes from whoever saw it (health/salvage.py); the exit code follows from the hosts."""
 from __future__ import annotations
 
 import statistics
@@ -20,7 +22,8 @@ from allreduce_bench.health.decide import (
 from allreduce_bench.health.reference import BAD_FRACTION, Reference
 from allreduce_bench.health.rounds import HealthCheck
 
-VERDICTS = ("ok", "slow", "bad", "unreachable")
+VERDICTS = ("ok", "slow", "bad", "unreachable", "dead", "not judged")
+NOT_JUDGED = "not judged"  # neither healthy nor named: listed apart, for a scheduler to re-check
 # held back by the host itself (measure/throttle.py): a CPU quota under MIN_CPUS_PER_RANK for
 # each rank sharing it (a rank drives its collective, NCCL's proxy and its launches from a CPU),
 # or throttled in THROTTLED_PERIODS CFS periods and THROTTLED_S seconds (runnable but stopped;
@@ -70,7 +73,7 @@ def _host_channel_ms(host: str, channel: Channel, results: Sequence[PairResult],
             for m in r.measurements if channel_of(m) == channel]
 
 
-def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
+def host_verdict(state: HostState, check: HealthCheck, results, intra, complete: bool = True) -> dict:
     host, ref = state.host, check.reference
     out = {"host": host, "partners": sorted(state.tried)}
     if state.status == "unreachable":
@@ -94,13 +97,21 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra) -> dict:
         return {**out, **_public(worst), "verdict": "ok",
                 "why": f"slow with {', '.join(state.slow_with)} but on another check each time: "
                        "noise, not confirmed"}
+    if state.status == "suspect" and not complete:
+        return {**out, **_public(worst), "verdict": NOT_JUDGED,
+                "why": f"slow with {', '.join(sorted(state.tried))} once; the check stopped before "
+                       "it was measured again"}
     if state.status == "suspect":
         return {**out, **_public(worst), "verdict": "slow",
                 "why": f"slow with {', '.join(sorted(state.tried))}; not confirmed: no further "
                        "known-good partner to tell it apart"}
-    why = ("fine with " + ", ".join(state.ok_with) if state.ok_with else
-           "intra check only (a world of one host)" if len(check.hosts) == 1 else
-           "no pair measured: no partner was available")
+    # evidence: a pair (with other hosts to pair with) or intra measurement judged by a threshold
+    evidence = [m for m in mine if m.check == "pair" or len(check.hosts) == 1]
+    if not any(ref.get(m.check, m.size_bytes, m.round) for m in evidence):
+        return {**out, **_public(worst), "verdict": NOT_JUDGED,
+                "why": "measured, but the check stopped before a threshold to judge it by" if evidence
+                else "no pair measured: no partner was available"}
+    why = "fine with " + ", ".join(state.ok_with) if state.ok_with else "intra check only (a world of one host)"
     return {**out, **_public(worst), "verdict": "ok", "why": why}
 
 
@@ -212,19 +223,25 @@ def _pair_why(r: PairResult, states: dict[str, HostState], finding: str | None, 
     return f"{what} slow: {' and '.join(blamed) or 'a host'} slow with other partners too"
 
 
-def verdicts(check: HealthCheck) -> dict:
-    """hosts, rails (with >= 2 ranks per host) and pairs, as health.json lists them."""
+def verdicts(check: HealthCheck, complete: bool = True) -> dict:
+    """hosts, rails (with >= 2 ranks per host) and pairs, as health.json lists them (a check
+    not complete calls a host slow once `not judged`: it was to be measured again)."""
     states = check.states()
     results = pair_results(check.measurements, check.reference)
     intra = [m for m in check.measurements if m.check == "intra"]
-    hosts = [with_holdback(host_verdict(states[h], check, results, intra), check.holdbacks.get(h))
+    hosts = [with_holdback(host_verdict(states[h], check, results, intra, complete), check.holdbacks.get(h))
              for h in check.hosts]
     rails = rail_verdicts(states, check, results) if check.ranks_per_node > 1 else []
     return {"hosts": hosts, "rails": rails, "pairs": pair_verdicts(states, check, results)}
 
 
+def named(host: dict) -> bool:
+    """Whether a host's verdict names it unhealthy (`not judged` names nobody)."""
+    return host["verdict"] not in ("ok", NOT_JUDGED)
+
+
 def exit_code(hosts: Sequence[dict], pairs: Sequence[dict] = ()) -> int:
-    """0 when every host and (confirmed) link is ok, 3 when something is unhealthy."""
-    unhealthy = any(h["verdict"] != "ok" for h in hosts) or any(
+    """0 when every host judged and (confirmed) link is ok, 3 when something is unhealthy."""
+    unhealthy = any(named(h) for h in hosts) or any(
         p["verdict"] != "ok" and p.get("link") and p.get("confirmed") for p in pairs)
     return UNHEALTHY if unhealthy else HEALTHY

@@ -1,0 +1,44 @@
+"""What each rank of a health check knows, durable as it goes: one JSON line per event in
+<out>/health-ranks/rank-<R>.jsonl (R: the rank in the launch), appended whole, so it outlives
+the rank, the coordinator and the launcher's store. Whoever writes the verdict once ranks
+died or froze (health/salvage.py) reads them: the host of each rank, the round and group it
+was in, whom it lost and why, whether it ended."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+JOURNAL_DIR = "health-ranks"
+
+
+class Journal:
+    def __init__(self, out_dir, launched_rank: int, **joined):
+        folder = Path(out_dir) / JOURNAL_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / f"rank-{launched_rank}.jsonl"
+        self.path.unlink(missing_ok=True)  # an earlier run's, in the same folder
+        self.note("joined", rank=launched_rank, pid=os.getpid(), **joined)
+
+    def note(self, event: str, **fields) -> None:
+        line = json.dumps({"event": event, "t": round(time.time(), 3), **fields}) + "\n"
+        try:
+            with open(self.path, "a", encoding="utf-8") as out:
+                out.write(line)  # one write of a whole line: a reader never sees half of one
+        except OSError:
+            pass  # a full disk loses the journal, not the check
+
+
+def read_journals(out_dir, since: float = 0.0) -> dict[int, list[dict]]:
+    """Every rank's events (launched rank -> events in order), of journals written since `since`."""
+    found: dict[int, list[dict]] = {}
+    for path in (Path(out_dir) / JOURNAL_DIR).glob("rank-*.jsonl"):
+        try:
+            if path.stat().st_mtime < since:
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            found[int(path.stem.split("-")[1])] = [json.loads(line) for line in lines if line.endswith("}")]
+        except (OSError, ValueError):
+            continue
+    return found

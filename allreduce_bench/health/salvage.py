@@ -1,0 +1,196 @@
+"""The verdict when hosts died or froze, written by a process that is still alive: the one that
+launched the hosts (`emulate`, the local driver), which outlives every rank, the coordinator
+and the launcher's store.
+
+It reads the coordinator's last health.json (written after every round), every rank's journal
+(health/journal.py) and how each host's launch ended, and names:
+
+- `dead`: a host whose rank died (its launcher reports the signal, e.g. SIGKILL);
+- `unreachable`: a host whose launch still ran, silent, when the others had ended or given up
+  (frozen, or its link cut); and of the hosts that lost contact with each other, the smaller
+  side: the hosts that say they lost the coordinator (its host, the store's) when they
+  outnumber the hosts that stayed with it to the end, else those that say so;
+- everyone else keeps the coordinator's verdict, or is `not judged` when it had none (or the
+  coordinator was on the side cut off, whose verdicts on the others are void).
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from allreduce_bench.health.journal import read_journals
+from allreduce_bench.health.store import HEALTH_FILE, outcome, write_health
+from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
+
+FINAL_GRACE_S = 3.0  # after the verdict is final, for the other launches to end by themselves
+WRITE_GRACE_S = 10.0  # after the last round, for the writer's summary, figure and report
+LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed, for the coordinator to name it
+
+
+def _fates(codes: list[int | None], worker_exits: list[int | None]) -> dict[str, str]:
+    return {f"node{i}": _ended_how(c, w) for i, (c, w) in enumerate(zip(codes, worker_exits))}
+
+
+def _ended_how(code: int | None, worker_exit: int | None) -> str:
+    """A host's launch as salvage reads it: running, ended (0, or health's verdict 3), dead
+    (its rank died by a signal: 'SIGKILL'), or lost (it gave up by itself, with its line)."""
+    if worker_exit is not None and worker_exit < 0:
+        try:
+            return signal.Signals(-worker_exit).name
+        except ValueError:
+            return f"signal {-worker_exit}"
+    return "running" if code is None else "ended" if code in (0, UNHEALTHY) else "lost"
+
+
+def _by_host(journals: dict[int, list[dict]]) -> dict[str, list[list[dict]]]:
+    """Each host's ranks' journals."""
+    found: dict[str, list[list[dict]]] = {}
+    for rank in sorted(journals):
+        events = journals[rank]
+        if events and events[0]["event"] == "joined":
+            found.setdefault(events[0]["host"], []).append(events)
+    return found
+
+
+def _finished_part(ranks: list[list[dict]]) -> bool:
+    """Every rank of a host ended its part (its launcher may still wait on the others')."""
+    return bool(ranks) and all(events[-1]["event"] == "end" for events in ranks)
+
+
+def _settled(fates: dict[str, str], by_host: dict[str, list[list[dict]]]) -> dict[str, str]:
+    """A launch whose ranks all ended their part has ended, whatever torchrun says: it still
+    runs while its exit barrier waits for a host that died, and exits 1 for health's 3."""
+    return {h: "ended" if fate in ("running", "lost") and _finished_part(by_host.get(h, [])) else fate
+            for h, fate in fates.items()}
+
+
+class Watch:
+    """emulate's watch over a health check's launches (emulate/processes.py calls `done` each
+    poll and `result` once): it waits while the check can still end by itself, and writes the
+    verdict from what survived when it cannot."""
+
+    def __init__(self, out_dir, since: float, timeout_s: float):
+        self.out_dir, self.since, self.timeout_s = Path(out_dir), since, timeout_s
+        self._first: dict[str, float] = {}  # what happened first: failed, final, complete
+
+    def _seen(self, what: str) -> float:
+        return time.monotonic() - self._first.setdefault(what, time.monotonic())
+
+    def done(self, codes: list[int | None], worker_exits: list[int | None]) -> bool:
+        journals = _by_host(read_journals(self.out_dir, self.since))
+        fates = _settled(_fates(codes, worker_exits), journals)
+        running = [h for h, fate in fates.items() if fate == "running"]
+        if not running:
+            return True
+        if outcome(self.out_dir, self.since) is not None:  # done once the rest were named
+            silent = {h["host"] for h in _last_document(self.out_dir, self.since)["hosts"]
+                      if h["verdict"] in ("unreachable", "dead")}
+            return set(running) <= silent or self._seen("final") > FINAL_GRACE_S
+        accused = {e.get("host") for ranks in journals.values() for events in ranks
+                   for e in events if e["event"] == "lost"}
+        if any(fate not in ("running", "ended") for fate in fates.values()):
+            if set(running) <= accused:  # the ones left are the ones the others lost
+                return True
+            if self._seen("failed") > self.timeout_s + LOST_GRACE_S:
+                return True
+        return _complete(self.out_dir, self.since) and self._seen("complete") > WRITE_GRACE_S
+
+    def result(self, codes: list[int | None], worker_exits: list[int | None]) -> int:
+        journals = read_journals(self.out_dir, self.since)
+        fates = _settled(_fates(codes, worker_exits), _by_host(journals))
+        final = outcome(self.out_dir, self.since)
+        lost = any(e["event"] == "lost" for events in journals.values() for e in events)
+        if final is not None and not lost and all(f == "ended" for f in fates.values()):
+            return final  # the check ended by itself, nothing to add
+        return conclude(self.out_dir, fates, journals, self.since)
+
+
+def _complete(out_dir: Path, since: float) -> bool:
+    doc = _last_document(out_dir, since)
+    return bool(doc and doc.get("complete"))
+
+
+def _last_document(out_dir: Path, since: float) -> dict | None:
+    path = out_dir / HEALTH_FILE
+    try:
+        if path.stat().st_mtime < since:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _phase(events: list[dict]) -> str:
+    """Where a host's rank was, from its journal: the round and group, or start-up."""
+    if not events:
+        return "at start-up (before the world formed)"
+    if events[-1]["event"] == "end":
+        return "after its part of the check had ended"
+    rounds = [e for e in events if e["event"] == "round"]
+    return f"in {rounds[-1]['where']}" if rounds else "after the world formed, before its first round"
+
+
+def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0) -> int:
+    """Write health.json from what survived (see the module's text), say it in one summary,
+    and return the exit code. `fates`: host -> how its launch ended (_ended_how)."""
+    from allreduce_bench.health.outputs import finish_document, summary
+
+    out_dir = Path(out_dir)
+    by_host = _by_host(journals)
+    events_of = {h: sorted((e for events in ranks for e in events), key=lambda e: e["t"])
+                 for h, ranks in by_host.items()}
+    fates = _settled(fates, by_host)
+    lost = {h for h, events in events_of.items() if any(e["event"] == "lost" for e in events)}
+    lost |= {h for h, fate in fates.items() if fate == "lost"}
+    stayed = {h for h, fate in fates.items() if fate == "ended" and h not in lost}
+    coordinator = next((e.get("coordinator") for events in events_of.values() for e in events[:1]), None)
+    named: dict[str, tuple[str, str]] = {}
+    for host, fate in fates.items():
+        phase = _phase(events_of.get(host, []))
+        if fate not in ("running", "ended", "lost"):
+            named[host] = ("dead", f"its rank died ({fate}, as its launcher reported) {phase}")
+        elif fate == "running" and host not in lost:
+            named[host] = ("unreachable", f"silent {phase} while the others ended or gave up: frozen, "
+                                          "or cut off from them")
+    cut_off_side = stayed if len(lost) > len(stayed) else lost
+    for host in cut_off_side - set(named):
+        others = "the hosts that stayed with the coordinator" if cut_off_side is lost else \
+            f"the {len(lost)} host(s) that lost the coordinator on it"
+        named[host] = ("unreachable", f"cut off {_phase(events_of.get(host, []))}: {others} "
+                                      "outnumber it")
+    doc = _last_document(out_dir, since) or {"layout": {}, "hosts": [], "rails": [], "pairs": [],
+                                             "rounds": [], "complete": False}
+    void = coordinator in cut_off_side  # the coordinator's verdicts came from the side cut off
+    known = {h["host"]: h for h in doc["hosts"]}
+    hosts = []
+    for host in sorted(set(fates) | set(known), key=lambda h: (len(h), h)):
+        was = known.get(host, {"host": host, "partners": []})
+        if host in named and was.get("verdict") != named[host][0]:
+            verdict, why = named[host]
+            hosts.append({**was, "verdict": verdict, "why": why})
+        elif host in named:  # the coordinator named it so already, and said why
+            hosts.append(was)
+        elif void or host not in known or was["verdict"] in ("unreachable", "dead") or (
+                was["verdict"] == NOT_JUDGED and not doc.get("complete")):
+            hosts.append({**was, "verdict": NOT_JUDGED,
+                          "why": "not judged: the check stopped before it was measured"
+                          + (" (the coordinator's verdicts came from the side cut off)" if void else "")})
+        else:
+            hosts.append(was)
+    rails = [{**r, "verdict": named[r["host"]][0], "why": named[r["host"]][1]} if r["host"] in named else r
+             for r in doc.get("rails", [])]
+    stopped = [{"host": h, "verdict": v, "why": why} for h, (v, why) in sorted(named.items())]
+    note = "; ".join(f"{h} {v}: {why}" for h, (v, why) in sorted(named.items()))
+    if doc.get("finished") and hosts == doc["hosts"]:
+        return int(doc["exit_code"])  # the check ended by itself and said it all
+    doc = finish_document({**doc, "hosts": hosts, "rails": rails, "stopped": stopped,
+                           "complete": doc.get("complete", False) and not void,
+                           "note": note or doc.get("note", ""), "salvaged": True})
+    write_health(out_dir, doc)
+    said = summary(doc)
+    print(f"health: {out_dir / HEALTH_FILE} (written by the launching process from what survived)\n\n"
+          f"{said}", flush=True)
+    write_health(out_dir, {**doc, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    return int(doc["exit_code"])
