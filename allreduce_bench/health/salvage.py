@@ -10,8 +10,8 @@ It reads the coordinator's last health.json (written after every round), every r
   (frozen, or its link cut); and of the hosts that lost contact with each other, the smaller
   side: the hosts that say they lost the coordinator (its host, the store's) when they
   outnumber the hosts that stayed with it to the end, else those that say so;
-- everyone else keeps the coordinator's verdict, or is `not judged` when it had none (or the
-  coordinator was on the side cut off, whose verdicts on the others are void).
+- everyone else keeps the coordinator's verdict, or is `not judged` when it had none, or when
+  the coordinator named it unreachable from the side cut off.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from allreduce_bench.health.journal import read_journals
 from allreduce_bench.health.store import HEALTH_FILE, outcome, write_health
 from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
 
-FINAL_GRACE_S = 3.0  # after the verdict is final, for the other launches to end by themselves
+FINAL_GRACE_S = 5.0  # beyond --timeout after the verdict, for the others to end or give up
 WRITE_GRACE_S = 10.0  # after the last round, for the writer's summary, figure and report
 LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed, for the coordinator to name it
 
@@ -54,62 +54,70 @@ def _by_host(journals: dict[int, list[dict]]) -> dict[str, list[list[dict]]]:
     return found
 
 
-def _finished_part(ranks: list[list[dict]]) -> bool:
-    """Every rank of a host ended its part (its launcher may still wait on the others')."""
-    return bool(ranks) and all(events[-1]["event"] == "end" for events in ranks)
+def _finished_part(ranks: list[list[dict]], finished: bool) -> bool:
+    """Every rank of a host ended its part (its launcher may still wait on the others'), and
+    the writer (world rank 0) wrote the verdict (`finished`)."""
+    return bool(ranks) and all(events[-1]["event"] == "end" and (finished or events[0].get("world_rank"))
+                               for events in ranks)
 
 
-def _settled(fates: dict[str, str], by_host: dict[str, list[list[dict]]]) -> dict[str, str]:
+def _settled(fates: dict[str, str], by_host: dict[str, list[list[dict]]], finished: bool) -> dict[str, str]:
     """A launch whose ranks all ended their part has ended, whatever torchrun says: it still
     runs while its exit barrier waits for a host that died, and exits 1 for health's 3."""
-    return {h: "ended" if fate in ("running", "lost") and _finished_part(by_host.get(h, [])) else fate
-            for h, fate in fates.items()}
+    return {h: "ended" if fate in ("running", "lost") and _finished_part(by_host.get(h, []), finished)
+            else fate for h, fate in fates.items()}
+
+
+def _accused(by_host: dict[str, list[list[dict]]]) -> set[str]:
+    """The hosts some rank said it lost (the coordinator's, the store's)."""
+    return {e.get("host") for ranks in by_host.values() for events in ranks for e in events
+            if e["event"] == "lost"}
 
 
 class Watch:
     """emulate's watch over a health check's launches (emulate/processes.py calls `done` each
     poll and `result` once): it waits while the check can still end by itself, and writes the
-    verdict from what survived when it cannot."""
+    verdict from what survived when it cannot. The launcher's store lives in `store_host`'s
+    launch (emulate's static rendezvous: host 0's torchrun)."""
 
-    def __init__(self, out_dir, since: float, timeout_s: float):
-        self.out_dir, self.since, self.timeout_s = Path(out_dir), since, timeout_s
-        self._first: dict[str, float] = {}  # what happened first: failed, final, complete
+    def __init__(self, out_dir, since: float, timeout_s: float, store_host: str = "node0"):
+        self.out_dir, self.since, self.timeout_s, self.store_host = Path(out_dir), since, timeout_s, store_host
+        self._first: dict[str, float] = {}  # when each state was first seen: failed, final, complete
 
     def _seen(self, what: str) -> float:
         return time.monotonic() - self._first.setdefault(what, time.monotonic())
 
+    def _fates(self, codes, worker_exits, by_host) -> dict[str, str]:
+        final = outcome(self.out_dir, self.since) is not None
+        return _settled({f"node{i}": _ended_how(c, w) for i, (c, w) in enumerate(zip(codes, worker_exits))},
+                        by_host, final)
+
     def done(self, codes: list[int | None], worker_exits: list[int | None]) -> bool:
-        journals = _by_host(read_journals(self.out_dir, self.since))
-        fates = _settled(_fates(codes, worker_exits), journals)
-        running = [h for h, fate in fates.items() if fate == "running"]
+        by_host = _by_host(read_journals(self.out_dir, self.since))
+        fates = self._fates(codes, worker_exits, by_host)
+        running = {h for h, fate in fates.items() if fate == "running"}
+        lost = {h for h, fate in fates.items() if fate not in ("running", "ended")}
         if not running:
             return True
-        if outcome(self.out_dir, self.since) is not None:  # done once the rest were named
-            silent = {h["host"] for h in _last_document(self.out_dir, self.since)["hosts"]
-                      if h["verdict"] in ("unreachable", "dead")}
-            return set(running) <= silent or self._seen("final") > FINAL_GRACE_S
-        accused = {e.get("host") for ranks in journals.values() for events in ranks
-                   for e in events if e["event"] == "lost"}
-        if any(fate not in ("running", "ended") for fate in fates.values()):
-            if set(running) <= accused:  # the ones left are the ones the others lost
-                return True
-            if self._seen("failed") > self.timeout_s + LOST_GRACE_S:
-                return True
-        return _complete(self.out_dir, self.since) and self._seen("complete") > WRITE_GRACE_S
+        doc = _last_document(self.out_dir, self.since) or {}
+        if doc.get("finished"):  # the rest: named by the verdict, or past their own timeout
+            named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
+            return running <= named | _accused(by_host) or self._seen("final") > self.timeout_s + FINAL_GRACE_S
+        if self.store_host in lost or self.store_host in fates and fates[self.store_host] == "ended":
+            return True  # nobody goes on without the launcher's store
+        if lost and (running <= _accused(by_host) or self._seen("failed") > self.timeout_s + LOST_GRACE_S):
+            return True  # the ones left are the ones the others lost, or had time to name them
+        return bool(doc.get("complete")) and self._seen("complete") > WRITE_GRACE_S
 
     def result(self, codes: list[int | None], worker_exits: list[int | None]) -> int:
         journals = read_journals(self.out_dir, self.since)
-        fates = _settled(_fates(codes, worker_exits), _by_host(journals))
+        fates = self._fates(codes, worker_exits, _by_host(journals))
         final = outcome(self.out_dir, self.since)
-        lost = any(e["event"] == "lost" for events in journals.values() for e in events)
-        if final is not None and not lost and all(f == "ended" for f in fates.values()):
+        if final is not None and not _accused(_by_host(journals)) and all(f == "ended" for f in fates.values()):
             return final  # the check ended by itself, nothing to add
+        if final is None and fates.get(self.store_host) != "running":  # the others lost the store
+            fates = {h: "lost" if fate == "running" else fate for h, fate in fates.items()}
         return conclude(self.out_dir, fates, journals, self.since)
-
-
-def _complete(out_dir: Path, since: float) -> bool:
-    doc = _last_document(out_dir, since)
-    return bool(doc and doc.get("complete"))
 
 
 def _last_document(out_dir: Path, since: float) -> dict | None:
@@ -141,7 +149,7 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
     by_host = _by_host(journals)
     events_of = {h: sorted((e for events in ranks for e in events), key=lambda e: e["t"])
                  for h, ranks in by_host.items()}
-    fates = _settled(fates, by_host)
+    fates = _settled(fates, by_host, bool((_last_document(out_dir, since) or {}).get("finished")))
     lost = {h for h, events in events_of.items() if any(e["event"] == "lost" for e in events)}
     lost |= {h for h, fate in fates.items() if fate == "lost"}
     stayed = {h for h, fate in fates.items() if fate == "ended" and h not in lost}
@@ -162,7 +170,7 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
                                       "outnumber it")
     doc = _last_document(out_dir, since) or {"layout": {}, "hosts": [], "rails": [], "pairs": [],
                                              "rounds": [], "complete": False}
-    void = coordinator in cut_off_side  # the coordinator's verdicts came from the side cut off
+    cut_off = coordinator in cut_off_side or coordinator in named
     known = {h["host"]: h for h in doc["hosts"]}
     hosts = []
     for host in sorted(set(fates) | set(known), key=lambda h: (len(h), h)):
@@ -172,11 +180,10 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
             hosts.append({**was, "verdict": verdict, "why": why})
         elif host in named:  # the coordinator named it so already, and said why
             hosts.append(was)
-        elif void or host not in known or was["verdict"] in ("unreachable", "dead") or (
+        elif host not in known or was["verdict"] in ("unreachable", "dead") or (
                 was["verdict"] == NOT_JUDGED and not doc.get("complete")):
-            hosts.append({**was, "verdict": NOT_JUDGED,
-                          "why": "not judged: the check stopped before it was measured"
-                          + (" (the coordinator's verdicts came from the side cut off)" if void else "")})
+            # (a coordinator cut off from the others named them unreachable: void)
+            hosts.append({**was, "verdict": NOT_JUDGED, "why": "not judged: the check stopped before it was measured"})
         else:
             hosts.append(was)
     rails = [{**r, "verdict": named[r["host"]][0], "why": named[r["host"]][1]} if r["host"] in named else r
@@ -186,7 +193,7 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
     if doc.get("finished") and hosts == doc["hosts"]:
         return int(doc["exit_code"])  # the check ended by itself and said it all
     doc = finish_document({**doc, "hosts": hosts, "rails": rails, "stopped": stopped,
-                           "complete": doc.get("complete", False) and not void,
+                           "complete": doc.get("complete", False) and not cut_off,
                            "note": note or doc.get("note", ""), "salvaged": True})
     write_health(out_dir, doc)
     said = summary(doc)
