@@ -30,7 +30,7 @@ REGISTRY: dict[str, Entry] = {
     "allreduce": Entry("run", run_config),
     "links": Entry("links", links_config),
     "ddp": Entry("ddp", ddp_config),
-    "health": Entry("health", health_config, lambda out, since, config: HealthWatch(out, since, config.timeout_s)),
+    "health": Entry("health", health_config, HealthWatch),
 }
 
 

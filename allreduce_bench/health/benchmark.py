@@ -46,6 +46,7 @@ from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness,
 from allreduce_bench.health.decide import Measurement
 from allreduce_bench.health.journal import Journal
 from allreduce_bench.health.reference import MEDIAN_SE
+from allreduce_bench.health.salvage import after_local_failure
 from allreduce_bench.health.verdicts import BAD_INPUT
 
 NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
@@ -418,4 +419,4 @@ def whole_world(config) -> list[int]:
 
 
 BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, prepare=prepare,
-                      world_sizes=whole_world, joins_present=True)
+                      world_sizes=whole_world, joins_present=True, salvage=after_local_failure)

@@ -33,6 +33,26 @@ def _fates(codes: list[int | None], worker_exits: list[int | None]) -> dict[str,
     return {f"node{i}": _ended_how(c, w) for i, (c, w) in enumerate(zip(codes, worker_exits))}
 
 
+STOPPED = "stopped by its launcher"  # a local world's rank ended by torch's launcher (SIGTERM)
+
+
+def after_local_failure(config, exits: dict[int, int], since: float) -> int:
+    """The local driver's verdict once torch's launcher stopped a local world because a rank
+    died or gave up: `exits`, launched rank -> exit code of each rank failed by then (the
+    launcher stopped the others: their journals say whether they had ended their part). The
+    simulated hosts are node0, node1, ... of --ranks-per-node ranks each."""
+    per_node = config.ranks_per_node or 1
+    worst = ("ended", STOPPED, "lost")  # then a signal: dead
+    fates: dict[str, str] = {}
+    for rank in range(max(config.world_sizes)):
+        code = exits.get(rank, -signal.SIGTERM)
+        fate = STOPPED if code == -signal.SIGTERM else _ended_how(None, code) if code < 0 else "lost"
+        host = f"node{rank // per_node}"
+        was = fates.get(host, "ended")
+        fates[host] = fate if fate not in worst or was in worst and worst.index(fate) > worst.index(was) else was
+    return conclude(config.out_dir, fates, read_journals(config.out_dir, since), since, config.settings.prometheus)
+
+
 def _ended_how(code: int | None, worker_exit: int | None) -> str:
     """A host's launch as salvage reads it: running, ended (0, or health's verdict 3), dead
     (its rank died by a signal: 'SIGKILL'), or lost (it gave up by itself, with its line)."""
@@ -64,7 +84,7 @@ def _finished_part(ranks: list[list[dict]], finished: bool) -> bool:
 def _settled(fates: dict[str, str], by_host: dict[str, list[list[dict]]], finished: bool) -> dict[str, str]:
     """A launch whose ranks all ended their part has ended, whatever torchrun says: it still
     runs while its exit barrier waits for a host that died, and exits 1 for health's 3."""
-    return {h: "ended" if fate in ("running", "lost") and _finished_part(by_host.get(h, []), finished)
+    return {h: "ended" if fate in ("running", "lost", STOPPED) and _finished_part(by_host.get(h, []), finished)
             else fate for h, fate in fates.items()}
 
 
@@ -80,8 +100,9 @@ class Watch:
     verdict from what survived when it cannot. The launcher's store lives in `store_host`'s
     launch (emulate's static rendezvous: host 0's torchrun)."""
 
-    def __init__(self, out_dir, since: float, timeout_s: float, store_host: str = "node0"):
-        self.out_dir, self.since, self.timeout_s, self.store_host = Path(out_dir), since, timeout_s, store_host
+    def __init__(self, out_dir, since: float, config, store_host: str = "node0"):
+        self.out_dir, self.since, self.store_host = Path(out_dir), since, store_host
+        self.timeout_s, self.prometheus = config.timeout_s, config.settings.prometheus
         self._first: dict[str, float] = {}  # when each state was first seen: failed, final, complete
 
     def _seen(self, what: str) -> float:
@@ -117,7 +138,7 @@ class Watch:
             return final  # the check ended by itself, nothing to add
         if final is None and fates.get(self.store_host) != "running":  # the others lost the store
             fates = {h: "lost" if fate == "running" else fate for h, fate in fates.items()}
-        return conclude(self.out_dir, fates, journals, self.since)
+        return conclude(self.out_dir, fates, journals, self.since, self.prometheus)
 
 
 def _last_document(out_dir: Path, since: float) -> dict | None:
@@ -140,10 +161,12 @@ def _phase(events: list[dict]) -> str:
     return f"in {rounds[-1]['where']}" if rounds else "after the world formed, before its first round"
 
 
-def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0) -> int:
-    """Write health.json from what survived (see the module's text), say it in one summary,
-    and return the exit code. `fates`: host -> how its launch ended (_ended_how)."""
-    from allreduce_bench.health.outputs import finish_document, summary
+def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0,
+             prometheus: str | None = None) -> int:
+    """Write health.json (and `prometheus`' gauges) from what survived (see the module's text),
+    say it in one summary, and return the exit code. `fates`: host -> how its launch ended."""
+    from allreduce_bench.health.outputs import finish_document, summary, write_prometheus
+
 
     out_dir = Path(out_dir)
     by_host = _by_host(journals)
@@ -155,11 +178,12 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
     stayed = {h for h, fate in fates.items() if fate == "ended" and h not in lost}
     coordinator = next((e.get("coordinator") for events in events_of.values() for e in events[:1]), None)
     named: dict[str, tuple[str, str]] = {}
+    accused = _accused(by_host)
     for host, fate in fates.items():
         phase = _phase(events_of.get(host, []))
-        if fate not in ("running", "ended", "lost"):
+        if fate not in ("running", "ended", "lost", STOPPED):
             named[host] = ("dead", f"its rank died ({fate}, as its launcher reported) {phase}")
-        elif fate == "running" and host not in lost:
+        elif host not in lost and (fate == "running" or fate == STOPPED and host in accused):
             named[host] = ("unreachable", f"silent {phase} while the others ended or gave up: frozen, "
                                           "or cut off from them")
     cut_off_side = stayed if len(lost) > len(stayed) else lost
@@ -196,6 +220,8 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
                            "complete": doc.get("complete", False) and not cut_off,
                            "note": note or doc.get("note", ""), "salvaged": True})
     write_health(out_dir, doc)
+    if prometheus:
+        write_prometheus(Path(prometheus), doc)
     said = summary(doc)
     print(f"health: {out_dir / HEALTH_FILE} (written by the launching process from what survived)\n\n"
           f"{said}", flush=True)

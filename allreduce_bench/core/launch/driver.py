@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -116,6 +117,7 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     how_to_continue = f"--resume {config.out_dir}" if benchmark.resumable else None
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
         os.environ[REASON_DIR_ENV] = reasons  # the ranks inherit it
         os.environ[DRIVER_PID_ENV] = str(os.getpid())
@@ -130,6 +132,9 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
                       f"rank had finished: killed them", file=sys.stderr)
                 return None
+            if benchmark.salvage is not None:  # its verdict, from what survived
+                return benchmark.salvage(config, {rank: failure.exitcode for rank, failure
+                                                  in (getattr(error, "failures", {}) or {}).items()}, started)
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
             killed = not found and any(f.exitcode == -signal.SIGKILL

@@ -131,6 +131,9 @@ class Benchmark:
     world_sizes: Callable[[object], list[int]] | None = None
     resumable: bool = False
     joins_present: bool = False  # its world: the ranks that arrive in --timeout (health)
+    # (config, {launched rank: exit code of each failed rank}, since) -> exit code: the local
+    # driver's verdict from what survived when a rank died (health), instead of its one line
+    salvage: Callable[..., int] | None = None
 
 
 class Session:
