@@ -21,14 +21,26 @@ def namespace_pids(name: str) -> list[str]:
 
 class FirstFailure:
     """The default watch over a run's launches: done when all ended or one failed; its exit code
-    then, else 0. A benchmark whose verdict survives a lost host brings its own (health's
-    salvage.Watch): same two calls."""
+    then, else 0, and `stopped`: which host's launch failed first and how, at what time. A
+    benchmark whose verdict survives a lost host brings its own (health's salvage.Watch): same
+    two calls."""
+
+    stopped: dict | None = None
 
     def done(self, codes: list[int | None], worker_exits: list[int | None]) -> bool:
         return all(c is not None for c in codes) or any(c not in (None, 0) for c in codes)
 
     def result(self, codes: list[int | None], worker_exits: list[int | None]) -> int:
-        return next((c for c in codes if c not in (None, 0)), 0)
+        failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+        if not failed:
+            return 0
+        first = min(failed, key=lambda i: (worker_exits[i] is None, i))  # a signal is the cause
+        how = worker_exits[first]
+        self.stopped = {"host": f"node{first}", "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "how": (f"its rank was killed by {signal.Signals(-how).name}" if how is not None and how < 0
+                                else f"its rank exited with code {how}" if how is not None
+                                else f"its launch exited with code {codes[first]}")}
+        return codes[first]
 
 
 # torchrun's own lines: its log records, and its tracebacks (ChildFailedError's block)

@@ -24,7 +24,7 @@ from allreduce_bench.emulate.cluster import (
 )
 from allreduce_bench.emulate.faults import CpuLimits, remove_cgroups, stale_cgroups
 from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, ddp_rate_bps
-from allreduce_bench.emulate.processes import run_on_hosts, terminate_as_interrupt
+from allreduce_bench.emulate.processes import FirstFailure, run_on_hosts, terminate_as_interrupt
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,14 @@ def _run_one(cluster, benchmark: str, args: list[str], config, out_dir: Path, em
          f"{cluster.ranks_per_node} ranks")
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / LAUNCHER_LOG
-    code = run_on_hosts(cluster, command, emulation, cpu.procs,
-                        watch(out_dir, since, config) if watch else None, log)
+    watching = watch(out_dir, since, config) if watch else FirstFailure()
+    code = run_on_hosts(cluster, command, emulation, cpu.procs, watching, log)
+    if getattr(watching, "stopped", None):  # a benchmark without its own verdict: say who stopped it
+        stopped = watching.stopped
+        if (out_dir / "meta.json").exists():
+            update_meta(out_dir, stopped=stopped)
+        _say(f"{step} stopped: {stopped['host']}: {stopped['how']}; the rows completed before are kept "
+             f"in {out_dir} (meta.json's `stopped`)")
     _say(f"{step} ended in {time.time() - since:.0f} s (exit code {code}; the launchers' output: {log})")
     return code
 

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
+from allreduce_bench.core.environment import DRIVER_PID_ENV, EMULATION_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.rank import Benchmark
@@ -46,7 +46,7 @@ from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness,
 from allreduce_bench.health.decide import Measurement
 from allreduce_bench.health.journal import Journal
 from allreduce_bench.health.reference import MEDIAN_SE
-from allreduce_bench.health.salvage import after_local_failure
+from allreduce_bench.health.salvage import after_local_failure, survivor_writes
 from allreduce_bench.health.verdicts import BAD_INPUT
 
 NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
@@ -366,8 +366,11 @@ def measure_health(session) -> int:
                 list(dict.fromkeys(launched)), journal)
     def lost(said: str) -> None:
         journal.note("lost", host=names[0], why=said)
+        code = None
+        if not (DRIVER_PID_ENV in os.environ or EMULATION_ENV in os.environ):  # nobody of ours outlives us
+            code = survivor_writes(config, list(dict.fromkeys(launched)), journal.started - config.timeout_s)
         exit_now(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
-                 f"{config.out_dir}", code=1)
+                 f"{config.out_dir}", code=1 if code is None else code)
 
     threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, config.timeout_s + MARGIN_S),
                      daemon=True, name="store-watch").start()

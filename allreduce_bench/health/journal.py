@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 JOURNAL_DIR = "health-ranks"
+CLAIM = "verdict-claimed"  # made by the survivor that writes the verdict (health/salvage.py)
 
 
 class Journal:
@@ -19,6 +20,9 @@ class Journal:
         folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"rank-{launched_rank}.jsonl"
         self.path.unlink(missing_ok=True)  # an earlier run's, in the same folder
+        if joined.get("world_rank") == 0:  # long before any survivor could claim this run's
+            (folder / CLAIM).unlink(missing_ok=True)
+        self.started = time.time()
         self.note("joined", rank=launched_rank, pid=os.getpid(), **joined)
 
     def note(self, event: str, **fields) -> None:

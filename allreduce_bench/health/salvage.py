@@ -1,6 +1,7 @@
 """The verdict when hosts died or froze, written by a process that is still alive: the one that
 launched the hosts (`emulate`, the local driver), which outlives every rank, the coordinator
-and the launcher's store.
+and the launcher's store; under srun, mpirun or torchrun across hosts, the first survivor
+that lost the coordinator (`survivor_writes`).
 
 It reads the coordinator's last health.json (written after every round), every rank's journal
 (health/journal.py) and how each host's launch ended, and names:
@@ -20,7 +21,7 @@ import signal
 import time
 from pathlib import Path
 
-from allreduce_bench.health.journal import read_journals
+from allreduce_bench.health.journal import CLAIM, JOURNAL_DIR, read_journals
 from allreduce_bench.health.store import HEALTH_FILE, outcome, write_health
 from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
 
@@ -51,6 +52,31 @@ def after_local_failure(config, exits: dict[int, int], since: float) -> int:
         was = fates.get(host, "ended")
         fates[host] = fate if fate not in worst or was in worst and worst.index(fate) > worst.index(was) else was
     return conclude(config.out_dir, fates, read_journals(config.out_dir, since), since, config.settings.prometheus)
+
+
+SURVIVOR_WAIT_S = 3.0  # for the other survivors' journals to say they lost the coordinator too
+
+
+def survivor_writes(config, hosts: list[str], since: float) -> int | None:
+    """Under srun, mpirun or torchrun across hosts no process of ours outlives the ranks: the
+    first survivor that lost the coordinator claims the verdict (a file created exclusively
+    beside the journals, on the shared results folder) and writes it from the journals alone;
+    a host nobody heard end is `unreachable` where the others lost it (the coordinator's), else
+    `not judged`. The exit code, or None where another survivor claimed it."""
+    import os
+
+    claim = Path(config.out_dir) / JOURNAL_DIR / CLAIM
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        return None
+    time.sleep(SURVIVOR_WAIT_S)
+    journals = read_journals(config.out_dir, since)
+    by_host = _by_host(journals)
+    lost = {h for h, ranks in by_host.items() if any(e["event"] == "lost" for events in ranks for e in events)}
+    fates = {h: "lost" if h in lost else "ended" if _finished_part(by_host.get(h, []), False) else STOPPED
+             for h in hosts}
+    return conclude(config.out_dir, fates, journals, since, config.settings.prometheus)
 
 
 def _ended_how(code: int | None, worker_exit: int | None) -> str:

@@ -112,18 +112,20 @@ def test_emulated_slow_host_is_found_and_exit_3(tmp_path):
     assert all(h["held_back"]["cpus_per_rank"] is None for h in doc["hosts"] if h["host"] != "node1")
 
 
-def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
-    out = tmp_path / "frozen"
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL])
+def test_a_frozen_or_dead_coordinator_is_named_by_the_driver_exit_3(tmp_path, fault):
+    # before: exit 1 and every host `ok` ("no pair measured"), with torch's tracebacks when killed
+    out = tmp_path / "coordinator"
     driver = subprocess.Popen([*CLI, "health", "--hosts", "3", "--ranks-per-node", "1", "--timeout", "8",
-                               "--sizes", "1M", "--samples", "20", "--out", str(out)],
+                               "--sizes", "1M", "--samples", "20", "--out", str(out), "--no-plot"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
-    for line in driver.stdout:  # round 1 has begun: rank 0 is the coordinator, freeze it
+    for line in driver.stdout:  # round 1 has begun: rank 0 is the coordinator, fault it
         seen.append(line)
         if "health: round 1" in line:
             break
     ranks = spawned_ranks(driver.pid)
-    os.kill(ranks[0], signal.SIGSTOP)  # rank 0 starts first
+    os.kill(ranks[0], fault)  # rank 0 starts first
     try:
         rest = driver.communicate(timeout=300)[0]
     finally:
@@ -131,9 +133,12 @@ def test_a_frozen_coordinator_is_one_line_exit_1_and_rows_kept(tmp_path):
             os.kill(ranks[0], signal.SIGKILL)  # the driver may have stopped it already
         except ProcessLookupError:
             pass
-    assert driver.returncode == 1, "".join(seen) + rest
-    assert "the coordinator (rank 0 on node0) stopped answering" in rest
-    assert (out / "health.json").exists() and not json.loads((out / "health.json").read_text())["complete"]
+    assert driver.returncode == 3, "".join(seen) + rest
+    assert "Traceback" not in rest and "(written by the launching process from what survived)" in rest
+    doc = json.loads((out / "health.json").read_text())
+    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    assert verdicts.pop("node0") == ("dead" if fault == signal.SIGKILL else "unreachable")
+    assert set(verdicts.values()) == {"not judged"} and doc["exclude"] == "node0"
 
 
 def test_a_frozen_partner_of_the_coordinator_is_unreachable_and_the_run_ends_exit_3(tmp_path):

@@ -142,3 +142,34 @@ def test_emulated_host_frozen_at_start_up_is_unreachable_no_traceback_exit_3(tmp
     found = verdicts(out)
     assert found.pop("node2") == "unreachable" and set(found.values()) == {"ok"}
     assert not [n for n in em.namespaces() if n.startswith(f"{em.PREFIX}{driver.pid}-")]
+
+
+@pytest.mark.slow
+def test_under_an_env_launcher_a_survivor_writes_the_verdict_when_rank_0_dies(tmp_path):
+    # rank 0 coordinates and serves the store: the survivors lose both, and with no process of
+    # ours outliving the ranks the first of them writes health.json from the journals
+    # (before: each said it lost the coordinator, exit 1, all four `ok` in health.json)
+    port, out = _free_port(), tmp_path / "survivor"
+    procs = []
+    for rank in range(3):
+        env = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "3",
+               "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": "3",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"}
+        procs.append(subprocess.Popen([*CLI, *HEALTH, "--out", str(out), "--ranks-per-node", "1",
+                                       "--samples", "30"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    try:
+        for line in procs[0].stdout:
+            if "health: round 1" in line:
+                break
+        procs[0].kill()
+        for p in procs[1:]:
+            p.wait(timeout=120)
+        output = "".join(p.stdout.read() for p in procs[1:])
+    finally:
+        for p in procs:
+            p.kill()
+    assert sorted(p.returncode for p in procs[1:]) == [1, 3], output[-3000:]
+    assert "(written by the launching process from what survived)" in output and "Traceback" not in output
+    found = {h["host"]: h["verdict"] for h in json.loads((out / "health.json").read_text())["hosts"]}
+    assert found == {"node0": "unreachable", "node1": "not judged", "node2": "not judged"}, output[-3000:]
