@@ -26,8 +26,7 @@ from allreduce_bench.health.store import HEALTH_FILE, outcome, write_health
 from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
 
 FINAL_GRACE_S = 5.0  # beyond --timeout after the verdict, for the others to end or give up
-WRITE_GRACE_S = 10.0  # after the last round, for the writer's summary, figure and report
-LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed, for the coordinator to name it
+LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed and the check stopped moving
 
 
 def _fates(codes: list[int | None], worker_exits: list[int | None]) -> dict[str, str]:
@@ -152,9 +151,21 @@ class Watch:
             return running <= named | _accused(by_host) or self._seen("final") > self.timeout_s + FINAL_GRACE_S
         if self.store_host in lost or self.store_host in fates and fates[self.store_host] == "ended":
             return True  # nobody goes on without the launcher's store
-        if lost and (running <= _accused(by_host) or self._seen("failed") > self.timeout_s + LOST_GRACE_S):
-            return True  # the ones left are the ones the others lost, or had time to name them
-        return bool(doc.get("complete")) and self._seen("complete") > WRITE_GRACE_S
+        if lost and (running <= _accused(by_host) or
+                     min(self._seen("failed"), self._quiet_s()) > self.timeout_s + LOST_GRACE_S):
+            return True  # the ones left are the ones the others lost, or the check stopped moving
+        return bool(doc.get("complete")) and self._seen("complete") > self.timeout_s
+
+    def _quiet_s(self) -> float:
+        """Seconds since the check last moved: a round written, a journal line."""
+        paths = [self.out_dir / HEALTH_FILE, *(self.out_dir / JOURNAL_DIR).glob("rank-*.jsonl")]
+        times = []
+        for path in paths:
+            try:
+                times.append(path.stat().st_mtime)
+            except OSError:
+                continue
+        return time.time() - max(times, default=self.since)
 
     def result(self, codes: list[int | None], worker_exits: list[int | None]) -> int:
         journals = read_journals(self.out_dir, self.since)
