@@ -18,7 +18,7 @@ def measure_ddp(session: Session) -> int:
     """Every DDP measurement of the run on this rank, one phase per world size."""
     config, env, device = session.config, session.env, session.device
     base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
-            "warmup": config.settings.warmup}
+            "warmup": config.settings.warmup, "emulation": config.emulation}
 
     def show(row: dict) -> None:
         bucket = "" if row["bucket_mb"] != row["bucket_mb"] else f" bucket {row['bucket_mb']:g} MiB"

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as _dt
 import gc
 import math
-import os
 import time
 from collections.abc import Callable
 
@@ -240,8 +239,6 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
         "busbw_GBps": (metrics.busbw_GBps(size_bytes, stats["time_us_median"], world.size)
                        if comm else math.nan),
         "wrong": wrong, "measure": measure,
-        # set by `emulate` in every host's environment, as for `run` rows
-        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
         "bucket_mb": math.nan if bucket_mb is None else bucket_mb, "accum": accum,
         "bucket_sizes": ";".join(map(str, bucket_bytes)) if bucket_bytes else "",
         "allreduce_calls": math.nan if calls is None else calls,

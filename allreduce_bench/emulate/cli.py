@@ -14,7 +14,7 @@ from allreduce_bench.core import units
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed_dir, same_emulation
-from allreduce_bench.core.environment import EMULATION_ENV, overridden
+from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate.benchmarks import REGISTRY, entry
 from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
@@ -92,14 +92,14 @@ def check_benchmark_args(forwarded: dict[str, list[str]], nodes: int, ranks_per_
     anything, so bad input is one line here rather than one per rank. Returns each benchmark's
     config."""
     root = click.get_current_context().find_root().command
-    as_rank0 = {"RANK": "0", "WORLD_SIZE": str(nodes * ranks_per_node), "LOCAL_RANK": "0",
-                "LOCAL_WORLD_SIZE": str(ranks_per_node), EMULATION_ENV: "validating"}
+    as_rank0 = Started(RankEnv(0, nodes * ranks_per_node, 0, ranks_per_node, "torchrun"),
+                       "validating")  # how each host's rank 0 will be started
     configs = {}
     for benchmark, args in forwarded.items():
         name = entry(benchmark).command
         command = root.get_command(click.get_current_context(), name)
-        with command.make_context(name, list(args)) as ctx, overridden(as_rank0):
-            config = entry(benchmark).config(**ctx.params)
+        with command.make_context(name, list(args)) as ctx:
+            config = entry(benchmark).config(**ctx.params, started=as_rank0)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"

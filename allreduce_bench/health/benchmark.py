@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
+from allreduce_bench.core.environment import SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.rank import Benchmark
@@ -342,7 +342,7 @@ def measure_health(session) -> int:
     L = config.ranks_per_node or env.local_world_size
     came = session.presence  # health's world: the ranks that came (measure/world.py)
     launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
-                                           local=DRIVER_PID_ENV in os.environ)
+                                           local=session.local)
     names = [launched[r] for r in came.members]
     ranks_of = pairing.host_ranks(names)
     problem = pairing.layout_problem(ranks_of, L)

@@ -58,14 +58,15 @@ def links(collective, **options):
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
-    from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.environment import started
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
+    from allreduce_bench.links.config import links_config
 
     given = options["ranks_per_node"] is not None
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
+    config = links_config(collective, command=shlex.join(sys.argv), started=started(), **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"sizes {byte_list(config.sizes)} -> {config.out_dir}")

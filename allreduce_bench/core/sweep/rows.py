@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import datetime as _dt
-import os
 
 import numpy as np
 import pandas as pd
 
 from allreduce_bench.core import metrics
 from allreduce_bench.core.config import RunConfig
-from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.measure import rounds, timing
 from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.results.schema import samples_frame
@@ -39,8 +37,7 @@ def make_row(config: RunConfig, world: World, algorithm: str, count: int,
         "algbw_GBps": metrics.algbw_GBps(size_bytes, median),
         "busbw_GBps": metrics.busbw_GBps(size_bytes, median, world.size, collective),
         "wrong": wrong,
-        # set by `emulate` in every rank's environment; empty on real hardware
-        "emulation": os.environ.get(EMULATION_ENV, ""),
+        "emulation": config.emulation,
     }
 
 
