@@ -83,12 +83,14 @@ def extensions():
     from allreduce_bench.core.extensions import Extensions
     from allreduce_bench.ddp import sections as ddp_sections
     from allreduce_bench.hang.dump_verdict import verdict_line
+    from allreduce_bench.links import sections as links_sections
     from allreduce_bench.model import sections as model_sections
     from allreduce_bench.nccl_log import record
     from allreduce_bench.nccl_log import sections as nccl_sections
 
-    return Extensions(sections=(model_sections.WINNERS, model_sections.COLLECTIVES,
-                                ddp_sections.SECTION, nccl_sections.SECTION),
+    return Extensions(sections=(links_sections.SECTION, model_sections.WINNERS,
+                                model_sections.COLLECTIVES, ddp_sections.SECTION,
+                                nccl_sections.SECTION),
                       dump_verdict=verdict_line, after_ranks=(record.after_ranks,))
 
 

@@ -19,12 +19,15 @@ class Section:
     `draw(frame, out_dir, fmt, footnote) -> {name: path}` saves its figures (None: it has none);
     `markdown(frame, out_dir, figures) -> list of lines`, [] where the rows do not concern it,
     with `figures` every figure drawn so far (a section embeds its own; `own_figures` names
-    those, so the report does not list them again under "Figures")."""
+    those, so the report does not list them again under "Figures"); `tables(frame, size_bytes)
+    -> [(title, how to read it, table of strings)]`: tables that join the sweep's own, in
+    report.md and on `report`'s terminal."""
 
     name: str
-    markdown: Callable[..., list[str]]
+    markdown: Callable[..., list[str]] = lambda frame, out_dir, figures: []
     draw: Callable[..., dict[str, Path]] | None = None
     own_figures: Callable[[str], bool] = lambda name: False
+    tables: Callable[..., list] | None = None
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,8 @@ def finish_links(config, lent) -> int:
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.links.summary import draw_links, links_summary
 
-    def summarize(frame) -> str:
-        figure = draw_links(frame, config.out_dir / "plots") if config.plot else None
-        return links_summary(frame) + (f"\nfigure: {figure}" if figure else "")
+    def summarize(frame) -> str:  # only its figure: an emulated run's allreduce report stays
+        figure = draw_links(frame, config.out_dir / "plots") if config.plot else {}
+        return links_summary(frame) + "".join(f"\nfigure: {path}" for path in figure.values())
 
     return finish(config, summarize, draw=False, lent=lent)

@@ -17,7 +17,6 @@ from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.results.store import read_meta
 from allreduce_bench.core.units import format_size, parse_size
 
-LINKS = ("intra", "inter")
 CURVE = ["series", "algorithm", "world_size"]
 
 
@@ -168,32 +167,6 @@ def scaling_efficiency(frame: pd.DataFrame, size_bytes: int) -> pd.DataFrame:
         "efficiency": at["busbw_GBps"] / first["busbw_GBps"],
         "time_ratio": at["time_us_median"] / first["time_us_median"],
     }, index=at.index)
-
-
-def has_links(frame: pd.DataFrame) -> bool:
-    return "link" in frame.columns and frame["link"].isin(LINKS).any()
-
-
-def link_ratio(frame: pd.DataFrame) -> pd.DataFrame:
-    """busbw(intra) / busbw(inter) at the largest size both links measured, per (run,
-    algorithm, world_size): how much faster the intra-node link is."""
-    rows = []
-    if has_links(frame):
-        frame = label_runs(frame)
-        frame = frame[frame["link"].isin(LINKS)].dropna(subset=["busbw_GBps"])
-        points = frame.groupby(["run", "algorithm", "world_size", "link", "size_bytes"])[
-            "busbw_GBps"].median()
-        for key, curve in points.groupby(level=["run", "algorithm", "world_size"]):
-            curve = curve.droplevel(["run", "algorithm", "world_size"])
-            if set(LINKS) <= set(curve.index.get_level_values("link")):
-                common = curve["intra"].index.intersection(curve["inter"].index)
-                if len(common):
-                    size = common.max()
-                    intra, inter = curve["intra"][size], curve["inter"][size]
-                    rows.append((*key, int(size), intra, inter, intra / inter))
-    return pd.DataFrame(rows, columns=["run", "algorithm", "world_size", "size_bytes",
-                                       "intra_busbw_GBps", "inter_busbw_GBps", "intra_inter_ratio"]
-                        ).set_index(["run", "algorithm", "world_size"])
 
 
 # --- what runs the rows come from ------------------------------------------------------------

@@ -76,8 +76,9 @@ def report(paths, out_dir, fmt, size):
 
     frame = _load(paths, out_dir)
     size_bytes = chosen_size(frame, size)
-    print_tables(frame, size_bytes, echo=click.echo)
+    sections = extensions().sections
+    print_tables(frame, size_bytes, echo=click.echo, sections=sections)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
-                                 sections=extensions().sections)
+                                 sections=sections)
     click.echo(f"\nreport: {path} and {path.with_name(HTML_FILE)} (one page to open in a browser), "
                f"{len(figures)} figures beside them")
