@@ -42,4 +42,21 @@ class Extensions:
     after_ranks: tuple[Callable[[object], None], ...] = ()
 
 
+@dataclass(frozen=True)
+class Runnable:
+    """A benchmark `emulate` may start on every host, as its feature declares it: `name` (in
+    --benchmarks), the `command` each host runs, `config(**options, started=...)` (its options
+    to its config, no torch: validated up front with how each host's rank 0 will start) and,
+    where it has one, `outcome(out_dir, since)`: its own exit code once final (None: torchrun's).
+    `defaults`: (option, value) it gets unless given; `without`: forwarded options it never
+    gets. allreduce_bench/cli.py hands emulate every feature's."""
+
+    name: str
+    command: str
+    config: Callable
+    outcome: Callable[[Path, float], int | None] | None = None
+    defaults: tuple[tuple[str, str], ...] = ()
+    without: tuple[str, ...] = ()
+
+
 NONE = Extensions()  # the core alone: the sweep's own tables and figures

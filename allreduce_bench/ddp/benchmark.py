@@ -9,8 +9,8 @@ from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import end_phase, make_world
 from allreduce_bench.core.results.store import start_meta_unless_launched
+from allreduce_bench.ddp.config import layer_width
 from allreduce_bench.ddp.measurements import measure_world
-from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from allreduce_bench.core.config import CPU_DEFAULTS, GPU_DEFAULTS, RunConfig, parse_dtype, resolve_sampling
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.units import parse_size_list
+from allreduce_bench.health.store import outcome
 
 PAIRS = ("quick", "all")
 # a latency size and a bandwidth size: 4 MiB crosses the emulator's default link in ~0.1 s
@@ -97,3 +99,6 @@ def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, basel
                            flight_recorder=flight_recorder)
     return HealthConfig(launch=launch, algorithms=("native",), sizes=chosen, dtype=parse_dtype(dtype),
                         sampling=health_sampling(world[2], samples, budget), settings=settings)
+
+
+RUNNABLE = Runnable("health", "health", health_config, outcome)  # its own exit code: 0/3/1

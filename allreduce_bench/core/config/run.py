@@ -32,6 +32,7 @@ from allreduce_bench.core.config.checks import (
 from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import RankEnv, Started, is_writer
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import scheduling
 from allreduce_bench.core.measure.machine import cpus_allowed
@@ -262,3 +263,6 @@ def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
                  f"{largest_world} ({', '.join(algorithms)})", device,
                  "choose a smaller --max-bytes (or --sizes), fewer ranks, or drop naive "
                  "(its root holds (N-1) x size)")
+
+
+RUNNABLE = Runnable("allreduce", "run", run_config)  # `emulate --benchmarks allreduce`
