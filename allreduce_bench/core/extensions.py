@@ -21,13 +21,15 @@ class Section:
     with `figures` every figure drawn so far (a section embeds its own; `own_figures` names
     those, so the report does not list them again under "Figures"); `tables(frame, size_bytes)
     -> [(title, how to read it, table of strings)]`: tables that join the sweep's own, in
-    report.md and on `report`'s terminal."""
+    report.md and on `report`'s terminal. `benchmarks`: the `benchmark` of the rows it reports,
+    which make a report without AllReduce rows (tables.chosen_size)."""
 
     name: str
     markdown: Callable[..., list[str]] = lambda frame, out_dir, figures: []
     draw: Callable[..., dict[str, Path]] | None = None
     own_figures: Callable[[str], bool] = lambda name: False
     tables: Callable[..., list] | None = None
+    benchmarks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
     """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
     (core/extensions.py); name -> path."""
     out_dir = Path(out_dir)
-    size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
+    size_bytes = chosen_size(frame, None, sections) if size_bytes is None else size_bytes
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
     if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)

@@ -16,7 +16,6 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     describe_run,
     footnote,
     half_peak_size,
-    has_ddp_rows,
     label_runs,
     naive_penalty,
     peak_busbw,
@@ -283,7 +282,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
     from allreduce_bench.core.analysis.style import svg_copies
 
-    size_bytes = chosen_size(frame, size)
+    size_bytes = chosen_size(frame, size, sections)
     out_dir = Path(out_dir)
     with svg_copies() as svgs:
         figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)

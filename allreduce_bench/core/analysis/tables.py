@@ -63,18 +63,19 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby(CURVE + ["size_bytes"])[columns].median().sort_index()
 
 
-def has_ddp_rows(frame: pd.DataFrame) -> bool:
-    return "benchmark" in frame.columns and bool((frame["benchmark"] == "ddp").any())
-
-
-def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int | None:
-    """The size scaling is compared at: `size` if it was measured, else the largest measured."""
+def chosen_size(frame: pd.DataFrame, size: str | int | None = None, sections=()) -> int | None:
+    """The size scaling is compared at: `size` if it was measured, else the largest measured.
+    None for rows of other collectives only, or of benchmarks the features' `sections` report
+    (Section.benchmarks): no AllReduce figures or tables, their sections."""
     measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
-    others = "benchmark" in frame.columns and bool(frame["benchmark"].isin(COLLECTIVES).any())
-    if not measured and size is None and (has_ddp_rows(frame) or others):
-        return None  # DDP or other collectives only: no AllReduce figures or tables, their sections
+    reported = [b for section in sections for b in section.benchmarks]
+    others = "benchmark" in frame.columns and bool(
+        frame["benchmark"].isin([*COLLECTIVES, *reported]).any())
+    if not measured and size is None and others:
+        return None
     if not measured:
-        raise UsageError("the results have no rows of a collective or of DDP; run a benchmark first")
+        raise UsageError("the results have no rows of a collective"
+                         + "".join(f" or of {b.upper()}" for b in reported) + "; run a benchmark first")
     if size is None:
         return measured[-1]
     wanted = parse_size(size, "--size")
