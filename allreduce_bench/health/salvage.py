@@ -198,18 +198,11 @@ def _phase(events: list[dict]) -> str:
     return f"in {rounds[-1]['where']}" if rounds else "after the world formed, before its first round"
 
 
-def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0,
-             prometheus: str | None = None) -> int:
-    """Write health.json (and `prometheus`' gauges) from what survived (see the module's text),
-    say it in one summary, and return the exit code. `fates`: host -> how its launch ended."""
-    from allreduce_bench.health.outputs import finish_document, summary, write_prometheus
-
-
-    out_dir = Path(out_dir)
-    by_host = _by_host(journals)
+def _name(fates: dict[str, str], by_host: dict[str, list[list[dict]]]) -> tuple[dict[str, tuple[str, str]], bool]:
+    """The hosts named (host -> (verdict, why)), and whether the coordinator was among them or
+    on the side cut off (its verdicts on the others are then void). See the module's text."""
     events_of = {h: sorted((e for events in ranks for e in events), key=lambda e: e["t"])
                  for h, ranks in by_host.items()}
-    fates = _settled(fates, by_host, bool((_last_document(out_dir, since) or {}).get("finished")))
     lost = {h for h, events in events_of.items() if any(e["event"] == "lost" for e in events)}
     lost |= {h for h, fate in fates.items() if fate == "lost"}
     stayed = {h for h, fate in fates.items() if fate == "ended" and h not in lost}
@@ -227,11 +220,21 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
     for host in cut_off_side - set(named):
         others = "the hosts that stayed with the coordinator" if cut_off_side is lost else \
             f"the {len(lost)} host(s) that lost the coordinator on it"
-        named[host] = ("unreachable", f"cut off {_phase(events_of.get(host, []))}: {others} "
-                                      "outnumber it")
+        named[host] = ("unreachable", f"cut off {_phase(events_of.get(host, []))}: {others} outnumber it")
+    return named, coordinator in cut_off_side or coordinator in named
+
+
+def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0,
+             prometheus: str | None = None) -> int:
+    """Write health.json (and `prometheus`' gauges) from what survived (see the module's text),
+    say it in one summary, and return the exit code. `fates`: host -> how its launch ended."""
+    from allreduce_bench.health.outputs import finish_document, summary, write_prometheus
+
+    out_dir = Path(out_dir)
+    by_host = _by_host(journals)
     doc = _last_document(out_dir, since) or {"layout": {}, "hosts": [], "rails": [], "pairs": [],
                                              "rounds": [], "complete": False}
-    cut_off = coordinator in cut_off_side or coordinator in named
+    named, cut_off = _name(_settled(fates, by_host, bool(doc.get("finished"))), by_host)
     known = {h["host"]: h for h in doc["hosts"]}
     hosts = []
     for host in sorted(set(fates) | set(known), key=lambda h: (len(h), h)):
@@ -247,20 +250,19 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
             hosts.append({**was, "verdict": NOT_JUDGED, "why": "not judged: the check stopped before it was measured"})
         else:
             hosts.append(was)
-    rails = [{**r, "verdict": named[r["host"]][0], "why": named[r["host"]][1]} if r["host"] in named else r
-             for r in doc.get("rails", [])]
-    stopped = [{"host": h, "verdict": v, "why": why} for h, (v, why) in sorted(named.items())]
-    note = "; ".join(f"{h} {v}: {why}" for h, (v, why) in sorted(named.items()))
     if doc.get("finished") and hosts == doc["hosts"]:
         return int(doc["exit_code"])  # the check ended by itself and said it all
-    doc = finish_document({**doc, "hosts": hosts, "rails": rails, "stopped": stopped,
+    rails = [{**r, "verdict": named[r["host"]][0], "why": named[r["host"]][1]} if r["host"] in named else r
+             for r in doc.get("rails", [])]
+    doc = finish_document({**doc, "hosts": hosts, "rails": rails, "salvaged": True,
+                           "stopped": [{"host": h, "verdict": v, "why": why} for h, (v, why) in sorted(named.items())],
                            "complete": doc.get("complete", False) and not cut_off,
-                           "note": note or doc.get("note", ""), "salvaged": True})
+                           "note": "; ".join(f"{h} {v}: {why}" for h, (v, why) in sorted(named.items()))
+                           or doc.get("note", "")})
     write_health(out_dir, doc)
     if prometheus:
         write_prometheus(Path(prometheus), doc)
-    said = summary(doc)
-    print(f"health: {out_dir / HEALTH_FILE} (written by the launching process from what survived)\n\n"
-          f"{said}", flush=True)
+    print(f"health: {out_dir / HEALTH_FILE} (written from what survived)\n\n"
+          f"{summary(doc)}", flush=True)
     write_health(out_dir, {**doc, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return int(doc["exit_code"])
