@@ -372,8 +372,12 @@ def measure_health(session) -> int:
         exit_now(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
                  f"{config.out_dir}", code=1 if code is None else code)
 
-    threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, config.timeout_s + MARGIN_S),
+    limit_s = config.timeout_s + MARGIN_S
+    threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, limit_s),
                      daemon=True, name="store-watch").start()
+    if env.rank != 0:
+        threading.Thread(target=_watch_coordinator, args=(board, session.progress, names[0], lost, limit_s),
+                         daemon=True, name="coordinator-watch").start()
     try:
         if session.lead:
             lead(session, rank, board)
@@ -389,8 +393,23 @@ def measure_health(session) -> int:
     return 0
 
 
+def _watch_coordinator(board: Board, progress, coordinator: str, lost, limit_s: float) -> None:
+    """A coordinator that stopped beating ends this rank with its one line, whatever the rank
+    is blocked in meanwhile (a collective with the frozen coordinator as its partner, until
+    gloo's own timeout): every survivor says so --timeout + 2 s after, not after its own wait."""
+    liveness = Liveness(board, limit_s)
+    while not board.closed:
+        try:
+            if liveness.silent(0):
+                lost(f"the coordinator (rank 0 on {coordinator}) stopped answering at {progress.where}")
+        except RuntimeError:  # the store is gone: the main thread says so
+            return
+        time.sleep(1.0)
+
+
 def _watch_store(board: Board, progress, coordinator: str, lost, limit_s: float) -> None:
-    """A store that stopped answering (its host cut off) ends this rank with its one line."""
+    """A store that stopped answering (its host cut off: its calls hang for minutes rather than
+    fail) ends this rank with its one line."""
     while board.unanswered_s() <= limit_s:
         if board.closed:
             return
