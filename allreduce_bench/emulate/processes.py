@@ -34,7 +34,7 @@ class FirstFailure:
         failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
         if not failed:
             return 0
-        first = min(failed, key=lambda i: (worker_exits[i] is None, i))  # a signal is the cause
+        first = min(failed, key=lambda i: (not (worker_exits[i] or 0) < 0, i))  # a signal is the cause
         how = worker_exits[first]
         self.stopped = {"host": f"node{first}", "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                         "how": (f"its rank was killed by {signal.Signals(-how).name}" if how is not None and how < 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 
-from allreduce_bench.emulate.processes import LauncherOutput
+from allreduce_bench.emulate.processes import FirstFailure, LauncherOutput
 from allreduce_bench.health.journal import Journal, read_journals
 from allreduce_bench.health.outputs import document, summary
 from allreduce_bench.health.reference import Reference
@@ -116,3 +116,13 @@ def test_launcher_output_keeps_our_lines_and_logs_the_tracebacks():
         "allreduce-bench health: rank 1: lost the coordinator\n"))
     assert console.getvalue() == "health: round 1: pairs\nallreduce-bench health: rank 1: lost the coordinator\n"
     assert "node1: Traceback (most recent call last):" in log.getvalue() and out.worker_exit == -9
+
+
+def test_a_benchmark_without_a_verdict_of_its_own_says_which_host_stopped_it():
+    # emulate's default watch: the first host whose rank died by a signal is the cause
+
+    watch = FirstFailure()
+    assert not watch.done([None, None, None], [None, None, None])
+    codes, exits = [1, None, 1], [1, None, -9]
+    assert watch.done(codes, exits) and watch.result(codes, exits) == 1
+    assert watch.stopped["host"] == "node2" and watch.stopped["how"] == "its rank was killed by SIGKILL"
