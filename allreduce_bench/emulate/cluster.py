@@ -224,6 +224,9 @@ class EmulatedCluster:
         env = dict(os.environ)
         env.update(GLOO_SOCKET_IFNAME=f"node{i}", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
                    **{EMULATION_ENV: emulation.label})
+        # the hosts' names in node-rank order, as Slurm gives them: what health calls a host whose
+        # ranks never came (health/benchmark.py `_nodelist`)
+        env["ALLREDUCE_BENCH_NODELIST"] = ",".join(f"node{n}" for n in range(self.nodes))
         # c10d warns on every connection that 10.231.0.x has no host name; real errors remain
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
         for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",

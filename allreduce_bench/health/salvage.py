@@ -151,9 +151,10 @@ class Watch:
             return running <= named | _accused(by_host) or self._seen("final") > self.timeout_s + FINAL_GRACE_S
         if self.store_host in lost or self.store_host in fates and fates[self.store_host] == "ended":
             return True  # nobody goes on without the launcher's store
-        if lost and (running <= _accused(by_host) or
+        accused, accusers = _accused(by_host), {h for h in fates if _accused({h: by_host.get(h, [])})}
+        if lost and (running <= accused and set(fates) - accused <= accusers or
                      min(self._seen("failed"), self._quiet_s()) > self.timeout_s + LOST_GRACE_S):
-            return True  # the ones left are the ones the others lost, or the check stopped moving
+            return True  # every other host lost the ones left, or the check stopped moving
         return bool(doc.get("complete")) and self._seen("complete") > self.timeout_s
 
     def _quiet_s(self) -> float:
