@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str):
     """`allreduce_bench.load_results`, imported on first use: the CLI starts without pandas
-    (and so a Ctrl-C while it starts is one line, see cli/__init__.py)."""
+    (and so a Ctrl-C while it starts is one line, see allreduce_bench/cli.py)."""
     if name == "load_results":
         from allreduce_bench.core.results.load import load_results
         return load_results

@@ -6,7 +6,7 @@ from __future__ import annotations
 # take a few hundred ms on a small CPU machine; with --inter-bandwidth auto the link is then set
 # from a backward pass measured here, so that the AllReduce takes COMM_PER_BACKWARD x as long.
 # Equal is the middle of the range where the overlap shows: by the bucket-pipeline model
-# (analysis/ddp.py), background load that halves or doubles the compute between this probe and
+# (model/step.py), background load that halves or doubles the compute between this probe and
 # the run should still leave about half of the AllReduce or more hidden.
 DDP_DEFAULTS = {"--params": "24M", "--layers": "24", "--batch-size": "256"}
 COMM_PER_BACKWARD = 1.0

@@ -15,7 +15,7 @@ number where the members part ways is where the job hung:
   member that dumped entered the last collective alike and the missing one is the rank they
   wait on (dead, frozen, or killed before it could dump).
 
-Pure: Dumps in (interop/flight_recorder.py), a Verdict out; no torch.
+Pure: Dumps in (hang/dumps.py), a Verdict out; no torch.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from allreduce_bench.core.measure.flight_recorder import members_desc  # noqa: F401  (the recorder's side of it)
 
-if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
+if TYPE_CHECKING:  # the dumps as hang/dumps.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
 REASONS = ("never_entered", "mismatch", "no_dump")

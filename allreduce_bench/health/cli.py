@@ -1,5 +1,5 @@
 """`allreduce-bench health`: options and the dry-run plan; the measuring is in
-benchmarks/health.py, the decisions in analysis/health/ (imported when a run starts)."""
+health/benchmark.py, the decisions in health/decide.py (imported when a run starts)."""
 from __future__ import annotations
 
 import shlex

@@ -4,7 +4,7 @@ more than noise.
 Rows are matched on (benchmark, algorithm, world_size, size_bytes, link, operation): the
 `benchmark` keeps an imported reduce_scatter or an in-place half apart from AllReduce rows.
 With raw samples on both sides (samples.parquet; per sample the collective's time is the MAX
-over ranks, as for the rows) each size is judged by analysis/significance.py: a hierarchical
+over ranks, as for the rows) each size is judged by interop/significance.py: a hierarchical
 bootstrap over the sides' rounds (every run's `--rounds`, every run of a folder) and then their
 samples, so the variation between rounds and runs decides, not the (far smaller) variation
 within one. Where one side's samples average more than LOOPS_APART times as many calls as the

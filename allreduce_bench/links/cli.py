@@ -1,4 +1,4 @@
-"""`allreduce-bench links`: options and the world check; the measuring is in benchmarks/links.py
+"""`allreduce-bench links`: options and the world check; the measuring is in links/benchmark.py
 (imported only when a run starts, so --help needs no torch)."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What NCCL set up, per host, and which hosts differ from the rest: the block that
-interop/nccl_log.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
+nccl_log/parse.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
 
 "My job is slow: which host is set up differently?" Each host's NCCL version, network, NICs,
 transports and `NCCL_*` overrides are compared with what most hosts have; a host that fell

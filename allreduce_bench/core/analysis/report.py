@@ -33,7 +33,7 @@ from allreduce_bench.core.units import format_size
 
 def terminal_summary(frame: pd.DataFrame) -> str:
     """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, the other
-    collectives' peaks and decomposition (analysis/collectives.py), #wrong."""
+    collectives' peaks and decomposition (analysis/collective_tables.py), #wrong."""
     others = collective_rows(frame, in_place=True)  # --in-place's halves are checked too
     lines = allreduce_summary(frame) if len(allreduce_rows(frame)) else []
     lines += [terminal_text(frame)] if len(others) else []

@@ -145,7 +145,7 @@ class Session:
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
         self.rows_done = 0
-        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/peaks.py)
+        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/link_peaks.py)
         self.peaks = read_meta(config.out_dir).get("peaks", {}).get(str(env.world_size), {}) if self.lead else {}
         self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
         self.bar: RowBar | None = None  # progress over the rows (expect)

@@ -137,7 +137,7 @@ def skipped_note(frame: pd.DataFrame) -> str | None:
     else:
         text = ""
     # the other collectives' in-place halves are lines of their own in their tables and figures
-    # (analysis/collectives.py); AllReduce's (an imported nccl-tests table) are not
+    # (analysis/collective_tables.py); AllReduce's (an imported nccl-tests table) are not
     in_place = benchmark == "allreduce-in-place"
     if in_place.any():
         text += ("; " if text else "") + (f"in-place rows ({int(in_place.sum())} allreduce: "

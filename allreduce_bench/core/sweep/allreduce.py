@@ -71,7 +71,7 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           hosts: list[str] | None = None, before_clock=None,
           on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure every algorithm at every size, in `config.rounds` interleaved passes
-    (benchmarks/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
+    (sweep/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
     raw samples (only rank 0's matter); `on_measure(label, size_bytes, round)` runs before each
     measurement (the progress bar).
 

@@ -54,7 +54,7 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
     (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
-    AllReduce's sweep does (benchmarks/passes.py: a row pools its rounds' samples, and only the
+    AllReduce's sweep does (sweep/passes.py: a row pools its rounds' samples, and only the
     last round's call is checked); #wrong summed."""
     items = []  # in the order rows come
     for name in names:
