@@ -112,7 +112,7 @@ class CpuLimits:
     def procs(self, i: int) -> str | None:
         return str(self._dir(i) / "cgroup.procs") if i in self.shares else None
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         for path in self.made:  # empty once the namespaces' processes are gone
             for attempt in range(20):
                 try:

@@ -27,7 +27,6 @@ BANDWIDTH = Quantity("bandwidth", units.parse_bandwidth)
 SECONDS = Quantity("time", units.parse_seconds)
 POSITIVE_SECONDS = Quantity("time", units.parse_positive_seconds)
 BYTES = Quantity("bytes", units.parse_bytes)
-COUNT = Quantity("count", units.parse_count)
 
 
 def link_options(command):

@@ -210,11 +210,3 @@ def help_text() -> str:
 def allreduce(name: str, tensor, world) -> None:
     """One-off in-place SUM AllReduce with the named algorithm (allocates; not for timing)."""
     get(name)(tensor, world)()
-
-
-def collective(collective: str, name: str, send, recv, world) -> None:
-    """One-off run of any other collective with the named algorithm (allocates; not for timing)."""
-    get(name, collective)(send, recv, world)()
-
-
-ALGORITHMS = BUILT_IN  # the former name of the AllReduce built-ins' table
