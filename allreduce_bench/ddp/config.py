@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from allreduce_bench.core import units
-from allreduce_bench.core.config.checks import check_finite, check_memory
+from allreduce_bench.core.config.checks import Host, check_finite, check_memory
 from allreduce_bench.core.config.launch import LaunchConfig, Launched
 from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
@@ -86,25 +86,25 @@ def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
 
 def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
-               command="", nccl_debug=False, bind="auto", flight_recorder=False) -> DdpConfig:
-    from allreduce_bench.core.config.run import launch_config, resolve_world  # torch: GPU count
+               command="", nccl_debug=False, bind="auto", flight_recorder=False, host: Host) -> DdpConfig:
+    from allreduce_bench.core.config.run import launch_config, resolve_world
 
-    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    world = resolve_world(world_sizes, backend, device, ranks_per_node, host)
     check_finite(timeout_s, "--timeout")
     settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
                             bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,
                             device=world[2])
-    check_ddp_memory(settings.params, world[0], world[2])
+    check_ddp_memory(settings.params, world[0], world[2], host)
     launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, label="ddp", nccl_debug=nccl_debug,
                            bind=bind, flight_recorder=flight_recorder)
     return DdpConfig(launch=launch, settings=settings)
 
 
-def check_ddp_memory(params: int, world_sizes, device: str) -> None:
+def check_ddp_memory(params: int, world_sizes, device: str, host: Host) -> None:
     env = launcher_env()
     per_rank = DDP_COPIES * 4 * params
     ranks_here = env.local_world_size if env is not None else max(world_sizes)
     check_memory(per_rank * ranks_here, per_rank, ranks_here,
                  f"--params {units.format_count(params)}", device,
-                 "choose a smaller --params or fewer ranks")
+                 "choose a smaller --params or fewer ranks", host)

@@ -91,15 +91,17 @@ def check_benchmark_args(forwarded: dict[str, list[str]], nodes: int, ranks_per_
     """Parse and validate the forwarded options as each host's command will, before building
     anything, so bad input is one line here rather than one per rank. Returns each benchmark's
     config."""
+    from allreduce_bench.core.measure.device import this_host  # torch: this machine's GPUs
+
     root = click.get_current_context().find_root().command
     as_rank0 = {"RANK": "0", "WORLD_SIZE": str(nodes * ranks_per_node), "LOCAL_RANK": "0",
                 "LOCAL_WORLD_SIZE": str(ranks_per_node), EMULATION_ENV: "validating"}
-    configs = {}
+    configs, host = {}, this_host()
     for benchmark, args in forwarded.items():
         name = entry(benchmark).command
         command = root.get_command(click.get_current_context(), name)
         with command.make_context(name, list(args)) as ctx, overridden(as_rank0):
-            config = entry(benchmark).config(**ctx.params)
+            config = entry(benchmark).config(host=host, **ctx.params)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"

@@ -34,6 +34,7 @@ from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta as run_meta
+from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
@@ -140,7 +141,7 @@ class Rank:
         sizes = []
         for size in config.sizes:
             count = size // config.itemsize
-            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+            measured, wrong = measure(native.build, view, count, torch_dtype(config.dtype), config.sampling,
                                       lockstep=lockstep)
             sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
                           "samples": measured.samples, "wrong": wrong})

@@ -100,11 +100,12 @@ def health(**options):
         sys.exit(dry_run(options))
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.health.benchmark import BENCHMARK
     from allreduce_bench.health.config import health_config
     from allreduce_bench.health.finish import finish_health
 
-    config = health_config(command=shlex.join(sys.argv), **options)
+    config = health_config(command=shlex.join(sys.argv), host=this_host(), **options)
     env = launcher_env()
     L = config.ranks_per_node or (env.local_world_size if env else 1)
     world = env.world_size if env else max(config.world_sizes)

@@ -291,7 +291,7 @@ def export_command(run_dir, fmt, out_dir, min_busbw):
     (out_of_place is null, as nccl-tests writes a half it did not run; NVIDIA's
     tools/analyze_perf_json.py reads them with --in-place). `import` reads the files back.
     """
-    from allreduce_bench.core.analysis.floor import parse_floor
+    from allreduce_bench.core.config.checks import parse_floor
     from allreduce_bench.core.results.load import load_results, load_samples
     from allreduce_bench.core.results.store import read_meta
     from allreduce_bench.interop import export_nccl_tests as export

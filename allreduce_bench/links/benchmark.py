@@ -26,7 +26,7 @@ from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
-from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.device import Device, torch_dtype
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
 from allreduce_bench.core.results.schema import samples_frame
@@ -103,7 +103,7 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
             device.barrier(None)
             if me in (src, dst):
                 pair = CommGroup(pair_groups[link], (src, dst), (src, dst).index(me))
-                measured, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
+                measured, wrong = p2p_measure(count, torch_dtype(config.dtype), src, dst, pair.pg, device,
                                               config.sampling)
                 if me == 0:
                     wrong_total += wrong
@@ -120,7 +120,7 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     whole world, so the row is the slowest group's (times gathered over every rank)."""
     if not config.collectives:
         count = size // config.itemsize  # whole elements (options.run_config)
-        measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+        measured, wrong = measure(native.build, view, count, torch_dtype(config.dtype), config.sampling,
                                   agree_over=dist.group.WORLD)
         return measured, wrong, count, count * config.itemsize
     name_of = config.collectives[0][0]
@@ -128,7 +128,7 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     if count == 0:  # too small to split: one element per rank (every group must measure)
         count, size_bytes = 1, config.itemsize * view.size
     measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view, count,
-                                        config.torch_dtype, config.sampling,
+                                        torch_dtype(config.dtype), config.sampling,
                                         agree_over=dist.group.WORLD)
     return measured, wrong, count, size_bytes
 

@@ -60,12 +60,14 @@ def links(collective, **options):
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
 
     given = options["ranks_per_node"] is not None
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
+    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, host=this_host(),
+                        **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"sizes {byte_list(config.sizes)} -> {config.out_dir}")

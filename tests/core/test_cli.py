@@ -10,8 +10,9 @@ import torch
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
+from allreduce_bench.core.config.checks import Host
+from allreduce_bench.core.config.run import resolve_backend
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.measure import device as device_module
 from allreduce_bench.core.results.schema import COLUMNS
 
 
@@ -43,14 +44,12 @@ def test_bad_input_is_one_line_exit_2(args, message, monkeypatch):
     assert "Traceback" not in result.output
 
 
-def test_more_gpu_ranks_than_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+def test_more_gpu_ranks_than_gpus():
     with pytest.raises(UsageError, match="only 2 GPUs"):
-        device_module.resolve_backend("nccl", None, 4)
-    assert device_module.resolve_backend("auto", None, 4) == ("gloo", "cpu")
-    assert device_module.resolve_backend("auto", None, 2) == ("nccl", "cuda")
-    assert device_module.resolve_backend("auto", "cpu", 2) == ("gloo", "cpu")
+        resolve_backend("nccl", None, 4, 2)
+    assert resolve_backend("auto", None, 4, 2) == ("gloo", "cpu")
+    assert resolve_backend("auto", None, 2, 2) == ("nccl", "cuda")
+    assert resolve_backend("auto", "cpu", 2, 2) == ("gloo", "cpu")
 
 
 @pytest.mark.slow
@@ -147,5 +146,5 @@ def test_sizes_are_whole_elements(monkeypatch):
     config = run_config(algos="ring", world_sizes="2", sizes=None, min_bytes="4K",
                         max_bytes="400000", factor=1.5, dtype="float32", warmup=None,
                         backend="gloo", device=None, ranks_per_node=None, tag="", out_dir=None,
-                        timeout_s=60.0, quick=False, no_plot=True)
+                        timeout_s=60.0, quick=False, no_plot=True, host=Host(cpus=2))
     assert 4096 * 1.5 ** 11 == 354294 and config.sizes[-1] == 354292

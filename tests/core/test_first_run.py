@@ -16,6 +16,7 @@ from allreduce_bench.core.analysis import advice
 from allreduce_bench.core.analysis.report import terminal_summary
 from allreduce_bench.core.config import cpu_world_sizes
 from allreduce_bench.core.config import run as run_options
+from allreduce_bench.core.config.checks import Host
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.console import format_row
 from allreduce_bench.core.results.load import load_results
@@ -30,16 +31,15 @@ def test_default_world_sizes_fit_the_cpus_allowed(cpus, chosen, left):
 
 
 def test_a_two_cpu_run_measures_n2_and_names_what_it_left_out(monkeypatch):
-    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 2)
+    two = Host(cpus=2)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
-    world = run_options.resolve_world(None, "auto", "cpu", None)
+    world = run_options.resolve_world(None, "auto", "cpu", None, two)
     assert world[0] == (2,) and world[3] == 2  # one node of two ranks
-    assert run_options.left_out_world_sizes(None, "cpu") == (4,)
-    assert run_options.left_out_world_sizes("2,4", "cpu") == ()  # asked for: nothing left out
-    assert run_options.resolve_world("2,4", "auto", "cpu", None)[0] == (2, 4)
-    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 8)
-    assert run_options.resolve_world(None, "auto", "cpu", None)[0] == (2, 4)
+    assert run_options.left_out_world_sizes(None, "cpu", two) == (4,)
+    assert run_options.left_out_world_sizes("2,4", "cpu", two) == ()  # asked for: nothing left out
+    assert run_options.resolve_world("2,4", "auto", "cpu", None, two)[0] == (2, 4)
+    assert run_options.resolve_world(None, "auto", "cpu", None, Host(cpus=8))[0] == (2, 4)
 
 
 def test_the_summary_says_which_world_sizes_were_left_out_and_how_to_ask(tmp_path):
@@ -164,13 +164,14 @@ def test_the_machine_line_carries_what_decides_it(tmp_path):
 # --- SCHED_FIFO ranks (--sched) ------------------------------------------------------------------
 
 def test_sched_auto_means_fifo_on_cpu_runs_only():
+    from allreduce_bench.core.config.launch import wanted
     from allreduce_bench.core.measure import scheduling
 
-    assert scheduling.wanted("auto", "cpu") == "fifo"
-    assert scheduling.wanted("auto", "cuda") == "other"
-    assert scheduling.wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
-    assert scheduling.wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
-    assert scheduling.wanted("fifo", "cuda") == "fifo" and scheduling.wanted("other", "cpu") == "other"
+    assert wanted("auto", "cpu") == "fifo"
+    assert wanted("auto", "cuda") == "other"
+    assert wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
+    assert wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
+    assert wanted("fifo", "cuda") == "fifo" and wanted("other", "cpu") == "other"
     assert scheduling.apply("other", "cpu").as_dict() == {"asked": "other", "policy": "other",
                                                           "why": "--sched other: as started"}
 

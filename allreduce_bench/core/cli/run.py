@@ -12,7 +12,7 @@ from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
-from allreduce_bench.core.measure.scheduling import POLICIES
+from allreduce_bench.core.config.launch import POLICIES
 
 
 def sweep_options(command):
@@ -105,11 +105,12 @@ def run(**options):
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), **options)
+    config = run_config(command=shlex.join(sys.argv), host=this_host(), **options)
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")

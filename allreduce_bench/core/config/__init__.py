@@ -93,11 +93,6 @@ class RunConfig(Launched):
                                           for c, names in self.collectives)
 
     @property
-    def torch_dtype(self):
-        import torch
-        return getattr(torch, self.dtype)
-
-    @property
     def itemsize(self) -> int:
         return DTYPES[self.dtype]
 

@@ -6,12 +6,27 @@ import math
 import os
 import resource
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.units import format_bytes
+from allreduce_bench.core.units import format_bytes, parse_bandwidth
+
+
+@dataclass(frozen=True)
+class Host:
+    """What the options' defaults and checks need of this host: the CPUs this process may use,
+    the visible GPUs and, asked only of a GPU run, the first one's free bytes (None: not known).
+    The command probes it (`this_host()` of core/measure/device.py) and passes it in, so that
+    building a config needs no torch."""
+
+    cpus: int
+    gpus: int = 0
+    gpu_free_bytes: Callable[[], int | None] = lambda: None
+
 
 # A tag goes into every row, the default directory name and plot legends.
 MAX_TAG_CHARS = 100
@@ -62,6 +77,18 @@ class OutputPath(click.ParamType):
 
 
 OUTPUT_PATH = OutputPath()
+
+
+def parse_floor(text) -> float:
+    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s' (bits), or a bare number of GB/s as
+    NCCL_TESTS_MIN_BW is written."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return parse_bandwidth(text, "--min-busbw") / 1e9
+    if not value > 0 or math.isinf(value):
+        raise UsageError(f"--min-busbw must be greater than zero, got {text!r}; write e.g. 1.2GB/s")
+    return value
 
 
 def check_finite(value: float, option: str, low: float | None = 0.0) -> float:
@@ -165,11 +192,11 @@ def allreduce_world_bytes(algorithms, size: int, world_size: int) -> tuple[int, 
 
 
 def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, device: str,
-                 fix: str) -> None:
+                 fix: str, host: Host) -> None:
     """Refuse work that cannot fit: `need_host` bytes of tensors on this host's ranks (CPU), or
     `need_rank` bytes on one GPU (CUDA), plus each rank's process."""
     if device == "cuda":
-        free = _gpu_free_memory()
+        free = host.gpu_free_bytes()
         if free is not None and need_rank > free:
             raise UsageError(f"{what} needs {format_bytes(need_rank)} on one GPU but it has "
                              f"{format_bytes(free)} free; {fix}")
@@ -181,13 +208,3 @@ def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, dev
     if need > available:
         raise UsageError(f"{what} needs about {format_bytes(need)} of memory on this host "
                          f"({ranks_here} rank(s)) but {format_bytes(available)} is available; {fix}")
-
-
-def _gpu_free_memory() -> int | None:
-    try:
-        import torch  # only where a GPU run is configured (options.py imports torch already)
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info(0)[0])
-    except Exception:  # a broken driver is reported where the run starts
-        return None
-    return None

@@ -20,6 +20,7 @@ from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import machine, patterns, timing
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import Console
+from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.faults import DONE
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import World, end_phase, make_world
@@ -58,7 +59,7 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
                    before_clock) -> passes.Item:
     """One AllReduce measurement; sizes are whole elements (options.run_config)."""
     def measure_once(sampling: timing.Sampling, check: bool):
-        return measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
+        return measure(algorithms.get(name), world, count, torch_dtype(config.dtype), sampling,
                        before_clock, check=check)
 
     return passes.Item(name, count * config.itemsize, measure_once,
