@@ -19,6 +19,7 @@ from allreduce_bench.core.environment import overridden
 
 if TYPE_CHECKING:
     import torch
+    from torch.distributed import ProcessGroup
 
     from allreduce_bench.core.measure.world import World
 
@@ -35,7 +36,7 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
     return values
 
 
-_communicators: dict[tuple, object] = {}  # (algo, proto) -> process group, for `_world` only
+_communicators: dict[tuple, ProcessGroup] = {}  # (algo, proto) -> process group, for `_world` only
 _world: list = [None]
 
 

@@ -91,7 +91,8 @@ def states_line(frame: pd.DataFrame) -> str | None:
 
 def advice(frame: pd.DataFrame, meta: dict) -> str:
     """What would help the unstable rows on this machine: the first cause that applies."""
-    facts = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    machine = meta.get("machine")
+    facts = machine if isinstance(machine, dict) else {}
     cpus = facts.get("cpus_allowed")
     flagged = unstable_rows(frame)
     crowded = sorted({int(n) for n in flagged["world_size"] if cpus and int(n) > cpus})

@@ -63,7 +63,9 @@ def _block(lines: list[str], image: Callable[[str, str], str]) -> str:
 
 def markdown_html(text: str, image: Callable[[str, str], str]) -> str:
     """`text` as HTML; `image(alt, path) -> html` for each ![alt](path) on a line of its own."""
-    parts, block, fenced = [], [], None
+    parts: list[str] = []
+    block: list[str] = []
+    fenced: list[str] | None = None
     for line in text.splitlines() + [""]:
         if fenced is not None:
             if line.startswith("```"):

@@ -39,7 +39,8 @@ from allreduce_bench.core.analysis.tables import (  # noqa: E402
 )
 from allreduce_bench.core.units import format_size  # noqa: E402
 
-PAIRED = plt.get_cmap("tab20").colors  # 10 hues, each a dark then a light shade
+# 10 hues, each a dark then a light shade (tab20 is a ListedColormap, typed as any Colormap)
+PAIRED = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
 
 
 class Styles:
@@ -84,9 +85,9 @@ class Styles:
 def _panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
     columns = min(count, 3)
     rows = -(-count // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
+    fig, grid = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
                              squeeze=False)
-    axes = list(axes.flat)
+    axes = list(grid.flat)
     for ax in axes[count:]:
         ax.set_visible(False)
     fig.suptitle(title)
@@ -188,6 +189,8 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
     """Left: busbw(N) / busbw(N_min) per algorithm at one size, ideal 1. Right: time(N) /
     time(N_min), with the naive baseline's (N-1)/(N_min-1) for reference."""
     size_bytes = chosen_size(frame, size_bytes)
+    if size_bytes is None:  # no AllReduce rows
+        return None
     scaling = scaling_efficiency(frame, size_bytes)
     if scaling.empty:
         return None

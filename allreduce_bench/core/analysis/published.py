@@ -70,7 +70,7 @@ def _device(meta: dict) -> str:
 def _ndr_nics(meta: dict, world_size: int) -> int:
     """NDR-rate NIC ports per node, from the peaks a run recorded (0 when unknown)."""
     recorded = (meta.get("peaks") or {}).get(str(world_size)) or {}
-    first = next(iter(recorded.get("per_rank") or []), {})
+    first: dict = next(iter(recorded.get("per_rank") or []), {})
     return sum(1 for n in first.get("nics", []) if abs(n.get("rate_GBps", 0) - 50.0) < 1)
 
 

@@ -248,7 +248,7 @@ def markdown_table(table: pd.DataFrame) -> str:
     return "\n".join([header, rule, *body])
 
 
-def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
+def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
                     out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
     """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
     rows concern, then every figure no section embedded itself. `tables`: report_tables' answer

@@ -45,12 +45,13 @@ class Launched:
             raise AttributeError(name)
         return getattr(self.launch, name)
 
+    # A Launched is always a dataclass (RunConfig, DdpConfig, ...), which the class cannot say.
     def with_world_sizes(self, sizes: tuple[int, ...]):
-        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))
+        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))  # type: ignore[type-var]
 
     def flat(self) -> dict:
         """Every field, the launch's included, in one mapping (meta.json's `config`)."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}  # type: ignore[arg-type]
         return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)}, **own}
 
 

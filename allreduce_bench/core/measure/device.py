@@ -57,7 +57,7 @@ class Device:
     """CPU device for gloo."""
 
     kind = "cpu"
-    timer_class = CpuTimer
+    timer_class: type[CpuTimer] | type[CudaTimer] = CpuTimer
 
     def __init__(self) -> None:
         self.torch_device = torch.device("cpu")
@@ -132,7 +132,7 @@ class CudaDevice(Device):
         torch.cuda.set_device(index)
         self.torch_device = torch.device("cuda", index)
         self.timeout_s = timeout_s
-        self._flag = None  # allocated on first use, after the process group exists
+        self._flag: torch.Tensor | None = None  # allocated on first use, after the process group exists
         self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
         self._cycles_per_ms: float | None = None
 
@@ -195,7 +195,7 @@ def process_group_options(backend: str, device: Device, timeout_s: float) -> dic
     eagerly on the right device; its watchdog gets a few seconds more than --timeout, so the
     sweep's own timeout (see `wait_for`) reports first and says where it stopped.
     """
-    options = {"timeout": _dt.timedelta(seconds=timeout_s)}
+    options: dict[str, object] = {"timeout": _dt.timedelta(seconds=timeout_s)}
     if backend == "nccl":
         options["timeout"] = _dt.timedelta(seconds=timeout_s + NCCL_GRACE_S)
         if "device_id" in inspect.signature(dist.init_process_group).parameters:

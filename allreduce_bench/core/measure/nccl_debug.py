@@ -73,6 +73,6 @@ def collect(config, rank: int, world_size: int) -> None:
                 path.unlink(missing_ok=True)
         return
     folder.mkdir(parents=True, exist_ok=True)
-    for files in filter(None, received):
+    for files in filter(None, received or ()):
         for name, content in files.items():
             (folder / name).write_text(content)

@@ -18,9 +18,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
+from allreduce_bench.core.environment import RankEnv
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import flight_recorder
@@ -107,6 +109,7 @@ def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | 
     inter = _subgroup([members[local::per_node] for local in range(per_node)], me)
     if me >= world_size:
         return None
+    assert intra is not None and inter is not None  # a rank of the world is in one of each
     world = World(CommGroup(pg, tuple(members), me), intra, inter, per_node, device)
     # Touch every group once so lazily created communicators (NCCL) exist before any timing,
     # and batch_isend_irecv is never the first call on a group.
@@ -151,8 +154,8 @@ class Presence:
     # per launched rank: its hostname, None if it never came (one that came too late, or whose
     # host was short of a rank, has its name but sits out)
     hostnames: tuple[str | None, ...]
-    env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
-    store: object = field(default=None, repr=False, compare=False)  # the join's store
+    env: RankEnv | None  # this rank's RankEnv in the world (renumbered), None when it sits out
+    store: Any = field(default=None, repr=False, compare=False)  # the join's store
     serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
 
     def leads(self) -> bool:

@@ -46,7 +46,7 @@ def result_files(path: Path | str) -> list[Path]:
         below = sorted({p.parent for pattern in (RESULTS_FILE, PARQUET_FILE)
                         for p in path.rglob(pattern)})
         if below:
-            return [_newest(d) for d in below]
+            return [found for d in below if (found := _newest(d)) is not None]
     raise UsageError(f"no results at {path}; give a run directory, its results.csv or "
                      "results.parquet, or a folder of runs")
 

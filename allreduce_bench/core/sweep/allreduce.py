@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -96,7 +97,7 @@ def measure_phases(session: Session) -> int:
     the sweep while the other ranks wait; a resumed run's finished rows are skipped."""
     config, env, device, progress = session.config, session.env, session.device, session.progress
     ranks_per_node = config.ranks_per_node or env.local_world_size
-    done = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
+    done: list[Any] = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
     done = done[0]
     total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)
