@@ -205,8 +205,3 @@ def help_text() -> str:
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
     return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants} "
             f"(each also {protocols}); other collectives: {others}; and installed plug-ins.")
-
-
-def allreduce(name: str, tensor, world) -> None:
-    """One-off in-place SUM AllReduce with the named algorithm (allocates; not for timing)."""
-    get(name)(tensor, world)()

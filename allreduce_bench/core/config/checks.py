@@ -18,10 +18,9 @@ from allreduce_bench.core.units import format_bytes, parse_bandwidth
 
 @dataclass(frozen=True)
 class Host:
-    """What the options' defaults and checks need of this host: the CPUs this process may use,
-    the visible GPUs and, asked only of a GPU run, the first one's free bytes (None: not known).
-    The command probes it (`this_host()` of core/measure/device.py) and passes it in, so that
-    building a config needs no torch."""
+    """The CPUs this process may use, the visible GPUs and (asked of a GPU run only) the first
+    one's free bytes: probed by the command (`this_host()` of core/measure/device.py), so a
+    config is built without torch."""
 
     cpus: int
     gpus: int = 0

@@ -223,11 +223,9 @@ def this_host() -> Host:
 
 def _gpu_free_bytes() -> int | None:
     try:
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info(0)[0])
+        return int(torch.cuda.mem_get_info(0)[0]) if torch.cuda.is_available() else None
     except Exception:  # a broken driver is reported where the run starts
         return None
-    return None
 
 
 def torch_dtype(name: str) -> torch.dtype:
