@@ -66,7 +66,7 @@ def resolve_backend(backend: str, device: str | None, gpus_needed: int, gpus: in
     if backend == "nccl" and kind == "cpu":
         raise UsageError("nccl runs on GPUs only; drop --device cpu or use --backend gloo")
     # gloo on CUDA tensors: its own collectives, staged through host memory (no point to point:
-    # config/run.py keeps the hand-written algorithms out); its ranks may share one GPU, which
+    # check_gloo_on_gpu keeps the hand-written algorithms out); its ranks may share one GPU, which
     # NCCL refuses, so a one-GPU machine runs worlds of 2 and 4 ranks on it (gpu_check.sh)
     if kind == "cuda":
         if gpus == 0:
