@@ -212,15 +212,9 @@ def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
             "intra/inter": links["intra_inter_ratio"].map(_ratio)}), WORLD))]
 
 
-def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
-    from allreduce_bench.core.analysis.published import normal_table  # is this normal? (published figures)
-
-    return normal_table(frame)
-
-
 # The report's tables in order; each builder returns its table, or none when the rows lack it.
 TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
-          _unstable_table, _two_state_table, _links_table, _published_tables)
+          _unstable_table, _two_state_table, _links_table)
 
 
 def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:

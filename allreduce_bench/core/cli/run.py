@@ -91,7 +91,9 @@ def describe(config) -> str:
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
 @MIN_BUSBW_OPTION
-def run(**options):
+@click.option("--expect", "expect", is_flag=True, help="First print what busbw to expect on this host "
+              "(the `expect` command's line: link limit and closest published figure).")
+def run(expect, **options):
     """Measure AllReduce (or any collective) over a sweep of sizes and world sizes, check
     every result.
 
@@ -110,10 +112,13 @@ def run(**options):
 
     floor = checked_floor(options)
     config = run_config(command=shlex.join(sys.argv), **options)
+    lent = extensions()
+    if expect and lent.expect:
+        announce(lent.expect(config))
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), extensions()))
+    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), lent))
 
 
 def finish_run(config, lent) -> int:
@@ -124,4 +129,5 @@ def finish_run(config, lent) -> int:
     from allreduce_bench.core.measure.meta import close_machine_facts
 
     close_machine_facts(config.out_dir, ranks_are_children=launcher_env() is None)
-    return finish(config, terminal_summary, lent=lent)
+    return finish(config, lambda frame: "\n".join([terminal_summary(frame), *(
+        line for lines in lent.summaries for line in lines(frame))]), lent=lent)
