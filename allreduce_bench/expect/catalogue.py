@@ -72,16 +72,25 @@ def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str 
     if gpus_per_node <= 4:
         rows = rows[~rows["setting"].str.startswith("NVLS")]
     rows["_collective"] = (rows["collective"] != collective).astype(int)
-    ring_reduce = (rows["collective"] == "all_reduce") & ~rows["setting"].str.contains("NVLS")
-    rows = rows[(rows["collective"] == collective) | (ring_reduce if collective in RING_LIKE else False)]
+    ring = _ring(rows)
+    rows = rows[(rows["collective"] == collective) | ((rows["collective"] == "all_reduce") & ring
+                                                      if collective in RING_LIKE else False)]
     rows["_per_node"] = (rows["gpus_per_node"] != gpus_per_node).astype(int)
     rows["_nodes"] = (rows["nodes"] - nodes).abs()
-    ring = rows["setting"].str.contains("Ring|NVLS_ENABLE=0")
-    rows["_setting"] = (~(rows["setting"].isin(DEFAULT_SETTINGS) if gpus_per_node > 4 else ring)).astype(int)
+    default = rows["setting"].isin(DEFAULT_SETTINGS) if gpus_per_node > 4 else ring[rows.index]
+    rows["_setting"] = (~default).astype(int)
     rows["_kind"] = rows["kind"].map({k: i for i, k in enumerate(KINDS)})
     rows = rows.sort_values(["_collective", "_per_node", "_nodes", "_setting", "_kind", "date"],
                             ascending=[True, True, True, True, True, False])
     return rows.drop(columns=[c for c in rows.columns if c.startswith("_")])
+
+
+def _ring(rows: pd.DataFrame) -> pd.Series:
+    """Rows measured on the ring: said so, or of a GPU without NVLS (settings.csv) and not NVLS."""
+    found = settings()
+    nvls = set(" ".join(found[(found["setting"] == "NCCL_NVLS_ENABLE") & (found["applies"] == "one node")]["gpus"]).split())
+    said = rows["setting"].str.contains("Ring|NVLS_ENABLE=0")
+    return said | (~rows["gpu"].isin(nvls) & ~rows["setting"].str.contains("NVLS"))
 
 
 def per_nic(nic_Gbps: float | None) -> pd.DataFrame:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import click
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.units import format_size
 
 
 def _figure(row) -> str:
     layout = (f"{int(row['nodes'])} x {int(row['gpus_per_node'])} {row['gpu']}"
               if row["gpus_per_node"] == row["gpus_per_node"] else f"per {row['nic_Gbps']:g} Gb/s NIC")
-    size = f" at {int(row['size_bytes']) >> 20} MiB" if row["size_bytes"] == row["size_bytes"] else ""
+    size = f" at {format_size(int(row['size_bytes']))}" if row["size_bytes"] == row["size_bytes"] else ""
     details = ", ".join(x for x in (row["fabric"], row["tool"] + (f" (NCCL {row['nccl']})" if row["nccl"] else ""),
                                     row["setting"]) if x)
     return (f"{row['busbw_GBps']:>8g} GB/s  {row['kind']:<11} {layout}{size}: {details}\n"
@@ -86,7 +87,7 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
         click.echo("  " + _figure(row))
     if nodes > 1 and rate:
         for _, row in per_nic(rate).iterrows():
-            click.echo(f"  per NIC: {_figure(row)}")
+            click.echo(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
     click.echo("\nNCCL settings that change the answer:")
     for _, row in settings().iterrows():
         applies = row["applies"] == ("several nodes" if nodes > 1 else "one node")

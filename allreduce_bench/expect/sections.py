@@ -9,7 +9,7 @@ from allreduce_bench.expect import verdict
 NOTE = ("Each run's peak busbw as a share of the closest published figure for the same GPU, "
         "collective and layout (the `expect` catalogue: measurements, operators' health-check "
         "thresholds, maintainers' figures, each with its source and date) and of the link limit "
-        "(the NVLink rate on one node; across nodes the NICs' rate per rank: doc/methodology.md). "
+        "(the NVLink rate on one node; across nodes the node's NICs together: doc/methodology.md). "
         "Where it falls short, the checks below come from what the run recorded.")
 
 

@@ -90,6 +90,8 @@ def _hosts(names: list[str]) -> str:
 
 def _nccl_checks(meta: dict, system: System, figure: pd.Series | None) -> list[str]:
     block = meta.get("nccl")
+    if meta.get("backend") == "gloo":
+        return []
     if not block or not block.get("hosts"):
         return ["NCCL's log: none in meta.json (run with --nccl-debug, or import a log with NCCL_DEBUG=INFO "
                 "lines), so the transport, GDR, NVLS and NICs per rank are unknown"]
@@ -144,8 +146,10 @@ def verdicts(frame: pd.DataFrame) -> list[dict]:
     if frame.empty or "busbw_GBps" not in frame.columns:
         return []
     frame = label_runs(frame)
-    frame = frame[(frame.get("benchmark", pd.Series("", index=frame.index)) != "job")
-                  & (frame.get("link", pd.Series("", index=frame.index)).fillna("") == "")]
+    if "benchmark" in frame.columns:
+        frame = frame[frame["benchmark"] != "job"]
+    if "link" in frame.columns:
+        frame = frame[frame["link"].isna() | (frame["link"].astype(str) == "")]
     metas = run_metas(frame)
     found = []
     collective = frame["collective"].fillna("all_reduce") if "collective" in frame.columns else "all_reduce"
@@ -188,7 +192,7 @@ def line(v: dict) -> str:
     published = (f"{_share(v['busbw_GBps'], v['figure']['busbw_GBps'])} of {_figure_text(v['figure'])}, "
                  f"{v['figure']['source']} {v['figure']['date']}" + (" (this very run: the catalogue holds no "
                  "other figure for it)" if v["itself"] else "") if v["figure"] is not None
-                 else "no published figure for this GPU, collective and layout")
+                 else "no published figure for this device, collective and layout")
     limit = (f"{_share(v['busbw_GBps'], v['limit_GBps'])} of the link limit {v['limit_GBps']:.4g} GB/s "
              f"({v['bound']}{'; ' + v['limit_source'] if v['limit_source'] else ''})"
              if v["limit_GBps"] else f"no link limit ({v['bound']})")
