@@ -88,7 +88,8 @@ def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str 
 def _ring(rows: pd.DataFrame) -> pd.Series:
     """Rows measured on the ring: said so, or of a GPU without NVLS (settings.csv) and not NVLS."""
     found = settings()
-    nvls = set(" ".join(found[(found["setting"] == "NCCL_NVLS_ENABLE") & (found["applies"] == "one node")]["gpus"]).split())
+    nvls = found[(found["setting"] == "NCCL_NVLS_ENABLE") & (found["applies"] == "one node")]
+    nvls = set(" ".join(nvls["gpus"]).split())
     said = rows["setting"].str.contains("Ring|NVLS_ENABLE=0")
     return said | (~rows["gpu"].isin(nvls) & ~rows["setting"].str.contains("NVLS"))
 
