@@ -61,6 +61,11 @@ def import_command(files, out_dir, tag, collective, world_size, nodes, nics):
     count, rate = parse_nics(nics)
     stated = {k: v for k, v in (("nodes", nodes), ("nics_per_node", count), ("nic_Gbps", rate)) if v}
     files = [f for path in files for f in _files_of(path, inspector)]
+    for path in files:
+        if path.suffix == ".prom":  # inspector_prom.cc writes per-bucket means, not calls
+            raise UsageError(f"{path}: NCCL Inspector's Prometheus output holds a mean time and busbw per "
+                             "message-size range (e.g. 2-3MB), not calls or sizes; import the JSON dumps "
+                             "(NCCL_INSPECTOR_PROM_DUMP=0)")
     jobs = [path for path in files if inspector.looks_like(path)]
     job = inspector.read(jobs) if jobs else None
     parsed = [(path, interop.read_file(path)) for path in files if path not in jobs]  # all read first

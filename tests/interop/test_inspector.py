@@ -148,6 +148,11 @@ def test_bad_input_is_one_line_naming_what(tmp_path):
     (tmp_path / "empty").mkdir()
     result, _ = _import(tmp_path, tmp_path / "empty")
     assert result.exit_code == 2 and "folder without NCCL Inspector files" in result.output
+    prom = tmp_path / "nccl_inspector_metrics_GPU-1.prom"  # as inspector_prom.cc of NCCL 2.30 writes it
+    prom.write_text('nccl_bus_bandwidth_gbs{version="v6.1",node="a",nranks="8",collective="AllReduce",'
+                    'message_size="2-3MB",algo_proto="RING_LL128"} 120.5\n')
+    result, _ = _import(tmp_path, prom)
+    assert result.exit_code == 2 and "per message-size range" in result.output and result.output.count("\n") == 1
     torn = tmp_path / "torn.log"
     torn.write_text(line("0x1", 0, 2, "h", coll_perf("all_reduce", 0, 1 << 20, 2, 13))[:50])
     result, _ = _import(tmp_path, torn)
