@@ -180,3 +180,31 @@ def test_every_published_log_naming_a_gpu_gets_shares_of_a_figure_and_of_its_lin
             assert "no published figure" in line
             continue
         assert re.search(r"= \d+% of [\d.]+ GB/s \(", line) and re.search(r"; \d+% of the link limit", line), line
+
+
+def test_run_expect_line_on_cpu_and_on_a_gpu_host(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from allreduce_bench.expect.cli import run_headline
+
+    assert run_headline(SimpleNamespace(device="cpu")).startswith("expect: a gloo run on CPU")
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    line = run_headline(SimpleNamespace(device="cuda", world_sizes=(16,), launch=SimpleNamespace(ranks_per_node=8)))
+    assert line.startswith("expect: all_reduce on 2 node(s) x 8 H100") and "closest published figure" in line
+
+
+@pytest.mark.slow
+def test_run_expect_prints_its_line_first_and_the_summary_says_if_it_is_normal(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--quick", "--expect", "--world-sizes",
+                           "2", "--algos", "native", "--out", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0].startswith("expect: a gloo run on CPU")
+    assert "Is this normal? all_reduce N=2" in done.stdout and "of the link limit" in done.stdout
+    assert "## Is this normal?" in (tmp_path / "run" / "plots" / "report.md").read_text()
