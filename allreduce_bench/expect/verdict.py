@@ -72,8 +72,9 @@ def _curve_checks(rows: pd.DataFrame, peak: pd.Series, figure: pd.Series | None)
     curve = rows.groupby("size_bytes")["busbw_GBps"].max().sort_index()
     found = []
     if len(curve) >= 2 and curve.iloc[-1] > 1.03 * curve.iloc[-2]:
-        found.append(f"the sweep: busbw still rises at its largest size ({format_size(int(curve.index[-1]))}: "
-                     f"+{100 * (curve.iloc[-1] / curve.iloc[-2] - 1):.0f}% over the size before); measure larger sizes")
+        rise = f": +{100 * (curve.iloc[-1] / curve.iloc[-2] - 1):.0f}% over the size before" if curve.iloc[-2] else ""
+        found.append(f"the sweep: busbw still rises at its largest size ({format_size(int(curve.index[-1]))}"
+                     f"{rise}); measure larger sizes")
     elif len(curve) >= 2:
         flat = curve[curve >= 0.9 * curve.max()].index[0]
         found.append(f"the sweep: busbw flattens from {format_size(int(flat))} (90% of its peak): a bandwidth "
