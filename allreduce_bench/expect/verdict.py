@@ -57,7 +57,8 @@ def system_of(meta: dict, rows: pd.DataFrame, world_size: int) -> System:
     count, rate, said = _nics(meta, world_size)
     return System(_device(meta) or str(meta.get("device") or "?"),
                   world_size // nodes if nodes else world_size, nodes or 0, count, rate,
-                  min(nvlink) if nvlink and all(nvlink) else None, said or "the run's meta.json")
+                  min(float(v or 0) for v in nvlink) if nvlink and all(nvlink) else None,
+                  said or "the run's meta.json")
 
 
 def _peak(rows: pd.DataFrame) -> pd.Series:
@@ -67,7 +68,7 @@ def _peak(rows: pd.DataFrame) -> pd.Series:
     return chosen.loc[chosen["busbw_GBps"].idxmax()]
 
 
-def _curve_checks(rows: pd.DataFrame, peak: pd.Series, figure: pd.Series | None) -> list[str]:
+def _curve_checks(rows: pd.DataFrame, figure: pd.Series | None) -> list[str]:
     """Where the sweep flattens, or that it stops before it does."""
     curve = rows.groupby("size_bytes")["busbw_GBps"].max().sort_index()
     found = []
@@ -164,13 +165,14 @@ def verdicts(frame: pd.DataFrame) -> list[dict]:
         others = figures[~itself] if len(figures) else figures  # an imported published log is a row itself
         figure = others.iloc[0] if len(others) else figures.iloc[0] if len(figures) else None
         limit = link_limit(system)
+        limit_GBps: float | None
         if limit.GBps is None and "link_peak_GBps" in rows.columns and rows["link_peak_GBps"].notna().any():
             limit_GBps, bound, limit_source = float(rows["link_peak_GBps"].max()), "the run's own link peak", ""
         else:
             limit_GBps, bound, limit_source = limit.GBps, limit.bound, limit.source
         short = ((figure is not None and measured < SHORT_OF_FIGURE * figure["busbw_GBps"])
                  or (limit_GBps is not None and measured < SHORT_OF_LIMIT * limit_GBps))
-        checks = (_curve_checks(rows, peak, figure) + _nccl_checks(meta, system, figure)
+        checks = (_curve_checks(rows, figure) + _nccl_checks(meta, system, figure)
                   + _layout_checks(meta, run, system, figure)) if short else []
         found.append({"run": run, "collective": name, "world_size": int(world_size), "system": system,
                       "busbw_GBps": measured, "size_bytes": int(peak["size_bytes"]), "figure": figure,
