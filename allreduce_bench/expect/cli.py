@@ -3,6 +3,8 @@ catalogue's figures that match it, its link limit, and the NCCL settings that ch
 `run --expect` prints its first line (`headline`) at the top of a run (lent as Extensions.expect)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from allreduce_bench.core.errors import UsageError
@@ -34,15 +36,20 @@ def headline(system, collective: str = "all_reduce") -> str:
 
 
 def run_headline(config) -> str:
-    """`run --expect`'s line, from this host (the run's GPUs, NICs, and its layout)."""
+    """`run --expect`'s line, from this host (the run's GPUs, NICs, and its layout: the launcher's
+    nodes, or the largest world over --ranks-per-node)."""
+    from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.expect.system import detect
 
     if config.device != "cuda":
         return ("expect: a gloo run on CPU: no published figure applies; the report holds busbw against "
                 "the run's own link peak (a point-to-point probe)")
-    per_node = config.launch.ranks_per_node
-    nodes = -(-max(config.world_sizes) // per_node) if per_node else 1
+    launched, per_node = launcher_env(), config.launch.ranks_per_node
+    nodes = launched.nodes if launched else -(-max(config.world_sizes) // per_node) if per_node else 1
     system = detect(nodes)
+    ranks = launched.local_world_size if launched else per_node
+    if system and ranks:
+        system = replace(system, gpus_per_node=ranks)
     return headline(system) if system else "expect: no NVIDIA GPU seen by nvidia-smi on this host"
 
 
