@@ -91,9 +91,10 @@ def describe(config) -> str:
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
 @MIN_BUSBW_OPTION
-@click.option("--expect", "expect", is_flag=True, help="First print what busbw to expect on this host "
-              "(the `expect` command's line: link limit and closest published figure).")
-def run(expect, **options):
+@click.option("--expect", is_flag=True, expose_value=False, callback=lambda ctx, _, on: ctx.meta.update(expect=on),
+              help="First print what busbw to expect on this host (the `expect` command's line: link "
+              "limit and closest published figure).")
+def run(**options):
     """Measure AllReduce (or any collective) over a sweep of sizes and world sizes, check
     every result.
 
@@ -113,7 +114,7 @@ def run(expect, **options):
     floor = checked_floor(options)
     config = run_config(command=shlex.join(sys.argv), **options)
     lent = extensions()
-    if expect and lent.expect:
+    if click.get_current_context().meta.get("expect") and lent.expect:
         announce(lent.expect(config))
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
