@@ -213,9 +213,9 @@ def summary_lines(frame: pd.DataFrame) -> list[str]:
     return found
 
 
-def table(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """report.md's table of verdicts and the checks under it."""
-    rows, checks = [], []
+def table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The report's table of verdicts, the checks in the last column."""
+    rows = []
     for v in verdicts(frame):
         figure = v["figure"]
         rows.append({"run": v["run"] or "-", "collective": v["collective"], "N": v["world_size"],
@@ -226,7 +226,6 @@ def table(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
                      "source": f"{figure['source']} ({figure['date']})" if figure is not None else "-",
                      "link limit (GB/s)": f"{v['limit_GBps']:.4g}" if v["limit_GBps"] else "-",
                      "of limit": _share(v["busbw_GBps"], v["limit_GBps"]) if v["limit_GBps"] else "-",
-                     "bound": v["bound"] + (f" ({v['limit_source']})" if v["limit_source"] else "")})
-        checks += [f"{v['run'] + ' ' if v['run'] else ''}{v['collective']} N={v['world_size']}: {c}"
-                   for c in v["checks"]]
-    return pd.DataFrame(rows), checks
+                     "bound": v["bound"] + (f" ({v['limit_source']})" if v["limit_source"] else ""),
+                     "checks (where it falls short)": "; ".join(v["checks"]) or "-"})
+    return pd.DataFrame(rows)
