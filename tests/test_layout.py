@@ -80,7 +80,7 @@ def test_planted_imports_break_the_contracts(tmp_path):
                  "allreduce_bench.links.summary -> allreduce_bench.ddp.analysis (l.",
                  "No cycles are allowed in allreduce_bench.health"]:
         assert line in out, (line, found.stdout)
-    assert "Contracts: 7 kept, 6 broken." in out, found.stdout
+    assert re.search(r"Contracts: \d+ kept, 6 broken\.", out), found.stdout
 
 
 def test_the_contracts_say_what_the_features_table_says():

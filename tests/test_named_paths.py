@@ -10,7 +10,7 @@ import allreduce_bench
 from allreduce_bench.core.algorithms import ENTRY_POINT_GROUP
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE_PATH = re.compile(r"allreduce_bench/[A-Za-z0-9_/]*[A-Za-z0-9_](?:\.py)?")
+PACKAGE_PATH = re.compile(r"allreduce_bench/[A-Za-z0-9_/]*[A-Za-z0-9_](?:\.[a-z]+)?")  # any file's extension
 RELATIVE_PATH = re.compile(r"(?<![A-Za-z0-9_./-])(?:[a-z_][a-z0-9_]*/)+[a-z_][a-z0-9_]*\.py\b")
 DOTTED = re.compile(r"allreduce_bench(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 # Names that are no file of this package: other projects' sources (nccl-tests, PARAM, the plug-in

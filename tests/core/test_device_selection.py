@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.config.run import resolve_backend, run_config
-from allreduce_bench.core.environment import RankEnv
+from allreduce_bench.core.environment import RankEnv, started
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta
 from allreduce_bench.core.measure.device import (
@@ -123,7 +123,7 @@ def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, expected):
     fake_gpus(gpus)
     for name, value in OMPI_2.items():
         monkeypatch.setenv(name, value)
-    config = run_config(**CLI_DEFAULTS, host=this_host())  # the probe counts torch's GPUs
+    config = run_config(**CLI_DEFAULTS, started=started(), host=this_host())  # the probe counts torch's GPUs
     assert config.backend == expected and config.world_sizes == (2,)
 
 
