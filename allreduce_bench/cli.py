@@ -74,12 +74,13 @@ def main(context):
 
     Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
     """
-    context.obj = extensions()  # every command finds it (core/cli/finish.py `extensions`)
+    context.obj = extensions()  # every command finds it (core/extensions.py `current`)
 
 
 def extensions():
     """What the features lend the core (core/extensions.py): report.md's sections in order,
-    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks."""
+    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks, their
+    rows as results/ reads them (also `allreduce_bench.load_results`')."""
     from allreduce_bench.core.extensions import Extensions
     from allreduce_bench.ddp import sections as ddp_sections
     from allreduce_bench.hang.dump_verdict import verdict_line
@@ -91,7 +92,8 @@ def extensions():
     return Extensions(sections=(links_sections.SECTION, model_sections.WINNERS,
                                 model_sections.COLLECTIVES, ddp_sections.SECTION,
                                 nccl_sections.SECTION),
-                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,))
+                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,),
+                      rows=(links_sections.ROWS, ddp_sections.ROWS))
 
 
 # One module per command; a new command is a module and one line here. The modules are bound
