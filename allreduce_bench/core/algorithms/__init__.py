@@ -10,7 +10,6 @@ the collective (default all_reduce, what every AllReduce-only caller means).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.core.algorithms import (
@@ -31,6 +30,7 @@ from allreduce_bench.core.algorithms import (
     tree,
 )
 from allreduce_bench.core.algorithms.base import Algorithm, Step, traffic  # noqa: F401  (the public surface)
+from allreduce_bench.core.environment import user_setting
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import COLLECTIVES
 
@@ -111,7 +111,7 @@ def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
     global _plugins
     if _plugins is None:
         _plugins = {c: {} for c in COLLECTIVES}
-        points = [] if os.environ.get(NO_PLUGINS_ENV) else _entry_points()
+        points = [] if user_setting(NO_PLUGINS_ENV) else _entry_points()
         for point in sorted(points, key=lambda p: p.name):
             origin = f"plug-in {point.name} = {point.value}"
             try:

@@ -21,7 +21,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import master_of
+from allreduce_bench.core.environment import agent_store, master_of
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import flight_recorder
@@ -183,7 +183,7 @@ def _launch_store(env, timeout: timedelta, serves: bool):
     MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
     does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
     addr, port = master_of(env)  # set by the launcher, or found by launcher_env
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    agent = agent_store()
     failed = RuntimeError(
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
         f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
@@ -261,7 +261,7 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
     fails every rank here (one line each, within `timeout_s`); under torchrun and a local
     run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
-    serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
+    serves = env.rank == 0 and not agent_store()
     store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)
     store.add("count", 1)
