@@ -26,8 +26,6 @@ Definitions (per world size and bucket cap, on median times of the slowest rank)
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
@@ -307,19 +305,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     out.append(f"Gradients after a DDP step against the hand-computed average: "
                f"{'all equal' if wrong == 0 else f'{wrong} element(s) differ'}.")
     return "\n".join(out) + "\n"
-
-
-def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
-    """ddp_markdown for a run directory (results.csv + meta.json); "" if it has no ddp rows."""
-    from allreduce_bench.core.results.load import load_results
-    from allreduce_bench.core.results.store import read_meta
-    run_dir = Path(run_dir)
-    frame = load_results(run_dir)
-    figures = {name: f"{figures_dir}/{file}" for name, file in
-               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"),
-                ("timeline", "ddp_timeline.png"))
-               if (run_dir / figures_dir / file).exists()}
-    return ddp_markdown(frame, read_meta(run_dir), figures)
 
 
 def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:

@@ -24,12 +24,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from allreduce_bench.core.measure.flight_recorder import members_desc  # noqa: F401  (the recorder's side of it)
-
 if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
-REASONS = ("never_entered", "mismatch", "no_dump")
 # collectives whose every member passes the same input sizes (uneven alltoall, gather and
 # scatter legitimately differ: only their op and dtypes are compared)
 SAME_SIZES = {"all_reduce", "allreduce", "allreduce_coalesced", "broadcast", "_broadcast_oop",
@@ -123,8 +120,8 @@ def members_from_desc(desc: str) -> tuple[int, ...]:
 
 
 def _members(groups: list[Group], world: set[int]) -> None:
-    """A group no pg_config lists: its members named in its description (members_desc), the
-    whole world for the default group, else the ranks whose dumps name it."""
+    """A group no pg_config lists: its members named in its description (flight_recorder.py
+    members_desc), the whole world for the default group, else the ranks whose dumps name it."""
     for group in groups:
         if not group.members:
             default = group.name == "0" or group.desc == "default_pg"
