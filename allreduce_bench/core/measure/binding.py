@@ -1,22 +1,10 @@
 """Where each rank runs: `--bind auto|none|core|numa`, applied on the rank before it joins.
 
-An unbound rank migrates between cores and shares them with its peers: on a small CPU host a
-gloo AllReduce of 64K then takes 2-4x longer and varies far more than with one core per rank.
-On a GPU node the question is NUMA: a rank whose threads run far from its GPU pays on every
-launch and copy (nccl-tests users bind with `mpirun --bind-to`; torchrun has `--numa-binding`).
-
-- `core`: the CPUs this rank may use are split into one block per local rank, in order
-  (fewer CPUs than ranks: ranks share them round-robin, and the placement says so).
-- `numa`: the CPUs of one NUMA node: the GPU's (sysfs, else `nvidia-smi topo -m`), or on CPU
-  the nodes dealt out over the local ranks.
-- `auto`: keep a launcher's binding (srun --cpu-bind, mpirun --bind-to, torchrun
-  --numa-binding, taskset); else on GPU `numa`; else `core` when there are at least as many
-  CPUs as local ranks and the ranks are SCHED_FIFO (measure/scheduling.py) or get two CPUs
-  each (a rank pinned to its one CPU without it waits for that CPU: doc/noise.md); else nothing.
-- `none`: leave the affinity as it was.
-
-The planning is pure (CPU lists, NUMA maps and the environment in, a plan out); `bind_rank`
-reads this host and applies the plan to every thread of the process.
+An unbound rank migrates between cores and shares them with its peers (on a small CPU host a
+gloo AllReduce of 64K takes 2-4x longer and varies far more); on a GPU node a rank far from its
+GPU's NUMA node pays on every launch and copy. doc/methodology.md ("Binding") says what each
+mode gives. The planning is pure (CPU lists, NUMA maps and the launcher's variables in, a plan
+out); `bind_rank` reads this host and applies the plan to every thread of the process.
 """
 from __future__ import annotations
 
