@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
+if TYPE_CHECKING:  # the dumps as hang/dumps.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
 # collectives whose every member passes the same input sizes (uneven alltoall, gather and
