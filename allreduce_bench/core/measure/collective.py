@@ -10,7 +10,6 @@ buffers hold zeros, as the AllReduce's: sums stay zero over any number of calls.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.measure import patterns, timing
@@ -50,6 +49,7 @@ def check(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: 
     patterns.junk(recv)
     send.copy_(patterns.collective_input(collective, count, r, n, dtype, device))
     call()
+    world.device.synchronize()  # the checked call within --timeout: count_wrong reads its result
     expected = patterns.collective_expected(collective, count, r, n, dtype, device)
     return 0 if expected is None else patterns.count_wrong(recv, expected)
 
@@ -64,7 +64,5 @@ def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
     measured = timing.sample(call, world.device, world.group.pg, sampling, before_clock, agree_over)
     if not check_result:
         return measured, 0
-    wrong = torch.tensor([check(algorithm.collective, call, send, recv, count, world)],
-                         dtype=torch.int64, device=world.device.torch_device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return measured, int(wrong.item())
+    wrong = check(algorithm.collective, call, send, recv, count, world)
+    return measured, timing.total(wrong, world.group.pg, world.device)

@@ -47,11 +47,9 @@ def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dt
     # twice (N-1) x S of buffers), so reusing a plan is checked too.
     patterns.fill(tensor, world.rank, world.size)
     call()
+    device.synchronize()  # the checked call within --timeout: count_wrong reads its result
     expected = patterns.expected_sum(count, world.size, dtype, device.torch_device)
-    wrong = torch.tensor([patterns.count_wrong(tensor, expected)], dtype=torch.int64,
-                         device=device.torch_device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return measured, int(wrong.item())
+    return measured, timing.total(patterns.count_wrong(tensor, expected), world.group.pg, device)
 
 
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts,
