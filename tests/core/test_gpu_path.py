@@ -181,32 +181,33 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     assert set(cuda.calls[:first]) <= {"is_available", "device_count"}, cuda.calls
     assert "mem_get_info" not in cuda.calls
 
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")  # now the full GPU is rank 1's
-    with pytest.raises(UsageError, match="needs 288 MiB on one GPU but it has 200 MiB free"):
-        run_config(**options)
+    for visible in ("3,1", "GPU-dddd,GPU-bb"):  # now the full GPU is rank 1's
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        with pytest.raises(UsageError, match="needs 288 MiB on one GPU but it has 200 MiB free"):
+            run_config(**options)
 
 
 def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_path):
     """Under srun --gpus-per-task=1 every rank's torch index is 0: NVML and nvidia-smi get
-    the GPU's PCI bus id (or, without it, the CUDA_VISIBLE_DEVICES entry), not index 0."""
+    the GPU's UUID (or, before torch 2.4, the CUDA_VISIBLE_DEVICES entry), not index 0."""
     from allreduce_bench.health import throttle
 
     asked = []
     nvml = SimpleNamespace(
         nvmlInit=lambda: None, NVML_NVLINK_MAX_LINKS=2, NVML_FEATURE_ENABLED=1, NVMLError=OSError,
         nvmlDeviceGetHandleByIndex=lambda i: asked.append(("index", i)) or "handle",
-        nvmlDeviceGetHandleByPciBusId=lambda bus: asked.append(("pci", bus)) or "handle",
+        nvmlDeviceGetHandleByUUID=lambda uuid: asked.append(("uuid", uuid)) or "handle",
         nvmlDeviceGetName=lambda h: "Fake H100", nvmlDeviceGetNvLinkState=lambda h, link: 1,
         nvmlDeviceGetNvLinkVersion=lambda h, link: 4)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    props = SimpleNamespace(name="Fake H100", pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
+    props = SimpleNamespace(name="Fake H100", uuid="dddd-0003")
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     device = cuda_device()
     device.torch_device = torch.device("cuda", 0)
     monkeypatch.setattr(link_peaks, "nic_peaks", lambda: [])
     gpu = link_peaks.local_peaks(device)["gpu"]
-    assert asked == [("pci", "0000:3b:00.0")] and gpu["nvlink_GBps"] == 50.0
+    assert asked == [("uuid", "GPU-dddd-0003")] and gpu["nvlink_GBps"] == 50.0
 
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no pynvml: nvidia-smi nvlink -s
     _fake_nvidia_smi(tmp_path, monkeypatch, "GPU 3: Fake H100 (UUID: GPU-dddd)\n"
@@ -215,7 +216,7 @@ def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_pat
     assert gpu["nvlink_links"] == 2 and gpu["index"] == 0
     throttle.gpu_events(device.physical_id)
     args = (tmp_path / "args").read_text().splitlines()
-    assert args[0] == "nvlink -s -i 0000:3b:00.0" and args[1].endswith("--id=0000:3b:00.0")
+    assert args[0] == "nvlink -s -i GPU-dddd-0003" and args[1].endswith("--id=GPU-dddd-0003")
 
-    del props.pci_bus_id  # an older torch: the CUDA_VISIBLE_DEVICES entry
+    del props.uuid  # torch < 2.4: the CUDA_VISIBLE_DEVICES entry
     assert device.physical_id == "3"

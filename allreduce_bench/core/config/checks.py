@@ -196,13 +196,15 @@ def gpu_free_memory(ranks_here: int, timeout_s: float = 20.0) -> int | None:
                               timeout=timeout_s)
     except (OSError, subprocess.SubprocessError):
         return None
-    gpus = [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()]
-    gpus = [(index, uuid, int(free) << 20) for index, uuid, free in
-            (g for g in gpus if len(g) == 3 and g[2].isdigit())]
+    gpus: list[tuple[str, str, int]] = []  # (index, UUID, free bytes)
+    for line in done.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) == 3 and cells[2].isdigit():
+            gpus.append((cells[0], cells[1], int(cells[2]) << 20))
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    names = [n.strip() for n in visible.split(",")] if visible is not None else [g[0] for g in gpus]
-    # CUDA names a GPU by nvidia-smi's index or by a prefix of its UUID
-    free = [next((f for index, uuid, f in gpus if name in (index, uuid) or
-                  (name.startswith("GPU-") and uuid.startswith(name))), None)
-            for name in names[:max(ranks_here, 1)] if name]
-    return None if not free or None in free else min(free)
+    used = ([n.strip() for n in visible.split(",")] if visible is not None else
+            [index for index, _, _ in gpus])[:max(ranks_here, 1)]
+    # CUDA names a GPU by its index or by its UUID (or the UUID's first characters)
+    free = [f for name in used for index, uuid, f in gpus
+            if name and (name == index or (name.startswith("GPU-") and uuid.startswith(name)))]
+    return min(free) if free and len(free) == len(used) else None

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.measure.binding import pci_address, physical_gpu
+from allreduce_bench.core.measure.binding import physical_gpu
 
 
 class Timer:
@@ -133,12 +133,11 @@ class CudaDevice(Device):
     @property
     def physical_id(self) -> str | None:
         """This GPU as NVML and nvidia-smi name it (torch's index counts only the GPUs that
-        CUDA_VISIBLE_DEVICES shows): its PCI bus id, else nvidia-smi's index under
+        CUDA_VISIBLE_DEVICES shows): its UUID (torch >= 2.4), else nvidia-smi's index under
         CUDA_VISIBLE_DEVICES; None where neither is known (devices named by UUID)."""
-        props = torch.cuda.get_device_properties(self.torch_device)
-        if getattr(props, "pci_bus_id", None) is not None:
-            return pci_address(getattr(props, "pci_domain_id", 0), props.pci_bus_id,
-                               getattr(props, "pci_device_id", 0))
+        uuid = getattr(torch.cuda.get_device_properties(self.torch_device), "uuid", None)
+        if uuid is not None:
+            return f"GPU-{uuid}"
         index = physical_gpu(self.torch_device.index, os.environ.get("CUDA_VISIBLE_DEVICES"))
         return None if index is None else str(index)
 

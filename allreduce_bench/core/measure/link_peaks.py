@@ -59,7 +59,7 @@ def _nvml(index: int, physical: str) -> dict | None:
         return None
     try:
         pynvml.nvmlInit()
-        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(physical) if ":" in physical
+        handle = (pynvml.nvmlDeviceGetHandleByUUID(physical) if physical.startswith("GPU-")
                   else pynvml.nvmlDeviceGetHandleByIndex(int(physical)))
         name = pynvml.nvmlDeviceGetName(handle)
         links, version = 0, None
@@ -97,7 +97,7 @@ def gpu_peak(index: int, physical: str | None) -> dict:
     """The NVLink peak of torch's CUDA device `index`, asked of NVML or nvidia-smi by its
     `physical` id (CudaDevice.physical_id): their indices ignore CUDA_VISIBLE_DEVICES."""
     if physical is None:
-        return {"index": index, "how": "CUDA_VISIBLE_DEVICES names it by UUID and torch gives no PCI bus id"}
+        return {"index": index, "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"}
     return (_nvml(index, physical) or _nvidia_smi(index, physical)
             or {"index": index, "how": "neither pynvml nor nvidia-smi"})
 
