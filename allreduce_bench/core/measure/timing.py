@@ -2,8 +2,10 @@
 
 A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
 every rank; its time per call is the interval / loops. Before each sample the ranks align
-(a barrier, outside the clock; on GPU also a short device-side spin, so the host has queued
-the whole sample before its start event fires and the interval holds no launch overhead).
+(a barrier, outside the clock; on GPU also a short device-side spin, the same on every rank,
+so the host has queued the whole sample before its start event fires and the interval holds
+no launch overhead). Results of collectives reach the host through `device.read`, within
+--timeout.
 
 The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
 starts its clock early and waits inside the first call for the last one, so the slowest rank's
