@@ -1,6 +1,6 @@
 """A GPU that CPU tensors stand in for: torch.cuda's events and spin on a fake GPU clock, a
 CudaDevice built on them, and dist's collectives between threads (one per rank). For the GPU
-path's tests, which CI runs without a GPU (tests/core/test_gpu_path.py)."""
+path's tests, which CI runs without a GPU (tests/core/test_gpu_device.py)."""
 from __future__ import annotations
 
 import threading
