@@ -12,11 +12,12 @@ import torch
 import torch.distributed as dist
 from fake_cuda import GPU, Ranks, cuda_device, install
 
+from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.config import Sampling
 from allreduce_bench.core.measure import link_peaks, timing
+from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.device import Device, PeerTimeout
 from allreduce_bench.core.measure.world import CommGroup, World
-from allreduce_bench.core.sweep import allreduce
 
 WORK_MS = 0.01  # one collective's GPU time
 
@@ -86,7 +87,8 @@ def _lost_peer_reads(rank: int) -> list[str]:
             GPU.stuck = len(calls) > 2
         return call
     try:
-        allreduce.measure(build, _world(device), 4, torch.float32, Sampling(loops=1, samples=2, warmup=0))
+        measure(Algorithm("stalls", "its third call never completes", build), _world(device), 4,
+                torch.float32, Sampling(loops=1, samples=2, warmup=0))
     except PeerTimeout:
         ended.append(f"the check's call (call {len(calls)})")
     return ended
@@ -164,6 +166,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     from test_device_selection import CLI_DEFAULTS
 
     from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.environment import started
     from allreduce_bench.core.errors import UsageError
     from allreduce_bench.core.measure.device import make_device
 
@@ -175,7 +178,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     _fake_nvidia_smi(tmp_path, monkeypatch, FREE)
     options = {**CLI_DEFAULTS, "device": "cuda", "backend": "nccl", "sizes": "64M"}
-    config = run_config(**options)
+    config = run_config(**options, started=started())
     make_device(config.device, 1, 2)
     first = cuda.calls.index("set_device")
     assert set(cuda.calls[:first]) <= {"is_available", "device_count"}, cuda.calls
@@ -184,7 +187,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     for visible in ("3,1", "GPU-dddd,GPU-bb"):  # now the full GPU is rank 1's
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         with pytest.raises(UsageError, match="needs 288 MiB on one GPU but it has 200 MiB free"):
-            run_config(**options)
+            run_config(**options, started=started())
 
 
 def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_path):
