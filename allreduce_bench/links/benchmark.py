@@ -1,18 +1,12 @@
 """`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand), measured side by side.
 
-On a world of >= 2 nodes (a cluster, the emulated one, or nodes simulated with --ranks-per-node),
-for every size:
-
-- intra: the backend's AllReduce inside every node's group, all nodes at once;
-- inter: the backend's AllReduce among the ranks with the same local rank on every node, all of
-  those groups at once (nccl-tests' NCCL_TESTS_SPLIT "DIV" and "MOD");
-- p2p intra / p2p inter: a one-way send of the tensor from global rank 0 to rank 1 (same node)
-  and from rank 0 to rank L (the next node), the other ranks idle.
-
-Rows are `benchmark = links` with `link = intra | inter` and `operation = allreduce | p2p`. In a
-row, `world_size` is the size of the group measured (so busbw's 2(N-1)/N is the group's, as
-nccl-tests reports a split communicator; for p2p, busbw = algbw), and `nodes` and
-`ranks_per_node` are the whole world's layout. The time of an AllReduce row is the slowest group's.
+On a world of >= 2 nodes, per size: the backend's AllReduce inside every node's group at once
+(`link = intra`), among the ranks of one local rank across nodes at once (`inter`, nccl-tests'
+NCCL_TESTS_SPLIT DIV and MOD), and a one-way send from rank 0 to rank 1 and to rank L
+(`operation = p2p`), the other ranks idle. A row's `world_size` is its group's (busbw is the
+group's, as nccl-tests reports a split communicator), `nodes` and `ranks_per_node` the whole
+world's; an AllReduce row's time is the slowest group's (doc/cluster.md, "Intra- vs inter-node
+links").
 """
 from __future__ import annotations
 
