@@ -144,7 +144,8 @@ def _row(config, view, world, count, measured, wrong, algorithm, link, operation
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
-    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device)
+    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device,
+                       config.timeout_s)
     if session.lead:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "

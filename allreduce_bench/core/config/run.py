@@ -49,6 +49,14 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
     return tuple(sorted(set(sizes + [gpus])))
 
 
+def own_gpu(env) -> bool:
+    """Whether the one GPU this rank sees is its own: the launcher set CUDA_VISIBLE_DEVICES for
+    this task alone (srun --gpus-per-task=1 or --gpu-bind, an mpirun wrapper), naming one GPU.
+    torchrun hands every local rank one environment, so one GPU seen there is shared."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return env.launcher != "torchrun" and bool(visible) and "," not in visible
+
+
 def resolve_world(world_sizes: str | None, backend: str, device: str | None,
                   ranks_per_node: int | None) -> tuple[tuple[int, ...], str, str, int | None]:
     """(world sizes, backend, device, ranks per node) from the options and this host.
@@ -74,8 +82,14 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     else:
         chosen = cpu_world_sizes(cpus_allowed())[0]
     per_host = env.local_world_size if env else max(chosen)
-    if env is not None and gpus == 1:
-        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
+    if env is not None and gpus == 1 and per_host > 1:
+        if own_gpu(env):
+            per_host = 1
+        elif backend == "nccl":
+            raise UsageError(f"--backend nccl: local rank {env.local_rank} of {per_host} sees one GPU "
+                             "and nothing shows it is its own, and NCCL refuses two ranks on one GPU; "
+                             "bind one GPU to each rank (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES "
+                             "per rank under mpirun), launch one rank per GPU, or use --backend gloo")
     backend, device = resolve_backend(backend, device, per_host)
 
     if env is not None:
