@@ -21,6 +21,7 @@ from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.algorithms.base import INTER, INTRA, traffic
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure.device import Device
 
 S = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +109,6 @@ def test_unsupported_algorithms_are_refused_before_any_process_starts():
 def test_nccl_variant_creates_its_communicator_with_the_variables_set(monkeypatch):
     import datetime as dt
 
-    import torch
     import torch.distributed as dist
 
     seen = []
@@ -122,7 +122,7 @@ def test_nccl_variant_creates_its_communicator_with_the_variables_set(monkeypatc
     monkeypatch.setattr(dist, "all_reduce", lambda t, group=None: seen.append(
         ("all_reduce", os.environ.get("NCCL_ALGO"), os.environ.get("NCCL_PROTO"), group)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda g: seen.append(("destroy", g)))
-    world = SimpleNamespace(device=SimpleNamespace(torch_device=torch.device("cpu")))
+    world = SimpleNamespace(device=Device())
 
     nccl.create(["ring", "native:tree:LL"], 2, dt.timedelta(seconds=5))  # plain ring: no group
     assert nccl.communicator(world, "tree", "LL") == "pg"

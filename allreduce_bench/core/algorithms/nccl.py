@@ -1,26 +1,22 @@
 """NCCL's own algorithms and protocols as algorithms: `native:ring`, `native:tree:LL`, ...
 
 Each variant runs the backend's AllReduce on a communicator of its own, created while
-NCCL_ALGO (and NCCL_PROTO) are set in the environment: NCCL reads them when a communicator is
-initialised (its tuning step, src/graph/tuning.cc `ncclTopoTuneModel`, for a new communicator
-and for one split from another alike), so setting them for that moment pins the algorithm of
-that communicator only, and every other communicator keeps NCCL's own choice. The variables
-are restored right after. On gloo they do not apply and are refused before any process starts.
+NCCL_ALGO (and NCCL_PROTO) are set: NCCL reads them when it initialises a communicator, a new
+or a split one (src/graph/tuning.cc `ncclTopoTuneModel`), so only that communicator is pinned;
+the variables are restored right after. On gloo they do not apply and are refused before any
+process starts.
 
-When the communicator is initialised depends on torch: with the default group bound to the
-GPU (`device_id`, measure/device.py) torch splits every new NCCL group from the default
-group's communicator inside `new_group` (`ncclCommSplit`, a collective over the whole default
-group: ranks outside the new group take part through `perform_nocolor_split`); without the
-binding NCCL connects the group's members at its first collective. So `create` makes a
-sub-world's communicators on every rank of the default group, in the order of --algos, with
-the variables set, and the first use (`communicator`) runs one small AllReduce with them set
-again.
+With the default group bound to the GPU (`device_id`, measure/device.py) torch creates each new
+NCCL group inside `new_group` by `ncclCommSplit` of the default group's communicator, which
+every rank of the default group must join (non-members through `perform_nocolor_split`);
+unbound, NCCL connects the members at the group's first collective. So `create` makes a
+sub-world's communicators on every rank, in --algos order, and `communicator` runs one small
+AllReduce on first use, both with the variables set.
 
-NCCL refuses a pinned variant it has no kernel for on this machine with ncclInvalidUsage at
-that first AllReduce (enqueue.cc: "No algorithm/protocol available ... NCCL_ALGO was set to
-NVLS"): NVLS without NVSwitch, or across nodes without CollNet. `refused` says so in one line
-and the sweep leaves the variant out. NVLS exists only with the Simple protocol (tuning.cc
-skips NVLS with LL and LL128), so no `native:nvls:LL` is offered.
+NCCL refuses a variant it has nothing for on this machine with ncclInvalidUsage at that first
+AllReduce (enqueue.cc, "No algorithm/protocol available"): NVLS without NVSwitch, or across
+nodes without CollNet. `refused` says so in one line and the sweep leaves the variant out.
+NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`.
 """
 from __future__ import annotations
 
@@ -92,10 +88,9 @@ def communicator(world: World, algo: str, proto: str | None):
     group = _communicators[key]
     if key not in _warm:
         with overridden(nccl_environment(algo, proto)):
-            warm = torch.zeros(1, device=world.device.torch_device)
-            dist.all_reduce(warm, group=group)  # without the binding, NCCL connects here
-            if warm.is_cuda:
-                torch.cuda.synchronize(warm.device)
+            # without the binding, NCCL connects here; the wait gives up after --timeout
+            dist.all_reduce(torch.zeros(1, device=world.device.torch_device), group=group)
+            world.device.synchronize()
         _warm.add(key)
     return group
 
