@@ -28,7 +28,7 @@ from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.rank import Benchmark, Session
-from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
+from allreduce_bench.core.measure.world import CommGroup, World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.allreduce import measure
@@ -80,7 +80,8 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
     # torch wants every rank in every new_group call; each pair gets its own group.
-    pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
+    timeout = group_timeout(device, config.timeout_s)
+    pair_groups = {link: dist.new_group(list(ranks), timeout=timeout) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
         count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
