@@ -213,13 +213,15 @@ def one_gpu(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
-def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch):
+@pytest.mark.parametrize("backend", ["auto", "nccl"])
+def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch, backend):
     """torchrun --nproc-per-node 2 on a one-GPU host: both ranks would use GPU 0, which NCCL
-    refuses (5e7e81d chose NCCL); auto takes gloo, --backend nccl says what to do."""
-    assert resolve_world(None, "auto", None, None)[1:3] == ("gloo", "cpu")
+    refuses (5e7e81d chose NCCL: "could not join the world"); one line says what to do, and
+    --backend gloo runs."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one environment for every torchrun worker
     with pytest.raises(UsageError, match="local rank 1 of 2 sees one GPU.*srun --gpus-per-task=1"):
-        resolve_world(None, "nccl", None, None)
+        resolve_world(None, backend, None, None)
+    assert resolve_world(None, "gloo", None, None)[1:3] == ("gloo", "cpu")
 
 
 def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):

@@ -85,11 +85,11 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     if env is not None and gpus == 1 and per_host > 1:
         if own_gpu(env):
             per_host = 1
-        elif backend == "nccl":
-            raise UsageError(f"--backend nccl: local rank {env.local_rank} of {per_host} sees one GPU "
-                             "and nothing shows it is its own, and NCCL refuses two ranks on one GPU; "
-                             "bind one GPU to each rank (srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES "
-                             "per rank under mpirun), launch one rank per GPU, or use --backend gloo")
+        elif wants_gpu:  # NCCL refuses two ranks on one GPU; measuring the CPU instead would surprise
+            raise UsageError(f"local rank {env.local_rank} of {per_host} sees one GPU and nothing shows "
+                             "it is its own (NCCL refuses two ranks on one GPU): bind one GPU to each rank "
+                             "(srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per rank under mpirun), "
+                             "launch one rank per GPU, or use --backend gloo")
     backend, device = resolve_backend(backend, device, per_host)
 
     if env is not None:
