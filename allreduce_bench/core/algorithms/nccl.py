@@ -64,8 +64,6 @@ def create(names, world_size: int, timeout: timedelta) -> None:
     including ranks outside the sub-world, which keep no group."""
     import torch.distributed as dist
 
-    from allreduce_bench.core.measure import flight_recorder
-
     for group in _communicators.values():
         dist.destroy_process_group(group)
     _communicators.clear()
@@ -73,8 +71,7 @@ def create(names, world_size: int, timeout: timedelta) -> None:
     members = list(range(world_size))
     for key in (VARIANTS[name] for name in names if name in VARIANTS):
         with overridden(nccl_environment(*key)):
-            group = dist.new_group(members, timeout=timeout, backend="nccl",
-                                   **flight_recorder.described(members))
+            group = dist.new_group(members, timeout=timeout, backend="nccl")
         if dist.get_rank() in members:
             _communicators[key] = group
 
