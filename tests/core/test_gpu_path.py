@@ -11,6 +11,7 @@ import torch.distributed as dist
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.config.run import resolve_world
+from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure.device import NCCL_GRACE_S, Device
 from allreduce_bench.core.measure.world import CommGroup, World
@@ -220,8 +221,8 @@ def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch, ba
     --backend gloo runs."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one environment for every torchrun worker
     with pytest.raises(UsageError, match="local rank 1 of 2 sees one GPU.*srun --gpus-per-task=1"):
-        resolve_world(None, backend, None, None)
-    assert resolve_world(None, "gloo", None, None)[1:3] == ("gloo", "cpu")
+        resolve_world(None, backend, None, None, launcher_env())
+    assert resolve_world(None, "gloo", None, None, launcher_env())[1:3] == ("gloo", "cpu")
 
 
 def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
@@ -233,4 +234,4 @@ def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
                         "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
                         "CUDA_VISIBLE_DEVICES": "1"}.items():
         monkeypatch.setenv(name, value)
-    assert resolve_world(None, "auto", None, None)[1:3] == ("nccl", "cuda")
+    assert resolve_world(None, "auto", None, None, launcher_env())[1:3] == ("nccl", "cuda")
