@@ -9,11 +9,8 @@ blocked inside a collective with a frozen peer may not bump either while the cal
 GIL, but only until its own timeout fires, inside the margin.
 
 Sub-groups come from `new_group(ranks, use_local_synchronization=True)` (torch >= 2.1, so only
-the members take part and creation stays flat as the world grows). That holds only while the
-default group is not bound to a GPU: bound (`device_id`), torch would split each NCCL group
-from the default group's communicator inside `new_group`, a collective over every rank of the
-world, which ranks outside the group never join; health's world is formed unbound
-(measure/world.py `join_present`). torch names such a group
+the members take part and creation stays flat as the world grows; with NCCL only because the
+world is not bound to a GPU, see measure/world.py `join_present`). torch names such a group
 by its ranks and by how many groups the creating rank already has, so members must enter
 with equal counts: each group of a run has a slot number, and a member first pads its count
 up to that slot with one-rank groups. A rank that sat out rounds (or whose last creation

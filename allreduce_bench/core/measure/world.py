@@ -4,9 +4,8 @@ Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers 
 the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
 ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
 works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`, by
-every rank of the default group in the same order, with the run's timeout: where the default
-group is bound to the GPU (NCCL, `device_id`), torch splits each new group from its
-communicator inside `new_group`, a collective over the whole default group.
+every rank in the same order (a bound NCCL default group splits each inside `new_group`, a
+collective over all ranks: algorithms/nccl.py), with the run's timeout.
 
 `join_present` forms the default group from the launched ranks that arrive in time instead
 of all of them (health: a host that hangs while it starts is judged, not waited for).
@@ -274,10 +273,9 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     fails every rank here (one line each, within `timeout_s`); under torchrun and a local
     run the launcher's agent serves it, so a frozen rank 0 is left out like any other.
 
-    The group is not bound to the GPU (no `device_id`): bound, torch would split every later
-    NCCL group from its communicator, a collective over the whole world, while health's groups
-    are made by their members only (health/coordination.py); unbound, NCCL connects each
-    group's members at its first collective."""
+    No `device_id`: bound to the GPU, torch would make every later NCCL group by splitting
+    this group's communicator, a collective over the whole world, where health's groups are
+    made by their members only (health/coordination.py)."""
     serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
     store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)
