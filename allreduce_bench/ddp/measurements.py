@@ -40,7 +40,7 @@ from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.sweep.rows import result_row
 from allreduce_bench.ddp.config import DdpSettings
 from allreduce_bench.ddp.net import DTYPE, param_count, synthetic_batch
-from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline, stamps_for
+from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline
 from allreduce_bench.ddp.trainer import HookState, NoOverlapTrainer, Trainer, ddp_trainer, local_hook
 
 StepBody = Callable[[int | None], None]  # one step; its argument: the timed iteration, or None
@@ -128,9 +128,8 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
     baseline = NoOverlapTrainer.make(settings, world)
     local, _ = ddp_trainer(settings, world, bucket_mb, local_hook)
     local.step()  # DDP rebuilds its buckets after the first step
-    stamps = stamps_for(world.device)
     for body in (bare, trainer, baseline):
-        body.timeline = Timeline(stamps, settings.iters)
+        body.timeline = Timeline(world.device, settings.iters)
     state.timeline = trainer.timeline
 
     def ddp_step(iteration=None):
@@ -170,11 +169,10 @@ def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> in
     ddp.zero_grad(set_to_none=False)
     nn.functional.mse_loss(ddp(x), y).backward()
     got = torch.cat([p.grad.reshape(-1) for p in params])
+    world.device.synchronize()  # both AllReduces within --timeout: float(scale) reads them
     scale = expected.abs().max().clamp_min(1e-30)
     bad = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-6 * float(scale))
-    wrong = torch.tensor([int(bad.sum())], dtype=torch.int64, device=got.device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return int(wrong.item())
+    return timing.total(bad.sum(), world.group.pg, world.device)  # read within --timeout
 
 
 def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float | None = None) -> dict:

@@ -104,7 +104,7 @@ class Rank:
         found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
         device = self.session.device
         if device.kind == "cuda":
-            found["gpu_events"] = throttle.gpu_events(device.torch_device.index)
+            found["gpu_events"] = throttle.gpu_events(device.physical_id)
         return found
 
     def take_part(self, k: int, plan: dict) -> None:

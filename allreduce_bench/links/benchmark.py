@@ -54,10 +54,8 @@ def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
     measured = timing.sample(transfer, device, pair, sampling)
     expected = torch.empty_like(tensor)
     patterns.fill(expected, 0, 2)
-    wrong = torch.tensor([patterns.count_wrong(tensor, expected) if me == dst else 0],
-                         dtype=torch.int64, device=device.torch_device)
-    dist.all_reduce(wrong, group=pair)
-    return measured, int(wrong.item())
+    wrong = patterns.count_wrong(tensor, expected) if me == dst else 0
+    return measured, timing.total(wrong, pair, device)
 
 
 def _view(group: CommGroup, device: Device) -> World:
@@ -67,9 +65,7 @@ def _view(group: CommGroup, device: Device) -> World:
 
 def _wrong_once_per_group(wrong: int, lead: bool, device: Device) -> int:
     """#wrong of all concurrently measured groups, each group's counted once (by its lead)."""
-    w = torch.tensor([wrong if lead else 0], dtype=torch.int64, device=device.torch_device)
-    dist.all_reduce(w)
-    return int(w.item())
+    return timing.total(wrong if lead else 0, None, device)
 
 
 def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None = None) -> int:
