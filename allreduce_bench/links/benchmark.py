@@ -21,7 +21,7 @@ from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.rank import Benchmark, Session
-from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
+from allreduce_bench.core.measure.world import CommGroup, World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import make_row
@@ -68,7 +68,8 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
     # torch wants every rank in every new_group call; each pair gets its own group.
-    pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
+    timeout = group_timeout(device, config.timeout_s)
+    pair_groups = {link: dist.new_group(list(ranks), timeout=timeout) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
         count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
@@ -127,7 +128,8 @@ def _row(config, view, world, count, measured, wrong, algorithm, link, operation
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
-    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device)
+    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device,
+                       config.timeout_s)
     if session.lead:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "

@@ -200,11 +200,11 @@ def help_text() -> str:
     """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
     (descriptions in doc/algorithms.md and doc/collectives.md)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
-    variants = ", ".join(f"native:{algo}" for algo in nccl.NCCL_ALGOS)
-    protocols = ", ".join(f":{proto}" for proto in nccl.NCCL_PROTOS)
+    variants = ", ".join(f"native:{algo} (also {'/'.join(':' + p for p in protos)})"
+                         for algo, (_, _, protos) in nccl.NCCL_ALGOS.items())
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
-    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants} "
-            f"(each also {protocols}); other collectives: {others}; and installed plug-ins.")
+    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants}; "
+            f"other collectives: {others}; and installed plug-ins.")
 
 
 def allreduce(name: str, tensor, world) -> None:
