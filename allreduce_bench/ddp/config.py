@@ -109,19 +109,19 @@ def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, ite
     settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
                             bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,
                             device=world[2])
-    check_ddp_memory(settings.params, world[0], world[2], started.env, host)
+    check_ddp_memory(settings.params, world[0], world[2], started.env)
     launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, label="ddp", nccl_debug=nccl_debug,
                            bind=bind, flight_recorder=flight_recorder)
     return DdpConfig(launch=launch, settings=settings)
 
 
-def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None, host: Host) -> None:
+def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None) -> None:
     per_rank = DDP_COPIES * 4 * params
     ranks_here = env.local_world_size if env is not None else max(world_sizes)
     check_memory(per_rank * ranks_here, per_rank, ranks_here,
                  f"--params {units.format_count(params)}", device,
-                 "choose a smaller --params or fewer ranks", host)
+                 "choose a smaller --params or fewer ranks")
 
 
 # `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's

@@ -31,7 +31,7 @@ from allreduce_bench.core.config.checks import (
     parse_floor,
 )
 from allreduce_bench.core.config.launch import LaunchConfig, wanted
-from allreduce_bench.core.environment import RankEnv, Started, is_writer
+from allreduce_bench.core.environment import RankEnv, Started, is_writer, visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.layout import node_layout
@@ -78,6 +78,14 @@ def resolve_backend(backend: str, device: str | None, gpus_needed: int, gpus: in
     return backend, kind
 
 
+def own_gpu(env) -> bool:
+    """Whether the one GPU this rank sees is its own: the launcher set CUDA_VISIBLE_DEVICES for
+    this task alone (srun --gpus-per-task=1 or --gpu-bind, an mpirun wrapper), naming one GPU.
+    torchrun hands every local rank one environment, so one GPU seen there is shared."""
+    visible = visible_gpus() or ""
+    return env.launcher != "torchrun" and bool(visible) and "," not in visible
+
+
 def resolve_world(world_sizes: str | None, backend: str, device: str | None,
                   ranks_per_node: int | None, env: RankEnv | None, host: Host
                   ) -> tuple[tuple[int, ...], str, str, int | None]:
@@ -100,8 +108,14 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     else:
         chosen = cpu_world_sizes(host.cpus)[0]
     per_host = env.local_world_size if env else max(chosen)
-    if env is not None and gpus == 1:
-        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
+    if env is not None and gpus == 1 and per_host > 1:
+        if own_gpu(env):
+            per_host = 1
+        elif wants_gpu:  # NCCL refuses two ranks on one GPU; measuring the CPU instead would surprise
+            raise UsageError(f"local rank {env.local_rank} of {per_host} sees one GPU and nothing shows "
+                             "it is its own (NCCL refuses two ranks on one GPU): bind one GPU to each rank "
+                             "(srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per rank under mpirun), "
+                             "launch one rank per GPU, or use --backend gloo")
     backend, device = resolve_backend(backend, device, per_host, gpus)
 
     if env is not None:
@@ -244,7 +258,7 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                          f"and --collectives {collectives} has neither; add them (e.g. --collectives "
                          "all_reduce,reduce_scatter,all_gather) or drop --in-place")
     if names:
-        check_allreduce_memory(names, chosen, swept, device, env, host)
+        check_allreduce_memory(names, chosen, swept, device, env)
     out_dir, stored = resumed_run(resume_dir, out_dir, started)
     if out_dir is not None and is_writer(env):
         check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
@@ -279,7 +293,7 @@ def check_gloo_on_gpu(names, others, backend: str, device: str) -> None:
                          "--collectives all_reduce), or --backend nccl")
 
 
-def check_allreduce_memory(algorithms, world_sizes, sizes, device, env, host: Host) -> None:
+def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
     """Refuse a sweep whose largest size cannot fit, before any rank allocates it."""
     largest_world, largest = max(world_sizes), max(sizes)
     ranks_here = env.local_world_size if env is not None else largest_world
@@ -288,7 +302,7 @@ def check_allreduce_memory(algorithms, world_sizes, sizes, device, env, host: Ho
     check_memory(here, busiest, ranks_here, f"--max-bytes {format_size(largest)} at world size "
                  f"{largest_world} ({', '.join(algorithms)})", device,
                  "choose a smaller --max-bytes (or --sizes), fewer ranks, or drop naive "
-                 "(its root holds (N-1) x size)", host)
+                 "(its root holds (N-1) x size)")
 
 
 RUNNABLE = Runnable("allreduce", "run", run_config)  # `emulate --benchmarks allreduce`
