@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
@@ -164,8 +165,7 @@ def _ms(us: float) -> str:
 
 def _markdown(headers: list[str], rows: list[list]) -> str:
     """A markdown table of right-aligned columns."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+    return markdown_table(pd.DataFrame(rows, columns=headers), rule="---:")
 
 
 OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
@@ -266,6 +266,8 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
                 f"per rank, {settings.get('iters', '?')} timed steps after "
                 f"{settings.get('warmup', '?')} warm-up; backend {meta.get('backend', '?')} on "
                 f"{meta.get('device_name', meta.get('device', '?'))}.", ""]
+    if "overlap" in figures:  # seen first (report.html's first screen), explained below
+        out += [f"![step time split]({figures['overlap']})", ""]
     out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
             "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
             "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
@@ -286,8 +288,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
             out += ["Clipped shares: on shared CPU cores computation and communication slow "
                     "each other down instead of overlapping.", "",
                     *(f"- {note}" for note in clipped_notes(overlap)), ""]
-    if "overlap" in figures:
-        out += [f"![step time split]({figures['overlap']})", ""]
     if "timeline" in figures:
         out += ["Measured timeline of one DDP step per bucket cap (the slowest rank's median "
                 "step): the computation, and under it when each bucket's AllReduce was launched "

@@ -7,6 +7,7 @@ import pandas as pd
 
 from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table
@@ -239,13 +240,6 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
                      "#wrong": int(wrong.get(run, 0))})
     table = pd.DataFrame(rows)
     return table.drop(columns="run") if (table["run"] == "-").all() else table
-
-
-def markdown_table(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
 
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
