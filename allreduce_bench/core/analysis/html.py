@@ -119,7 +119,8 @@ def report_html(frame: pd.DataFrame, runs: pd.DataFrame, tables: list, collectiv
         body += ["<h2>Figures</h2>", *shown]
     body += ["<h2>Runs</h2>", table_html(runs), facts_html(frame)]
     for title, note, table in tables:
-        body += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(note)}</p>", table_html(table)]
+        body += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline(note)}</p>",
+                 table_html(table) if table is not None else ""]
     body.append(markdown_html(collectives, image))
     for section in sections:
         body.append(markdown_html("\n".join(section.markdown(frame, out_dir, figures)), image))

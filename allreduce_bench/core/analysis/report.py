@@ -27,6 +27,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     run_metas,
     scaling_efficiency,
 )
+from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
@@ -87,7 +88,7 @@ def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     return table.rename(columns=names)
 
 
-Table = tuple[str, str, pd.DataFrame]  # (title, how to read it, table of strings)
+Table = tuple[str, str, "pd.DataFrame | None"]  # (title, how to read it, table of strings or none)
 WORLD = {"world_size": "world size"}
 
 
@@ -141,6 +142,11 @@ def _scaling_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     scaling = scaling_efficiency(frame, size_bytes)
     if not len(scaling):
         return []
+    world_sizes = sorted(set(scaling.index.get_level_values("world_size")))
+    if len(world_sizes) < 2:  # every efficiency 1.00 by definition: say what would show scaling
+        return [("Scaling", f"Only world size {world_sizes[0]} was measured: scaling compares "
+                 "busbw and time across world sizes, so it needs two or more (e.g. `run "
+                 "--world-sizes 2,4`; its table and figure then appear here).", None)]
     return [(
         f"Scaling efficiency at {format_size(size_bytes)}",
         "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
@@ -257,7 +263,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     if tables is None:
         tables = report_tables(frame, size_bytes) if size_bytes is not None else []
     for title, note, table in tables:
-        parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+        parts += [f"## {title}", "", note, ""] + ([markdown_table(table), ""] if table is not None else [])
     parts += markdown_parts(frame, markdown_table)
     for section in sections:
         parts += section.markdown(frame, out_dir, figures)
@@ -272,9 +278,9 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
 
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
-    echo("Runs:\n" + runs_table(frame).to_string(index=False))
+    echo("Runs:\n" + terminal_table(runs_table(frame)))
     for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
-        echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
+        echo(f"\n{title}\n{wrapped(note, '  ')}" + (f"\n{terminal_table(table)}" if table is not None else ""))
 
 
 HTML_FILE = "report.html"

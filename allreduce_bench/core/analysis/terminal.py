@@ -1,0 +1,25 @@
+"""What a command prints fitted to a terminal: lines of at most WIDTH columns. A table too wide
+for it prints row by row, each row's cells named; the full table is in the report's file."""
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+
+WIDTH = 120
+
+
+def wrapped(text: str, indent: str = "") -> str:
+    """Each line of `text` wrapped to WIDTH after `indent`, continuation lines two spaces further in."""
+    return "\n".join(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
+                                   break_on_hyphens=False) for line in text.splitlines())
+
+
+def terminal_table(table: pd.DataFrame) -> str:
+    """`table` aligned as pandas prints it where it fits in WIDTH; else one wrapped line per row,
+    "column: value" for each cell."""
+    text = table.to_string(index=False)
+    if max(map(len, text.splitlines())) <= WIDTH:
+        return text
+    return "\n".join(wrapped("; ".join(f"{column}: {value}" for column, value in zip(table.columns, row)), "- ")
+                     for row in table.itertuples(index=False))
