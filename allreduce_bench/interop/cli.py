@@ -157,10 +157,11 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("others", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Where compare.csv and the figure go. [compare/ beside the first OTHER]")
+              help="Where compare.csv and the figure go. [compare-OTHER/ beside the first OTHER, not "
+              "into a run read]")
 @click.option("--fail-if-slower", default=None, help="Exit 1 when any size is significantly slower "
               "than BASE by more than this, e.g. 5% (a regression gate): the ratio's whole confidence "
-              "interval beyond 1.05.")
+              "interval beyond 1.05. A bare number is a fraction (0.05); 5 is refused.")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Confidence level of the intervals.")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
@@ -178,7 +179,8 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     smaller one within a round. A side with one round gets a wide interval and says so; a
     size whose runs disagree with themselves more than the change says that. Runs without
     samples (imports, older runs) are compared by the ratio alone, and say so.
-    Writes compare.csv and compare.<format> (ratio against size, with its interval).
+    Writes compare.csv and compare.<format> (ratio against size, with its interval) into
+    --out-dir, by default compare-OTHER/ beside the first OTHER (never into a run read).
     A job's collectives (an `import` of NCCL Inspector records) against a benchmark run:
     `compare BENCH_RUN JOB_RUN` shows, size by size, the job's busbw as a share of the
     benchmark's at the same collective, world size and size (interpolated between measured
@@ -193,7 +195,7 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
         raise UsageError(f"--confidence must be between 0.5 and 1, e.g. 0.95; got {confidence}")
     threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     base_rows = load_results(base, explain_skips=False)
-    out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    out_dir = out_dir or _beside(others[0])
     sides = [(other, load_results(other, explain_skips=False)) for other in others]
     if _compared_job(base, base_rows, sides, out_dir, fmt):
         return
@@ -225,6 +227,13 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
                + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _beside(other: Path) -> Path:
+    """compare-<OTHER's name>/ in the folder holding OTHER: beside the runs read, never inside
+    one (a run's folder holds what `run` wrote; plot and report write outside it too)."""
+    run = (other if other.is_dir() else other.parent).resolve()
+    return run.parent / f"compare-{run.name}"
 
 
 def _gate(table, threshold: float, base: Path, other: Path) -> bool:

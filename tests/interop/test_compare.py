@@ -191,6 +191,8 @@ def test_threshold_and_settings():
     assert parse_threshold("5%") == 0.05 and parse_threshold("0.1") == 0.1
     with pytest.raises(UsageError):
         parse_threshold("five")
+    with pytest.raises(UsageError, match=r"'5' has no unit; write 5% for 5 percent"):
+        parse_threshold("5")  # 5% or 500%: said, not guessed
     lines = differing_settings([{"versions": {"torch": "2.1"}, "hostnames": ["a"]}],
                                [{"versions": {"torch": "2.3"}, "hostnames": ["a"]}],
                                _rows("a"), _rows("b", dtype="bfloat16"))
@@ -298,6 +300,19 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
         result = CliRunner().invoke(main, ["compare", str(run), str(other), "--out-dir", str(tmp_path / "c")])
         assert result.exit_code == 2 and "the same run(s)" in result.output
         assert "Traceback" not in result.output and not (tmp_path / "c").exists()
+
+
+def test_compare_writes_beside_the_runs_it_reads_not_into_one(tmp_path):
+    base = _run_dir(tmp_path / "base", "a", seed=1)
+    new = _run_dir(tmp_path / "new", "b", seed=2)
+    inside = sorted(p.name for p in new.iterdir())
+    result = CliRunner().invoke(main, ["compare", str(base), str(new)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in new.iterdir()) == inside  # the run read is as it was
+    assert (tmp_path / "compare-new" / "compare.csv").exists()
+    assert f"compare: {tmp_path / 'compare-new' / 'compare.csv'}" in result.output
+    refused = CliRunner().invoke(main, ["compare", str(base), str(new), "--fail-if-slower", "5"])
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
 
 
 def test_an_earlier_comparison_is_not_replaced_silently(tmp_path):
