@@ -21,6 +21,9 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--min-bytes", "1M", "--max-bytes", "4K"], "larger than --max-bytes"),
     (["--factor", "1"], "greater than 1"),
     (["--algos", "ring,bogus"], "unknown algorithm 'bogus'"),
+    # on gloo the choices are gloo's: NCCL's native:* variants are counted, not offered
+    (["--algos", "nosuch"], "choose from native, ring, naive, hierarchical, recursive-doubling, "
+     "halving-doubling, tree, direct (or all); 12 more run on other backends than gloo"),
     (["--dtype", "complex32"], "'complex32' is not one of"),
     (["--world-sizes", "6", "--ranks-per-node", "4"], "not a whole number of nodes"),
     (["--world-sizes", "two"], "comma-separated list of integers"),
