@@ -10,9 +10,11 @@ WIDTH = 120
 
 
 def wrapped(text: str, indent: str = "") -> str:
-    """Each line of `text` wrapped to WIDTH after `indent`, continuation lines two spaces further in."""
+    """Each line of `text` after `indent`, one longer than WIDTH wrapped with its continuation
+    lines two spaces further in; shorter lines (a table's) exactly as they are."""
     return "\n".join(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
-                                   break_on_hyphens=False) for line in text.splitlines())
+                                   break_on_hyphens=False) if len(indent + line) > WIDTH else indent + line
+                      for line in text.splitlines())
 
 
 def terminal_table(table: pd.DataFrame) -> str:
