@@ -63,8 +63,11 @@ WHOLE_COUNT = Quantity("count", _whole_count)
 
 
 def _echo(lines) -> None:
+    """Each line within a terminal's width (core/analysis/terminal.py)."""
+    from allreduce_bench.core.analysis.terminal import wrapped
+
     for line in lines:
-        click.echo(line)
+        click.echo(wrapped(line))
 
 
 @click.group("model")
@@ -156,7 +159,7 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, native
                               native_model(native_as, cost_model)))
     click.echo(f"world size {world_size} = {nodes} node(s) x {per_node} ranks"
                + (f"; model {model_path}" if model_path else ""))
-    click.echo("\n".join(blocks))
+    _echo(blocks)
 
 
 @model.command("ddp")

@@ -44,8 +44,9 @@ def _cell_text(value) -> str:
 def markdown_table(table: pd.DataFrame, rule: str = "---") -> str:
     """`table` as a pipe table: the header, the `rule` (`---:`: right-aligned), one line a row;
     every line has the header's cells, whatever the cells hold."""
-    lines = [table.columns, [rule] * len(table.columns), *table.itertuples(index=False)]
-    return "\n".join("| " + " | ".join(map(_cell_text, line)) + " |" for line in lines)
+    rows = ["| " + " | ".join(map(_cell_text, line)) + " |"
+            for line in (table.columns, *table.itertuples(index=False))]
+    return "\n".join([rows[0], "|" + f"{rule}|" * len(table.columns), *rows[1:]])
 
 
 UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
