@@ -229,9 +229,8 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     csv_path, figure, replaced = comparing.write(table, out_dir, fmt)
-    _echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; "
-                                           "give --out-dir to keep both)" if replaced else "")
-               + f"\nfigure: {figure}")
+    _echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; give "
+                                     "--out-dir to keep both)" if replaced else "") + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
 

@@ -63,11 +63,11 @@ WHOLE_COUNT = Quantity("count", _whole_count)
 
 
 def _echo(lines) -> None:
-    """Each line within a terminal's width (core/analysis/terminal.py)."""
+    """Each line; prose (not a table's indented row) within a terminal's width."""
     from allreduce_bench.core.analysis.terminal import wrapped
 
-    for line in lines:
-        click.echo(wrapped(line))
+    for text in lines:
+        click.echo("\n".join(line if line[:1].isspace() else wrapped(line) for line in text.splitlines()))
 
 
 @click.group("model")

@@ -199,6 +199,11 @@ def test_threshold_and_settings():
     assert lines == ["dtype: float32 -> bfloat16", "versions.torch: 2.1 -> 2.3"]
 
 
+def unwrapped(result) -> str:
+    """A command's output with its lines' wrapping (to the terminal's width) undone."""
+    return " ".join(result.output.split())
+
+
 def _run_dir(path, run_id, slow=None, seed=0, dtype="float32", rounds=3):
     rows = _rows(run_id, slow, dtype)
     for column in COLUMNS:
@@ -285,7 +290,7 @@ def test_a_regression_line_names_collective_algorithm_world_size_and_size(tmp_pa
     result = CliRunner().invoke(main, ["compare", str(base), str(slow), "--fail-if-slower", "5%",
                                        "--out-dir", str(tmp_path / "c")])
     assert result.exit_code == 1, result.output
-    assert f"REGRESSION: 2 size(s) of {slow} significantly slower than {base} by more than 5%:" in result.output
+    assert f"REGRESSION: 2 size(s) of {slow} significantly slower than {base} by more than 5%:" in unwrapped(result)
     lines = [line for line in result.output.splitlines() if line.startswith("  allreduce ring N=4 ")]
     assert [line.split(":")[0] for line in lines] == ["  allreduce ring N=4 4M", "  allreduce ring N=4 16M"]
     assert all(re.search(r"us -> .* us \(median\), 1\.\d\dx slower \[", line) for line in lines)
@@ -322,7 +327,7 @@ def test_an_earlier_comparison_is_not_replaced_silently(tmp_path):
     assert first.exit_code == 0 and "replaces" not in first.output
     second = CliRunner().invoke(main, ["compare", str(base), str(two), "--out-dir", str(tmp_path / "c")])
     assert second.exit_code == 0
-    assert f"replaces the earlier one there, which compared {one} against {base}" in second.output
+    assert f"replaces the earlier one there, which compared {one} against {base}" in unwrapped(second)
 
 
 def test_the_gate_wants_the_whole_interval_past_the_threshold():
