@@ -34,15 +34,15 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
 
 def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> float:
     """Median seconds of one backward pass of ddp's synthetic model on this rank."""
-    import os
     import time
 
     import torch
     from torch import nn
 
+    from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.ddp.net import build_model, synthetic_batch
     model = build_model(params, layers, torch.device("cpu"))
-    x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
+    x, y = synthetic_batch(model, batch_size, launcher_env().rank, torch.device("cpu"))
     times = []
     for _ in range(iters + 2):  # the first two are a warm-up (allocations, the other rank starting)
         loss = nn.functional.mse_loss(model(x), y)
