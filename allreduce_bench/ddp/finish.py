@@ -11,7 +11,6 @@ from allreduce_bench.ddp.sampler import SET_EPOCH_SAMPLES, set_epoch_check
 def finish_ddp(config, lent: Extensions = NONE) -> int:
     """The tables, the DistributedSampler check (run here, on the driver: it needs no world),
     figures, exit code 1 if any DDP gradient was wrong."""
-    from allreduce_bench.core.analysis.terminal import wrapped
     from allreduce_bench.core.results.store import update_meta
     from allreduce_bench.ddp.analysis import ddp_rows, ddp_summary_text, set_epoch_markdown
 
@@ -20,7 +19,7 @@ def finish_ddp(config, lent: Extensions = NONE) -> int:
 
     def summarize(frame) -> str:
         return (ddp_summary_text(frame) + "\n\nDistributedSampler, epochs 0 and 1:\n"
-                + wrapped(set_epoch_markdown(checks)))
+                + set_epoch_markdown(checks))
 
     return finish(config, summarize, select=ddp_rows,
                   wrong_means="gradient element(s) after a DDP step differ from the "

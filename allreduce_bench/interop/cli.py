@@ -181,7 +181,7 @@ def _verdict(target: Path) -> None:
     from allreduce_bench.expect.sections import summary_lines
 
     for line in summary_lines(load_results(target, explain_skips=False)):
-        click.echo(f"  {line}")
+        _echo(f"  {line}")
 
 
 @click.command("compare")

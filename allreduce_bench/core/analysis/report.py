@@ -38,7 +38,7 @@ def terminal_summary(frame: pd.DataFrame) -> str:
     lines += [terminal_text(frame)] if len(others) else []
     wrong = int(allreduce_rows(frame)["wrong"].sum() + others["wrong"].sum()) if "wrong" in frame.columns else 0
     lines.append(f"#wrong in total: {wrong}")
-    return wrapped("\n".join(lines))
+    return "\n".join(lines)
 
 
 def allreduce_summary(frame: pd.DataFrame) -> list[str]:

@@ -51,7 +51,7 @@ def finish(config, summarize: Callable, *, select: Callable | None = None, draw:
     frame = frame[frame["run_id"] == config.run_id]
     from allreduce_bench.core.analysis.terminal import wrapped
 
-    print("\n" + summarize(frame))
+    print("\n" + wrapped(summarize(frame)))  # every line within a terminal's width
     if config.plot and draw:
         from allreduce_bench.core.analysis.report import write_report
         figures, report = write_report(frame, Path(config.out_dir) / "plots", sections=lent.sections)
