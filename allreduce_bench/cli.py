@@ -74,13 +74,14 @@ def main(context):
 
     Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
     """
-    context.obj = extensions()  # every command finds it (core/cli/finish.py `extensions`)
+    context.obj = extensions()  # every command finds it (core/extensions.py `current`)
 
 
 def extensions():
     """What the features lend the core (core/extensions.py): report.md's sections in order,
     the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks, the
-    summary's "is this normal?" lines and `run --expect`'s line."""
+    summary's "is this normal?" lines, `run --expect`'s line, and their rows as results/ reads
+    them (also `allreduce_bench.load_results`')."""
     from allreduce_bench.core.extensions import Extensions
     from allreduce_bench.ddp import sections as ddp_sections
     from allreduce_bench.expect import sections as expect_sections
@@ -95,7 +96,8 @@ def extensions():
                                 model_sections.COLLECTIVES, ddp_sections.SECTION,
                                 nccl_sections.SECTION, expect_sections.SECTION),
                       dump_verdict=verdict_line, after_ranks=(record.after_ranks,),
-                      summaries=(expect_sections.summary_lines,), expect=run_headline)
+                      summaries=(expect_sections.summary_lines,), expect=run_headline,
+                      rows=(links_sections.ROWS, ddp_sections.ROWS))
 
 
 # One module per command; a new command is a module and one line here. The modules are bound

@@ -105,9 +105,10 @@ def run(**options):
     Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong, or
     if a table's average busbw is below 90% of --min-busbw.
     """
-    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.environment import started
+    from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
