@@ -125,6 +125,17 @@ def _row(config, view, world, count, measured, wrong, algorithm, link, operation
     return row
 
 
+def links_line(row: dict) -> str:
+    """A row of the links table: its link and operation, then the core's columns."""
+    return f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}"
+
+
+# the core's HEADER (its lines start with '#') with the link and op columns in front, each
+# column over its numbers
+LINKS_HEADER = "\n".join(f"#{first:>6} {second:>9} {line[1:]}" for (first, second), line in
+                         zip((("link", "op"), ("", "")), HEADER.splitlines()))
+
+
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
@@ -133,9 +144,8 @@ def measure_links(session: Session) -> int:
     if session.lead:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
-              f"local rank, p2p = one-way send\n# {'link':>5} {'op':>9}\n{HEADER}", flush=True)
-    session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
-                                     flush=True)
+              f"local rank, p2p = one-way send\n{LINKS_HEADER}", flush=True)
+    session.show = lambda row: print(links_line(row), flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
     links = 2 if world.ranks_per_node >= 2 else 1  # intra (when a node has 2 ranks) and inter
     session.expect(len(config.sizes) * links * 2, "links")  # an AllReduce row and a p2p row each

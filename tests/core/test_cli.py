@@ -22,6 +22,9 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--min-bytes", "1M", "--max-bytes", "4K"], "larger than --max-bytes"),
     (["--factor", "1"], "greater than 1"),
     (["--algos", "ring,bogus"], "unknown algorithm 'bogus'"),
+    # on gloo the choices are gloo's: NCCL's native:* variants are counted, not offered
+    (["--algos", "nosuch"], "choose from native, ring, naive, hierarchical, recursive-doubling, "
+     "halving-doubling, tree, direct (or all); "),
     (["--dtype", "complex32"], "'complex32' is not one of"),
     (["--world-sizes", "6", "--ranks-per-node", "4"], "not a whole number of nodes"),
     (["--world-sizes", "two"], "comma-separated list of integers"),
@@ -41,6 +44,7 @@ def test_bad_input_is_one_line_exit_2(args, message, monkeypatch):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+    assert "native:" not in lines[0] or "--algos" not in args  # NCCL's variants are not gloo's choices
     assert "Traceback" not in result.output
 
 

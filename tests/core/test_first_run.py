@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import synthetic_runs
 
@@ -149,9 +150,23 @@ def test_the_advice_names_the_first_cause_that_applies(tmp_path):
     assert "took 40% of the CPU time" in _advice(tmp_path, two, others_share=0.4)
     assert "other processes were" not in _advice(tmp_path, two, load_average_start=6.0, others_share=0.01)
     wide = {("ring", 2, 65536): "wide", ("ring", 2, 4096): "steady"}
-    assert "nothing else ran (other processes 1%" in _advice(tmp_path, wide, others_share=0.01)
+    # a share below the notable one is not "nothing": the line says how much, and under what
+    assert "too little else ran to explain it (other processes 1% of CPU time, under 10%" in _advice(
+        tmp_path, wide, others_share=0.01)
     assert "fast and a slow state" in _advice(tmp_path, two)
     assert _advice(tmp_path, {("ring", 2, 4096): "steady"}) == ""  # nothing flagged, no advice
+
+
+def test_the_summary_says_its_counts_are_over_allreduce_rows_where_other_collectives_ran(tmp_path):
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(
+        {("ring", 2, 65536): "wide", ("ring", 2, 4096): "two", ("ring", 2, 16384): "steady"}))
+    frame = load_results(run)
+    meta = advice.run_metas(frame)[""]
+    assert " of 3 rows' medians" in advice.unstable_line(frame, meta)
+    assert "1 of 3 rows have a fast and a slow state" in advice.states_line(frame)
+    with_others = pd.concat([frame, frame.assign(benchmark="all_gather")], ignore_index=True)
+    assert " of 3 AllReduce rows' medians" in advice.unstable_line(with_others, meta)  # not "of 3" of 6
+    assert "1 of 3 AllReduce rows have a fast and a slow state" in advice.states_line(with_others)
 
 
 def test_the_machine_line_carries_what_decides_it(tmp_path):

@@ -255,7 +255,7 @@ def test_overlap_table_hidden_share_and_clipping():
     assert slow["hidden_share"] == 0.0 and slow["clipped"]
     assert slow["hidden_share_raw"] == pytest.approx(-1.0)
     # the console explains it where it prints it: exposed 200 ms > comm 100 ms
-    summary = ddp_summary_text(_frame(step_us=500.0))
+    summary = " ".join(ddp_summary_text(_frame(step_us=500.0)).split())  # wrapped to the terminal
     assert "0% (raw -100%, clipped)" in summary
     assert ("N=2, bucket cap 25 MiB: the DDP step took 0.2 ms more than compute, more than the "
             "0.1 ms its AllReduce takes alone, so nothing was hidden") in summary

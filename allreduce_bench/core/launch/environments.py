@@ -173,4 +173,6 @@ def _main(argv: list[str]) -> int:
 def announce(line: str) -> None:
     """Print a start line once per run: by rank 0 under a launcher, else by this driver."""
     if is_writer(launcher_env()):
-        print(line, file=sys.stderr, flush=True)
+        from allreduce_bench.core.text import wrapped
+
+        print(wrapped(line), file=sys.stderr, flush=True)
