@@ -161,6 +161,13 @@ def test_detect_reads_nvidia_smi_and_the_rdma_ports(tmp_path):
     assert detect(smi=str(tmp_path / "absent")) is None
 
 
+def _paragraph(output: str, start: str) -> str:
+    """From the one line holding `start` to the end, the console's wrapping (core/text.py) undone:
+    a wrapped line's continuation is indented like any other line, so only the start is sure."""
+    (i,) = [n for n, x in enumerate(output.splitlines()) if start in x]
+    return " ".join(" ".join(output.splitlines()[i:]).split())
+
+
 @needs(LOGS)
 def test_every_published_log_naming_a_gpu_gets_shares_of_a_figure_and_of_its_link_limit(tmp_path):
     """What the logs do not say is stated as the published-logs README says it (13: one node;
@@ -173,7 +180,7 @@ def test_every_published_log_naming_a_gpu_gets_shares_of_a_figure_and_of_its_lin
         extra = next((v for k, v in stated.items() if log.name.startswith(k)), [])
         result = CliRunner().invoke(main, ["import", str(log), "--out", str(tmp_path / "out"), *extra])
         assert result.exit_code == 0, result.output
-        (line,) = [x for x in result.output.splitlines() if "Is this normal?" in x]
+        line = _paragraph(result.output, "Is this normal?")
         if log.name.startswith(("04-", "14-")):  # no GPU named in the log
             assert "no published figure" in line
             continue
