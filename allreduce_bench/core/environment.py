@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -208,7 +208,7 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
                    addr, port)
 
 
-def export_for_env_init(rank_env: RankEnv, environ: dict | None = None) -> None:
+def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | None = None) -> None:
     """Set what `init_process_group(init_method='env://')` reads, where the launcher did not."""
     environ = os.environ if environ is None else environ
     values = {"RANK": rank_env.rank, "WORLD_SIZE": rank_env.world_size,
@@ -241,6 +241,45 @@ def master_of(env: RankEnv) -> tuple[str | None, int | None]:
     else what the layout found (export_for_env_init passes them on to torch); None if absent."""
     port = env.master_port or os.environ.get("MASTER_PORT")
     return env.master_addr or os.environ.get("MASTER_ADDR"), None if port is None else int(port)
+
+
+# ---- what torch's agent, CUDA and the user set, each read where the module needs it ------------
+
+def under_elastic_agent() -> bool:
+    """torch's elastic agent started this process (torchrun, a local run): it handles Ctrl-C,
+    and its store, not rank 0's, is the rendezvous."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def agent_store() -> bool:
+    """The agent hands its ranks its own store (TORCHELASTIC_USE_AGENT_STORE): rank 0 serves none."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+
+
+def visible_gpus() -> str | None:
+    """CUDA_VISIBLE_DEVICES as the launcher or the user set it (None: every GPU)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def variables(*prefixes: str) -> dict[str, str]:
+    """The variables, sorted, whose names start with one of `prefixes`: what a launcher or the
+    user set for NCCL, gloo, torch or the CPU binding."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+def user_setting(*names: str, environ: Mapping | None = None) -> str | None:
+    """The first of `names` set (non-empty) by the user or a test (a hook, a torch knob)."""
+    environ = os.environ if environ is None else environ
+    return next((environ[n] for n in names if environ.get(n)), None)
+
+
+def launcher_hosts(own: str) -> list[str]:
+    """The launcher's hosts in node-rank order, where `own` (the user's, in Slurm's notation) or
+    Slurm names them; [] where none does or the list cannot be read."""
+    try:
+        return expand_nodelist(text) if (text := user_setting(own, *SLURM_NODELISTS)) else []
+    except UsageError:
+        return []
 
 
 def is_writer(env: RankEnv | None) -> bool:

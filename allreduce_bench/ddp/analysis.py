@@ -1,35 +1,19 @@
 """DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation.
 
-Definitions (per world size and bucket cap, on median times of the slowest rank):
-
-* exposed communication = step - compute: what DDP's AllReduce adds to a step;
-* hidden share = 1 - exposed / comm: the part of the communication that ran behind computation.
-  Noise (or compute and communication slowing each other down on shared CPU cores) can push
-  the raw value outside [0, 1]; the share reported is clipped to [0, 1] and the raw value kept
-  beside it as `hidden_share_raw`.
-* DDP vs wait-then-AllReduce = no_overlap / step: how much faster DDP's step is than the naive
-  one (backward to the end, one AllReduce of all gradients, optimizer step), timed interleaved.
-* the model, bucket by bucket (`predicted_us`): bucket i (in ready order) is ready when backward
-  has produced its bytes and those of the buckets before it, backward producing bytes at an
-  even rate; the link carries one bucket after another, each for its byte share of comm; the
-  step is compute - backward + max(backward, when the last bucket is done). This is the seed's
-  step = compute + max(0, comm - overlappable) with the overlappable part worked out from the
-  bucket sizes instead of bounded. On CPU (gloo), communication is not free for the cores
-  backward runs on: the CPU time AllReduce alone costs a rank (`comm_cpu`, measured) is added
-  to backward for the buckets sent while it runs (all but the last). And DDP's own work
-  (filling its buckets and copying them back), measured as a DDP step whose hook does not
-  communicate (`ddp_no_comm`) minus compute, is added to the step.
-* the closed form (`closed_form_us`): overlappable = min(backward * (1 - first
-  bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
-  first bucket is full, and the last bucket is ready only when backward ends. It is exact when
-  the link never waits for a bucket, and optimistic when it does (few large buckets).
+doc/ddp.md defines them (per world size and bucket cap, on the slowest rank's medians): exposed
+communication = step - compute; hidden share = 1 - exposed / comm, clipped to [0, 1] (noise and
+compute and communication sharing CPU cores push the raw value, kept as `hidden_share_raw`,
+outside); DDP vs wait-then-AllReduce = no_overlap / step. The model (`predicted_us`) replays
+backward and the link bucket by bucket, with the comm CPU time and DDP's own bucket work added
+on CPU; the closed form (`closed_form_us`), exact only where the link never waits for a
+bucket, bounds the overlappable part by the first and last buckets' shares.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
+from allreduce_bench.core.analysis.html_markdown import markdown_table
+from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
@@ -162,10 +146,6 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f}"
 
 
-def _markdown(headers: list[str], rows: list[list]) -> str:
-    """A markdown table of right-aligned columns."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
@@ -184,8 +164,12 @@ def _overlap_cells(r) -> list:
             f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%})"]
 
 
+def _overlap_frame(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([_overlap_cells(r) for r in table.itertuples()], columns=OVERLAP_HEADERS)
+
+
 def overlap_markdown(table: pd.DataFrame) -> str:
-    return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
+    return markdown_table(_overlap_frame(table), rule="---:")
 
 
 def clipped_notes(table: pd.DataFrame) -> list[str]:
@@ -209,14 +193,18 @@ def clipped_notes(table: pd.DataFrame) -> list[str]:
     return notes
 
 
-def accumulation_markdown(table: pd.DataFrame) -> str:
+def _accumulation_frame(table: pd.DataFrame) -> pd.DataFrame:
     headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
                "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
                "saving"]
-    return _markdown(headers, [
+    return pd.DataFrame([
         [r.world_size, r.accum, _ms(r.sync_us), _ms(r.no_sync_us),
          f"{r.sync_calls} / {r.no_sync_calls}", f"{r.sync_bytes:,} / {r.no_sync_bytes:,}",
-         f"{r.saving:.0%}"] for r in table.itertuples()])
+         f"{r.saving:.0%}"] for r in table.itertuples()], columns=headers)
+
+
+def accumulation_markdown(table: pd.DataFrame) -> str:
+    return markdown_table(_accumulation_frame(table), rule="---:")
 
 
 def set_epoch_markdown(checks: list[dict]) -> str:
@@ -232,18 +220,24 @@ def set_epoch_markdown(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# the console's columns of the two tables (report.md has them all): within a terminal's width
+OVERLAP_CONSOLE = ["world size", "bucket cap (MiB)", "compute (ms)", "comm (ms)", "DDP step (ms)",
+                   "hidden share", "DDP vs wait-then-AllReduce"]
+ACCUMULATION_CONSOLE = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)", "saving"]
+
+
 def ddp_summary_text(frame: pd.DataFrame) -> str:
-    """What the console shows after `ddp`: the two tables in plain markdown."""
+    """What the console shows after `ddp`: the two tables' main columns (report.md has every one)."""
     parts = []
     overlap = overlap_table(frame)
     if not overlap.empty:
-        parts.append("Per bucket cap: compute, communication alone, DDP step (medians):\n"
-                     + overlap_markdown(overlap)
-                     + "".join(f"\n- {note}" for note in clipped_notes(overlap)))
+        parts.append("Per bucket cap: compute, communication alone, DDP step (medians; every column in "
+                     "report.md):\n" + terminal_table(_overlap_frame(overlap)[OVERLAP_CONSOLE])
+                     + "".join(f"\n{wrapped(f'- {note}')}" for note in clipped_notes(overlap)))
     accum = accumulation_table(frame)
     if not accum.empty:
         parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
-                     + accumulation_markdown(accum))
+                     + terminal_table(_accumulation_frame(accum)[ACCUMULATION_CONSOLE]))
     return "\n\n".join(parts)
 
 
@@ -266,6 +260,8 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
                 f"per rank, {settings.get('iters', '?')} timed steps after "
                 f"{settings.get('warmup', '?')} warm-up; backend {meta.get('backend', '?')} on "
                 f"{meta.get('device_name', meta.get('device', '?'))}.", ""]
+    if "overlap" in figures:  # seen first (report.html's first screen), explained below
+        out += [f"![step time split]({figures['overlap']})", ""]
     out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
             "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
             "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
@@ -286,8 +282,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
             out += ["Clipped shares: on shared CPU cores computation and communication slow "
                     "each other down instead of overlapping.", "",
                     *(f"- {note}" for note in clipped_notes(overlap)), ""]
-    if "overlap" in figures:
-        out += [f"![step time split]({figures['overlap']})", ""]
     if "timeline" in figures:
         out += ["Measured timeline of one DDP step per bucket cap (the slowest rank's median "
                 "step): the computation, and under it when each bucket's AllReduce was launched "
@@ -307,19 +301,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     out.append(f"Gradients after a DDP step against the hand-computed average: "
                f"{'all equal' if wrong == 0 else f'{wrong} element(s) differ'}.")
     return "\n".join(out) + "\n"
-
-
-def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
-    """ddp_markdown for a run directory (results.csv + meta.json); "" if it has no ddp rows."""
-    from allreduce_bench.core.results.load import load_results
-    from allreduce_bench.core.results.store import read_meta
-    run_dir = Path(run_dir)
-    frame = load_results(run_dir)
-    figures = {name: f"{figures_dir}/{file}" for name, file in
-               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"),
-                ("timeline", "ddp_timeline.png"))
-               if (run_dir / figures_dir / file).exists()}
-    return ddp_markdown(frame, read_meta(run_dir), figures)
 
 
 def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:

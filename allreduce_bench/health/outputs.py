@@ -31,7 +31,7 @@ def finish_document(doc: dict) -> dict:
 
 
 def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
-    """health.json's content (results/health.py adds schema_version and writes it)."""
+    """health.json's content (health/store.py adds schema_version and writes it)."""
     found = verdicts(check, complete)
     return finish_document({"layout": layout, **found,
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],

@@ -16,7 +16,6 @@ from allreduce_bench.core.units import parse_whole_count
 from allreduce_bench.ddp.analysis import (
     accumulation_table,
     ddp_markdown,
-    ddp_section,
     ddp_summary_text,
     overlap_table,
     overlappable_us,
@@ -29,6 +28,7 @@ from allreduce_bench.ddp.config import parse_bucket_mbs
 from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.plots import timeline_plot
 from allreduce_bench.ddp.sampler import set_epoch_check
+from allreduce_bench.ddp.sections import ddp_parts
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 K = 4
@@ -255,7 +255,7 @@ def test_overlap_table_hidden_share_and_clipping():
     assert slow["hidden_share"] == 0.0 and slow["clipped"]
     assert slow["hidden_share_raw"] == pytest.approx(-1.0)
     # the console explains it where it prints it: exposed 200 ms > comm 100 ms
-    summary = ddp_summary_text(_frame(step_us=500.0))
+    summary = " ".join(ddp_summary_text(_frame(step_us=500.0)).split())  # wrapped to the terminal
     assert "0% (raw -100%, clipped)" in summary
     assert ("N=2, bucket cap 25 MiB: the DDP step took 0.2 ms more than compute, more than the "
             "0.1 ms its AllReduce takes alone, so nothing was hidden") in summary
@@ -299,6 +299,6 @@ def test_ddp_command_end_to_end(tmp_path):
     assert (out / "plots" / "ddp_accumulation.png").exists()
     assert (out / "plots" / "ddp_timeline.png").exists()
     assert (table["no_overlap_us"] > 0).all() and (table["speedup_vs_no_overlap"] > 0).all()
-    section = ddp_section(out)
-    assert "plots/ddp_overlap.png" in section and "| 2 | 25 |" in section
-    assert "plots/ddp_timeline.png" in section and "wait-then-AllReduce" in section
+    section = ddp_parts(load_results(out), out / "plots")[0]
+    assert "ddp_overlap.png" in section and "| 2 | 25 |" in section
+    assert "ddp_timeline.png" in section and "wait-then-AllReduce" in section

@@ -10,7 +10,6 @@ the collective (default all_reduce, what every AllReduce-only caller means).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.core.algorithms import (
@@ -31,6 +30,7 @@ from allreduce_bench.core.algorithms import (
     tree,
 )
 from allreduce_bench.core.algorithms.base import Algorithm, Step, traffic  # noqa: F401  (the public surface)
+from allreduce_bench.core.environment import user_setting
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import COLLECTIVES
 
@@ -111,7 +111,7 @@ def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
     global _plugins
     if _plugins is None:
         _plugins = {c: {} for c in COLLECTIVES}
-        points = [] if os.environ.get(NO_PLUGINS_ENV) else _entry_points()
+        points = [] if user_setting(NO_PLUGINS_ENV) else _entry_points()
         for point in sorted(points, key=lambda p: p.name):
             origin = f"plug-in {point.name} = {point.value}"
             try:
@@ -137,15 +137,20 @@ def order(collective: str = ALL_REDUCE) -> list[str]:
     return list(registry(collective))
 
 
-def lookup(name: str, collective: str = ALL_REDUCE) -> Algorithm:
+def lookup(name: str, collective: str = ALL_REDUCE, backend: str | None = None) -> Algorithm:
+    """The algorithm `name`; an unknown one is refused with the choices (those that run on
+    `backend`, where given)."""
     known = registry(collective)
     try:
         return known[name]
     except KeyError:
         elsewhere = [c for c in COLLECTIVES if c != collective and name in registry(c)]
         what = f" ({name} exists for {', '.join(elsewhere)})" if elsewhere else ""
+        choices = names_for(backend, collective) if backend else list(known)
+        rest = len(known) - len(choices)
         raise UsageError(f"unknown algorithm {name!r} for {collective}{what}; choose from "
-                         f"{', '.join(known)} (or all)") from None
+                         f"{', '.join(choices)} (or all)" + (f"; {rest} more run on other backends "
+                         f"than {backend} (see run --help)" if rest else "")) from None
 
 
 def get(name: str, collective: str = ALL_REDUCE) -> Builder:
@@ -180,7 +185,7 @@ def parse(text: str, backend: str, collective: str = ALL_REDUCE) -> tuple[str, .
         names = tuple(dict.fromkeys(n for name in names for n in (
             names_for(backend, collective) if name == "all" else [name])))
     for name in names:
-        lookup(name, collective)
+        lookup(name, collective, backend)
     return names
 
 
@@ -200,21 +205,8 @@ def help_text() -> str:
     """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
     (descriptions in doc/algorithms.md and doc/collectives.md)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
-    variants = ", ".join(f"native:{algo}" for algo in nccl.NCCL_ALGOS)
-    protocols = ", ".join(f":{proto}" for proto in nccl.NCCL_PROTOS)
+    variants = ", ".join(f"native:{algo} (also {'/'.join(':' + p for p in protos)})"
+                         for algo, (_, _, protos) in nccl.NCCL_ALGOS.items())
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
-    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants} "
-            f"(each also {protocols}); other collectives: {others}; and installed plug-ins.")
-
-
-def allreduce(name: str, tensor, world) -> None:
-    """One-off in-place SUM AllReduce with the named algorithm (allocates; not for timing)."""
-    get(name)(tensor, world)()
-
-
-def collective(collective: str, name: str, send, recv, world) -> None:
-    """One-off run of any other collective with the named algorithm (allocates; not for timing)."""
-    get(name, collective)(send, recv, world)()
-
-
-ALGORITHMS = BUILT_IN  # the former name of the AllReduce built-ins' table
+    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants}; "
+            f"other collectives: {others}; and installed plug-ins.")

@@ -9,19 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import click
-
 from allreduce_bench.core.extensions import NONE, Extensions
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import RESULTS_FILE
 from allreduce_bench.core.results.store import update_meta
-
-
-def extensions() -> Extensions:
-    """What the features lend the core, as the command group (allreduce_bench/cli.py) put it in
-    click's context; the core alone where a command is called outside it."""
-    context = click.get_current_context(silent=True)
-    return (context.find_object(Extensions) if context else None) or NONE
 
 
 def measure_then_finish(config, benchmark, finish: Callable, lent: Extensions) -> int:
@@ -49,12 +40,14 @@ def finish(config, summarize: Callable, *, select: Callable | None = None, draw:
     if select is not None:
         frame = select(frame)
     frame = frame[frame["run_id"] == config.run_id]
-    print("\n" + summarize(frame))
+    from allreduce_bench.core.analysis.terminal import wrapped
+
+    print("\n" + wrapped(summarize(frame)))  # every line within a terminal's width
     if config.plot and draw:
         from allreduce_bench.core.analysis.report import write_report
         figures, report = write_report(frame, Path(config.out_dir) / "plots", sections=lent.sections)
-        print(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report} "
-              f"(one page to open in a browser: {report.with_name('report.html')})")
+        print(wrapped(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report} "
+                      f"(one page to open in a browser: {report.with_name('report.html')})"))
     update_meta(config.out_dir,
                 finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     print(f"results: {Path(config.out_dir) / RESULTS_FILE}")

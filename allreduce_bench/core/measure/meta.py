@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench.core.environment import variables, visible_gpus
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.device import cpu_model
 
@@ -24,7 +25,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_
 def versions() -> dict:
     """Python, torch and, with CUDA, the CUDA runtime torch was built with, the NCCL it loaded
     (torch.cuda.nccl.version()) and the NVIDIA driver."""
-    found = {"python": platform.python_version(), "torch": torch.__version__}
+    found: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
     if torch.cuda.is_available():
         found["cuda"] = torch.version.cuda
         try:
@@ -75,7 +76,7 @@ def gpu_topology() -> str | None:
 TOPOLOGY_FILE = "nvidia-smi-topo.{host}.txt"
 
 
-def save_topologies(out_dir, topologies: dict[str, str]) -> list:
+def save_topologies(out_dir, topologies: dict[str, str] | None) -> list:
     """Each host's `nvidia-smi topo -m` beside the run, as printed (meta.json keeps it too)."""
     written = []
     for host, text in (topologies or {}).items():
@@ -89,7 +90,7 @@ def save_topologies(out_dir, topologies: dict[str, str]) -> list:
 
 def environment() -> dict:
     """The variables that change how collectives run (NCCL_*, GLOO_*, ...) and the job layout."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    return variables(*ENV_PREFIXES)
 
 
 def host_meta(config) -> dict:
@@ -99,7 +100,8 @@ def host_meta(config) -> dict:
         "tag": config.tag,
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": config.command,
-        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)
+        # a config's fields hold dataclass instances, never classes (which is_dataclass allows)
+        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)  # type: ignore[arg-type]
                    for k, v in config.flat().items()},
         "backend": config.backend,
         "device": config.device,
@@ -138,7 +140,7 @@ def rank_info(device, env=None) -> dict:
         index = device.torch_device.index
         props = torch.cuda.get_device_properties(index)
         info.update(gpu_index=index, gpu_memory_GiB=round(props.total_memory / 2**30, 1),
-                    cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                    cuda_visible_devices=visible_gpus())
         if env is None or env.local_rank == 0:
             info["gpu_topology"] = gpu_topology()
     return info

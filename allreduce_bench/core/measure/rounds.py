@@ -27,7 +27,7 @@ def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
     forward, so rows (written in the last pass) come in the order of `items`."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    planned = []
+    planned: list[tuple[int, Item]] = []
     for index in range(rounds):
         forward = (rounds - 1 - index) % 2 == 0
         planned.extend((index, item) for item in (items if forward else items[::-1]))

@@ -38,7 +38,7 @@ def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[...
     `should_measure(label, size_bytes)` returns False to skip an item (a resumed run's
     finished rows), asked once and remembered. #wrong summed over the rows."""
     wrong_total, last = 0, config.rounds - 1
-    skipped, taken, current = set(), {}, None
+    skipped, taken, current = set(), dict[tuple[str, int], list](), None
     for index, item in rounds.order(items, config.rounds):
         key = (item.label, item.size_bytes)
         if key in skipped or not should_measure(item.label, item.size_bytes):
