@@ -146,10 +146,11 @@ class Watch:
         if not running:
             return True
         doc = _last_document(self.out_dir, self.since) or {}
-        if doc.get("finished"):  # the rest: named by the verdict, or past their own timeout
+        if doc.get("finished"):  # the rest: named by a verdict of the majority, or past their timeout
             named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
-            return running <= named | _accused(by_host) or self._seen("final") > self.timeout_s + FINAL_GRACE_S
-        if self.store_host in lost or self.store_host in fates and fates[self.store_host] == "ended":
+            return (running <= named | _accused(by_host) and 2 * len(named) < len(fates)
+                    or self._seen("final") > self.timeout_s + FINAL_GRACE_S)
+        if self.store_host in lost:
             return True  # nobody goes on without the launcher's store
         accused, accusers = _accused(by_host), {h for h in fates if _accused({h: by_host.get(h, [])})}
         if lost and (running <= accused and set(fates) - accused <= accusers or
