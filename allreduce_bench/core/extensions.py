@@ -68,9 +68,9 @@ class Runnable:
     """A benchmark `emulate` may start on every host, as its feature declares it: `name` (in
     --benchmarks), the `command` each host runs, `config(**options, started=...)` (its options
     to its config, no torch: validated up front with how each host's rank 0 will start) and,
-    where it has one, `watch(out_dir, since, config)`: the watch over its hosts' launches
-    (emulate/processes.py FirstFailure's two calls), whose result is its own exit code (health's
-    verdict, written even when hosts died; None: the first failure's).
+    where it has one, `watch(out_dir, since, config)`: the watch over its hosts' launches, with
+    the two calls of emulate/processes.py's FirstFailure (None: that one), whose result is its
+    own exit code (health's verdict, written even when hosts died).
     `defaults`: (option, value) it gets unless given; `without`: forwarded options it never
     gets. allreduce_bench/cli.py hands emulate every feature's."""
 
