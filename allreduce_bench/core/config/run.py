@@ -9,6 +9,7 @@ from allreduce_bench.core.analysis.floor import parse_floor
 from allreduce_bench.core.config import (
     CPU_DEFAULTS,
     DTYPES,
+    EXTRA_BUDGET_S,
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
@@ -157,6 +158,15 @@ def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_
                             warmup, host_launch)
 
 
+def extra_seconds(extra_budget: float | None, quick: bool) -> float:
+    """--extra-budget, or its default (none with --quick)."""
+    if extra_budget is None:
+        return 0.0 if quick else EXTRA_BUDGET_S
+    if extra_budget < 0:
+        raise UsageError(f"--extra-budget must be 0 or more seconds, got {extra_budget:g}")
+    return extra_budget
+
+
 def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
     """--rounds, or the device's (--quick's) default."""
     if rounds is None:
@@ -192,10 +202,12 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce", in_place=False,
-               sched: str = "auto", min_busbw: str | None = None) -> RunConfig:
+               sched: str = "auto", min_busbw: str | None = None,
+               extra_budget: float | None = 0.0) -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
     AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
-    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `min_busbw` is only checked here
+    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `extra_budget` None: --extra-budget's
+    default (EXTRA_BUDGET_S, 0 with --quick); `min_busbw` is only checked here
     (emulate validates every host's options up front): the command judges it after the run
     (core/cli/floor.py)."""
     if min_busbw is not None:
@@ -227,7 +239,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                            sched=scheduling.wanted(sched, device,
                                                    emulated=bool(os.environ.get(EMULATION_ENV))))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
-                       rounds=run_rounds(rounds, device, quick), collectives=others,
+                       rounds=run_rounds(rounds, device, quick),
+                       extra_budget_s=extra_seconds(extra_budget, quick), collectives=others,
                        in_place=bool(in_place))
     per_node = ranks_per_node or (env.local_world_size if env else None)
     for collective, listed in (("all_reduce", names), *others):  # before any process starts
