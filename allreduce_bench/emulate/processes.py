@@ -16,15 +16,15 @@ def namespace_pids(name: str) -> list[str]:
 
 
 def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda i: None,
-                 outcome=lambda: None) -> int:
+                 outcome=lambda: None, module: str = "allreduce_bench") -> int:
     """Launch on every host at once; the first failure stops the others. Returns an exit code:
     `outcome()` once it gives one (a benchmark whose result is final while a frozen host's
     launch would wait on; the others are then stopped), else the first failure's, else 0.
-    `cgroup_procs(i)`: the cgroup host i joins, or None."""
+    `cgroup_procs(i)`: the cgroup host i joins, or None; `module` what torchrun runs."""
     procs = []
     try:
         for i in range(cluster.nodes):
-            procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i)),
+            procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i), module),
                                           env=cluster.host_env(i, emulation),
                                           start_new_session=True, preexec_fn=die_with_parent))
         while True:

@@ -76,6 +76,44 @@ def test_ddp_link_is_paced_to_the_backward_pass():
     assert pacing.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
 
 
+def _link(cpu_s: float, backward_s: float, overhead_s: float = 0.0):
+    """A fake probe: the AllReduce takes 1 Gbit / rate seconds (plus `overhead_s`) and
+    `cpu_s` of CPU whatever the rate; every rate asked for is kept in `.rates`."""
+    def probe(rate_bps):
+        probe.rates.append(rate_bps)
+        return {"backward_s": backward_s, "comm_s": 1e9 / rate_bps + overhead_s, "comm_cpu_s": cpu_s}
+    probe.rates = []
+    return probe
+
+
+def test_ddp_rate_is_lowered_until_gloo_needs_little_of_the_cpu():
+    # issue 43's VM: backward 155 ms; at the rate paced to it gloo needs 85 ms of CPU in 160 ms
+    probe = _link(cpu_s=0.085, backward_s=0.155)
+    rate, tried = pacing.choose_rate(1e9 / 0.16, probe)
+    target = 0.085 / pacing.CPU_SHARE  # 283 ms: longer than backward
+    assert rate == pytest.approx(1e9 / target) and len(tried) == 2
+    assert tried[0]["cpu_share"] == pytest.approx(0.085 / 0.16) and tried[-1]["cpu_share"] == pytest.approx(0.3)
+    assert pacing.overlap_warning(tried) is None  # 283 ms is within 2.5 x backward
+    # a fast link on a slow CPU core, where backward decides: the first candidate stays
+    rate, tried = pacing.choose_rate(1e9 / 0.3, _link(cpu_s=0.05, backward_s=0.3))
+    assert rate == pytest.approx(1e9 / 0.3) and len(tried) == 1
+    # a time that does not go as 1 / rate: at most PROBES candidates, each scaled from the last
+    probe = _link(cpu_s=0.085, backward_s=0.155, overhead_s=0.1)
+    rate, tried = pacing.choose_rate(1e9 / 0.06, probe)
+    assert len(tried) == pacing.PROBES and probe.rates == [t["rate_bps"] for t in tried]
+    assert all(b < a for a, b in zip(probe.rates, probe.rates[1:]))  # lowered every time
+    assert rate == probe.rates[-1] and tried[-1]["comm_s"] / tried[-1]["target_comm_s"] > 1 - pacing.WITHIN
+
+
+def test_a_machine_that_cannot_show_the_overlap_says_so_in_one_line():
+    _, tried = pacing.choose_rate(1e9 / 0.1, _link(cpu_s=0.3, backward_s=0.1))
+    warning = pacing.overlap_warning(tried)
+    assert warning.startswith("this machine cannot show much of DDP's overlap: gloo's AllReduce "
+                              "needs 300 ms of CPU per step, so it must take 1000 ms")
+    assert "\n" not in warning
+    assert pacing.calibration_meta(tried)["probes"] == tried
+
+
 def test_links_get_no_algos():
     args = ["--algos", "ring", "--sizes", "1M", "--algos=naive", "--quick"]
     assert emulate_command.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
