@@ -242,6 +242,28 @@ def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
     assert "DDP vs wait-then-AllReduce" in stdout
 
 
+@pytest.mark.slow
+@needs_namespaces
+@pytest.mark.timeout(300)
+def test_emulated_ddp_rate_is_calibrated_on_the_hosts(tmp_path):
+    """--inter-bandwidth auto with ddp alone: probes on the hosts (under --host-cpu's cgroup)
+    choose the rate, and meta.json says how."""
+    out = tmp_path / "calibrated"
+    done = subprocess.run(CLI + ["emulate", "--benchmarks", "ddp", "--host-cpu", "node1=50%",
+                                 "--params", "400K", "--layers", "4", "--batch-size", "16",
+                                 "--bucket-mb", "25", "--accum", "2", "--iters", "2", "--warmup", "0",
+                                 "--no-plot", "--out", str(out)],
+                          capture_output=True, text=True, timeout=290)
+    assert done.returncode == 0, done.stdout + done.stderr
+    emulation = json.loads((out / "meta.json").read_text())["emulation"]
+    probes = emulation["calibration"]["probes"]
+    assert 1 <= len(probes) <= pacing.PROBES and emulation["calibration"]["cpu_share"] == pacing.CPU_SHARE
+    for probe in probes:
+        assert probe["comm_s"] > 0 and 0 < probe["cpu_share"] and probe["backward_s"] > 0
+        assert probe["target_comm_s"] == pytest.approx(pacing.target_comm_s(probe))
+    assert "calibrated on the hosts" in done.stderr and done.stderr.count("  at ") == len(probes)
+
+
 def _start(tmp_path, **popen) -> subprocess.Popen:
     """A driver whose run lasts long enough to be interrupted (explicit rate: no probe)."""
     return subprocess.Popen(CLI + ["emulate", "--inter-bandwidth", "200mbit", "--algos", "ring",
