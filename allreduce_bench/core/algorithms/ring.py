@@ -133,7 +133,7 @@ def reduce_scatter_steps(chunks: list[torch.Tensor], out: torch.Tensor, group: C
     AllGather overwrites), through two alternating receive buffers."""
     n, r = group.size, group.rank
     longest = max(c.numel() for c in chunks)
-    scratch = [chunks[0].new_empty(longest) for _ in range(min(n - 1, n - 1 if keep_input else 2))]
+    scratch = [chunks[0].new_empty(longest) for _ in range(n - 1 if keep_input else min(2, n - 1))]
     steps, outgoing = [], chunks[(r - 1) % n]
     for t in range(n - 1):
         mine = chunks[(r - t - 2) % n]
