@@ -83,12 +83,14 @@ def extensions():
     from allreduce_bench.core.extensions import Extensions
     from allreduce_bench.ddp import sections as ddp_sections
     from allreduce_bench.hang.dump_verdict import verdict_line
+    from allreduce_bench.links import sections as links_sections
     from allreduce_bench.model import sections as model_sections
     from allreduce_bench.nccl_log import record
     from allreduce_bench.nccl_log import sections as nccl_sections
 
-    return Extensions(sections=(model_sections.WINNERS, model_sections.COLLECTIVES,
-                                ddp_sections.SECTION, nccl_sections.SECTION),
+    return Extensions(sections=(links_sections.SECTION, model_sections.WINNERS,
+                                model_sections.COLLECTIVES, ddp_sections.SECTION,
+                                nccl_sections.SECTION),
                       dump_verdict=verdict_line, after_ranks=(record.after_ranks,))
 
 
@@ -96,16 +98,24 @@ def extensions():
 # by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
 from allreduce_bench.core.cli import report as analysis  # noqa: E402
 from allreduce_bench.core.cli import run  # noqa: E402
+from allreduce_bench.core.config import run as run_config  # noqa: E402
 from allreduce_bench.ddp import cli as ddp  # noqa: E402
+from allreduce_bench.ddp import config as ddp_config  # noqa: E402
 from allreduce_bench.emulate import cli as emulate  # noqa: E402
 from allreduce_bench.hang import cli as hang  # noqa: E402
 from allreduce_bench.health import cli as health  # noqa: E402
+from allreduce_bench.health import config as health_config  # noqa: E402
 from allreduce_bench.interop import cli as interop  # noqa: E402
 from allreduce_bench.links import cli as links  # noqa: E402
+from allreduce_bench.links import config as links_config  # noqa: E402
 from allreduce_bench.model import cli as model  # noqa: E402
 from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
 
-COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model, emulate.emulate,
+# what `emulate` can start: each feature's own declaration (core/extensions.py Runnable)
+RUNNABLES = (run_config.RUNNABLE, links_config.RUNNABLE, ddp_config.RUNNABLE,
+             health_config.RUNNABLE)
+COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model,
+            emulate.emulate_command(RUNNABLES),
             links.links, health.health, interop.import_command, interop.export_command,
             interop.compare_command,
             nccl_log.nccl_log_command, hang.hang)

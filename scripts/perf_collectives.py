@@ -36,7 +36,6 @@ from allreduce_bench.core.launch.environments import launch_local
 from allreduce_bench.core.measure import collective
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world
-from allreduce_bench.core.sweep.allreduce import measure as measure_allreduce
 
 SIZES = [16 << 20, 32 << 20, 64 << 20]
 PAIRS = [("all_gather", "ring"), ("all_gather", "native"), ("reduce_scatter", "ring"),
@@ -48,11 +47,8 @@ def one(world, name_of: str, name: str, size: int) -> float:
     """Median time (us) of one measurement; asserts it was exact."""
     sampling = CPU_DEFAULTS["sampling"]
     count, _ = metrics.collective_counts(name_of, size, 4, world.size)
-    if name_of == "all_reduce":
-        measured, wrong = measure_allreduce(algorithms.get(name), world, count, torch.float32, sampling)
-    else:
-        measured, wrong = collective.measure(algorithms.lookup(name, name_of), world, count,
-                                             torch.float32, sampling)
+    measured, wrong = collective.measure(algorithms.lookup(name, name_of), world, count,
+                                         torch.float32, sampling)
     assert wrong == 0, (name_of, name, size, wrong)
     return metrics.sample_stats(measured.per_rank_us, measured.loops)["time_us_median"]
 

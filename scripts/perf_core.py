@@ -34,9 +34,9 @@ from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.config import CPU_DEFAULTS, Sampling
 from allreduce_bench.core.launch.environments import launch_local
 from allreduce_bench.core.measure import timing
+from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world
-from allreduce_bench.core.sweep.allreduce import measure
 
 LOOP_SIZES = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 BIAS_LOOPS = [1, 4, 16, 64]
@@ -76,7 +76,7 @@ def rounds(count: int) -> dict:
     found: dict[tuple, list[float]] = {}
     for _ in range(count):
         for size in LOOP_SIZES:
-            measured, wrong = measure(algorithms.get("native"), world, size // 4, torch.float32,
+            measured, wrong = measure(algorithms.lookup("native"), world, size // 4, torch.float32,
                                       sampling)
             assert wrong == 0
             stats = metrics.sample_stats(measured.per_rank_us)

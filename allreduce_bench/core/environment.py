@@ -4,6 +4,9 @@ Every launcher runs the same per-rank entry point (`measure.rank.rank_main`); th
 how rank, world size, local rank, local world size, node rank and the master address reach it.
 `launcher_env` reads them from torchrun, Slurm (srun), Open MPI or MPICH / Intel MPI (PMI), and
 `export_for_env_init` writes what torch's `env://` initialisation needs where it is missing.
+
+This is the one module that reads what a process was started with (doc/architecture.md,
+"Configuration travels as parameters"): a command reads it once (`started`) and passes it on.
 """
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from dataclasses import dataclass
 from allreduce_bench.core.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
-EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"  # set by `emulate` for every rank: the `emulation` column
-DRIVER_PID_ENV = "ALLREDUCE_BENCH_DRIVER_PID"  # a local rank's driver: the rank dies with it
+# `emulate` starts every host's processes with it: the emulated cluster's label, the `emulation` column
+EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,29 @@ def export_for_env_init(rank_env: RankEnv, environ: dict | None = None) -> None:
             environ.setdefault(name, str(value))
 
 
+@dataclass(frozen=True)
+class Started:
+    """How this process was started, read once by its command and handed to the config
+    builders: the launcher's rank layout (None: a local run, whose driver starts the ranks) and
+    the emulated cluster's label ("" on real hardware). `emulate` validates its hosts' options
+    with the Started of their rank 0."""
+
+    env: RankEnv | None = None
+    emulation: str = ""
+
+
+def started(environ: Mapping | None = None) -> Started:
+    environ = os.environ if environ is None else environ
+    return Started(launcher_env(environ), environ.get(EMULATION_ENV, ""))
+
+
+def master_of(env: RankEnv) -> tuple[str | None, int | None]:
+    """(address, port) of the world's store: the launcher's (torchrun set them for the rank),
+    else what the layout found (export_for_env_init passes them on to torch); None if absent."""
+    port = env.master_port or os.environ.get("MASTER_PORT")
+    return env.master_addr or os.environ.get("MASTER_ADDR"), None if port is None else int(port)
+
+
 def is_writer(env: RankEnv | None) -> bool:
     """Whether this process writes the run directory: a local run's driver, or rank 0."""
     return env is None or env.rank == 0
@@ -224,8 +250,8 @@ def is_writer(env: RankEnv | None) -> bool:
 
 @contextmanager
 def overridden(values: Mapping[str, str]) -> Iterator[None]:
-    """os.environ with `values` set for the duration (e.g. to validate options as rank 0 of a
-    world that is not started yet will see them), then exactly as it was."""
+    """os.environ with `values` set for the duration (what NCCL reads when a communicator is
+    made, algorithms/nccl.py), then exactly as it was."""
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

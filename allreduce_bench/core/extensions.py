@@ -19,12 +19,17 @@ class Section:
     `draw(frame, out_dir, fmt, footnote) -> {name: path}` saves its figures (None: it has none);
     `markdown(frame, out_dir, figures) -> list of lines`, [] where the rows do not concern it,
     with `figures` every figure drawn so far (a section embeds its own; `own_figures` names
-    those, so the report does not list them again under "Figures")."""
+    those, so the report does not list them again under "Figures"); `tables(frame, size_bytes)
+    -> [(title, how to read it, table of strings)]`: tables that join the sweep's own, in
+    report.md and on `report`'s terminal. `benchmarks`: the `benchmark` of the rows it reports,
+    which make a report without AllReduce rows (tables.chosen_size)."""
 
     name: str
-    markdown: Callable[..., list[str]]
+    markdown: Callable[..., list[str]] = lambda frame, out_dir, figures: []
     draw: Callable[..., dict[str, Path]] | None = None
     own_figures: Callable[[str], bool] = lambda name: False
+    tables: Callable[..., list] | None = None
+    benchmarks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,23 @@ class Extensions:
     sections: tuple[Section, ...] = ()
     dump_verdict: Callable[[Path, int | None], str | None] | None = None
     after_ranks: tuple[Callable[[object], None], ...] = ()
+
+
+@dataclass(frozen=True)
+class Runnable:
+    """A benchmark `emulate` may start on every host, as its feature declares it: `name` (in
+    --benchmarks), the `command` each host runs, `config(**options, started=...)` (its options
+    to its config, no torch: validated up front with how each host's rank 0 will start) and,
+    where it has one, `outcome(out_dir, since)`: its own exit code once final (None: torchrun's).
+    `defaults`: (option, value) it gets unless given; `without`: forwarded options it never
+    gets. allreduce_bench/cli.py hands emulate every feature's."""
+
+    name: str
+    command: str
+    config: Callable
+    outcome: Callable[[Path, float], int | None] | None = None
+    defaults: tuple[tuple[str, str], ...] = ()
+    without: tuple[str, ...] = ()
 
 
 NONE = Extensions()  # the core alone: the sweep's own tables and figures

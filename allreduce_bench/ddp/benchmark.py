@@ -9,16 +9,14 @@ from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import end_phase, make_world
 from allreduce_bench.core.results.store import start_meta_unless_launched
+from allreduce_bench.ddp.config import layer_width
 from allreduce_bench.ddp.measurements import measure_world
-from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 
 def measure_ddp(session: Session) -> int:
     """Every DDP measurement of the run on this rank, one phase per world size."""
     config, env, device = session.config, session.env, session.device
-    base = {"run_id": config.run_id, "tag": config.tag, "backend": config.backend,
-            "warmup": config.settings.warmup}
 
     def show(row: dict) -> None:
         bucket = "" if row["bucket_mb"] != row["bucket_mb"] else f" bucket {row['bucket_mb']:g} MiB"
@@ -34,7 +32,7 @@ def measure_ddp(session: Session) -> int:
         session.bind_phase(world_size)
         world = make_world(world_size, rpn, device)
         if world is not None:
-            wrong += measure_world(config.settings, world, base, session.record,
+            wrong += measure_world(config, world, session.record,
                                    lambda rows: append_timeline(config.out_dir, rows)
                                    if session.lead else None)
         end_phase(world, f"ddp-{world_size}", device)

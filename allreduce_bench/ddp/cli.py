@@ -36,12 +36,13 @@ def ddp(**options):
     On an emulated cluster: `allreduce-bench emulate --benchmarks ddp`.
     """
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.environment import started
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.ddp.benchmark import BENCHMARK
     from allreduce_bench.ddp.config import ddp_config
     from allreduce_bench.ddp.finish import finish_ddp
 
-    config = ddp_config(command=shlex.join(sys.argv), **options)
+    config = ddp_config(command=shlex.join(sys.argv), started=started(), **options)
     settings = config.settings
     announce(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, {settings.params:,} parameters, bucket caps "

@@ -1,13 +1,15 @@
 """The validated configuration of `allreduce-bench ddp`: what each rank measures. No torch."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from allreduce_bench.core import units
 from allreduce_bench.core.config.checks import check_finite, check_memory
 from allreduce_bench.core.config.launch import LaunchConfig, Launched
-from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 
 # With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
 CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
@@ -28,6 +30,18 @@ class DdpSettings:
     accum: int
     iters: int
     warmup: int
+
+    @property
+    def gradient_bytes(self) -> int:
+        """What DDP reduces per step: the float32 gradients of the model (ddp/net.py)."""
+        width = layer_width(self.params, self.layers)
+        return 4 * self.layers * (width * width + width)
+
+
+def layer_width(params: int, layers: int) -> int:
+    """Width w of `layers` square Linear layers (w*w weights + w biases each) closest to `params`."""
+    per_layer = params / layers
+    return max(1, round((math.sqrt(1 + 4 * per_layer) - 1) / 2))
 
 
 # rows ddp/benchmark.py's measure_world records per world size: per bucket cap compute,
@@ -86,25 +100,32 @@ def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
 
 def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
-               command="", nccl_debug=False, bind="auto", flight_recorder=False) -> DdpConfig:
+               command="", nccl_debug=False, bind="auto", flight_recorder=False,
+               started: Started) -> DdpConfig:
     from allreduce_bench.core.config.run import launch_config, resolve_world  # torch: GPU count
 
-    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    world = resolve_world(world_sizes, backend, device, ranks_per_node, started.env)
     check_finite(timeout_s, "--timeout")
     settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
                             bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,
                             device=world[2])
-    check_ddp_memory(settings.params, world[0], world[2])
-    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+    check_ddp_memory(settings.params, world[0], world[2], started.env)
+    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, label="ddp", nccl_debug=nccl_debug,
                            bind=bind, flight_recorder=flight_recorder)
     return DdpConfig(launch=launch, settings=settings)
 
 
-def check_ddp_memory(params: int, world_sizes, device: str) -> None:
-    env = launcher_env()
+def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None) -> None:
     per_rank = DDP_COPIES * 4 * params
     ranks_here = env.local_world_size if env is not None else max(world_sizes)
     check_memory(per_rank * ranks_here, per_rank, ranks_here,
                  f"--params {units.format_count(params)}", device,
                  "choose a smaller --params or fewer ranks")
+
+
+# `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's
+# default 25 MiB cap cuts into 4 buckets (24 layers of 4 MB), with a batch that makes backward
+# take a few hundred ms on a small CPU machine (emulate/pacing.py paces the link to it).
+RUNNABLE = Runnable("ddp", "ddp", ddp_config,
+                    defaults=(("--params", "24M"), ("--layers", "24"), ("--batch-size", "256")))

@@ -24,10 +24,8 @@ timeline is the slowest rank's (largest median step).
 """
 from __future__ import annotations
 
-import datetime as _dt
 import gc
 import math
-import os
 import time
 from collections.abc import Callable
 
@@ -39,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 from allreduce_bench.core import metrics
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.world import World
+from allreduce_bench.core.sweep.rows import result_row
 from allreduce_bench.ddp.config import DdpSettings
 from allreduce_bench.ddp.net import DTYPE, param_count, synthetic_batch
 from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline, stamps_for
@@ -218,7 +217,7 @@ def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: b
 
 # --- rows ------------------------------------------------------------------------------------
 
-def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, size_bytes: int,
+def ddp_row(config, world: World, measure: str, times_us: list[float], *, size_bytes: int,
             bucket_mb: float | None = None, accum: int = 1, bucket_bytes: list[int] | None = None,
             calls: int | None = None, sent: int | None = None, wrong: int = 0) -> dict:
     """One results row with benchmark = ddp; `measure` says which time it holds. A step is
@@ -228,32 +227,22 @@ def ddp_row(base: dict, world: World, measure: str, times_us: list[float], *, si
     for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
                      "skew_share"):
         stats.pop(per_rank)  # the times are already the slowest rank's per step
-    comm = measure == "comm"
-    return {
-        **base,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "benchmark": "ddp", "algorithm": "ddp", "device": world.device.kind, "dtype": "float32",
-        "world_size": world.size, "nodes": world.nodes, "ranks_per_node": world.ranks_per_node,
-        "size_bytes": size_bytes, "count": size_bytes // 4,
-        "timing": "per-step", "samples": len(times_us), "loops": 1, **stats,
-        "algbw_GBps": metrics.algbw_GBps(size_bytes, stats["time_us_median"]) if comm else math.nan,
-        "busbw_GBps": (metrics.busbw_GBps(size_bytes, stats["time_us_median"], world.size)
-                       if comm else math.nan),
-        "wrong": wrong, "measure": measure,
-        # set by `emulate` in every host's environment, as for `run` rows
-        "emulation": os.environ.get("ALLREDUCE_BENCH_EMULATION", ""),
-        "bucket_mb": math.nan if bucket_mb is None else bucket_mb, "accum": accum,
-        "bucket_sizes": ";".join(map(str, bucket_bytes)) if bucket_bytes else "",
-        "allreduce_calls": math.nan if calls is None else calls,
-        "allreduce_bytes": math.nan if sent is None else sent,
-    }
+    return result_row(
+        config, world, stats, benchmark="ddp", collective="", algorithm="ddp", dtype="float32",
+        size_bytes=size_bytes, count=size_bytes // 4, timing="per-step", samples=len(times_us),
+        loops=1, warmup=config.settings.warmup, wrong=wrong,
+        bandwidth_of="all_reduce" if measure == "comm" else None, measure=measure,
+        bucket_mb=math.nan if bucket_mb is None else bucket_mb, accum=accum,
+        bucket_sizes=";".join(map(str, bucket_bytes)) if bucket_bytes else "",
+        allreduce_calls=math.nan if calls is None else calls,
+        allreduce_bytes=math.nan if sent is None else sent)
 
 
-def measure_world(settings: DdpSettings, world: World, base: dict,
-                  on_row: Callable[[dict], None],
+def measure_world(config, world: World, on_row: Callable[[dict], None],
                   on_timeline: Callable[[list[dict]], None] = lambda rows: None) -> int:
-    """Every DDP measurement on one (sub-)world; rows go to `on_row`, the timeline of each
-    bucket cap to `on_timeline`. Returns #wrong."""
+    """Every DDP measurement on one (sub-)world (`config`: ddp's); rows go to `on_row`, the
+    timeline of each bucket cap to `on_timeline`. Returns #wrong."""
+    settings = config.settings
     bare = Trainer.make(settings, world)
     grad_bytes = param_count(bare.model) * DTYPE.itemsize
     wrong_total = 0
@@ -263,20 +252,20 @@ def measure_world(settings: DdpSettings, world: World, base: dict,
         times, layout = found["times"], found["layout"]
         wrong_total += found["wrong"]
         common = dict(size_bytes=grad_bytes, bucket_mb=bucket_mb)
-        on_row(ddp_row(base, world, "compute", times["compute"], calls=0, sent=0, **common))
-        on_row(ddp_row(base, world, "backward", times["backward"], **common))
-        on_row(ddp_row(base, world, "ddp_no_comm", times["ddp_no_comm"], calls=0, sent=0, **common))
+        on_row(ddp_row(config, world, "compute", times["compute"], calls=0, sent=0, **common))
+        on_row(ddp_row(config, world, "backward", times["backward"], **common))
+        on_row(ddp_row(config, world, "ddp_no_comm", times["ddp_no_comm"], calls=0, sent=0, **common))
         for measure in ("comm", "step"):
-            on_row(ddp_row(base, world, measure, times[measure], bucket_bytes=layout,
+            on_row(ddp_row(config, world, measure, times[measure], bucket_bytes=layout,
                            calls=len(layout), sent=sum(layout),
                            wrong=found["wrong"] if measure == "step" else 0, **common))
         # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores
-        on_row(ddp_row(base, world, "comm_cpu", times["comm_cpu"], bucket_bytes=layout,
+        on_row(ddp_row(config, world, "comm_cpu", times["comm_cpu"], bucket_bytes=layout,
                        calls=len(layout), sent=sum(layout), **common))
-        on_row(ddp_row(base, world, "no_overlap", times["no_overlap"], bucket_bytes=[grad_bytes],
+        on_row(ddp_row(config, world, "no_overlap", times["no_overlap"], bucket_bytes=[grad_bytes],
                        calls=1, sent=grad_bytes, **common))
-        on_timeline([dict(row, run_id=base.get("run_id", "")) for row in found["timeline"]])
+        on_timeline([dict(row, run_id=config.run_id) for row in found["timeline"]])
     for mode, (times, sent) in measure_accumulation(settings, world).items():
-        on_row(ddp_row(base, world, f"accum_{mode}", times, size_bytes=grad_bytes,
+        on_row(ddp_row(config, world, f"accum_{mode}", times, size_bytes=grad_bytes,
                        accum=settings.accum, bucket_bytes=sent, calls=len(sent), sent=sum(sent)))
     return wrong_total

@@ -1,18 +1,12 @@
 """The synthetic model DDP trains: square Linear layers with ReLU between them, and its batches."""
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
+from allreduce_bench.ddp.config import layer_width
+
 DTYPE = torch.float32  # gradients DDP reduces: the model's own dtype
-
-
-def layer_width(params: int, layers: int) -> int:
-    """Width w of `layers` square Linear layers (w*w weights + w biases each) closest to `params`."""
-    per_layer = params / layers
-    return max(1, round((math.sqrt(1 + 4 * per_layer) - 1) / 2))
 
 
 def build_model(params: int, layers: int, device: torch.device, seed: int = 0) -> nn.Sequential:

@@ -6,11 +6,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from allreduce_bench.core.analysis.tables import has_ddp_rows, run_metas
+from allreduce_bench.core.analysis.tables import run_metas
 from allreduce_bench.core.extensions import Section
 from allreduce_bench.ddp.analysis import ddp_markdown, ddp_rows
 
 FIGURES = ("ddp_overlap", "ddp_timeline", "ddp_accumulation")
+
+
+def has_ddp_rows(frame: pd.DataFrame) -> bool:
+    return "benchmark" in frame.columns and bool((frame["benchmark"] == "ddp").any())
 
 
 def draw_ddp(frame: pd.DataFrame, out_dir: Path, fmt: str, note: str) -> dict[str, Path]:
@@ -44,4 +48,4 @@ def embedded(name: str) -> bool:
     return name in FIGURES  # ddp_markdown places them itself
 
 
-SECTION = Section("ddp", ddp_parts, draw_ddp, embedded)
+SECTION = Section("ddp", ddp_parts, draw_ddp, embedded, benchmarks=("ddp",))

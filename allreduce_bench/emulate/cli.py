@@ -1,7 +1,9 @@
 """`allreduce-bench emulate`: validate everything up front, then run benchmarks on an emulated
 multi-node cluster (emulate/). Every host runs a real multi-node launch, `torchrun --nnodes M
---node-rank i` of the ordinary `allreduce-bench run` (or `links`, `ddp`): the same path as on a
-cluster. Rank 0 writes the output directory (the hosts share this filesystem)."""
+--node-rank i` of the ordinary `allreduce-bench run` (or `links`, `ddp`, `health`): the same path
+as on a cluster. Rank 0 writes the output directory (the hosts share this filesystem). What it
+can run is what the features declare (a `Runnable` each), handed to `emulate_command` by
+allreduce_bench/cli.py: emulate imports none of them for it."""
 from __future__ import annotations
 
 import shutil
@@ -11,13 +13,14 @@ from pathlib import Path
 import click
 
 from allreduce_bench.core import units
+from allreduce_bench.core.cli.options import with_options
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
 from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed_dir, same_emulation
-from allreduce_bench.core.environment import EMULATION_ENV, overridden
+from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.emulate.benchmarks import REGISTRY, entry
-from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, DDP_DEFAULTS, DDP_RANKS_PER_NODE
+from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, CPU_SHARE, DDP_RANKS_PER_NODE
 
 NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
 
@@ -54,52 +57,44 @@ def split_args(commands: dict[str, click.Command], args: list[str]) -> dict[str,
     return out
 
 
-def benchmark_args(benchmark: str, args: list[str]) -> list[str]:
-    """The options for one benchmark: `links` has no --algos (it always uses the backend's)."""
-    if benchmark != "links":
-        return list(args)
+def benchmark_args(runnable: Runnable, args: list[str]) -> list[str]:
+    """The options for one benchmark: its defaults for those not given, less those it never
+    gets (`links` has no --algos: it always uses the backend's)."""
     kept, skip = [], False
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--algos":
+        elif arg in runnable.without:
             skip = True
-        elif not arg.startswith("--algos="):
+        elif arg.split("=", 1)[0] not in runnable.without:
             kept.append(arg)
-    return kept
+    given = {a.split("=", 1)[0] for a in kept}
+    return [*(x for option, value in runnable.defaults if option not in given
+              for x in (option, value)), *kept]
 
 
-def with_ddp_defaults(args: list[str]) -> list[str]:
-    """`ddp`'s options with DDP_DEFAULTS for those not given."""
-    given = {a.split("=", 1)[0] for a in args}
-    return [*(x for option, value in DDP_DEFAULTS.items() if option not in given
-              for x in (option, value)), *args]
-
-
-def per_benchmark_args(benchmarks: list[str], args: list[str]) -> dict[str, list[str]]:
+def per_benchmark_args(chosen: dict[str, Runnable], args: list[str]) -> dict[str, list[str]]:
     """benchmark -> the options its command gets on every host."""
     ctx = click.get_current_context()
     root = ctx.find_root().command
-    commands = {b: root.get_command(ctx, entry(b).command) for b in benchmarks}
-    split = split_args(commands, args)
-    if "ddp" in split:
-        split["ddp"] = with_ddp_defaults(split["ddp"])
-    return {b: benchmark_args(b, a) for b, a in split.items()}
+    split = split_args({b: root.get_command(ctx, r.command) for b, r in chosen.items()}, args)
+    return {b: benchmark_args(chosen[b], a) for b, a in split.items()}
 
 
-def check_benchmark_args(forwarded: dict[str, list[str]], nodes: int, ranks_per_node: int) -> dict:
+def check_benchmark_args(forwarded: dict[str, list[str]], chosen: dict[str, Runnable],
+                         nodes: int, ranks_per_node: int) -> dict:
     """Parse and validate the forwarded options as each host's command will, before building
     anything, so bad input is one line here rather than one per rank. Returns each benchmark's
     config."""
     root = click.get_current_context().find_root().command
-    as_rank0 = {"RANK": "0", "WORLD_SIZE": str(nodes * ranks_per_node), "LOCAL_RANK": "0",
-                "LOCAL_WORLD_SIZE": str(ranks_per_node), EMULATION_ENV: "validating"}
+    as_rank0 = Started(RankEnv(0, nodes * ranks_per_node, 0, ranks_per_node, "torchrun"),
+                       "validating")  # how each host's rank 0 will be started
     configs = {}
     for benchmark, args in forwarded.items():
-        name = entry(benchmark).command
+        name = chosen[benchmark].command
         command = root.get_command(click.get_current_context(), name)
-        with command.make_context(name, list(args)) as ctx, overridden(as_rank0):
-            config = entry(benchmark).config(**ctx.params)
+        with command.make_context(name, list(args)) as ctx:
+            config = chosen[benchmark].config(**ctx.params, started=as_rank0)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"
@@ -126,8 +121,8 @@ def parse_links(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_rat
 
 
 def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
-              inter_latency: str, chosen: list[str], out_dir: Path | None, args: list[str],
-              faults: tuple = ((), ())):
+              inter_latency: str, chosen: dict[str, Runnable], out_dir: Path | None,
+              args: list[str], faults: tuple = ((), ())):
     """Everything checked before any namespace exists: a Plan for emulate/session.py.
     `faults`: the --host-bandwidth and --host-cpu items."""
     from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
@@ -146,13 +141,14 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
     forwarded = per_benchmark_args(chosen, args)
     try:
         configs = check_benchmark_args(
-            {b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, nodes, ranks_per_node)
+            {b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, chosen, nodes,
+            ranks_per_node)
     except UsageError:
         if claimed:
             shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
         raise
     return Plan(nodes, ranks_per_node, rate, latency, inter_ratio, forwarded, configs, out_dir,
-                host_rates, host_cpu)
+                chosen, host_rates, host_cpu)
 
 
 def slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
@@ -194,72 +190,92 @@ def clean_up() -> int:
     return 1 if left else 0
 
 
-@click.command("emulate", context_settings={"ignore_unknown_options": True,
-                                            "allow_extra_args": True})
-@click.option("--nodes", type=int, default=2, show_default=True, help="Emulated hosts.")
-@click.option("--ranks-per-node", type=int,
-              help=f"Ranks per host. [2; {DDP_RANKS_PER_NODE} with --benchmarks ddp alone]")
-@click.option("--inter-bandwidth", default="auto", show_default=True,
-              help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
-                   "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
-                   "with --benchmarks ddp alone, the rate at which DDP's AllReduce takes "
-                   f"{COMM_PER_BACKWARD:g} x the backward pass measured here.")
-@click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
-              help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB).")
-@click.option("--inter-latency", default="0", show_default=True,
-              help="Added one-way inter-node delay, e.g. 2ms (needs the kernel's netem).")
-@click.option("--benchmarks", default="allreduce", show_default=True,
-              help="What to run on the emulated cluster: " + ", ".join(
-                  f"{name} (= `{entry.command}`)" for name, entry in REGISTRY.items()) +
-              ", or several, comma-separated, one after the other on the same shaping. Each "
-              "gets the forwarded options its command has.")
-@click.option("--host-bandwidth", multiple=True, metavar="HOST=RATE",
-              help="A fault put in on purpose: this host's link at another rate than "
-                   "--inter-bandwidth, e.g. node2=100mbit (repeatable).")
-@click.option("--host-cpu", multiple=True, metavar="HOST=SHARE",
-              help="A fault put in on purpose: this host's processes get this share of one CPU "
-                   "(the cgroup cpu controller's quota), e.g. node2=25% (repeatable).")
-@click.option("--out", "out_dir", type=OUTPUT_PATH,
-              help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]")
-@click.option("--slurm", is_flag=True,
-              help="Instead of running benchmarks: make the emulated hosts a Slurm cluster "
-                   "(slurmd per host, slurmctld here), print what another shell sources to "
-                   "use it (srun -N, sbatch, mpirun/mpiexec through an rsh agent), and hold "
-                   "it until Ctrl-C. See cluster.md, \"Try it on an emulated cluster\".")
-@click.option("--cleanup", is_flag=True,
-              help="Only remove namespaces left by emulate runs that no longer exist, and exit.")
-@click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED)
-def emulate(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, benchmarks,
-            host_bandwidth, host_cpu, out_dir, slurm, cleanup, benchmark_args):
-    """Emulate a multi-node cluster on this machine (root) and run the benchmark on it.
+BEFORE_BENCHMARKS = [
+    click.option("--nodes", type=int, default=2, show_default=True, help="Emulated hosts."),
+    click.option("--ranks-per-node", type=int,
+                 help=f"Ranks per host. [2; {DDP_RANKS_PER_NODE} with --benchmarks ddp alone]"),
+    click.option("--inter-bandwidth", default="auto", show_default=True,
+                 help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
+                      "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
+                      "with --benchmarks ddp alone, calibrated on the hosts so DDP's AllReduce takes "
+                      f"the longer of {COMM_PER_BACKWARD:g} x backward and its CPU time / {CPU_SHARE:g}."),
+    click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
+                 help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB)."),
+    click.option("--inter-latency", default="0", show_default=True,
+                 help="Added one-way inter-node delay, e.g. 2ms (needs the kernel's netem)."),
+]
+AFTER_BENCHMARKS = [
+    click.option("--host-bandwidth", multiple=True, metavar="HOST=RATE",
+                 help="A fault put in on purpose: this host's link at another rate than "
+                      "--inter-bandwidth, e.g. node2=100mbit (repeatable)."),
+    click.option("--host-cpu", multiple=True, metavar="HOST=SHARE",
+                 help="A fault put in on purpose: this host's processes get this share of one CPU "
+                      "(the cgroup cpu controller's quota), e.g. node2=25% (repeatable)."),
+    click.option("--out", "out_dir", type=OUTPUT_PATH,
+                 help="Output directory. [results/<UTC timestamp>-emulated-<M>x<L>]"),
+    click.option("--slurm", is_flag=True,
+                 help="Instead of running benchmarks: make the emulated hosts a Slurm cluster "
+                      "(slurmd per host, slurmctld here), print what another shell sources to "
+                      "use it (srun -N, sbatch, mpirun/mpiexec through an rsh agent), and hold "
+                      "it until Ctrl-C. See cluster.md, \"Try it on an emulated cluster\"."),
+    click.option("--cleanup", is_flag=True,
+                 help="Only remove namespaces left by emulate runs that no longer exist, and exit."),
+    click.argument("benchmark_args", nargs=-1, type=click.UNPROCESSED),
+]
 
-    \b
-    Builds --nodes network namespaces joined by veth links, rate-limits each host's
-    inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
-    namespace (gloo bound to that host's interface; traffic between ranks of one host stays
-    on its loopback), each with its own hostname node0..node<M-1>. Other options (--sizes,
-    --algos, --collectives, --in-place, --iters, --quick, --tag, --bind, --rounds, --params,
-    --bucket-mb, --pairs, ...) are passed on to each benchmark's command that has them; a
-    benchmark's own exit code (health: 0/3/1) is passed on. Everything is removed at the end,
-    also on errors. Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
-    all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
-    parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
-    AllReduce takes as long as the backward pass measured here, so the overlap shows.
-    """
+
+def emulate_command(runnables: tuple[Runnable, ...]) -> click.Command:
+    """The `emulate` command, able to run the features' `runnables` (allreduce_bench/cli.py)."""
+    registry = {runnable.name: runnable for runnable in runnables}
+    benchmarks = click.option(
+        "--benchmarks", default="allreduce", show_default=True,
+        help="What to run on the emulated cluster: " + ", ".join(
+            f"{name} (= `{runnable.command}`)" for name, runnable in registry.items()) +
+        ", or several, comma-separated, one after the other on the same shaping. Each "
+        "gets the forwarded options its command has.")
+
+    @click.command("emulate", context_settings={"ignore_unknown_options": True,
+                                                "allow_extra_args": True})
+    @with_options([*BEFORE_BENCHMARKS, benchmarks, *AFTER_BENCHMARKS])
+    def emulate(**options):
+        """Emulate a multi-node cluster on this machine (root) and run the benchmark on it.
+
+        \b
+        Builds --nodes network namespaces joined by veth links, rate-limits each host's
+        inter-node traffic with tc, and runs `torchrun --nnodes M --node-rank i ... run` in every
+        namespace (gloo bound to that host's interface; traffic between ranks of one host stays
+        on its loopback), each with its own hostname node0..node<M-1>. Other options (--sizes,
+        --algos, --collectives, --in-place, --iters, --quick, --tag, --bind, --rounds, --params,
+        --bucket-mb, --pairs, ...) are passed on to each benchmark's command that has them; a
+        benchmark's own exit code (health: 0/3/1) is passed on. Everything is removed at the end,
+        also on errors. Default: 2 hosts x 2 ranks, inter-node 1/36 of the intra-node p2p measured here,
+        all four algorithms at world size 4. With --benchmarks ddp alone: 2 hosts x 1 rank, 24M
+        parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
+        AllReduce takes as long as the backward pass measured here, so the overlap shows.
+        """
+        sys.exit(run(registry, **options))
+
+    return emulate
+
+
+def run(registry: dict[str, Runnable], nodes, ranks_per_node, inter_bandwidth, inter_ratio,
+        inter_latency, benchmarks, host_bandwidth, host_cpu, out_dir, slurm, cleanup,
+        benchmark_args) -> int:
+    """What `emulate` does with its options; its exit code."""
     if cleanup:
-        sys.exit(clean_up())
+        return clean_up()
     if slurm:
-        sys.exit(slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
-                               host_bandwidth, host_cpu, out_dir, benchmark_args))
-    chosen = [b.strip() for b in benchmarks.split(",") if b.strip()]
-    unknown = [b for b in chosen if b not in REGISTRY]
-    if unknown or not chosen:
-        raise UsageError(f"--benchmarks {benchmarks!r}: choose from {', '.join(REGISTRY)} "
+        return slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
+                             host_bandwidth, host_cpu, out_dir, benchmark_args)
+    named = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    unknown = [b for b in named if b not in registry]
+    if unknown or not named:
+        raise UsageError(f"--benchmarks {benchmarks!r}: choose from {', '.join(registry)} "
                          "(comma-separated)")
-    chosen = list(dict.fromkeys(chosen))
+    chosen = {b: registry[b] for b in named}
     if ranks_per_node is None:
-        ranks_per_node = DDP_RANKS_PER_NODE if chosen == ["ddp"] else 2
+        ranks_per_node = DDP_RANKS_PER_NODE if list(chosen) == ["ddp"] else 2
     plan = make_plan(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, chosen,
                      out_dir, list(benchmark_args), (host_bandwidth, host_cpu))
     from allreduce_bench.emulate.session import run_emulated
-    sys.exit(run_emulated(plan))
+    return run_emulated(plan)

@@ -280,7 +280,7 @@ class EmulatedCluster:
         with tempfile.TemporaryDirectory(prefix="allreduce-bench-probe-") as tmp:
             out = Path(tmp) / "probe.json"
             code = run_on_hosts(self, ["ddp", str(out), str(settings.params), str(settings.layers),
-                                       str(settings.batch_size)],
+                                       str(settings.batch_size), str(settings.gradient_bytes)],
                                 Emulation(self.nodes, self.ranks_per_node, rate_bps), cgroup_procs,
                                 module="allreduce_bench.emulate.probe")
             if code or not out.exists():

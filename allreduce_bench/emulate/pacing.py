@@ -16,12 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-# `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's
-# default 25 MiB cap cuts into 4 buckets (24 layers of 4 MB), with a batch that makes backward
-# take a few hundred ms on a small CPU machine.
-DDP_DEFAULTS = {"--params": "24M", "--layers": "24", "--batch-size": "256"}
 DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link communicates
-# The AllReduce at least as long as backward: by the bucket-pipeline model (ddp/analysis.py),
+# The AllReduce at least as long as backward (ddp's model: its defaults for emulate in
+# ddp/config.py): by the bucket-pipeline model (ddp/analysis.py),
 # background load that halves or doubles the compute between the probe and the run should
 # still leave about half of the AllReduce or more hidden.
 COMM_PER_BACKWARD = 1.0
@@ -35,19 +32,12 @@ PROBES = 3  # candidate rates tried at most
 WITHIN = 0.15  # a candidate whose AllReduce is this close to its target is kept
 
 
-def gradient_bytes(params: int, layers: int) -> int:
-    from allreduce_bench.ddp.net import layer_width  # torch: only when emulating ddp
-    width = layer_width(params, layers)
-    return 4 * layers * (width * width + width)
-
-
 def ddp_rate_bps(settings, nodes: int, ranks_per_node: int, backward_s: float) -> float:
     """The first candidate: the uplink rate at which ddp's AllReduce would take
     COMM_PER_BACKWARD x `backward_s` on the link alone: a ring over N ranks sends 2(N-1)/N of
-    the gradients through each host's uplink."""
+    the gradients (ddp's DdpSettings.gradient_bytes) through each host's uplink."""
     world = nodes * ranks_per_node
-    return (2 * (world - 1) / world * gradient_bytes(settings.params, settings.layers) * 8
-            / (COMM_PER_BACKWARD * backward_s))
+    return 2 * (world - 1) / world * settings.gradient_bytes * 8 / (COMM_PER_BACKWARD * backward_s)
 
 
 def target_comm_s(probe: dict) -> float:

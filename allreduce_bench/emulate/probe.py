@@ -6,7 +6,7 @@
   backward_s=...: the median backward pass of `ddp`'s model, RANKS processes computing at
   once (as the emulated ranks will share these cores), the slowest rank's, for `ddp`: the
   first candidate rate;
-* `python -m allreduce_bench.emulate.probe ddp OUT PARAMS LAYERS BATCH`, run by torchrun on
+* `python -m allreduce_bench.emulate.probe ddp OUT PARAMS LAYERS BATCH GRADIENT_BYTES`, run by torchrun on
   every emulated host as `ddp` will be (namespaces, shaped link, --host-cpu's cgroups): writes
   to OUT, as JSON, the slowest rank's median backward pass, AllReduce of the gradients in
   DDP's default buckets alone, and that AllReduce's process CPU time (gloo's threads included),
@@ -46,9 +46,10 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     import torch
     from torch import nn
 
+    from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.ddp.net import build_model, synthetic_batch
     model = build_model(params, layers, torch.device("cpu"))
-    x, y = synthetic_batch(model, batch_size, int(os.environ.get("RANK", 0)), torch.device("cpu"))
+    x, y = synthetic_batch(model, batch_size, launcher_env().rank, torch.device("cpu"))
     times = []
     for _ in range(iters + 2):  # the first two are a warm-up (allocations, the other rank starting)
         loss = nn.functional.mse_loss(model(x), y)
@@ -59,7 +60,8 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     return times[len(times) // 2]
 
 
-def _ddp_rank(out: str, params: int, layers: int, batch_size: int, iters: int = 3) -> None:
+def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_bytes: int,
+              iters: int = 3) -> None:
     """One rank of `probe ddp` (see the module docstring)."""
     import json
     import time
@@ -70,12 +72,11 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, iters: int = 
     from allreduce_bench.core.measure.device import Device
     from allreduce_bench.core.measure.world import make_world
     from allreduce_bench.ddp.measurements import comm_alone
-    from allreduce_bench.emulate.pacing import gradient_bytes
 
     dist.init_process_group("gloo")
     backward = _backward_rank(params, layers, batch_size, iters)
     world = make_world(dist.get_world_size(), int(os.environ["LOCAL_WORLD_SIZE"]), Device())
-    total, cap = gradient_bytes(params, layers), DDP_BUCKET_BYTES
+    total, cap = gradient_bytes, DDP_BUCKET_BYTES
     body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
     for _ in range(iters + 1):  # the first warms up (gloo's connections, allocations)
         dist.barrier()
@@ -98,7 +99,7 @@ DDP_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
 if __name__ == "__main__":
     from allreduce_bench.core.launch.environments import launch_local
     if sys.argv[1] == "ddp":  # under torchrun, one launch per emulated host
-        _ddp_rank(sys.argv[2], *map(int, sys.argv[3:6]))
+        _ddp_rank(sys.argv[2], *map(int, sys.argv[3:7]))
     elif sys.argv[1] == "backward":
         from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
         ranks, params, layers, batch = map(int, sys.argv[2:6])

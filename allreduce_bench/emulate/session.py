@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from allreduce_bench.core import units
+from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.results.resume import kept
 from allreduce_bench.core.results.store import update_meta
-from allreduce_bench.emulate import benchmarks
 from allreduce_bench.emulate.cluster import (
     PREFIX,
     EmulatedCluster,
@@ -37,7 +37,7 @@ from allreduce_bench.emulate.processes import run_on_hosts, terminate_as_interru
 @dataclass(frozen=True)
 class Plan:
     """What the emulate command validated: the cluster, its links, and per benchmark the
-    options its command gets on every host and the config they make."""
+    options its command gets on every host, the config they make and its `Runnable`."""
 
     nodes: int
     ranks_per_node: int
@@ -47,6 +47,7 @@ class Plan:
     forwarded: dict[str, list[str]]
     configs: dict[str, object]
     out_dir: Path
+    runnables: dict[str, Runnable]
     host_rates: dict[int, float] = field(default_factory=dict)  # host -> bit/s (--host-bandwidth)
     host_cpu: dict[int, float] = field(default_factory=dict)  # host -> share of a CPU (--host-cpu)
 
@@ -130,7 +131,7 @@ def run_emulated(plan: Plan) -> int:
         code = 0
         for step, (benchmark, args) in enumerate(plan.forwarded.items(), start=1):
             try:
-                code = _run_one(cluster, benchmark, args, out_dir, emulation, cpu,
+                code = _run_one(cluster, plan.runnables[benchmark], args, out_dir, emulation, cpu,
                                 f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
                 code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
@@ -146,13 +147,13 @@ def run_emulated(plan: Plan) -> int:
         return code
 
 
-def _run_one(cluster, benchmark: str, args: list[str], out_dir: Path, emulation, cpu,
+def _run_one(cluster, runnable: Runnable, args: list[str], out_dir: Path, emulation, cpu,
              step: str) -> int:
     """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
     `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
     bar below says how far the benchmark is)."""
-    outcome, since = benchmarks.entry(benchmark).outcome, time.time()
-    command = [benchmarks.entry(benchmark).command, *args, "--out", str(out_dir)]
+    outcome, since = runnable.outcome, time.time()
+    command = [runnable.command, *args, "--out", str(out_dir)]
     _say(f"{step}: `allreduce-bench {shlex.join(command[:-2])}` on {cluster.nodes} hosts x "
          f"{cluster.ranks_per_node} ranks")
     code = run_on_hosts(cluster, command, emulation, cpu.procs,

@@ -31,15 +31,15 @@ import time
 from dataclasses import dataclass
 
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.core.environment import DRIVER_PID_ENV, SLURM_NODELISTS, expand_nodelist
+from allreduce_bench.core.environment import SLURM_NODELISTS, expand_nodelist
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta as run_meta
+from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
-from allreduce_bench.core.sweep.allreduce import measure
 from allreduce_bench.core.sweep.rows import make_row
 from allreduce_bench.health import pairing, throttle
 from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
@@ -140,7 +140,7 @@ class Rank:
         sizes = []
         for size in config.sizes:
             count = size // config.itemsize
-            measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
+            measured, wrong = measure(native.ALGORITHM, view, count, config.torch_dtype, config.sampling,
                                       lockstep=lockstep)
             sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
                           "samples": measured.samples, "wrong": wrong})
@@ -342,7 +342,7 @@ def measure_health(session) -> int:
     L = config.ranks_per_node or env.local_world_size
     came = session.presence  # health's world: the ranks that came (measure/world.py)
     launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
-                                           local=DRIVER_PID_ENV in os.environ)
+                                           local=session.local)
     names = [launched[r] for r in came.members]
     ranks_of = pairing.host_ranks(names)
     problem = pairing.layout_problem(ranks_of, L)

@@ -10,7 +10,7 @@ import click
 
 from allreduce_bench.core.cli.options import measuring_options, with_options
 from allreduce_bench.core.cli.types import DTYPE
-from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.environment import started
 from allreduce_bench.core.errors import UsageError
 
 health_options = with_options([
@@ -104,8 +104,9 @@ def health(**options):
     from allreduce_bench.health.config import health_config
     from allreduce_bench.health.finish import finish_health
 
-    config = health_config(command=shlex.join(sys.argv), **options)
-    env = launcher_env()
+    how = started()
+    config = health_config(command=shlex.join(sys.argv), started=how, **options)
+    env = how.env
     L = config.ranks_per_node or (env.local_world_size if env else 1)
     world = env.world_size if env else max(config.world_sizes)
     announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "

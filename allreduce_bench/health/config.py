@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 from allreduce_bench.core.config import CPU_DEFAULTS, GPU_DEFAULTS, RunConfig, parse_dtype, resolve_sampling
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.units import parse_size_list
+from allreduce_bench.health.store import outcome
 
 PAIRS = ("quick", "all")
 # a latency size and a bandwidth size: 4 MiB crosses the emulator's default link in ~0.1 s
@@ -51,16 +53,16 @@ def health_settings(*, pairs: str, bisect: bool, expect: str | None, baseline, p
                           None if prometheus is None else str(prometheus))
 
 
-def local_world(hosts: int | None, world_sizes: str | None, ranks_per_node: int) -> str | None:
-    """The one world a local run starts (--hosts x ranks per host); None under a launcher."""
-    from allreduce_bench.core.environment import launcher_env
-
+def local_world(hosts: int | None, world_sizes: str | None, ranks_per_node: int,
+                env) -> str | None:
+    """The one world a local run starts (--hosts x ranks per host); None under a launcher
+    (`env`, the launcher's layout)."""
     if world_sizes is not None:
         raise UsageError("health measures one world: give --hosts N (simulated hosts of "
                          "--ranks-per-node ranks), not --world-sizes")
     if hosts is not None and hosts < 1:
         raise UsageError(f"--hosts must be at least 1, got {hosts}")
-    if launcher_env() is not None:
+    if env is not None:
         return None
     return str((hosts or 2) * ranks_per_node)
 
@@ -79,21 +81,24 @@ def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, basel
                   prometheus=None, sizes=None, dtype="float32", samples=None, budget=None,
                   world_sizes=None, backend, device, ranks_per_node, tag, out_dir, timeout_s,
                   no_plot, command="", dry_run=False, nccl_debug=False, bind="auto",
-                  flight_recorder=False) -> HealthConfig:
+                  flight_recorder=False, started) -> HealthConfig:
     from allreduce_bench.core.config.run import launch_config, resolve_world
-    from allreduce_bench.core.environment import launcher_env
 
     if dry_run:
         raise UsageError("--dry-run plans without starting anything: run `allreduce-bench health "
                          "--dry-run --hosts N` on its own")
-    env = launcher_env()
+    env = started.env
     per_host = ranks_per_node or (env.local_world_size if env else CPU_DEFAULTS["ranks_per_node"])
-    world = resolve_world(local_world(hosts, world_sizes, per_host), backend, device, per_host)
+    world = resolve_world(local_world(hosts, world_sizes, per_host, env), backend, device, per_host,
+                          env)
     chosen = health_sizes(sizes, world[2])
     settings = health_settings(pairs=pairs, bisect=bisect, expect=expect, baseline=baseline,
                                prometheus=prometheus, ranks_per_node=per_host, sizes=chosen)
-    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, label="health", nccl_debug=nccl_debug, bind=bind,
                            flight_recorder=flight_recorder)
     return HealthConfig(launch=launch, algorithms=("native",), sizes=chosen, dtype=parse_dtype(dtype),
                         sampling=health_sampling(world[2], samples, budget), settings=settings)
+
+
+RUNNABLE = Runnable("health", "health", health_config, outcome)  # its own exit code: 0/3/1

@@ -20,7 +20,6 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
-from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.config import RunConfig, Sampling
 from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import meta as run_meta
@@ -31,7 +30,6 @@ from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
-from allreduce_bench.core.sweep.allreduce import measure
 from allreduce_bench.core.sweep.rows import make_row
 
 
@@ -63,7 +61,7 @@ def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
 
 
 def _view(group: CommGroup, device: Device) -> World:
-    """A world made of one group, so `allreduce.measure` runs the backend's AllReduce on it."""
+    """A world made of one group, so `collective.measure` runs the backend's call on it."""
     return World(group, group, group, group.size, device)
 
 
@@ -118,12 +116,7 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     """(samples, #wrong, count, size_bytes) of the backend's AllReduce, or of --collective's
     call, in one group. Every group samples at once, with loops and samples agreed over the
     whole world, so the row is the slowest group's (times gathered over every rank)."""
-    if not config.collectives:
-        count = size // config.itemsize  # whole elements (options.run_config)
-        measured, wrong = measure(native.build, view, count, config.torch_dtype, config.sampling,
-                                  agree_over=dist.group.WORLD)
-        return measured, wrong, count, count * config.itemsize
-    name_of = config.collectives[0][0]
+    name_of = config.collectives[0][0] if config.collectives else "all_reduce"
     count, size_bytes = metrics.collective_counts(name_of, size, config.itemsize, view.size)
     if count == 0:  # too small to split: one element per rank (every group must measure)
         count, size_bytes = 1, config.itemsize * view.size

@@ -58,14 +58,15 @@ def links(collective, **options):
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
-    from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.environment import started
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
+    from allreduce_bench.links.config import links_config
 
     given = options["ranks_per_node"] is not None
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), algos="native", collectives=collective, **options)
+    config = links_config(collective, command=shlex.join(sys.argv), started=started(), **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"sizes {byte_list(config.sizes)} -> {config.out_dir}")
@@ -83,8 +84,8 @@ def finish_links(config, lent) -> int:
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.links.summary import draw_links, links_summary
 
-    def summarize(frame) -> str:
-        figure = draw_links(frame, config.out_dir / "plots") if config.plot else None
-        return links_summary(frame) + (f"\nfigure: {figure}" if figure else "")
+    def summarize(frame) -> str:  # only its figure: an emulated run's allreduce report stays
+        figure = draw_links(frame, config.out_dir / "plots") if config.plot else {}
+        return links_summary(frame) + "".join(f"\nfigure: {path}" for path in figure.values())
 
     return finish(config, summarize, draw=False, lent=lent)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.config.run import run_config
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 
 
 def links_config(collective: str = "all_reduce", **options) -> RunConfig:
@@ -13,3 +14,6 @@ def links_config(collective: str = "all_reduce", **options) -> RunConfig:
     if "," in collective or collective == "all":
         raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
     return run_config(algos="native", collectives=collective, **options)
+
+
+RUNNABLE = Runnable("links", "links", links_config, without=("--algos",))  # always the backend's

@@ -42,7 +42,7 @@ def _exact(algorithm, world, counts, dtypes) -> list[str]:
                 send, recv = collective.buffers(algorithm.collective, count, world, dtype, in_place)
                 call = algorithm.build(send, recv, world)
                 for attempt in range(2):  # the same built call twice: plans are reusable
-                    wrong = collective.check(algorithm.collective, call, send, recv, count, world)
+                    wrong = collective.count_wrong(algorithm.collective, call, send, recv, count, world)
                     if wrong:
                         failures.append(f"{algorithm.collective}/{algorithm.name} N={world.size} "
                                         f"in_place={in_place} {dtype} count={count} call {attempt}: "

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.config.run import run_config
-from allreduce_bench.core.environment import RankEnv
+from allreduce_bench.core.environment import RankEnv, started
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta
 from allreduce_bench.core.measure.device import (
@@ -124,7 +124,7 @@ def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, expected):
     fake_gpus(gpus)
     for name, value in OMPI_2.items():
         monkeypatch.setenv(name, value)
-    config = run_config(**CLI_DEFAULTS)
+    config = run_config(**CLI_DEFAULTS, started=started())
     assert config.backend == expected and config.world_sizes == (2,)
 
 

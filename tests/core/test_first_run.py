@@ -33,13 +33,13 @@ def test_a_two_cpu_run_measures_n2_and_names_what_it_left_out(monkeypatch):
     monkeypatch.setattr(run_options, "cpus_allowed", lambda: 2)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
-    world = run_options.resolve_world(None, "auto", "cpu", None)
+    world = run_options.resolve_world(None, "auto", "cpu", None, None)
     assert world[0] == (2,) and world[3] == 2  # one node of two ranks
-    assert run_options.left_out_world_sizes(None, "cpu") == (4,)
-    assert run_options.left_out_world_sizes("2,4", "cpu") == ()  # asked for: nothing left out
-    assert run_options.resolve_world("2,4", "auto", "cpu", None)[0] == (2, 4)
+    assert run_options.left_out_world_sizes(None, "cpu", None) == (4,)
+    assert run_options.left_out_world_sizes("2,4", "cpu", None) == ()  # asked for: nothing left out
+    assert run_options.resolve_world("2,4", "auto", "cpu", None, None)[0] == (2, 4)
     monkeypatch.setattr(run_options, "cpus_allowed", lambda: 8)
-    assert run_options.resolve_world(None, "auto", "cpu", None)[0] == (2, 4)
+    assert run_options.resolve_world(None, "auto", "cpu", None, None)[0] == (2, 4)
 
 
 def test_the_summary_says_which_world_sizes_were_left_out_and_how_to_ask(tmp_path):

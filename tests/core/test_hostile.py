@@ -399,10 +399,10 @@ def test_naive_root_memory_counts_every_peer_buffer():
 
 def test_out_of_memory_in_a_rank_is_named(tmp_path):
     """A rank that runs out of memory leaves "out of memory" for the driver's line, exit 1."""
-    code = ("import os, sys; sys.path.insert(0, %r); os.environ[%r] = %r\n"
-            "from allreduce_bench.core.launch.reasons import guarded\n"
+    code = ("import os, sys; sys.path.insert(0, %r)\n"
+            "from allreduce_bench.core.launch.reasons import LocalRun, guarded\n"
             "def entry(config):\n    raise MemoryError('cannot allocate 1 TB')\n"
-            "guarded(entry, None)\n") % (str(ROOT), reasons.REASON_DIR_ENV, str(tmp_path))
+            "guarded(LocalRun(%r, os.getppid()), entry, None)\n") % (str(ROOT), str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == reasons.FAILED_EXIT and "Traceback" not in done.stderr

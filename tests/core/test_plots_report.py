@@ -176,23 +176,30 @@ def test_report_numbers_equal_hand_computed_ones():
     assert report.chosen_size(frame, "1M") == M
 
 
-def test_links_figure_and_ratio_from_link_rows():
+def test_links_figure_and_ratio_from_link_rows(tmp_path):
+    """links lends the report its table and plots/ its figure (links/sections.py); the core's
+    own tables and figures know no link."""
+    from allreduce_bench.links import summary
+    from allreduce_bench.links.sections import SECTION
+
     frame = model_frame(world_sizes=(4,))
     intra = frame[frame["algorithm"] == "native"].assign(link="intra")
     inter = intra.assign(link="inter", busbw_GBps=intra["busbw_GBps"] / 12.5)
     frame = pd.concat([frame, intra, inter], ignore_index=True)
-    ratios = report.link_ratio(frame)
+    ratios = summary.link_ratio(frame)
     assert ratios["intra_inter_ratio"].tolist() == [pytest.approx(12.5)]
     assert ratios["size_bytes"].tolist() == [64 * M]
-    figures = plots.figures(frame, note="")
-    assert "links" in figures
-    ax = visible_axes(figures["links"])[0]
+    fig = summary.links_figure(frame)
+    ax = visible_axes(fig)[0]
     assert ax.get_ylabel() == "busbw (GB/s)" and ax.get_xlabel() == style.SIZE_LABEL
     assert any("12.5x at 64M" in t.get_text() for t in ax.texts)
     assert {line.get_linestyle() for line in ax.get_lines()} == {"-", "--"}
-    for fig in figures.values():
-        plt.close(fig)
-    assert "Intra- vs inter-node links" in [t for t, _, _ in report.report_tables(frame, 64 * M)]
+    plt.close(fig)
+    assert "links" not in plots.draw_all(frame, tmp_path / "core")
+    assert "links" in plots.draw_all(frame, tmp_path / "lent", sections=(SECTION,))
+    title = "Intra- vs inter-node links"
+    assert title not in [t for t, _, _ in report.report_tables(frame, 64 * M)]
+    assert title in [t for t, _, _ in report.report_tables(frame, 64 * M, (SECTION,))]
 
 
 def one_line_error(args):
@@ -296,7 +303,7 @@ def test_report_names_the_rule_that_flagged_each_unstable_row():
 
 def test_a_long_footnote_is_wrapped_to_the_figure_not_cut():
     line = "emulated-2x2 (411e91cd): backend gloo, device AMD EPYC, hosts node0, node1, 2026-12-01 21:34:06 UTC"
-    fig = plots._finish(plt.figure(figsize=(5, 4)), f"{line}\n{line}")
+    fig = plots.finish_figure(plt.figure(figsize=(5, 4)), f"{line}\n{line}")
     [note] = [t.get_text() for t in fig.texts]
     assert len(note.splitlines()) == 4 and max(map(len, note.splitlines())) <= 85
 EXAMPLES = sorted(p.parent for p in (REPO / "results").glob("example-*/results.csv"))

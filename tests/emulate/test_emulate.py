@@ -54,9 +54,11 @@ def test_times_and_labels():
 
 
 def test_each_benchmark_gets_the_options_its_command_has():
+    from allreduce_bench.cli import RUNNABLES
     from allreduce_bench.cli import main as root
+    chosen = {r.name: r for r in RUNNABLES if r.name in ("allreduce", "links", "ddp")}
     with root.make_context("allreduce-bench", ["emulate"]) as ctx, ctx.scope():
-        split = emulate_command.per_benchmark_args(["allreduce", "links", "ddp"],
+        split = emulate_command.per_benchmark_args(chosen,
                                       ["--sizes", "1M", "--algos", "ring", "--params=40K",
                                        "--iters", "3", "--no-plot", "--bucket-mb", "1,25"])
     assert split["allreduce"] == ["--sizes", "1M", "--algos", "ring", "--iters", "3", "--no-plot"]
@@ -115,9 +117,11 @@ def test_a_machine_that_cannot_show_the_overlap_says_so_in_one_line():
 
 
 def test_links_get_no_algos():
+    from allreduce_bench.core.config.run import RUNNABLE as allreduce
+    from allreduce_bench.links.config import RUNNABLE as links
     args = ["--algos", "ring", "--sizes", "1M", "--algos=naive", "--quick"]
-    assert emulate_command.benchmark_args("links", args) == ["--sizes", "1M", "--quick"]
-    assert emulate_command.benchmark_args("allreduce", args) == args
+    assert emulate_command.benchmark_args(links, args) == ["--sizes", "1M", "--quick"]
+    assert emulate_command.benchmark_args(allreduce, args) == args
 
 
 def test_stale_names_are_only_ours_with_a_dead_driver(monkeypatch):

@@ -27,4 +27,4 @@ def write_like_nccl_then_collect(out_dirs: list[str], lines: list[str], made: li
     nccl_debug.collect(config, rank, dist.get_world_size())
     if rank == 0:
         return sorted(p.name.split(".")[0] for p in folder.iterdir())
-    return [p.name for p in nccl_debug.own_files()]
+    return [p.name for p in nccl_debug.own_files(config)]

@@ -7,9 +7,9 @@ import torch.distributed as dist
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import Sampling
 from allreduce_bench.core.measure import patterns
+from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import end_phase, make_world
-from allreduce_bench.core.sweep.allreduce import measure
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int32)
 
@@ -80,9 +80,10 @@ def _forgets_to_add(tensor, world):
 def measure_counts_wrong(count: int) -> tuple[int, int, int]:
     """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
     world = make_world(dist.get_world_size(), 1, Device())
-    measured, good = measure(algorithms.get("ring"), world, count, torch.float32,
+    measured, good = measure(algorithms.lookup("ring"), world, count, torch.float32,
                              Sampling(loops=1, samples=3, warmup=1))
-    _, bad = measure(_forgets_to_add, world, count, torch.float32, Sampling(loops=1, samples=2, warmup=0))
+    broken = algorithms.Algorithm("broken", "forgets to add", _forgets_to_add)
+    _, bad = measure(broken, world, count, torch.float32, Sampling(loops=1, samples=2, warmup=0))
     return good, bad, measured.samples
 
 

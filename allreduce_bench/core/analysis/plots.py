@@ -27,14 +27,11 @@ from allreduce_bench.core.analysis.style import (  # noqa: E402
     world_size_axis,
 )
 from allreduce_bench.core.analysis.tables import (  # noqa: E402
-    LINKS,
     algorithm_rank,
     chosen_size,
     curves,
     footnote,
-    has_links,
     label_runs,
-    link_ratio,
     scaling_efficiency,
 )
 from allreduce_bench.core.units import format_size  # noqa: E402
@@ -81,7 +78,7 @@ class Styles:
         return PAIRED[2 * hue + series_index % 2]
 
 
-def _panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
+def panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
     columns = min(count, 3)
     rows = -(-count // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
@@ -103,7 +100,7 @@ def fit_footnote(note: str, width_in: float) -> str:
     return "\n".join(textwrap.fill(line, chars, subsequent_indent="  ") for line in note.splitlines())
 
 
-def _finish(fig, note: str):
+def finish_figure(fig, note: str):
     """Footnote (backend, device, hosts, date) under the axes, layout that leaves room for it."""
     note = fit_footnote(note, fig.get_figwidth()) if note else note
     lines = note.count("\n") + 1 if note else 0
@@ -114,7 +111,7 @@ def _finish(fig, note: str):
     return fig
 
 
-def _world_title(frame: pd.DataFrame, world_size: int) -> str:
+def world_title(frame: pd.DataFrame, world_size: int) -> str:
     rows = frame[frame["world_size"] == world_size]
     if {"nodes", "ranks_per_node"} <= set(rows.columns):
         # the first row that has both (a damaged file may leave one empty)
@@ -131,7 +128,7 @@ def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None
         return None
     styles = Styles(frame)
     world_sizes = sorted(points.index.get_level_values("world_size").unique())
-    fig, axes = _panels(len(world_sizes), title)
+    fig, axes = panels(len(world_sizes), title)
     for ax, world_size in zip(axes, world_sizes):
         at = points.xs(world_size, level="world_size")
         for series, algorithm in styles.order(at):
@@ -142,12 +139,12 @@ def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None
         size_axis(ax)
         if logy:
             log_y_axis(ax)
-        ax.set_title(_world_title(frame, world_size), fontsize=10)
+        ax.set_title(world_title(frame, world_size), fontsize=10)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
         if ax.get_lines():
             legend(ax, fontsize=7)
-    return _finish(fig, note)
+    return finish_figure(fig, note)
 
 
 def bandwidth_figure(frame: pd.DataFrame, footnote: str = ""):
@@ -193,7 +190,7 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
         return None
     styles = Styles(frame)
     world_sizes = sorted(scaling.index.get_level_values("world_size").unique())
-    fig, (left, right) = _panels(2, f"Scaling with world size at {format_size(size_bytes)} per rank")
+    fig, (left, right) = panels(2, f"Scaling with world size at {format_size(size_bytes)} per rank")
     for series, algorithm in styles.order(scaling):
         rows = scaling.loc[(series, algorithm)]
         left.plot(rows.index, rows["efficiency"], **styles(algorithm, series))
@@ -213,48 +210,7 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
         ax.grid(True, alpha=0.3)
         legend(ax, fontsize=7)
     left.set_ylim(bottom=0)
-    return _finish(fig, footnote)
-
-
-def links_figure(frame: pd.DataFrame, footnote: str = ""):
-    """busbw over intra-node and inter-node links against size, with intra/inter written on."""
-    if not has_links(frame):
-        return None
-    frame = label_runs(frame)
-    frame = frame[frame["link"].isin(LINKS)].dropna(subset=["busbw_GBps"])
-    points = frame.groupby(["world_size", "run", "algorithm", "link", "size_bytes"])[
-        "busbw_GBps"].median()
-    ratios = link_ratio(frame)
-    styles = Styles(frame)
-    runs = sorted(set(frame["run"]))
-    world_sizes = sorted(points.index.get_level_values("world_size").unique())
-    fig, axes = _panels(len(world_sizes), "Intra-node against inter-node bus bandwidth")
-    for ax, world_size in zip(axes, world_sizes):
-        at = points.xs(world_size, level="world_size")
-        pairs = sorted(set(zip(at.index.get_level_values("run"),
-                               at.index.get_level_values("algorithm"))),
-                       key=lambda p: (p[0], algorithm_rank(p[1])))
-        for run, algorithm in pairs:
-            for link, linestyle in zip(LINKS, ("-", "--")):
-                if (run, algorithm, link) not in at.index.droplevel("size_bytes"):
-                    continue
-                curve = at.loc[(run, algorithm, link)]
-                who = f"{algorithm} [{run}]" if len(runs) > 1 else algorithm
-                ax.plot(curve.index, curve.values, color=styles.colours.get(algorithm, "black"),
-                        linestyle=linestyle, marker=MARKERS[runs.index(run) % 6], markersize=3,
-                        label=f"{who}, {link}")
-        notes = [f"{(f'{a} [{r}]' if len(runs) > 1 else a)}: {row.intra_inter_ratio:.1f}x at "
-                 f"{format_size(row.size_bytes)}"
-                 for (r, a, n), row in ratios.iterrows() if n == world_size]
-        if notes:
-            ax.text(0.02, 0.98, "intra/inter busbw\n" + "\n".join(notes), transform=ax.transAxes,
-                    va="top", fontsize=8, bbox=dict(boxstyle="round", facecolor="white", alpha=0.8))
-        size_axis(ax)
-        ax.set_ylabel("busbw (GB/s)")
-        ax.set_title(_world_title(frame, world_size), fontsize=10)
-        ax.grid(True, alpha=0.3)
-        legend(ax, fontsize=7, loc="lower right")
-    return _finish(fig, footnote)
+    return finish_figure(fig, footnote)
 
 
 def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None = None) -> dict:
@@ -265,7 +221,6 @@ def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None
         "latency": latency_figure(frame, note),
         "scaling": scaling_figure(frame, note, size_bytes),
         "speedup": speedup_figure(frame, note),
-        "links": links_figure(frame, note),
     }
     return {name: fig for name, fig in made.items() if fig is not None}
 
@@ -280,7 +235,7 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
         return None
     styles = Styles(frame)
     world_sizes = sorted(times.index.get_level_values("world_size").unique())
-    fig, axes = _panels(len(world_sizes), "Per-rank time per call at the largest size")
+    fig, axes = panels(len(world_sizes), "Per-rank time per call at the largest size")
     for ax, world_size in zip(axes, world_sizes):
         at = times.xs(world_size, level="world_size")
         size = at.index.get_level_values("size_bytes")[0]
@@ -298,7 +253,7 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
         legend(ax, fontsize=7)
     # A rank that calls late finds the others already waiting: it measures the least time, they
     # their wait. Said in the footnote (wrapped to the figure): no axis label holds it readably.
-    return _finish(fig, "Lowest point: the rank that called last; the others' times include "
+    return finish_figure(fig, "Lowest point: the rank that called last; the others' times include "
                    "waiting for it." + (f"\n{footnote}" if footnote else ""))
 
 
@@ -307,7 +262,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
     """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
     (core/extensions.py); name -> path."""
     out_dir = Path(out_dir)
-    size_bytes = chosen_size(frame) if size_bytes is None else size_bytes  # None: DDP rows only
+    size_bytes = chosen_size(frame, None, sections) if size_bytes is None else size_bytes
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
     if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)

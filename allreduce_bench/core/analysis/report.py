@@ -16,10 +16,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     describe_run,
     footnote,
     half_peak_size,
-    has_ddp_rows,
-    has_links,
     label_runs,
-    link_ratio,
     naive_penalty,
     peak_busbw,
     ratio_at_largest,
@@ -73,7 +70,7 @@ def _ratio(x: float) -> str:
     return f"{x:.2f}"
 
 
-def _readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+def readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     """Index levels as columns, `series` dropped where there is only one, columns renamed."""
     table = table.reset_index()
     if "algorithm" in table.columns:  # native, ring, naive, hierarchical, then by name
@@ -96,7 +93,7 @@ def _peak_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         "Peak bus bandwidth",
         "Highest busbw over the sizes measured, the size reaching it, and the half-peak size: the "
         "smallest size whose busbw reaches half the peak (below it, latency dominates).",
-        _readable(pd.DataFrame({
+        readable(pd.DataFrame({
             "peak busbw (GB/s)": peaks["peak_busbw_GBps"].map(_gbps),
             "at size": peaks["peak_size_bytes"].map(format_size),
             "half-peak size": peaks["half_peak_size_bytes"].map(
@@ -117,7 +114,7 @@ def _comparison_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         "Algorithm comparison at the largest size",
         "busbw ratio at the largest size both algorithms measured (= inverse time ratio); "
         "> 1 means the first algorithm is faster; every algorithm against the ring, the ring "
-        "against the backend's own.", _readable(table, WORLD))]
+        "against the backend's own.", readable(table, WORLD))]
 
 
 def _naive_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
@@ -128,7 +125,7 @@ def _naive_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         "Naive baseline: rank-0 penalty",
         "time_naive(N) / time_naive(N_ref) at the largest size measured at both, N_ref the "
         "smallest world size (2); theory: rank 0 moves (N-1) x the data, so (N-1)/(N_ref-1).",
-        _readable(pd.DataFrame({
+        readable(pd.DataFrame({
             "N_ref": penalty["reference_world_size"],
             "size": penalty["size_bytes"].map(format_size),
             "measured": penalty["time_ratio"].map(_ratio),
@@ -144,7 +141,7 @@ def _scaling_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         f"Scaling efficiency at {format_size(size_bytes)}",
         "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
         "time ratio = time(N) / time(N_min).",
-        _readable(pd.DataFrame({
+        readable(pd.DataFrame({
             "busbw (GB/s)": scaling["busbw_GBps"].map(_gbps),
             "efficiency": scaling["efficiency"].map(_ratio),
             "time ratio": scaling["time_ratio"].map(_ratio)}), WORLD))]
@@ -160,7 +157,7 @@ def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         "shortest interval: the others wait for it inside the collective), in how many rows it "
         "was named, its median share of samples and how late it started (per sample). "
         "'stands out' = named in most rows and late in >= 1.5/N of the samples.",
-        _readable(pd.DataFrame({
+        readable(pd.DataFrame({
             "rank": late["rank"], "host": late["host"],
             "rows": [f"{a}/{b}" for a, b in zip(late["rows_named"], late["rows"])],
             "share of samples": late["share_of_samples"].map(_ratio),
@@ -181,7 +178,7 @@ def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         f"(Kruskal-Wallis p < {ROUNDS_ALPHA:g}: the machine changed between them). How much single "
         "samples vary does not decide it: on a machine whose calls switch between two states "
         "they always vary. The summary says what would help on this machine.",
-        _readable(table, WORLD))]
+        readable(table, WORLD))]
 
 
 def _two_state_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
@@ -195,21 +192,7 @@ def _two_state_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         "state's median and share, beside the row's median, which lies in one of them or "
         "between. The fast state is the collective's own cost; the slow one is the machine "
         "getting in the way (a vCPU waking up, a descheduled rank).",
-        _readable(table, WORLD))]
-
-
-def _links_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
-    links = link_ratio(frame)
-    if not len(links):
-        return []
-    return [(
-        "Intra- vs inter-node links",
-        "busbw over each link at the largest size both measured, and intra/inter.",
-        _readable(pd.DataFrame({
-            "size": links["size_bytes"].map(format_size),
-            "intra busbw (GB/s)": links["intra_busbw_GBps"].map(_gbps),
-            "inter busbw (GB/s)": links["inter_busbw_GBps"].map(_gbps),
-            "intra/inter": links["intra_inter_ratio"].map(_ratio)}), WORLD))]
+        readable(table, WORLD))]
 
 
 def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
@@ -219,13 +202,17 @@ def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
 
 
 # The report's tables in order; each builder returns its table, or none when the rows lack it.
+# The features' tables come between them and the verdict against published figures.
 TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
-          _unstable_table, _two_state_table, _links_table, _published_tables)
+          _unstable_table, _two_state_table)
 
 
-def report_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
-    """(title, how to read it, table of strings) for the terminal and report.md."""
-    return [table for build in TABLES for table in build(frame, size_bytes)]
+def report_tables(frame: pd.DataFrame, size_bytes: int, sections=()) -> list[Table]:
+    """(title, how to read it, table of strings) for the terminal and report.md: the sweep's,
+    then those the features' `sections` lend (core/extensions.py)."""
+    lent = tuple(section.tables for section in sections if section.tables is not None)
+    return [table for build in TABLES + lent + (_published_tables,)
+            for table in build(frame, size_bytes)]
 
 
 def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -261,7 +248,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
         parts += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
     if tables is None:
-        tables = report_tables(frame, size_bytes) if size_bytes is not None else []
+        tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []
     for title, note, table in tables:
         parts += [f"## {title}", "", note, "", markdown_table(table), ""]
     parts += markdown_parts(frame, markdown_table)
@@ -277,9 +264,9 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     return "\n".join(parts)
 
 
-def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print) -> None:
+def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print, sections=()) -> None:
     echo("Runs:\n" + runs_table(frame).to_string(index=False))
-    for title, note, table in report_tables(frame, size_bytes) if size_bytes is not None else []:
+    for title, note, table in report_tables(frame, size_bytes, sections) if size_bytes is not None else []:
         echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
 
 
@@ -295,11 +282,11 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
     from allreduce_bench.core.analysis.style import svg_copies
 
-    size_bytes = chosen_size(frame, size)
+    size_bytes = chosen_size(frame, size, sections)
     out_dir = Path(out_dir)
     with svg_copies() as svgs:
         figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
-    tables = report_tables(frame, size_bytes) if size_bytes is not None else []  # once for both
+    tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []  # once for both
     path = out_dir / "report.md"
     path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections, tables))
     page = report_html(frame, runs_table(frame), tables, "\n".join(markdown_parts(frame, markdown_table)),

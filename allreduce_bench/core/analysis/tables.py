@@ -17,7 +17,6 @@ from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.results.store import read_meta
 from allreduce_bench.core.units import format_size, parse_size
 
-LINKS = ("intra", "inter")
 CURVE = ["series", "algorithm", "world_size"]
 
 
@@ -64,18 +63,19 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.groupby(CURVE + ["size_bytes"])[columns].median().sort_index()
 
 
-def has_ddp_rows(frame: pd.DataFrame) -> bool:
-    return "benchmark" in frame.columns and bool((frame["benchmark"] == "ddp").any())
-
-
-def chosen_size(frame: pd.DataFrame, size: str | int | None = None) -> int | None:
-    """The size scaling is compared at: `size` if it was measured, else the largest measured."""
+def chosen_size(frame: pd.DataFrame, size: str | int | None = None, sections=()) -> int | None:
+    """The size scaling is compared at: `size` if it was measured, else the largest measured.
+    None for rows of other collectives only, or of benchmarks the features' `sections` report
+    (Section.benchmarks): no AllReduce figures or tables, their sections."""
     measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
-    others = "benchmark" in frame.columns and bool(frame["benchmark"].isin(COLLECTIVES).any())
-    if not measured and size is None and (has_ddp_rows(frame) or others):
-        return None  # DDP or other collectives only: no AllReduce figures or tables, their sections
+    reported = [b for section in sections for b in section.benchmarks]
+    others = "benchmark" in frame.columns and bool(
+        frame["benchmark"].isin([*COLLECTIVES, *reported]).any())
+    if not measured and size is None and others:
+        return None
     if not measured:
-        raise UsageError("the results have no rows of a collective or of DDP; run a benchmark first")
+        raise UsageError("the results have no rows of a collective"
+                         + "".join(f" or of {b.upper()}" for b in reported) + "; run a benchmark first")
     if size is None:
         return measured[-1]
     wanted = parse_size(size, "--size")
@@ -168,32 +168,6 @@ def scaling_efficiency(frame: pd.DataFrame, size_bytes: int) -> pd.DataFrame:
         "efficiency": at["busbw_GBps"] / first["busbw_GBps"],
         "time_ratio": at["time_us_median"] / first["time_us_median"],
     }, index=at.index)
-
-
-def has_links(frame: pd.DataFrame) -> bool:
-    return "link" in frame.columns and frame["link"].isin(LINKS).any()
-
-
-def link_ratio(frame: pd.DataFrame) -> pd.DataFrame:
-    """busbw(intra) / busbw(inter) at the largest size both links measured, per (run,
-    algorithm, world_size): how much faster the intra-node link is."""
-    rows = []
-    if has_links(frame):
-        frame = label_runs(frame)
-        frame = frame[frame["link"].isin(LINKS)].dropna(subset=["busbw_GBps"])
-        points = frame.groupby(["run", "algorithm", "world_size", "link", "size_bytes"])[
-            "busbw_GBps"].median()
-        for key, curve in points.groupby(level=["run", "algorithm", "world_size"]):
-            curve = curve.droplevel(["run", "algorithm", "world_size"])
-            if set(LINKS) <= set(curve.index.get_level_values("link")):
-                common = curve["intra"].index.intersection(curve["inter"].index)
-                if len(common):
-                    size = common.max()
-                    intra, inter = curve["intra"][size], curve["inter"][size]
-                    rows.append((*key, int(size), intra, inter, intra / inter))
-    return pd.DataFrame(rows, columns=["run", "algorithm", "world_size", "size_bytes",
-                                       "intra_busbw_GBps", "inter_busbw_GBps", "intra_inter_ratio"]
-                        ).set_index(["run", "algorithm", "world_size"])
 
 
 # --- what runs the rows come from ------------------------------------------------------------

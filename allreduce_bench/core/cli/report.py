@@ -31,9 +31,10 @@ def _load(paths: tuple[Path, ...], out_dir: Path | None):
     """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
     to write figures."""
     from allreduce_bench.core.analysis.report import chosen_size
+    from allreduce_bench.core.cli.finish import extensions
     from allreduce_bench.core.config.checks import check_writable_dir
     frame = load_results(paths)
-    chosen_size(frame)  # no AllReduce rows at all: say so before drawing anything
+    chosen_size(frame, None, extensions().sections)  # nothing to report: say so before drawing
     check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
     return frame
 
@@ -53,9 +54,9 @@ def plot(paths, out_dir, fmt, size):
     from allreduce_bench.core.analysis.report import chosen_size
     from allreduce_bench.core.cli.finish import extensions
 
-    frame = _load(paths, out_dir)
+    frame, sections = _load(paths, out_dir), extensions().sections
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
-                       size_bytes=chosen_size(frame, size), sections=extensions().sections)
+                       size_bytes=chosen_size(frame, size, sections), sections=sections)
     for path in figures.values():
         click.echo(f"figure: {path}")
 
@@ -74,10 +75,10 @@ def report(paths, out_dir, fmt, size):
     from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
     from allreduce_bench.core.cli.finish import extensions
 
-    frame = _load(paths, out_dir)
-    size_bytes = chosen_size(frame, size)
-    print_tables(frame, size_bytes, echo=click.echo)
+    frame, sections = _load(paths, out_dir), extensions().sections
+    size_bytes = chosen_size(frame, size, sections)
+    print_tables(frame, size_bytes, echo=click.echo, sections=sections)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
-                                 sections=extensions().sections)
+                                 sections=sections)
     click.echo(f"\nreport: {path} and {path.with_name(HTML_FILE)} (one page to open in a browser), "
                f"{len(figures)} figures beside them")

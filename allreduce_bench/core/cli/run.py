@@ -109,12 +109,13 @@ def run(**options):
     """
     from allreduce_bench.core.cli.finish import extensions, measure_then_finish
     from allreduce_bench.core.config.run import run_config
+    from allreduce_bench.core.environment import started
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), **options)
+    config = run_config(command=shlex.join(sys.argv), started=started(), **options)
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")

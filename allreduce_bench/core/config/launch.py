@@ -28,6 +28,9 @@ class LaunchConfig:
     world_sizes_left_out: tuple[int, ...] = ()
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     command: str = ""
+    # the emulated cluster's label (environment.Started): every row's `emulation`, "" on real
+    # hardware; meta.json's own `emulation` block describes the cluster
+    emulation: str = ""
 
 
 class Launched:
@@ -49,4 +52,5 @@ class Launched:
     def flat(self) -> dict:
         """Every field, the launch's included, in one mapping (meta.json's `config`)."""
         own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}
-        return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)}, **own}
+        return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)
+                   if f.name != "emulation"}, **own}

@@ -10,13 +10,11 @@ without it measures the out-of-place rows it lacks, as one resumed with fewer --
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 from allreduce_bench.core import units
-from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
 from allreduce_bench.core.results.schema import META_FILE, RESULTS_FILE
@@ -29,8 +27,9 @@ MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budge
                       "sched": "--sched"}
 
 
-def stored_run(resume_dir: Path) -> dict:
-    """meta.json of the run to resume; a clear error when there is none."""
+def stored_run(resume_dir: Path, emulated: bool) -> dict:
+    """meta.json of the run to resume (by a host of `emulate`: `emulated`); a clear error when
+    there is none."""
     if not (Path(resume_dir) / META_FILE).exists():
         raise UsageError(f"--resume {resume_dir}: no {META_FILE} there; give the directory of an "
                          "earlier run (the --out it wrote to)")
@@ -38,12 +37,13 @@ def stored_run(resume_dir: Path) -> dict:
     if "run_id" not in meta or not isinstance(meta.get("config"), dict):
         raise UsageError(f"--resume {resume_dir}: {META_FILE} has no run_id/config; it was not "
                          "written by allreduce-bench run")
-    check_is_allreduce_run(meta, resume_dir)
+    check_is_allreduce_run(meta, resume_dir, emulated)
     return meta
 
 
-def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
-    """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows."""
+def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool) -> None:
+    """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows;
+    an emulated run only under `emulate` (`emulated`)."""
     try:
         others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
     except (UnicodeDecodeError, csv.Error):
@@ -53,17 +53,15 @@ def check_is_allreduce_run(meta: dict, resume_dir: Path) -> None:
         kind = "ddp" if "ddp" in meta else sorted(others)[0]
         raise UsageError(f"--resume {resume_dir} is a `{kind}` run, not one of `run`; rerun "
                          f"`allreduce-bench {kind}` with a new --out instead")
-    if "emulation" in meta and EMULATION_ENV not in os.environ:
+    if "emulation" in meta and not emulated:
         raise UsageError(f"--resume {resume_dir} is an emulated run; continue it with "
                          f"`allreduce-bench emulate --resume {resume_dir} ...`")
 
 
 def note_earlier_runs(out_dir: Path) -> None:
-    """Say so when a new run's rows will go beside an earlier run's (no --resume given). Not
-    under `emulate`, which says it once for all its benchmarks: its second benchmark's rows go
-    beside its first's by design."""
-    if EMULATION_ENV in os.environ:
-        return
+    """Say so when a new run's rows will go beside an earlier run's (no --resume given). Not by
+    a host of `emulate`, which says it once for all its benchmarks: its second benchmark's rows
+    go beside its first's by design."""
     rows = count_rows(out_dir)
     if rows:
         print(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "

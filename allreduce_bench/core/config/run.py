@@ -1,7 +1,6 @@
 """From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
@@ -32,8 +31,9 @@ from allreduce_bench.core.config.checks import (
     check_writable_dir,
 )
 from allreduce_bench.core.config.launch import LaunchConfig
-from allreduce_bench.core.environment import EMULATION_ENV, is_writer, launcher_env
+from allreduce_bench.core.environment import RankEnv, Started, is_writer
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import scheduling
 from allreduce_bench.core.measure.machine import cpus_allowed
@@ -51,14 +51,15 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
 
 
 def resolve_world(world_sizes: str | None, backend: str, device: str | None,
-                  ranks_per_node: int | None) -> tuple[tuple[int, ...], str, str, int | None]:
+                  ranks_per_node: int | None, env: RankEnv | None
+                  ) -> tuple[tuple[int, ...], str, str, int | None]:
     """(world sizes, backend, device, ranks per node) from the options and this host.
 
     Shared by every command that starts worlds (`run`, `ddp`): the launcher's world or a local
     one per world size, nccl when every local rank has a GPU, two ranks per simulated node on a
-    local CPU run where every world size splits that way.
+    local CPU run where every world size splits that way. `env`: the launcher's layout
+    (Started.env).
     """
-    env = launcher_env()
     check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
     import torch  # here, not at import: the command group loads this module for its help
 
@@ -97,16 +98,17 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
-def left_out_world_sizes(world_sizes: str | None, device: str) -> tuple[int, ...]:
+def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | None) -> tuple[int, ...]:
     """The default world sizes `resolve_world` left out for lack of CPUs: none when
     --world-sizes was given, under a launcher, or on GPU."""
-    if world_sizes is not None or launcher_env() is not None or device != "cpu":
+    if world_sizes is not None or env is not None or device != "cpu":
         return ()
     return cpu_world_sizes(cpus_allowed())[1]
 
 
-def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: float, no_plot: bool,
-                  command: str = "", label: str = "", run_id: str | None = None,
+def launch_config(world: tuple, started: Started, *, tag: str, out_dir: Path | None,
+                  timeout_s: float, no_plot: bool, command: str = "", label: str = "",
+                  run_id: str | None = None,
                   check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
                   flight_recorder: bool = False, left_out: tuple[int, ...] = (),
                   sched: str = "other") -> LaunchConfig:
@@ -117,7 +119,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
     chosen, backend, device, ranks_per_node = world
     check_timeout(timeout_s)
     tag = check_tag(tag)
-    writer = is_writer(launcher_env())
+    writer = is_writer(started.env)
     if out_dir is not None and writer and check_out:
         check_writable_dir(out_dir, "--out")
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
@@ -126,7 +128,7 @@ def launch_config(world: tuple, *, tag: str, out_dir: Path | None, timeout_s: fl
                         timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
                         nccl_debug=nccl_debug, flight_recorder=flight_recorder,
                         world_sizes_left_out=tuple(left_out), sched=sched,
-                        **({"run_id": run_id} if run_id else {}))
+                        emulation=started.emulation, **({"run_id": run_id} if run_id else {}))
 
 
 def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
@@ -176,13 +178,14 @@ def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
     return rounds
 
 
-def resumed_run(resume_dir: Path | None, out_dir: Path | None) -> tuple[Path | None, dict]:
+def resumed_run(resume_dir: Path | None, out_dir: Path | None,
+                started: Started) -> tuple[Path | None, dict]:
     """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
     if resume_dir is None:
         return out_dir, {}
     if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
         raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
-    stored = resume.stored_run(resume_dir) if is_writer(launcher_env()) else {}
+    stored = resume.stored_run(resume_dir, bool(started.emulation)) if is_writer(started.env) else {}
     return Path(resume_dir), stored
 
 
@@ -203,17 +206,17 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce", in_place=False,
                sched: str = "auto", min_busbw: str | None = None,
-               extra_budget: float | None = 0.0) -> RunConfig:
+               started: Started, extra_budget: float | None = 0.0) -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
     AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
     (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `extra_budget` None: --extra-budget's
     default (EXTRA_BUDGET_S, 0 with --quick); `min_busbw` is only checked here
     (emulate validates every host's options up front): the command judges it after the run
-    (core/cli/floor.py)."""
+    (core/cli/floor.py). `started`: how this process was started (environment.started)."""
     if min_busbw is not None:
         parse_floor(min_busbw)
-    env = launcher_env()
-    world = resolve_world(world_sizes, backend, device, ranks_per_node)
+    env = started.env
+    world = resolve_world(world_sizes, backend, device, ranks_per_node, env)
     chosen, backend, device, ranks_per_node = world
     dtype = parse_dtype(dtype)
     swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
@@ -227,17 +230,16 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                          "all_reduce,reduce_scatter,all_gather) or drop --in-place")
     if names:
         check_allreduce_memory(names, chosen, swept, device, env)
-    out_dir, stored = resumed_run(resume_dir, out_dir)
+    out_dir, stored = resumed_run(resume_dir, out_dir, started)
     if out_dir is not None and is_writer(env):
         check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
-        if resume_dir is None:
+        if resume_dir is None and not started.emulation:  # emulate says it once for all
             resume.note_earlier_runs(out_dir)
-    launch = launch_config(world, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
+    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
-                           left_out=left_out_world_sizes(world_sizes, device),
-                           sched=scheduling.wanted(sched, device,
-                                                   emulated=bool(os.environ.get(EMULATION_ENV))))
+                           left_out=left_out_world_sizes(world_sizes, device, env),
+                           sched=scheduling.wanted(sched, device, emulated=bool(started.emulation)))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick),
                        extra_budget_s=extra_seconds(extra_budget, quick), collectives=others,
@@ -273,3 +275,6 @@ def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
                  f"{largest_world} ({', '.join(algorithms)})", device,
                  "choose a smaller --max-bytes (or --sizes), fewer ranks, or drop naive "
                  "(its root holds (N-1) x size)")
+
+
+RUNNABLE = Runnable("allreduce", "run", run_config)  # `emulate --benchmarks allreduce`

@@ -15,7 +15,7 @@ from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.extensions import NONE, Extensions
 from allreduce_bench.core.launch.environments import describe_failure, launch_local
 from allreduce_bench.core.launch.flight import flight_recorder_line
-from allreduce_bench.core.launch.reasons import DRIVER_PID_ENV, REASON_DIR_ENV, first_reason, guarded
+from allreduce_bench.core.launch.reasons import LocalRun, first_reason, guarded
 from allreduce_bench.core.measure import stopped
 from allreduce_bench.core.measure.rank import Benchmark, rank_main
 from allreduce_bench.core.results.lock import DirectoryLock
@@ -95,7 +95,7 @@ def drive(config, benchmark: Benchmark, extensions: Extensions = NONE) -> int | 
         benchmark.prepare(config)
     if env is not None:
         # a world of the ranks that came (health) is finished by its first rank
-        finishes = guarded(rank_main, config, benchmark, env, extensions.dump_verdict)
+        finishes = guarded(None, rank_main, config, benchmark, env, extensions.dump_verdict)
         return None if finishes else 0
     world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
                    else config.world_sizes)
@@ -117,14 +117,13 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
 
     how_to_continue = f"--resume {config.out_dir}" if benchmark.resumable else None
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
-        os.environ[REASON_DIR_ENV] = reasons  # the ranks inherit it
-        os.environ[DRIVER_PID_ENV] = str(os.getpid())
+        local = LocalRun(reasons, os.getpid())  # every rank gets it
         try:
             with _ranks_ignore_ctrl_c(reasons):
                 if world_sizes:
-                    launch_local(max(world_sizes), guarded, rank_main,
+                    launch_local(max(world_sizes), guarded, local, rank_main,
                                  config.with_world_sizes(tuple(world_sizes)), benchmark, None,
-                                 extensions.dump_verdict, marks=reasons)
+                                 extensions.dump_verdict, local, marks=reasons)
         except ChildFailedError as error:
             if stopped := _abandoned_ranks(error):
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
@@ -146,7 +145,4 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
             print(f"allreduce-bench: interrupted ({sig.name}); "
                   f"{kept(config.out_dir, how_to_continue)}", file=sys.stderr)
             return 128 + int(sig)  # 130 for Ctrl-C, as shells report it
-        finally:
-            os.environ.pop(REASON_DIR_ENV, None)
-            os.environ.pop(DRIVER_PID_ENV, None)
     return None

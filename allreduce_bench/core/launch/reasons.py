@@ -2,20 +2,29 @@
 
 A local world's ranks run `guarded`, which turns any exception into that line in a file the
 driver reads (so the user sees the real reason, not "rank 0 exited with code 1"); under a
-launcher the rank prints the line itself."""
+launcher the rank prints the line itself. The driver hands each local rank its `LocalRun`."""
 from __future__ import annotations
 
 import errno
 import os
 import sys
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
-from allreduce_bench.core.environment import DRIVER_PID_ENV, launcher_env  # noqa: F401  (the driver sets it)
+from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
 
 FAILED_EXIT = 1
-REASON_DIR_ENV = "ALLREDUCE_BENCH_REASONS"  # where a local world's ranks leave their reason
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """What a local world's driver hands each rank it starts: the folder where ranks leave
+    their reasons and marks, and its own pid (the rank dies with it)."""
+
+    reasons: str
+    driver_pid: int
 
 
 def reason(error: BaseException, rank: int) -> str:
@@ -37,28 +46,28 @@ def reason(error: BaseException, rank: int) -> str:
     return f"{type(error).__name__}: {first} (a bug; please report it with the command line)"
 
 
-def _die_with_driver() -> None:
+def _die_with_driver(local: LocalRun | None) -> None:
     """A local rank ends when its driver does, even when the driver was interrupted while it
     was still starting ranks (torch's launcher then never learns of them): the kernel sends
     SIGKILL on the driver's exit, and a rank whose driver is already gone leaves at once."""
-    driver = os.environ.get(DRIVER_PID_ENV)
-    if not driver:
+    if local is None:
         return
     try:
         import ctypes
         ctypes.CDLL(None, use_errno=True).prctl(1, 9)  # PR_SET_PDEATHSIG = 1, SIGKILL
     except (OSError, AttributeError):
         pass
-    if str(os.getppid()) != driver:
+    if os.getppid() != local.driver_pid:
         os._exit(130)
 
 
-def guarded(entry, config, *args):
-    """Run one rank's `entry(config, *args)`; an exception ends the rank with one line."""
-    _die_with_driver()
+def guarded(local: LocalRun | None, entry, config, *args):
+    """Run one rank's `entry(config, *args)`; an exception ends the rank with one line (in
+    `local`'s folder for a local world's driver, else on stderr)."""
+    _die_with_driver(local)
     try:
         returned = entry(config, *args)
-        _leave_mark(f"returned-{os.getpid()}", "")
+        _leave_mark(local, f"returned-{os.getpid()}", "")
         return returned
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)
         env = launcher_env()
@@ -66,20 +75,19 @@ def guarded(entry, config, *args):
         line = reason(error, rank)
         if not (is_out_of_memory(error) or isinstance(error, (OSError, UsageError))):
             line += f"; traceback in {_save_traceback(rank)}"
-        if not _leave_mark(f"rank-{rank}", line):
+        if not _leave_mark(local, f"rank-{rank}", line):
             _write_stderr(f"allreduce-bench: rank {rank}: {line}")
         os._exit(FAILED_EXIT)
 
 
-def _leave_mark(name: str, text: str) -> bool:
+def _leave_mark(local: LocalRun | None, name: str, text: str) -> bool:
     """A file in the local world's reason directory, for the driver: why this rank failed
     (`rank-R`), or that it returned (`returned-PID`, for launch/environments.py's watcher).
     False where there is none (under a launcher) or it cannot be written."""
-    reasons = os.environ.get(REASON_DIR_ENV)
-    if not reasons:
+    if local is None:
         return False
     try:
-        (Path(reasons) / name).write_text(text)
+        (Path(local.reasons) / name).write_text(text)
     except OSError:
         return False
     return True

@@ -1,11 +1,14 @@
-"""One measurement of a collective other than AllReduce: buffers laid out as nccl-tests lays
-them out, the timed loop, then the check of the very call that was timed.
+"""One measurement of any collective, AllReduce's included: buffers laid out as nccl-tests lays
+them out, the timed loop of measure/timing.py, then the check of the very call that was timed.
 
 `count` is one rank's part for AllGather, ReduceScatter and AllToAll and the whole buffer for
 the others (metrics.collective_counts). In place is nccl-tests' layout: AllGather's input is
-rank r's part of the output, ReduceScatter's output is rank r's part of the input; Broadcast and
-Reduce are always in place (torch's calls are); AllToAll and SendRecv only out of place. Timed
-buffers hold zeros, as the AllReduce's: sums stay zero over any number of calls.
+rank r's part of the output, ReduceScatter's output is rank r's part of the input; AllReduce,
+Broadcast and Reduce are always in place (torch's calls are); AllToAll and SendRecv only out of
+place. Timed buffers hold zeros: sums stay zero over any number of back-to-back calls, so values
+never grow or overflow and nothing has to be restored inside or between samples. Afterwards the
+input is filled with a pattern of known exact result (measure/patterns.py) and the call runs
+once more; every element is compared and mismatches summed over ranks are `wrong`.
 """
 from __future__ import annotations
 
@@ -36,15 +39,17 @@ def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
         send, recv = (torch.zeros(whole, dtype=dtype, device=device) for _ in range(2))
     elif collective == "sendrecv":
         send, recv = (torch.zeros(count, dtype=dtype, device=device) for _ in range(2))
-    else:  # broadcast, reduce: one tensor
+    else:  # all_reduce, broadcast, reduce: one tensor
         send = recv = torch.zeros(count, dtype=dtype, device=device)
     return send, recv
 
 
-def check(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
-          world: World) -> int:
+def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
+                world: World) -> int:
     """Fill the output with junk, then the input pattern (in place, over its part of the output),
-    run the call once and count this rank's wrong elements."""
+    run the call once and count this rank's wrong elements. It runs the very call that was
+    timed (no second plan: naive's root would hold twice (N-1) x S of buffers), so reusing a
+    plan is checked too."""
     n, r = world.size, world.rank
     device, dtype = send.device, send.dtype
     patterns.junk(recv)
@@ -56,15 +61,20 @@ def check(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: 
 
 def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
             sampling: timing.Sampling, in_place: bool = False, before_clock=None,
-            agree_over=None, check_result: bool = True) -> tuple[timing.Measured, int]:
+            agree_over=None, check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check_result` (a round before a row's last) nothing is checked and #wrong is 0."""
-    send, recv = buffers(algorithm.collective, count, world, dtype, in_place)
-    call = algorithm.build(send, recv, world)
-    measured = timing.sample(call, world.device, world.group.pg, sampling, before_clock, agree_over)
-    if not check_result:
+    `check` (a round before a row's last) nothing is checked and #wrong is 0; `agree_over` and
+    `lockstep` as in timing.sample."""
+    collective = algorithm.collective
+    send, recv = buffers(collective, count, world, dtype, in_place)
+    # AllReduce's algorithms build on one buffer (in place), the others' on send and receive
+    call = algorithm.build(send, world) if collective == "all_reduce" else \
+        algorithm.build(send, recv, world)
+    measured = timing.sample(call, world.device, world.group.pg, sampling, before_clock, agree_over,
+                             lockstep)
+    if not check:
         return measured, 0
-    wrong = torch.tensor([check(algorithm.collective, call, send, recv, count, world)],
+    wrong = torch.tensor([count_wrong(collective, call, send, recv, count, world)],
                          dtype=torch.int64, device=world.device.torch_device)
     dist.all_reduce(wrong, group=world.group.pg)
     return measured, int(wrong.item())

@@ -39,15 +39,16 @@ def store_host() -> str:
     return "agent" if "TORCHELASTIC_RUN_ID" in os.environ else "rank 0"
 
 
-def store_reachable(timeout_s: float = 1.0) -> bool:
-    """Whether anything still listens at MASTER_ADDR:MASTER_PORT; a plain socket, so a dead store
-    host costs no C++ warnings from torch's store client."""
+def store_reachable(master: tuple[str | None, int | None], timeout_s: float = 1.0) -> bool:
+    """Whether anything still listens at the store's (address, port) (environment.master_of); a
+    plain socket, so a dead store host costs no C++ warnings from torch's store client."""
+    addr, port = master
+    if port is None:
+        return False
     try:
-        port = int(os.environ["MASTER_PORT"])
-        with socket.create_connection((os.environ.get("MASTER_ADDR", "127.0.0.1"), port),
-                                      timeout=timeout_s):
+        with socket.create_connection((addr or "127.0.0.1", port), timeout=timeout_s):
             return True
-    except (KeyError, ValueError, OSError):
+    except OSError:
         return False
 
 
@@ -57,8 +58,8 @@ def _settled(seconds: float = 0.2) -> bool:
 
 
 class Progress:
-    def __init__(self, rank: int, world_size: int):
-        self.rank, self.members = rank, tuple(range(world_size))
+    def __init__(self, rank: int, world_size: int, master: tuple[str | None, int | None] = (None, None)):
+        self.rank, self.members, self.master = rank, tuple(range(world_size)), master
         self.phase, self.step, self.where = 0, 0, "start-up"
         self.host, self.pid = socket.gethostname(), os.getpid()
         try:  # private but long-standing; without it only the missing rank goes unnamed
@@ -89,7 +90,7 @@ class Progress:
         gone = "missing rank 0 (the store's host) is gone"
         # A killed process's sockets close one by one: the listening one may outlive, by a few
         # milliseconds, the connection whose loss brought us here. Probe twice.
-        if host_is_rank0 and not (store_reachable() and _settled() and store_reachable()):
+        if host_is_rank0 and not (store_reachable(self.master) and _settled() and store_reachable(self.master)):
             return gone
         # A store whose host is stopped accepts the connection but never answers, and not every
         # store call honours the store's timeout: ask from a thread and stop waiting for it.
@@ -99,7 +100,7 @@ class Progress:
         asking.join(STORE_WAIT_S)
         if not answer or answer[0] is None:
             if host_is_rank0:  # reachable but silent: stopped, or it died meanwhile
-                return gone if not store_reachable() else \
+                return gone if not store_reachable(self.master) else \
                     "missing rank 0 (the store's host) does not answer"
             return "missing rank unknown"
         found = answer[0]

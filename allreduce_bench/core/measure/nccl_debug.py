@@ -29,8 +29,10 @@ def _folder(config) -> Path:
     scratch folder, whose files are sent to rank 0 (a rank under a launcher that named its
     own default OUT, or whose OUT is not created yet on this host)."""
     out = Path(config.out_dir)
-    if out.is_dir():
-        return out / DEBUG_DIR
+    return out / DEBUG_DIR if out.is_dir() else _scratch()
+
+
+def _scratch() -> Path:
     return Path(tempfile.gettempdir()) / f"allreduce-bench-{DEBUG_DIR}-{os.getuid()}"
 
 
@@ -43,12 +45,12 @@ def enable(config) -> None:
     os.environ.update(debug_environment(folder))
 
 
-def own_files(pid: int | None = None) -> list[Path]:
-    """This process's debug file(s) (`<host>.<pid>.log`) where NCCL_DEBUG_FILE points: NCCL's
-    own variable, read as NCCL reads it (a user's NCCL_DEBUG_FILE is honoured the same way)."""
+def own_files(config, pid: int | None = None) -> list[Path]:
+    """This process's debug file(s) (`<host>.<pid>.log`) in either folder `enable` may have
+    chosen (OUT/nccl-debug or the scratch one: OUT may have appeared since)."""
     pid = os.getpid() if pid is None else pid
-    folder = Path(os.environ.get("NCCL_DEBUG_FILE", "")).parent
-    return sorted(folder.glob(f"*.{pid}.log")) if os.environ.get("NCCL_DEBUG_FILE") and folder.is_dir() else []
+    return sorted(path for folder in (Path(config.out_dir) / DEBUG_DIR, _scratch())
+                  for path in folder.glob(f"*.{pid}.log"))
 
 
 def collect(config, rank: int, world_size: int) -> None:
@@ -58,7 +60,7 @@ def collect(config, rank: int, world_size: int) -> None:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch
 
-    mine = own_files()
+    mine = own_files(config)
     folder = Path(config.out_dir) / DEBUG_DIR
     names: list = [None] * world_size
     dist.all_gather_object(names, [p.name for p in mine])

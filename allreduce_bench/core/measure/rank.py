@@ -21,13 +21,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import (
-    DRIVER_PID_ENV,
-    EMULATION_ENV,
-    RankEnv,
-    export_for_env_init,
-    launcher_env,
-)
+from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
 from allreduce_bench.core.measure import (
     binding,
@@ -71,14 +65,15 @@ def _quiet_interrupt(signum, frame) -> None:
     os._exit(130)
 
 
-def join_world(config, env: RankEnv | None, present: bool = False):
+def join_world(config, env: RankEnv | None, present: bool = False, local: bool = False):
     """(this rank's device, its Binder, where it runs, its Presence) and its place in the
     default process group, the same way for every per-rank entry point (run, links, ddp) and
     every launcher. `config` needs
     backend, device, timeout_s and bind: the binding is applied before the process group's
     threads start. A rank that cannot join exits with one line. `present`: the world is made
     of the ranks that arrive within --timeout (measure/world.py `join_present`: the Presence,
-    else None; this rank's place in it is `presence.env`, None when it sits out)."""
+    else None; this rank's place in it is `presence.env`, None when it sits out). `local`: a
+    rank of a local world, started by this host's driver."""
     if env is None:
         raise RuntimeError("a per-rank entry point needs a launcher's environment (RANK, WORLD_SIZE, ...)")
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
@@ -90,9 +85,8 @@ def join_world(config, env: RankEnv | None, present: bool = False):
     # before the binding (which depends on it) and before gloo starts the threads that inherit it
     sched = scheduling.apply(getattr(config, "sched", "other"), device.kind)
     # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
-    here = (env.rank, env.world_size) if os.environ.get(EMULATION_ENV) else (env.local_rank,
-                                                                              env.local_world_size)
-    binder = binding.Binder.here(config.bind, started_here=DRIVER_PID_ENV in os.environ,
+    here = (env.rank, env.world_size) if config.emulation else (env.local_rank, env.local_world_size)
+    binder = binding.Binder.here(config.bind, started_here=local,
                                  gpu_index=device.torch_device.index if device.kind == "cuda" else None,
                                  sched=sched.as_dict())
     placement = binder.bind(*here)
@@ -105,7 +99,7 @@ def join_world(config, env: RankEnv | None, present: bool = False):
         else:
             dist.init_process_group(config.backend, **options)
     except (RuntimeError, ValueError) as error:  # unreachable master, rendezvous timeout, ...
-        where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        where = ":".join(str(part or "?") for part in master_of(env))
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         exit_now(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
                  f"({env.launcher}, master {where}): {first}", **({"code": 1} if present else {}))
@@ -137,8 +131,10 @@ class Session:
     """One rank's measuring context: the same for every benchmark."""
 
     def __init__(self, config, env: RankEnv, device, progress: Progress, hosts: list[str],
-                 binder: binding.Binder | None = None, presence: world.Presence | None = None):
+                 binder: binding.Binder | None = None, presence: world.Presence | None = None,
+                 local: bool = False):
         self.config, self.env, self.device, self.progress = config, env, device, progress
+        self.local = local  # a rank of a local world, started by this host's driver
         self.binder = binder
         self.presence = presence  # who came, in a world of the ranks that arrive (health)
         self.hosts = hosts  # hostname of every global rank, for the raw samples
@@ -185,7 +181,7 @@ class Session:
         if self.binder is None:
             return
         members = binding.local_members(world_size, self.env.rank, self.hosts,
-                                        bool(os.environ.get(EMULATION_ENV)))
+                                        bool(self.config.emulation))
         mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
                 if self.env.rank in members else None)
         placements = [None] * self.env.world_size
@@ -220,11 +216,13 @@ class Session:
         return {**row, "link_peak_GBps": round(peak, 3), "busbw_pct_of_peak": round(100.0 * busbw / peak, 1)}
 
 
-def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_verdict=None) -> bool:
+def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_verdict=None,
+              local=None) -> bool:
     """Measure `benchmark` on this rank; returns whether this process finishes the run: rank 0,
     or the first rank of a world of the ranks that came (rank 0 may sit out). `dump_verdict`:
     the hang feature's line on Flight Recorder dumps (Extensions.dump_verdict), for rank 0's
-    failure line under a launcher.
+    failure line under a launcher. `local`: the LocalRun of a local world's driver (None under
+    a launcher).
 
     A collective that fails or times out ends this process at once with exit code 3 and one
     line naming the step and the missing rank (see faults.py); rows already written stay.
@@ -233,7 +231,8 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
     fault = Fault.from_env()
     if fault and env is not None:
         fault.at_start(env.rank)  # test-only: a rank that hangs while it starts
-    device, binder, placement, presence = join_world(config, env, present=benchmark.joins_present)
+    device, binder, placement, presence = join_world(config, env, benchmark.joins_present,
+                                                     local is not None)
     if presence is not None:
         launched, env = env, presence.env
         if env is None:  # came after the world formed, or its host is short of a rank
@@ -241,12 +240,12 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
                   f"(it came late, or a rank of its host never came): it sits out", file=sys.stderr, flush=True)
             presence.sit_out()
             return False
-    progress = Progress(env.rank, env.world_size)
+    progress = Progress(env.rank, env.world_size, master_of(env))
     # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
-    with nullcontext() if DRIVER_PID_ENV in os.environ else \
+    with nullcontext() if local is not None else \
             stopped.watch(env.rank, env.world_size, progress, config, dump_verdict):
         _measure_or_exit(config, benchmark, env, device, placement, binder, progress,
-                         presence, dump_verdict)
+                         presence, dump_verdict, local is not None)
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(config.out_dir)
@@ -254,11 +253,11 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
 
 
 def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placement, binder,
-                     progress: Progress, presence=None, dump_verdict=None) -> int:
+                     progress: Progress, presence=None, dump_verdict=None, local=False) -> int:
     """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
-        session = Session(config, env, device, progress, hosts, binder, presence)
+        session = Session(config, env, device, progress, hosts, binder, presence, local)
         if getattr(config, "rows_expected", None):  # a config that knows its rows (ddp's)
             session.expect(config.rows_expected, benchmark.name)
         wrong = benchmark.measure(session)
@@ -275,7 +274,7 @@ def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placeme
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         line = failure_line(env.rank, progress, error, config.timeout_s)
         line += flight_recorder.after_failure(config, env.rank, env.world_size,
-                                              local=DRIVER_PID_ENV in os.environ,
+                                              local=local,
                                               dump_verdict=dump_verdict)
         exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank

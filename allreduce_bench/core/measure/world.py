@@ -21,6 +21,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from allreduce_bench.core.environment import master_of
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import flight_recorder
@@ -181,7 +182,7 @@ def _launch_store(env, timeout: timedelta, serves: bool):
     elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
     MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
     does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
-    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    addr, port = master_of(env)  # set by the launcher, or found by launcher_env
     agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
     failed = RuntimeError(
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "

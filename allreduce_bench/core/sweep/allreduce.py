@@ -1,23 +1,20 @@
-"""The sweep on one (sub-)world: for each algorithm and size, build, time, check.
+"""The sweep on one (sub-)world: for each algorithm and size, one measurement
+(measure/collective.py: build, time, check) and its row.
 
 Timing is the one loop of measure/timing.py: calibrated samples of `loops` back-to-back calls,
-each rank's time per call kept per sample. The timed buffer holds zeros: their sum stays zero
-over any number of back-to-back calls, so values never grow or overflow and nothing has to be
-restored inside or between samples. Afterwards the buffer is filled with a pattern of known
-exact sum and reduced once more by the very call that was timed; every element is compared and
-mismatches summed over ranks are `wrong`.
+each rank's time per call kept per sample.
 """
 from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
 
-import torch
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import RunConfig
-from allreduce_bench.core.measure import machine, patterns, timing
+from allreduce_bench.core.measure import collective as measuring
+from allreduce_bench.core.measure import machine, timing
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import Console
 from allreduce_bench.core.measure.faults import DONE
@@ -29,37 +26,12 @@ from allreduce_bench.core.sweep import collectives, passes
 from allreduce_bench.core.sweep.rows import pooled_row
 
 
-def measure(build: algorithms.Builder, world: World, count: int, dtype: torch.dtype,
-            sampling: timing.Sampling, before_clock=None, agree_over=None,
-            check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
-    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check` (a round before a row's last) nothing is checked and #wrong is 0; `agree_over`
-    and `lockstep` as in timing.sample."""
-    device = world.device
-    tensor = torch.zeros(count, dtype=dtype, device=device.torch_device)
-    call = build(tensor, world)
-    measured = timing.sample(call, device, world.group.pg, sampling, before_clock, agree_over,
-                             lockstep)
-    if not check:
-        return measured, 0
-
-    # The check runs the very call that was timed (no second plan: naive's root would hold
-    # twice (N-1) x S of buffers), so reusing a plan is checked too.
-    patterns.fill(tensor, world.rank, world.size)
-    call()
-    expected = patterns.expected_sum(count, world.size, dtype, device.torch_device)
-    wrong = torch.tensor([patterns.count_wrong(tensor, expected)], dtype=torch.int64,
-                         device=device.torch_device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return measured, int(wrong.item())
-
-
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts,
                    before_clock) -> passes.Item:
     """One AllReduce measurement; sizes are whole elements (options.run_config)."""
     def measure_once(sampling: timing.Sampling, check: bool):
-        return measure(algorithms.get(name), world, count, config.torch_dtype, sampling,
-                       before_clock, check=check)
+        return measuring.measure(algorithms.lookup(name), world, count, config.torch_dtype,
+                                  sampling, before_clock=before_clock, check=check)
 
     return passes.Item(name, count * config.itemsize, measure_once,
                        lambda taken, wrong: pooled_row(config, world, name, count, taken, wrong, hosts))

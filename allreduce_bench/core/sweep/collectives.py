@@ -80,7 +80,7 @@ def collective_item(config: RunConfig, world: World, collective: str, name: str,
 
     def measure_once(sampling, check: bool):
         return measuring.measure(algorithm, world, count, config.torch_dtype, sampling, in_place,
-                                 before_clock, check_result=check)
+                                 before_clock, check=check)
 
     def row(taken, wrong: int):
         made, samples = pooled_row(config, world, name, count, taken, wrong, hosts,
