@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -46,19 +47,20 @@ def slice_rank(slices: list[int], size_bytes: int, budget_s: float) -> dict[int,
     import torch
     import torch.distributed as dist
 
-    from allreduce_bench.core import metrics
+    from allreduce_bench.core import algorithms, metrics
     from allreduce_bench.core.algorithms import ring
     from allreduce_bench.core.config import Sampling
+    from allreduce_bench.core.measure.collective import measure
     from allreduce_bench.core.measure.device import Device
     from allreduce_bench.core.measure.world import make_world
-    from allreduce_bench.core.sweep.allreduce import measure
 
     dist.init_process_group("gloo")
     world, out = make_world(2, 1, Device()), {}
     for _ in range(2):  # twice, interleaved: the second pass is the one kept
         for size in slices:
-            measured, wrong = measure(partial(ring.build, slice_bytes=size), world, size_bytes // 4,
-                                      torch.float32, Sampling(budget_s=budget_s))
+            sliced = replace(algorithms.lookup("ring"), build=partial(ring.build, slice_bytes=size))
+            measured, wrong = measure(sliced, world, size_bytes // 4, torch.float32,
+                                      Sampling(budget_s=budget_s))
             assert wrong == 0
             out[size] = metrics.sample_stats(measured.per_rank_us)["time_us_median"]
     dist.destroy_process_group()
