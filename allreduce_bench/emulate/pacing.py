@@ -14,6 +14,7 @@ scales the rate by how far the AllReduce is from its target (its time goes as 1 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 
 DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link communicates
@@ -40,21 +41,26 @@ def ddp_rate_bps(settings, nodes: int, ranks_per_node: int, backward_s: float) -
     return 2 * (world - 1) / world * settings.gradient_bytes * 8 / (COMM_PER_BACKWARD * backward_s)
 
 
-def target_comm_s(probe: dict) -> float:
-    """How long the AllReduce should take, from one probe's backward and CPU time."""
-    return max(COMM_PER_BACKWARD * probe["backward_s"], probe["comm_cpu_s"] / CPU_SHARE)
+def target_comm_s(probes: list[dict]) -> float:
+    """How long the AllReduce should take, from the probes' backward and CPU time: medians over
+    every probe so far, as neither depends on the rate (one probe's backward moved 2x under load)."""
+    def median(key: str) -> float:
+        return statistics.median(p[key] for p in probes)
+    return max(COMM_PER_BACKWARD * median("backward_s"), median("comm_cpu_s") / CPU_SHARE)
 
 
 def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float, list[dict]]:
     """(the rate, every probe with its rate and CPU share): `probe(rate)` shapes the link to
     `rate` and returns {backward_s, comm_s, comm_cpu_s}; up to PROBES candidates, each scaled
-    from the one before by comm / target, stopping at one within WITHIN of its target."""
+    from the one before by comm / target (its target from every probe so far), stopping at one
+    within WITHIN of its target."""
     rate, tried = first_bps, []
     for _ in range(PROBES):
         found = probe(rate)
+        target = target_comm_s([*tried, found])
         tried.append({"rate_bps": rate, **found, "cpu_share": found["comm_cpu_s"] / found["comm_s"],
-                      "target_comm_s": target_comm_s(found)})
-        ratio = found["comm_s"] / target_comm_s(found)
+                      "target_comm_s": target})
+        ratio = found["comm_s"] / target
         if abs(ratio - 1) <= WITHIN or not math.isfinite(ratio):
             return rate, tried
         rate *= ratio

@@ -107,6 +107,16 @@ def test_ddp_rate_is_lowered_until_gloo_needs_little_of_the_cpu():
     assert rate == probe.rates[-1] and tried[-1]["comm_s"] / tried[-1]["target_comm_s"] > 1 - pacing.WITHIN
 
 
+def test_the_target_pools_backward_over_the_probes():
+    # backward timed 0.6 s, then 1.4 s, then 0.6 s under load: each target takes the median so far
+    backwards = iter([0.6, 1.4, 0.6])
+
+    def probe(rate_bps):
+        return {"backward_s": next(backwards), "comm_s": 1e9 / rate_bps, "comm_cpu_s": 0.01}
+    _, tried = pacing.choose_rate(1e9 / 0.3, probe)
+    assert [t["target_comm_s"] for t in tried] == pytest.approx([0.6, 1.0, 0.6])
+
+
 def test_a_machine_that_cannot_show_the_overlap_says_so_in_one_line():
     _, tried = pacing.choose_rate(1e9 / 0.1, _link(cpu_s=0.3, backward_s=0.1))
     warning = pacing.overlap_warning(tried)
@@ -264,7 +274,7 @@ def test_emulated_ddp_rate_is_calibrated_on_the_hosts(tmp_path):
     assert 1 <= len(probes) <= pacing.PROBES and emulation["calibration"]["cpu_share"] == pacing.CPU_SHARE
     for probe in probes:
         assert probe["comm_s"] > 0 and 0 < probe["cpu_share"] and probe["backward_s"] > 0
-        assert probe["target_comm_s"] == pytest.approx(pacing.target_comm_s(probe))
+    assert probes[-1]["target_comm_s"] == pytest.approx(pacing.target_comm_s(probes))
     assert "calibrated on the hosts" in done.stderr and done.stderr.count("  at ") == len(probes)
 
 
