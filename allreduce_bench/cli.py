@@ -74,14 +74,18 @@ def main(context):
 
     Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
     """
-    context.obj = extensions()  # every command finds it (core/cli/finish.py `extensions`)
+    context.obj = extensions()  # every command finds it (core/extensions.py `current`)
 
 
 def extensions():
     """What the features lend the core (core/extensions.py): report.md's sections in order,
-    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks."""
+    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks, the
+    summary's "is this normal?" lines, `run --expect`'s line, and their rows as results/ reads
+    them (also `allreduce_bench.load_results`')."""
     from allreduce_bench.core.extensions import Extensions
     from allreduce_bench.ddp import sections as ddp_sections
+    from allreduce_bench.expect import sections as expect_sections
+    from allreduce_bench.expect.cli import run_headline
     from allreduce_bench.hang.dump_verdict import verdict_line
     from allreduce_bench.links import sections as links_sections
     from allreduce_bench.model import sections as model_sections
@@ -90,8 +94,10 @@ def extensions():
 
     return Extensions(sections=(links_sections.SECTION, model_sections.WINNERS,
                                 model_sections.COLLECTIVES, ddp_sections.SECTION,
-                                nccl_sections.SECTION),
-                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,))
+                                nccl_sections.SECTION, expect_sections.SECTION),
+                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,),
+                      summaries=(expect_sections.summary_lines,), expect=run_headline,
+                      rows=(links_sections.ROWS, ddp_sections.ROWS))
 
 
 # One module per command; a new command is a module and one line here. The modules are bound
@@ -102,6 +108,7 @@ from allreduce_bench.core.config import run as run_config  # noqa: E402
 from allreduce_bench.ddp import cli as ddp  # noqa: E402
 from allreduce_bench.ddp import config as ddp_config  # noqa: E402
 from allreduce_bench.emulate import cli as emulate  # noqa: E402
+from allreduce_bench.expect import cli as expect  # noqa: E402
 from allreduce_bench.hang import cli as hang  # noqa: E402
 from allreduce_bench.health import cli as health  # noqa: E402
 from allreduce_bench.health import config as health_config  # noqa: E402
@@ -118,7 +125,7 @@ COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model,
             emulate.emulate_command(RUNNABLES),
             links.links, health.health, interop.import_command, interop.export_command,
             interop.compare_command,
-            nccl_log.nccl_log_command, hang.hang)
+            nccl_log.nccl_log_command, hang.hang, expect.expect_command)
 for command in COMMANDS:
     main.add_command(command)
 if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:

@@ -1,29 +1,36 @@
 #!/usr/bin/env bash
-# Self-check of allreduce-bench on a machine with one or more GPUs, in under 8 minutes:
+# Self-check of allreduce-bench on a machine with one or more GPUs, in under 7 minutes:
 #   1. environment facts: GPUs, driver, CUDA, NCCL, torch, `nvidia-smi topo -m` (environment.txt);
-#   2. `run` with NCCL: every algorithm at the largest world size the GPUs allow (world size 1 on
-#      one GPU: init, device binding, CUDA-event timing, device-side alignment, the check), and
-#      with >= 2 GPUs the default sweep (2, 4, ... up to the GPU count);
-#   3. on one GPU, `run` at world sizes 2 and 4 with the ranks sharing that GPU (gloo with CUDA
+#   2. `run` with NCCL: every algorithm (--algos all: the hand-written ones and NCCL's pinned
+#      variants; a variant NCCL has no kernel for here, e.g. NVLS without NVSwitch, is skipped
+#      in one line) at the largest world size the GPUs allow (world size 1 on one GPU: init,
+#      device binding, CUDA-event timing, device-side alignment, the check);
+#   3. with >= 2 GPUs, `run` on sub-worlds: world sizes 1, 2, 4, ... up to the GPU count, each
+#      made of the first ranks while the others wait, with NCCL's variants pinned (native:ring,
+#      native:tree:LL, native:nvls) beside ring: the groups every rank must create together
+#      (into sub-worlds/);
+#   4. on one GPU, `run` at world sizes 2 and 4 with the ranks sharing that GPU (gloo with CUDA
 #      tensors: NCCL refuses two ranks on one device), so CUDA-event timing, device-side
 #      alignment and the check run with more than one rank (into shared-gpu/);
-#   4. `ddp` at the largest world size of step 2;
+#   5. `ddp` at the largest world size of step 2;
 # into results/example-<gpu model>-<n>gpu/ (results.csv, meta.json, plots/ with report.md;
-# shared-gpu/ and ddp/ likewise; environment.txt, summary.txt), ready to commit, and a short
-# summary.
+# sub-worlds/, shared-gpu/ and ddp/ likewise; environment.txt, summary.txt), ready to commit,
+# and a short summary.
 #
-#   scripts/gpu_check.sh [--out DIR] [--force] [--no-install]
+#   scripts/gpu_check.sh [--out DIR] [--force] [--no-install] [--budget SECONDS]
 #   scripts/gpu_check.sh --name "NVIDIA H100 80GB HBM3" 8   # prints the output directory only
 #
 # Installs nothing from the network: only `pip install -e .` of this checkout, without
-# dependencies (torch with CUDA must already be there). Writes only under results/.
+# dependencies (torch with CUDA must already be there); --no-install skips that and runs this
+# checkout through PYTHONPATH instead. --budget: seconds for steps 2-5 (default 360, so the
+# whole check with its start-up fits a 600-s call with a margin). Writes only under results/.
 # Exit codes: 0 all good; 1 a step failed or a result was wrong; 2 no GPU here, or bad usage.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python}
-BUDGET_S=${BUDGET_S:-450}  # 7.5 minutes for the steps; the rest is start-up and the summary
+BUDGET_S=${BUDGET_S:-360}  # 6 minutes for the steps; the rest is start-up and the summary
 
-usage() { echo "gpu_check.sh: error: $1; usage: scripts/gpu_check.sh [--out DIR] [--force] [--no-install] | --name MODEL COUNT" >&2; exit 2; }
+usage() { echo "gpu_check.sh: error: $1; usage: scripts/gpu_check.sh [--out DIR] [--force] [--no-install] [--budget SECONDS] | --name MODEL COUNT" >&2; exit 2; }
 
 # results/example-<model>-<n>gpu: the model in lower case, without the vendor, one dash between
 # words: "NVIDIA H100 80GB HBM3", 8 -> results/example-h100-80gb-hbm3-8gpu
@@ -44,6 +51,9 @@ while (( $# )); do
     --out) (( $# >= 2 )) || usage "--out needs a directory"; OUT=$2; shift 2 ;;
     --force) FORCE=1; shift ;;
     --no-install) INSTALL=0; shift ;;
+    --budget)
+      (( $# >= 2 )) && [[ $2 =~ ^[1-9][0-9]*$ ]] || usage "--budget needs a whole number of seconds"
+      BUDGET_S=$2; shift 2 ;;
     *) usage "unknown argument '$1'" ;;
   esac
 done
@@ -51,12 +61,18 @@ if [[ -n $OUT && ( $OUT != results/* || $OUT == *..* ) ]]; then
   usage "--out must be under results/ (this script writes only there), not '$OUT'"
 fi
 
+(( INSTALL )) || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout, as is
+
 # ---- a GPU, or one line and exit 2 --------------------------------------------------------
-BACKEND=nccl QUICK=()
-SHARED_DEVICE=cuda  # where step 3's ranks put their tensors
+# Options that may be empty are plain words, expanded unquoted: an empty array's "${A[@]}"
+# is an unbound variable under set -u before bash 4.4.
+BACKEND=nccl QUICK="" SWEEP="--budget 0.1"  # a short budget: step 2 measures every algorithm
+PINNED=native:ring,native:tree:LL,native:nvls,ring  # step 3's algorithms
+SHARED_DEVICE=cuda  # where step 4's ranks put their tensors
 if [[ -n ${GPU_CHECK_CPU_RANKS:-} ]]; then
   # development only: walk through every step with gloo on N CPU ranks and tiny sweeps
-  GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=(--quick) MODEL="cpu test" SHARED_DEVICE=cpu
+  GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=--quick SWEEP=--quick MODEL="cpu test"
+  SHARED_DEVICE=cpu PINNED=native,ring  # gloo has no NCCL variants
 else
   GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null)
 fi
@@ -120,7 +136,7 @@ EOF
 } > "$SIDE/environment.txt" 2>&1
 grep -A1 '^## torch' "$SIDE/environment.txt" | sed -n 2p
 
-# ---- 2. run, 3. run sharing one GPU, 4. ddp ------------------------------------------------
+# ---- 2. run, 3. run on sub-worlds, 4. run sharing one GPU, 5. ddp ---------------------------
 FAILED=()
 step() {  # step NAME SECONDS command...: run it under a time limit, log it, note a failure
   local name=$1 limit=$2; shift 2
@@ -130,26 +146,29 @@ step() {  # step NAME SECONDS command...: run it under a time limit, log it, not
   echo "  $name: exit $rc in $(( SECONDS - t0 )) s"
   (( rc == 0 )) || FAILED+=("$name (exit $rc)")
 }
-if (( GPUS == 1 )); then
-  RUN_SIZES=(--world-sizes 1)  # the one world one GPU allows
-else
-  RUN_SIZES=()                 # the default sweep: 2, 4, ... and the GPU count
-fi
-step "run ($BACKEND, world sizes ${RUN_SIZES[1]:-2..$GPUS})" $(( $(left) * 2 / 3 )) \
-  "$PYTHON" -m allreduce_bench run --backend "$BACKEND" "${RUN_SIZES[@]}" "${QUICK[@]}" \
+step "run ($BACKEND, every algorithm, world size $GPUS)" $(( $(left) / 2 )) \
+  "$PYTHON" -m allreduce_bench run --backend "$BACKEND" --world-sizes "$GPUS" --algos all $SWEEP \
   --timeout 60 --tag "gpu-check" --out "$OUT"
+if (( GPUS >= 2 )); then
+  SUB=1 k=2  # 1, 2, 4, ... and the GPU count: every world but the last is a sub-world
+  while (( k < GPUS )); do SUB+=,$k; k=$(( k * 2 )); done
+  step "run ($BACKEND, sub-worlds $SUB,$GPUS, $PINNED)" $(( $(left) / 2 )) \
+    "$PYTHON" -m allreduce_bench run --backend "$BACKEND" --world-sizes "$SUB,$GPUS" \
+    --algos "$PINNED" --sizes 4K,1M,64M --budget 0.1 $QUICK --timeout 60 \
+    --tag "gpu-check-sub-worlds" --out "$OUT/sub-worlds"
+fi
 if (( GPUS == 1 )); then
   # four sizes, native AllReduce (gloo moves CUDA tensors in its own collectives only), a short
   # budget: the staging through host memory makes each call slow, and this step checks the
   # machinery with several ranks rather than measuring the GPU
   step "run (gloo, world sizes 2,4 sharing one GPU)" $(( $(left) / 2 )) \
     "$PYTHON" -m allreduce_bench run --backend gloo --device "$SHARED_DEVICE" --world-sizes 2,4 \
-    --algos native --sizes 4K,64K,1M,16M --budget 0.2 "${QUICK[@]}" --timeout 60 \
+    --algos native --sizes 4K,64K,1M,16M --budget 0.2 $QUICK --timeout 60 \
     --tag "gpu-check-shared" --out "$OUT/shared-gpu"
 fi
 step "ddp (world size $GPUS)" $(( $(left) - 10 )) \
   "$PYTHON" -m allreduce_bench ddp --world-sizes "$GPUS" --backend "$BACKEND" --timeout 60 \
-  ${QUICK[@]:+--params 1M --iters 2 --warmup 1} --out "$OUT/ddp"
+  ${QUICK:+--params 1M --iters 2 --warmup 1} --out "$OUT/ddp"
 
 # ---- summary --------------------------------------------------------------------------------
 "$PYTHON" - "$OUT" <<'EOF' | tee "$SIDE/summary.txt"
@@ -159,10 +178,11 @@ from pathlib import Path
 import pandas as pd
 
 out = Path(sys.argv[1])
-for name, path in (("run", out / "results.csv"), ("run sharing one GPU", out / "shared-gpu" / "results.csv"),
+for name, path in (("run", out / "results.csv"), ("run on sub-worlds", out / "sub-worlds" / "results.csv"),
+                   ("run sharing one GPU", out / "shared-gpu" / "results.csv"),
                    ("ddp", out / "ddp" / "results.csv")):
-    if name == "run sharing one GPU" and not path.parent.exists():
-        continue  # two or more GPUs: no such step
+    if name in ("run on sub-worlds", "run sharing one GPU") and not path.parent.exists():
+        continue  # not a step of this machine's GPU count
     if not path.exists():
         print(f"{name}: no results")
         continue
@@ -182,7 +202,7 @@ for name, path in (("run", out / "results.csv"), ("run sharing one GPU", out / "
         print(peak.round(1).to_string())
 EOF
 ELAPSED=$(( $(date +%s) - START ))
-echo "gpu_check.sh: $ELAPSED s; figures and report in $OUT/plots, $OUT/ddp/plots$( (( GPUS == 1 )) && echo " and $OUT/shared-gpu/plots")"
+echo "gpu_check.sh: $ELAPSED s; figures and report in $OUT/plots, $OUT/ddp/plots and $OUT/$( (( GPUS == 1 )) && echo shared-gpu || echo sub-worlds)/plots"
 if grep -q '#wrong [1-9]' "$SIDE/summary.txt" || (( ${#FAILED[@]} )); then
   echo "gpu_check.sh: FAILED: ${FAILED[*]:-wrong results}; see $OUT/gpu_check.log" >&2
   exit 1

@@ -1,10 +1,14 @@
 """The cluster scripts: valid bash, and what they would run for a given (fake) job environment."""
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from allreduce_bench.core.algorithms import names_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["slurm_allreduce.sbatch", "torchrun_multinode.sh", "mpirun_allreduce.sh"]
@@ -185,10 +189,19 @@ def test_gpu_check_names_its_output_by_model_and_count(model, count, out):
     (["--out", "results/../x"], "must be under results/"),
     (["--name", "T4", "0"], "positive integer"),
     (["--out"], "--out needs a directory"),
+    (["--budget", "5m"], "--budget needs a whole number of seconds"),
 ])
 def test_gpu_check_bad_arguments_are_one_line_and_exit_2(args, says):
     done = gpu_check(*args)
     assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+def test_gpu_check_expands_no_empty_array():
+    """Before bash 4.4, "${A[@]}" of an empty array is an unbound variable under set -u: the
+    script keeps options that may be empty in plain words (5e7e81d: RUN_SIZES, QUICK)."""
+    text = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    assert "set -uo pipefail" in text
+    assert re.findall(r'"\$\{\w+\[@\]\}"', text) == ['"${A[@]}"']  # the comment saying so
 
 
 @pytest.mark.slow
@@ -206,5 +219,7 @@ def test_gpu_check_walk_through_runs_the_shared_gpu_step(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "run (gloo, world sizes 2,4 sharing one GPU): exit 0" in done.stdout
     assert "run sharing one GPU: 8 rows, world sizes [2, 4], backend gloo, #wrong 0" in done.stdout
+    run = pd.read_csv(tmp_path / "results" / "example-cpu-test-1gpu" / "results.csv")
+    assert sorted(run["algorithm"].unique()) == sorted(names_for("gloo"))  # every algorithm
     shared = tmp_path / "results" / "example-cpu-test-1gpu" / "shared-gpu"
     assert (shared / "plots" / "report.html").exists()

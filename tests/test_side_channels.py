@@ -122,3 +122,34 @@ def test_a_planted_side_channel_is_found(tmp_path):
         "def local():\n    return FLAG in os.environ\n")
     assert side_channels(package) == [
         "allreduce_bench/rank.py:4 reads ALLREDUCE_BENCH_FLAG, which the package sets itself"]
+
+
+def environment_reads(package: Path = PACKAGE) -> list[str]:
+    """Every read of this process's environment outside core/environment.py: a subscript, get,
+    getenv, `in`, or the whole mapping iterated. Handing it on to a child ({**os.environ, ...},
+    dict(os.environ)) and setting variables for torch or NCCL are not reads."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package) == READER.relative_to(PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            read = (isinstance(node, ast.Subscript) and _is_environ(node.value)
+                    and isinstance(node.ctx, ast.Load)) or \
+                (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                    node.func.attr == "getenv" or (node.func.attr in ("get", "items", "keys")
+                                                   and _is_environ(node.func.value)))) or \
+                (isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators))
+            if read:
+                found.append(f"{path.relative_to(package.parent)}:{node.lineno}")
+    return found
+
+
+def test_only_core_environment_reads_the_environment(tmp_path):
+    """What a launcher, torch, CUDA or the user set is read in one module (its small functions
+    say what each variable means); a planted read elsewhere is found."""
+    assert environment_reads() == []
+    package = tmp_path / "allreduce_bench"
+    (package / "core").mkdir(parents=True)
+    (package / "core" / "environment.py").write_text("import os\nX = os.environ.get('X')\n")
+    (package / "rank.py").write_text("import os\n\n\ndef agent():\n    return 'TORCHELASTIC_RUN_ID' in os.environ\n")
+    assert environment_reads(package) == ["allreduce_bench/rank.py:5"]

@@ -243,6 +243,45 @@ def master_of(env: RankEnv) -> tuple[str | None, int | None]:
     return env.master_addr or os.environ.get("MASTER_ADDR"), None if port is None else int(port)
 
 
+# ---- what torch's agent, CUDA and the user set, each read where the module needs it ------------
+
+def under_elastic_agent() -> bool:
+    """torch's elastic agent started this process (torchrun, a local run): it handles Ctrl-C,
+    and its store, not rank 0's, is the rendezvous."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def agent_store() -> bool:
+    """The agent hands its ranks its own store (TORCHELASTIC_USE_AGENT_STORE): rank 0 serves none."""
+    return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+
+
+def visible_gpus() -> str | None:
+    """CUDA_VISIBLE_DEVICES as the launcher or the user set it (None: every GPU)."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def variables(*prefixes: str) -> dict[str, str]:
+    """The variables, sorted, whose names start with one of `prefixes`: what a launcher or the
+    user set for NCCL, gloo, torch or the CPU binding."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
+
+
+def user_setting(*names: str, environ: Mapping | None = None) -> str | None:
+    """The first of `names` set (non-empty) by the user or a test (a hook, a torch knob)."""
+    environ = os.environ if environ is None else environ
+    return next((environ[n] for n in names if environ.get(n)), None)
+
+
+def launcher_hosts(own: str) -> list[str]:
+    """The launcher's hosts in node-rank order, where `own` (the user's, in Slurm's notation) or
+    Slurm names them; [] where none does or the list cannot be read."""
+    try:
+        return expand_nodelist(text) if (text := user_setting(own, *SLURM_NODELISTS)) else []
+    except UsageError:
+        return []
+
+
 def is_writer(env: RankEnv | None) -> bool:
     """Whether this process writes the run directory: a local run's driver, or rank 0."""
     return env is None or env.rank == 0

@@ -2,8 +2,9 @@
 
 allreduce_bench/cli.py assembles `Extensions` from the feature packages and every command
 passes it on: report.md and plots/ get the features' sections (the cost model's, DDP's, what
-NCCL set up), a stopped run gets the Flight Recorder's verdict, and the writer, once the ranks
-have ended, runs the features' `after_ranks` (NCCL's log read into meta.json). Pure: no torch.
+NCCL set up, is this busbw normal), `run`'s summary their lines, a stopped run gets the Flight
+Recorder's verdict, and the writer, once the ranks have ended, runs the features'
+`after_ranks` (NCCL's log read into meta.json). Pure: no torch.
 """
 from __future__ import annotations
 
@@ -33,15 +34,33 @@ class Section:
 
 
 @dataclass(frozen=True)
+class Rows:
+    """A feature's rows in results.csv as the core's readers must know them: `benchmark`, their
+    column's value (an analysis reads them: the load's note does not count them as skipped);
+    `needs`: columns they cannot be read without; `meta_block`: its runs' meta.json has a block
+    of that name, so `run --resume` refuses them before their first row."""
+
+    benchmark: str
+    needs: tuple[str, ...] = ()
+    meta_block: bool = False
+
+
+@dataclass(frozen=True)
 class Extensions:
     """`sections`: report.md's and plots/'s parts beyond the sweep's own, in order.
     `dump_verdict(folder, world_size) -> line or None`: one line naming the rank that hung, from
     the Flight Recorder dumps in `folder` (the hang feature). `after_ranks(config)`: run by the
-    writer once every rank has ended, before the summary (e.g. NCCL's log into meta.json)."""
+    writer once every rank has ended, before the summary (e.g. NCCL's log into meta.json).
+    `summaries(frame) -> lines`: added to `run`'s terminal summary (is this busbw normal?).
+    `expect(config) -> line`: what `run --expect` prints before the ranks start.
+    `rows`: the features' rows, as results/ and `run --resume` read them."""
 
     sections: tuple[Section, ...] = ()
     dump_verdict: Callable[[Path, int | None], str | None] | None = None
     after_ranks: tuple[Callable[[object], None], ...] = ()
+    summaries: tuple[Callable[..., list[str]], ...] = ()
+    expect: Callable[[object], str] | None = None
+    rows: tuple[Rows, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,3 +81,12 @@ class Runnable:
 
 
 NONE = Extensions()  # the core alone: the sweep's own tables and figures
+
+
+def current() -> Extensions:
+    """What the features lend, as the command group (allreduce_bench/cli.py) put it in click's
+    context; the core alone where the core is called outside a command."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    return (context.find_object(Extensions) if context else None) or NONE

@@ -1,32 +1,14 @@
 """DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation.
 
-Definitions (per world size and bucket cap, on median times of the slowest rank):
-
-* exposed communication = step - compute: what DDP's AllReduce adds to a step;
-* hidden share = 1 - exposed / comm: the part of the communication that ran behind computation.
-  Noise (or compute and communication slowing each other down on shared CPU cores) can push
-  the raw value outside [0, 1]; the share reported is clipped to [0, 1] and the raw value kept
-  beside it as `hidden_share_raw`.
-* DDP vs wait-then-AllReduce = no_overlap / step: how much faster DDP's step is than the naive
-  one (backward to the end, one AllReduce of all gradients, optimizer step), timed interleaved.
-* the model, bucket by bucket (`predicted_us`): bucket i (in ready order) is ready when backward
-  has produced its bytes and those of the buckets before it, backward producing bytes at an
-  even rate; the link carries one bucket after another, each for its byte share of comm; the
-  step is compute - backward + max(backward, when the last bucket is done). This is the seed's
-  step = compute + max(0, comm - overlappable) with the overlappable part worked out from the
-  bucket sizes instead of bounded. On CPU (gloo), communication is not free for the cores
-  backward runs on: the CPU time AllReduce alone costs a rank (`comm_cpu`, measured) is added
-  to backward for the buckets sent while it runs (all but the last). And DDP's own work
-  (filling its buckets and copying them back), measured as a DDP step whose hook does not
-  communicate (`ddp_no_comm`) minus compute, is added to the step.
-* the closed form (`closed_form_us`): overlappable = min(backward * (1 - first
-  bucket's share), comm * (1 - last bucket's share)): DDP can start reducing only once the
-  first bucket is full, and the last bucket is ready only when backward ends. It is exact when
-  the link never waits for a bucket, and optimistic when it does (few large buckets).
+doc/ddp.md defines them (per world size and bucket cap, on the slowest rank's medians): exposed
+communication = step - compute; hidden share = 1 - exposed / comm, clipped to [0, 1] (noise and
+compute and communication sharing CPU cores push the raw value, kept as `hidden_share_raw`,
+outside); DDP vs wait-then-AllReduce = no_overlap / step. The model (`predicted_us`) replays
+backward and the link bucket by bucket, with the comm CPU time and DDP's own bucket work added
+on CPU; the closed form (`closed_form_us`), exact only where the link never waits for a
+bucket, bounds the overlappable part by the first and last buckets' shares.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pandas as pd
 
@@ -329,19 +311,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     out.append(f"Gradients after a DDP step against the hand-computed average: "
                f"{'all equal' if wrong == 0 else f'{wrong} element(s) differ'}.")
     return "\n".join(out) + "\n"
-
-
-def ddp_section(run_dir: Path | str, figures_dir: str = "plots") -> str:
-    """ddp_markdown for a run directory (results.csv + meta.json); "" if it has no ddp rows."""
-    from allreduce_bench.core.results.load import load_results
-    from allreduce_bench.core.results.store import read_meta
-    run_dir = Path(run_dir)
-    frame = load_results(run_dir)
-    figures = {name: f"{figures_dir}/{file}" for name, file in
-               (("overlap", "ddp_overlap.png"), ("accumulation", "ddp_accumulation.png"),
-                ("timeline", "ddp_timeline.png"))
-               if (run_dir / figures_dir / file).exists()}
-    return ddp_markdown(frame, read_meta(run_dir), figures)
 
 
 def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:

@@ -30,7 +30,7 @@ def measure_ddp(session: Session) -> int:
     for phase, world_size in enumerate(config.world_sizes, start=1):
         session.progress.at(phase, 1, f"ddp, world size {world_size}", tuple(range(env.world_size)))
         session.bind_phase(world_size)
-        world = make_world(world_size, rpn, device)
+        world = make_world(world_size, rpn, device, config.timeout_s)
         if world is not None:
             wrong += measure_world(config, world, session.record,
                                    lambda rows: append_timeline(config.out_dir, rows)

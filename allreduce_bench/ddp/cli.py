@@ -35,8 +35,9 @@ def ddp(**options):
     ddp_timeline.csv, meta.json and plots/ddp_*.png; exits 1 if DDP's gradients were wrong.
     On an emulated cluster: `allreduce-bench emulate --benchmarks ddp`.
     """
-    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.environment import started
+    from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.ddp.benchmark import BENCHMARK
     from allreduce_bench.ddp.config import ddp_config

@@ -1,26 +1,12 @@
 """DDP in practice, measured on one rank: bucketed overlap and no_sync accumulation, as rows.
 
-Per world size and bucket cap the same synthetic model (ddp/net.py) is timed five ways:
-
-* compute: the bare module, forward + backward + SGD step, no communication at all;
-* ddp_no_comm: the module inside DDP with a hook that does not communicate: what DDP itself
-  costs (filling its buckets and copying them back), for the model;
-* step: the module inside `DistributedDataParallel(bucket_cap_mb=b)`, the same work, so DDP
-  AllReduces gradient buckets during `loss.backward()`;
-* comm: AllReduce alone of buffers shaped exactly like the buckets DDP sent in that step
-  (sizes read by the communication hook, launched asynchronously in the same order, as the
-  reducer does), so nothing is assumed about DDP's bucketing;
-* no_overlap: the naive step DDP improves on: backward to the end, then one AllReduce of all
-  gradients (flattened), then the SGD step.
-
-The five are timed interleaved (each iteration runs each once, in turn), as are the two
-accumulation modes, so drifting background load hits them alike.
-Every DDP instance carries a communication hook (ddp/trainer.py) that wraps DDP's own allreduce
-hook and records the bytes it is handed and, while timing, when each bucket's AllReduce was
-launched and when it completed: calls and bytes per (optimizer) step are counted, not assumed,
-and the DDP and no-overlap steps leave a measured timeline (ddp/timeline.py).
-Per iteration the slowest rank's time is kept, as in the allreduce benchmark's `measure`; the
-timeline is the slowest rank's (largest median step).
+Per world size and bucket cap the same synthetic model (ddp/net.py) is timed as compute,
+ddp_no_comm, step, comm (AllReduce alone of buffers shaped like the buckets DDP sent) and
+no_overlap (doc/ddp.md, "What is measured"), interleaved so drifting load hits them alike, as
+are the two accumulation modes. Every DDP instance's communication hook (ddp/trainer.py) counts
+calls and bytes and records when each bucket's AllReduce started and ended: nothing about DDP's
+bucketing is assumed, and the steps leave a measured timeline. Per iteration the slowest rank's
+time is kept; the timeline is the slowest rank's (largest median step).
 """
 from __future__ import annotations
 
@@ -40,7 +26,7 @@ from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.sweep.rows import result_row
 from allreduce_bench.ddp.config import DdpSettings
 from allreduce_bench.ddp.net import DTYPE, param_count, synthetic_batch
-from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline, stamps_for
+from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline
 from allreduce_bench.ddp.trainer import HookState, NoOverlapTrainer, Trainer, ddp_trainer, local_hook
 
 StepBody = Callable[[int | None], None]  # one step; its argument: the timed iteration, or None
@@ -128,9 +114,8 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
     baseline = NoOverlapTrainer.make(settings, world)
     local, _ = ddp_trainer(settings, world, bucket_mb, local_hook)
     local.step()  # DDP rebuilds its buckets after the first step
-    stamps = stamps_for(world.device)
     for body in (bare, trainer, baseline):
-        body.timeline = Timeline(stamps, settings.iters)
+        body.timeline = Timeline(world.device, settings.iters)
     state.timeline = trainer.timeline
 
     def ddp_step(iteration=None):
@@ -170,11 +155,10 @@ def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> in
     ddp.zero_grad(set_to_none=False)
     nn.functional.mse_loss(ddp(x), y).backward()
     got = torch.cat([p.grad.reshape(-1) for p in params])
+    world.device.synchronize()  # both AllReduces within --timeout: float(scale) reads them
     scale = expected.abs().max().clamp_min(1e-30)
     bad = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-6 * float(scale))
-    wrong = torch.tensor([int(bad.sum())], dtype=torch.int64, device=got.device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return int(wrong.item())
+    return timing.total(bad.sum(), world.group.pg, world.device)  # read within --timeout
 
 
 def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float | None = None) -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.tables import run_metas
-from allreduce_bench.core.extensions import Section
+from allreduce_bench.core.extensions import Rows, Section
 from allreduce_bench.ddp.analysis import ddp_markdown, ddp_rows
 
 FIGURES = ("ddp_overlap", "ddp_timeline", "ddp_accumulation")
@@ -48,4 +48,6 @@ def embedded(name: str) -> bool:
     return name in FIGURES  # ddp_markdown places them itself
 
 
+# its rows are read by what `measure` each timed; its meta.json's `ddp` block marks its runs
+ROWS = Rows("ddp", needs=("measure",), meta_block=True)
 SECTION = Section("ddp", ddp_parts, draw_ddp, embedded, benchmarks=("ddp",))

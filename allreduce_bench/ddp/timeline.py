@@ -1,11 +1,12 @@
 """The timeline of a step: when its computation ran and when each bucket's AllReduce was
 launched and completed, on the device's own clock, and the slowest rank's timeline.
 
-The instants are stamps: `stamps_for(device).now()` at the moment to place (step start,
-backward end, an AllReduce launched, an AllReduce completed); `us(a, b)` is the time between
-two of them, read after the device has synchronized.
+The instants are the device's stamps (measure/device.py, the clock of the timing loop):
+`device.stamp()` at the moment to place (step start, backward end, an AllReduce launched, an
+AllReduce completed); `device.elapsed_us(a, b)` is the time between two of them, on GPU read
+once `b` has happened, within --timeout.
 
-* CPU: time.perf_counter_ns() when called. gloo completes work on its own threads, and a
+* CPU: the host's monotonic clock when called. gloo completes work on its own threads, and a
   future's callback runs there as the work completes, so a stamp taken in it is the completion.
 * CUDA: an event recorded on the current stream, so the instant is when the GPU gets there, not
   when the host queued it. A future's callback runs on a stream made to wait for the collective,
@@ -13,37 +14,13 @@ two of them, read after the device has synchronized.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.measure import timing
+from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import World
-
-
-class CpuStamps:
-    def now(self) -> int:
-        return time.perf_counter_ns()
-
-    def us(self, start: int, end: int) -> float:
-        return (end - start) / 1e3
-
-
-class CudaStamps:
-    def now(self):
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def us(self, start, end) -> float:
-        return start.elapsed_time(end) * 1e3  # elapsed_time is in ms
-
-
-def stamps_for(device) -> CpuStamps | CudaStamps:
-    """The clock of a measure.device Device (its `kind` is 'cpu' or 'cuda')."""
-    return CudaStamps() if device.kind == "cuda" else CpuStamps()
 
 
 @dataclass
@@ -65,8 +42,8 @@ class Timeline:
     iterations (`begin(None)`: warm-up and checks).
     """
 
-    def __init__(self, stamps, iters: int):
-        self.stamps = stamps
+    def __init__(self, device: Device, iters: int):
+        self.now, self.us = device.stamp, device.elapsed_us
         self.iteration: int | None = None
         self.instants: list[dict] = [{} for _ in range(iters)]
         self.allreduces: list[list[AllReduceSpan]] = [[] for _ in range(iters)]
@@ -77,26 +54,26 @@ class Timeline:
 
     def at(self, name: str) -> None:
         if self.iteration is not None:
-            self.instants[self.iteration][name] = self.stamps.now()
+            self.instants[self.iteration][name] = self.now()
 
     def launched(self, bucket: int, nbytes: int) -> AllReduceSpan | None:
         if self.iteration is None:
             return None
-        span = AllReduceSpan(bucket, nbytes, self.stamps.now())
+        span = AllReduceSpan(bucket, nbytes, self.now())
         self.allreduces[self.iteration].append(span)
         return span
 
     def completed(self, span: AllReduceSpan | None) -> None:
         if span is not None:
-            span.completed = self.stamps.now()
+            span.completed = self.now()
 
     def between(self, i: int, first: str, last: str) -> float:
         at = self.instants[i]
-        return self.stamps.us(at[first], at[last])
+        return self.us(at[first], at[last])
 
     def spans(self, i: int) -> list[dict]:
         """Iteration i as spans relative to its start (call after the device synchronized)."""
-        at, us = self.instants[i], self.stamps.us
+        at, us = self.instants[i], self.us
         rows = [dict(span=name, bucket=-1, bytes=0, start_us=us(at["start"], at[a]),
                      end_us=us(at["start"], at[b]))
                 for name, a, b in (("forward", "start", "backward_start"),
@@ -114,7 +91,7 @@ class _NoTimeline(Timeline):
     """Records nothing, whatever the iteration: for steps that are not being timed."""
 
     def __init__(self):
-        super().__init__(None, 0)
+        super().__init__(Device(), 0)
 
     def begin(self, iteration: int | None) -> None:
         self.iteration = None

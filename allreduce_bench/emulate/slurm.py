@@ -1,31 +1,12 @@
 """The emulated cluster as a Slurm cluster, and the daemons of a private Slurm.
 
-`SlurmDaemons` starts munged, slurmctld and slurmd(s) with their configuration, sockets, state,
-pid files and logs in one directory and ports the OS picks, so nothing of the machine's own
-Slurm is touched, and stops them again (tests/support/launcher_services.py's one-node
-`LocalSlurm` is this with one node on 127.0.0.1).
-
-`EmulatedSlurm` makes an `EmulatedCluster` a Slurm cluster users start jobs on with the
-ordinary `srun -N 4`, `sbatch -N 3 --exclude=node2`, `mpirun`, `mpiexec`:
-
-- one slurmd per emulated host, started by `ip netns exec <host> unshare --uts` with hostname
-  node<i> and `slurmd -N node<i>`: the host's namespace, address and name. Jobs' tasks are its
-  children, so they run there too, and their traffic to other hosts crosses the host's shaped
-  link;
-- munged and slurmctld in the root namespace. The emulated subnet exists only inside the
-  namespaces, so a veth from the root namespace into the switch gives the root namespace
-  CONTROL_ADDRESS (10.231.0.254): slurmctld is reached there, and `srun`/`sbatch` run from the
-  root namespace reach the slurmds from there. It carries only traffic between this machine and
-  its own namespaces; one emulated Slurm cluster at a time per machine;
-- one hosts file for every namespace (`ip netns exec` bind-mounts /etc/netns/<ns>/hosts over
-  /etc/hosts): node<i> resolves to its address everywhere, so gloo (no GLOO_SOCKET_IFNAME:
-  it binds the address its hostname resolves to) and MASTER_ADDR=node0 work as on a cluster;
-- `rsh-agent`: `agent HOST COMMAND...` runs COMMAND on emulated HOST (its namespace and
-  hostname), as `kubectl exec` does for the MPI operator. Open MPI's `--mca plm_rsh_agent` and
-  MPICH hydra's `-launcher rsh -launcher-exec` take it instead of ssh.
-
-Everything lives in `/tmp/arb-slurm-<pid>-<token>/`; when its driver is gone (SIGKILL), the next
-`emulate` or `emulate --cleanup` stops what is left (`stale_slurm`).
+`SlurmDaemons` starts munged, slurmctld and slurmd(s) with everything in one directory and ports
+the OS picks, so nothing of the machine's own Slurm is touched (tests/support/launcher_services.py's
+`LocalSlurm` is it with one node). `EmulatedSlurm` runs one slurmd per emulated host inside its
+namespaces, so jobs' tasks run there and cross its shaped link; doc/cluster.md ("How it is
+built") says how the root namespace, the hosts files and `rsh-agent` make srun, sbatch and mpirun
+work as on a cluster. After a SIGKILL the next `emulate` (or `--cleanup`) stops what is left
+(`stale_slurm`).
 """
 from __future__ import annotations
 

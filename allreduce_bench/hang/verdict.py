@@ -1,21 +1,11 @@
 """Which rank hung, and on what: every rank's Flight Recorder dump read into one verdict.
 
-Per process group, the collectives are lined up by sequence number (each rank numbers its calls
-on a group 1, 2, 3, ...: the k-th call of every member is one collective). The first sequence
-number where the members part ways is where the job hung:
+Per process group, the collectives are lined up by sequence number (the k-th call of every
+member is one collective); the first where the members part ways is where the job hung, and
+each member that parted is `never_entered`, `mismatch` or `no_dump` (doc/hang.md defines them;
+a tie between two ranks goes to the call the group last agreed on).
 
-- `never_entered`: a member whose dump stops before it (it never called the collective: stuck
-  in compute, a skipped call, a dead loop), or that called it only after the others' timeout
-  had already passed (its entry is created later than the first member's plus `timeout_ms`);
-- `mismatch`: a member that called something else there: another collective, other input
-  sizes or dtypes. The majority's call is the expected one; a tie (two ranks) is broken by the
-  call the group last agreed on (the same op with the same sizes as before), else every side
-  is named;
-- `no_dump`: a member without a dump, when the dumps there are explain nothing else: every
-  member that dumped entered the last collective alike and the missing one is the rank they
-  wait on (dead, frozen, or killed before it could dump).
-
-Pure: Dumps in (interop/flight_recorder.py), a Verdict out; no torch.
+Pure: Dumps in (hang/dumps.py), a Verdict out; no torch.
 """
 from __future__ import annotations
 
@@ -24,12 +14,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from allreduce_bench.core.measure.flight_recorder import members_desc  # noqa: F401  (the recorder's side of it)
-
-if TYPE_CHECKING:  # the dumps as interop/flight_recorder.py reads them
+if TYPE_CHECKING:  # the dumps as hang/dumps.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
-REASONS = ("never_entered", "mismatch", "no_dump")
 # collectives whose every member passes the same input sizes (uneven alltoall, gather and
 # scatter legitimately differ: only their op and dtypes are compared)
 SAME_SIZES = {"all_reduce", "allreduce", "allreduce_coalesced", "broadcast", "_broadcast_oop",
@@ -123,8 +110,8 @@ def members_from_desc(desc: str) -> tuple[int, ...]:
 
 
 def _members(groups: list[Group], world: set[int]) -> None:
-    """A group no pg_config lists: its members named in its description (members_desc), the
-    whole world for the default group, else the ranks whose dumps name it."""
+    """A group no pg_config lists: its members named in its description (flight_recorder.py
+    members_desc), the whole world for the default group, else the ranks whose dumps name it."""
     for group in groups:
         if not group.members:
             default = group.name == "0" or group.desc == "default_pg"

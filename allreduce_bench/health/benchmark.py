@@ -31,8 +31,7 @@ import time
 from dataclasses import dataclass
 
 from allreduce_bench.core.algorithms import native
-from allreduce_bench.core.environment import SLURM_NODELISTS, expand_nodelist
-from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.environment import launcher_hosts
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.rank import Benchmark
@@ -104,7 +103,7 @@ class Rank:
         found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
         device = self.session.device
         if device.kind == "cuda":
-            found["gpu_events"] = throttle.gpu_events(device.torch_device.index)
+            found["gpu_events"] = throttle.gpu_events(device.physical_id)
         return found
 
     def take_part(self, k: int, plan: dict) -> None:
@@ -341,7 +340,7 @@ def measure_health(session) -> int:
     config, env = session.config, session.env
     L = config.ranks_per_node or env.local_world_size
     came = session.presence  # health's world: the ranks that came (measure/world.py)
-    launched = pairing.launched_host_names(came.hostnames, L, _nodelist(),
+    launched = pairing.launched_host_names(came.hostnames, L, launcher_hosts(NODELIST_ENV),
                                            local=session.local)
     names = [launched[r] for r in came.members]
     ranks_of = pairing.host_ranks(names)
@@ -365,19 +364,6 @@ def measure_health(session) -> int:
     finally:
         board.close()
     return 0
-
-
-def _nodelist() -> list[str]:
-    """The launcher's hosts in node-rank order, where it says them (Slurm; or
-    ALLREDUCE_BENCH_NODELIST in Slurm's notation for any launcher): the names of hosts whose
-    ranks never came."""
-    for name in (NODELIST_ENV, *SLURM_NODELISTS):
-        if os.environ.get(name):
-            try:
-                return expand_nodelist(os.environ[name])
-            except UsageError:
-                return []
-    return []
 
 
 def prepare(config) -> None:

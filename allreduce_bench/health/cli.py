@@ -98,7 +98,8 @@ def health(**options):
     """
     if options.pop("dry_run"):
         sys.exit(dry_run(options))
-    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.cli.finish import measure_then_finish
+    from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.health.benchmark import BENCHMARK
     from allreduce_bench.health.config import health_config

@@ -9,7 +9,8 @@ blocked inside a collective with a frozen peer may not bump either while the cal
 GIL, but only until its own timeout fires, inside the margin.
 
 Sub-groups come from `new_group(ranks, use_local_synchronization=True)` (torch >= 2.1, so only
-the members take part and creation stays flat as the world grows). torch names such a group
+the members take part and creation stays flat as the world grows; with NCCL only because the
+world is not bound to a GPU, see measure/world.py `join_present`). torch names such a group
 by its ranks and by how many groups the creating rank already has, so members must enter
 with equal counts: each group of a run has a slot number, and a member first pads its count
 up to that slot with one-rank groups. A rank that sat out rounds (or whose last creation
@@ -22,8 +23,8 @@ created and, when a member freezes in the middle of that, retries the connect: a
 with timeout t was measured failing only after 5 t. So gloo groups are created with a fifth
 of the timeout (they are created only once all members have met, in milliseconds) and then
 given the whole timeout for their collectives (`ProcessGroup.set_timeout`; a torch without
-it creates with the whole timeout). NCCL connects at the first collective, under the group's
-own timeout.
+it creates with the whole timeout). NCCL connects a group's members at its first collective
+(the default group being unbound), under the group's own timeout.
 """
 from __future__ import annotations
 

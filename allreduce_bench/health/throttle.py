@@ -100,17 +100,20 @@ def since(start: dict, now: dict) -> dict:
             "throttled_s": round(max(0.0, now["throttled_s"] - start["throttled_s"]), 4)}
 
 
-def gpu_events(index: int) -> list[str]:
-    """The active clock event (throttle) reasons of GPU `index` as nvidia-smi names them,
-    other than idle; [] where nvidia-smi is missing or says nothing. Newer drivers call them
-    clocks_event_reasons, older ones clocks_throttle_reasons."""
+def gpu_events(gpu: str | None) -> list[str]:
+    """The active clock event (throttle) reasons of the GPU nvidia-smi's --id names `gpu`
+    (CudaDevice.physical_id), other than idle; [] where nvidia-smi is missing or says nothing,
+    or the GPU has no such id. Newer drivers call them clocks_event_reasons, older ones
+    clocks_throttle_reasons."""
+    if gpu is None:
+        return []
     fields = ["gpu_idle", "sw_power_cap", "hw_slowdown",
               "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"]
     for prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
         query = ",".join(f"{prefix}.{f}" for f in fields)
         try:
             done = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader",
-                                   f"--id={index}"], capture_output=True, text=True, timeout=10)
+                                   f"--id={gpu}"], capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             return []
         if done.returncode == 0 and done.stdout.strip():

@@ -28,7 +28,11 @@ def _unique_dir(out: Path, name: str, taken: set[str]) -> Path:
               "log cannot say (e.g. all_reduce, reduce_scatter).")
 @click.option("--world-size", type=int, default=None, help="Ranks, when the log neither prints them "
               "nor lets busbw/algbw tell.")
-def import_command(files, out_dir, tag, collective, world_size):
+@click.option("--nodes", type=click.IntRange(min=1), default=None, help="Nodes, when the log does not "
+              "name its hosts (for the verdict against published figures and the link limit).")
+@click.option("--nics", default=None, help="NICs per node x Gb/s each, e.g. 8x200, which logs do not "
+              "say (the link limit across nodes).")
+def import_command(files, out_dir, tag, collective, world_size, nodes, nics):
     """Import nccl-tests, PARAM comms, all_reduce_bench.py or NCCL Inspector output as runs.
 
     \b
@@ -49,11 +53,19 @@ def import_command(files, out_dir, tag, collective, world_size):
     `compare BENCH_RUN JOB_RUN`. A line cut short is skipped and counted.
     """
     from allreduce_bench import interop
+    from allreduce_bench.expect.system import parse_nics
     from allreduce_bench.interop import inspector
 
     if world_size is not None and world_size < 1:
         raise UsageError(f"--world-size must be at least 1, got {world_size}")
+    count, rate = parse_nics(nics)
+    stated = {k: v for k, v in (("nodes", nodes), ("nics_per_node", count), ("nic_Gbps", rate)) if v}
     files = [f for path in files for f in _files_of(path, inspector)]
+    for path in files:
+        if path.suffix == ".prom":  # inspector_prom.cc writes per-bucket means, not calls
+            raise UsageError(f"{path}: NCCL Inspector's Prometheus output holds a mean time and busbw per "
+                             "message-size range (e.g. 2-3MB), not calls or sizes; import the JSON dumps "
+                             "(NCCL_INSPECTOR_PROM_DUMP=0)")
     jobs = [path for path in files if inspector.looks_like(path)]
     job = inspector.read(jobs) if jobs else None
     parsed = [(path, interop.read_file(path)) for path in files if path not in jobs]  # all read first
@@ -67,9 +79,12 @@ def import_command(files, out_dir, tag, collective, world_size):
             interop.settle(run, str(path), collective, world_size)
             name = path.stem if len(runs) == 1 else f"{path.stem}-{index + 1}"
             target = _unique_dir(out_dir, name, taken)
+            if stated:
+                run.meta["system"] = stated
             frame, samples = _write_run(run, path, target, tag if tag is not None else path.stem,
                                         interop.run_id_of(str(path), run, digest))
             _describe(path, run, frame, samples is not None, target)
+            _verdict(target)
 
 
 def _files_of(path: Path, inspector) -> list[Path]:
@@ -151,6 +166,15 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
         click.echo(f"  {summary_line(block)}" + (f"; {len({d['host'] for d in found})} host(s) set up "
                    "differently from the others" if hosts > 1 else "")
                    + "".join(f"\n    {d['text']}" for d in found[:5]))
+
+
+def _verdict(target: Path) -> None:
+    """Is this normal? The run's peak busbw against published figures and its link limit."""
+    from allreduce_bench.core.results.load import load_results
+    from allreduce_bench.expect.sections import summary_lines
+
+    for line in summary_lines(load_results(target, explain_skips=False)):
+        click.echo(f"  {line}")
 
 
 @click.command("compare")

@@ -1,24 +1,11 @@
 """A run as nccl-tests' `-J FILE` JSON (version 3, as nccl-tests 2.19.6 writes it with `-I 1`):
 one document per (collective, algorithm, world size, dtype), for the tools that read those files.
 
-Each key has nccl-tests' meaning (nccl_tests_format.py spells the values):
-- `time`: the mean time per call of each rank over all its calls, averaged over ranks (what
-  nccl-tests prints with its default `-a 1`; our rows' `time_us_rank_mean`); `alg_bw`/`bus_bw`
-  from that time with the collective's factor; `nwrong`: the row's wrong elements.
-- `<half>_per_iter`, from the raw samples: `per_process_max_times_us` one list per rank (its
-  time per call in each sample: the sample's interval over its `loops` calls, which is what
-  nccl-tests' `-m` aggregation divides by), `times_us` the max over ranks per sample, and the
-  summary over `times_us` as computeIterStats takes it. A row without samples (an import of a
-  text log) gets no per-iteration block, as nccl-tests without `-I`.
-- Halves: AllGather and ReduceScatter are measured out of place (and in place with `run
-  --in-place`); AllReduce, Broadcast and Reduce run in place (torch's calls write the input);
-  AllToAll and SendRecv out of place. A half not measured is `null`, as nccl-tests' writer
-  writes a half it did not run (writeBenchMarkLineNullBody); its per-iteration key is left out.
-- `average_bus_bandwidth`: the plain mean of every written half's bus_bw; `out_of_bounds`: the
-  number of rows with wrong elements (nccl-tests counts the checks that found any).
-- `args`: the nccl-tests command line of the same sweep (its program names the collective);
-  `env`: the run's recorded NCCL_*/GLOO_* variables and ALLREDUCE_BENCH_* lines saying where the
-  numbers come from (the algorithm, backend, run id and command), which `import` reads back.
+Each key has nccl-tests' meaning (doc/interop.md's table; nccl_tests_format.py spells the
+values): `time` is the rows' `time_us_rank_mean`, the per-iteration blocks come from the raw
+samples (none for a row without them, as nccl-tests without `-I`), a half not measured is
+`null` as nccl-tests writes a half it did not run, and `env` carries the run's NCCL_*/GLOO_*
+variables and the ALLREDUCE_BENCH_* lines `import` reads back.
 """
 from __future__ import annotations
 

@@ -13,9 +13,14 @@ to <dump dir>/<host>-pid<pid>.log: one record per completed collective per commu
                    [v4.2: "coll_algo", "coll_proto"], [verbose: "event_trace_sn",
                    "event_trace_ts" with one kernel event per channel]}}
 
+Point-to-point calls (`p2p_perf`: "p2p": "Send" or "Recv", "p2p_sn", "p2p_peer",
+"p2p_msg_size_bytes", "p2p_exec_time_us", "p2p_timing_source", "p2p_algobw_gbs",
+"p2p_busbw_gbs", as `inspectorCompletedP2p` of NCCL 2.30's plugins/profiler/inspector writes
+them) are read as the job's `sendrecv` (nccl-tests' SendRecv: size = the bytes one rank sends,
+busbw = algbw), the p2p_ fields standing for the coll_ ones.
 Also read: the same keys flat at the top level of a record (as NVIDIA's exporter flattens them),
 v4.3's payload-only lines that take header and metadata from the `dump_stats` line before them,
-and `.gz` files. `p2p_perf`, `dump_stats` and `proxy_trace` records are counted, not read.
+and `.gz` files. `dump_stats` and `proxy_trace` records are counted, not read.
 `coll_msg_size_bytes` is one rank's buffer (AllGather: its send part; ReduceScatter: its
 received part): times n_ranks it is nccl-tests' size for those. `coll_exec_time_us` is whole
 microseconds of this rank's slowest channel. A line that is not a whole JSON record (a file cut
@@ -40,11 +45,11 @@ SUFFIXES = (".log", ".jsonl", ".json", ".log.gz", ".jsonl.gz", ".json.gz")
 # Inspector's collective names (ncclFuncToString) -> the project's (nccl-tests') names
 COLLECTIVES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
                "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "alltoall", "All2All": "alltoall",
-               "AlltoAll": "alltoall"}
+               "AlltoAll": "alltoall", "Send": "sendrecv", "Recv": "sendrecv"}
 PER_RANK_SIZE = ("all_gather", "reduce_scatter", "alltoall")  # msg size is one rank's part
 PAYLOADS = ("coll_perf", "p2p_perf", "dump_stats", "proxy_trace")
 COLUMNS = ["file", "line", "comm", "comm_name", "rank", "n_ranks", "nnodes", "host", "pid",
-           "collective", "sn", "msg_bytes", "size_bytes", "time_us", "timing_source", "algo",
+           "op", "collective", "peer", "sn", "msg_bytes", "size_bytes", "time_us", "timing_source", "algo",
            "proto", "channels", "version", "dumped_us"]
 
 
@@ -80,7 +85,8 @@ def _first_record(text: str) -> dict | None:
 
 def is_record(value: dict) -> bool:
     """A line of Inspector's: a payload (nested or flat)."""
-    return any(isinstance(value.get(k), dict) for k in PAYLOADS) or {"coll", "coll_exec_time_us"} <= set(value)
+    return any(isinstance(value.get(k), dict) for k in PAYLOADS) or any(
+        {f"{kind}", f"{kind}_exec_time_us"} <= set(value) for kind in ("coll", "p2p"))
 
 
 def looks_like(path: Path) -> bool:
@@ -113,15 +119,24 @@ class _Unread(Exception):
     """A record of a kind this reader counts but does not read (Send/Recv, AllGatherV, ...)."""
 
 
+def _as_coll(perf: dict) -> dict:
+    """A p2p_perf payload with its p2p_ keys named as coll_perf's (p2p_sn -> coll_sn, ...)."""
+    return {("coll" + k[3:] if k.startswith("p2p") else k): v for k, v in perf.items()}
+
+
 def _parts(value: dict, context: dict) -> tuple[dict, dict, dict] | None:
-    """(header, metadata, coll_perf) of a collective record, nested or flat; None otherwise.
-    A payload-only line (v4.3) takes header and metadata from the line that last had them."""
-    if isinstance(value.get("coll_perf"), dict):
-        header, metadata = value.get("header"), value.get("metadata")
-        return (header if isinstance(header, dict) else context.get("header", {}),
-                metadata if isinstance(metadata, dict) else context.get("metadata", {}), value["coll_perf"])
-    if "coll" in value and "coll_exec_time_us" in value:  # flat: every key at the top
-        return value, value, value
+    """(header, metadata, coll_perf) of a collective or point-to-point record, nested or flat;
+    None otherwise. A payload-only line (v4.3) takes header and metadata from the line that last
+    had them."""
+    for kind in ("coll", "p2p"):
+        perf = value.get(f"{kind}_perf")
+        if isinstance(perf, dict):
+            header, metadata = value.get("header"), value.get("metadata")
+            return (header if isinstance(header, dict) else context.get("header", {}),
+                    metadata if isinstance(metadata, dict) else context.get("metadata", {}),
+                    _as_coll(perf) if kind == "p2p" else perf)
+        if kind in value and f"{kind}_exec_time_us" in value:  # flat: every key at the top
+            return value, value, _as_coll(value) if kind == "p2p" else value
     return None
 
 
@@ -142,7 +157,8 @@ def _channels(perf: dict) -> int | None:
 
 
 def record(header: dict, metadata: dict, perf: dict) -> dict:
-    """One collective record's fields (COLUMNS); ValueError/KeyError/TypeError: not usable."""
+    """One collective (or Send/Recv) record's fields (COLUMNS); ValueError/KeyError/TypeError:
+    not usable."""
     collective = COLLECTIVES.get(str(perf["coll"]))
     if collective is None:
         raise _Unread(f"{perf['coll']} records")
@@ -156,7 +172,9 @@ def record(header: dict, metadata: dict, perf: dict) -> dict:
     return {"comm": str(header.get("id", "")), "comm_name": str(header.get("comm_name") or ""),
             "rank": int(header["rank"]), "n_ranks": n_ranks, "nnodes": int(header.get("nnodes") or 0) or None,
             "host": str(metadata.get("hostname") or ""), "pid": int(metadata.get("pid") or 0),
-            "collective": collective, "sn": int(perf["coll_sn"]) if perf.get("coll_sn") is not None else None,
+            "op": str(perf["coll"]), "collective": collective,
+            "peer": int(perf["coll_peer"]) if perf.get("coll_peer") is not None else None,
+            "sn": int(perf["coll_sn"]) if perf.get("coll_sn") is not None else None,
             "msg_bytes": msg_bytes, "size_bytes": msg_bytes * n_ranks if collective in PER_RANK_SIZE else msg_bytes,
             "time_us": time_us, "timing_source": str(perf.get("coll_timing_source") or ""),
             "algo": str(perf.get("coll_algo") or ""), "proto": str(perf.get("coll_proto") or ""),
@@ -165,7 +183,8 @@ def record(header: dict, metadata: dict, perf: dict) -> dict:
 
 
 def read_text(text: str, source: str, into: Records) -> list[dict]:
-    """The collective records of one file's text; skipped lines and other kinds into `into`."""
+    """The collective and Send/Recv records of one file's text; skipped lines and other kinds
+    into `into`."""
     found, context = [], {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -191,12 +210,12 @@ def read_text(text: str, source: str, into: Records) -> list[dict]:
             into.other[str(kind)] += 1
         except (KeyError, TypeError, ValueError) as error:
             why = f"no {error}" if isinstance(error, KeyError) else str(error)
-            into.skipped.append((source, number, f"not a usable collective record: {why}"))
+            into.skipped.append((source, number, f"not a usable record: {why}"))
     return found
 
 
 def read(paths: list[Path]) -> Records:
-    """Every collective record of the Inspector files (and folders) given, as one job."""
+    """Every collective and Send/Recv record of the Inspector files (and folders) given, as one job."""
     files = files_of(paths)
     if not files:
         raise UsageError(f"no NCCL Inspector files (*.log, *.jsonl[.gz]) in {', '.join(map(str, paths))}; "
@@ -204,14 +223,14 @@ def read(paths: list[Path]) -> Records:
     into = Records(pd.DataFrame(columns=COLUMNS), files=[str(f) for f in files])
     rows = [r for f in files for r in read_text(_open_text(f), str(f), into)]
     if not rows:
-        raise ParseError(str(files[0]), 1, f"no collective records in {len(files)} NCCL Inspector file(s) "
+        raise ParseError(str(files[0]), 1, f"no collective or Send/Recv records in {len(files)} NCCL Inspector file(s) "
                          f"({len(into.skipped)} line(s) skipped; {dict(into.other) or 'nothing else'})",
                          "give the files a job's NCCL_INSPECTOR_DUMP_DIR holds")
     frame = pd.DataFrame(rows, columns=COLUMNS)
     unnumbered = frame["sn"].isna()  # a flat record without coll_sn: its order in its file
     frame.loc[unnumbered, "sn"] = frame[unnumbered].groupby(["file", "comm", "rank", "collective"]).cumcount()
     frame["sn"] = frame["sn"].astype("int64")
-    whole = frame.drop_duplicates(["comm", "rank", "collective", "sn", "n_ranks"])
+    whole = frame.drop_duplicates(["comm", "rank", "op", "peer", "sn", "n_ranks"])
     if len(whole) < len(frame):
         into.other["duplicate records (the same call and rank twice)"] += len(frame) - len(whole)
     into.frame = whole.reset_index(drop=True)

@@ -1,19 +1,14 @@
 """nccl-tests' JSON output (`-J FILE`, nccl-tests 2.17.3+; the writer is src/util.cu).
 
-One document per run: `version` (1-3), `start_time`, `args` (the command line), `env`,
-`nccl_version` (NCCL_VERSION_CODE), `config` (iterations, sizes, `devices`: one object per rank),
-`results` (one object per size: size, count, type, redop, `root` as a padded string such as
-"    -1", `out_of_place` / `in_place` objects {time or cpu_time, alg_bw, bus_bw, nwrong}, null
-when not run), `out_of_bounds`, and `average_bus_bandwidth`, spelt `average_bus_bandwidith` up
-to 2.17.8. Booleans are written as the strings "true"/"false" and NaN as "nan". From version 2
-each half may carry `<half>_per_iter` with min/max/avg/p50/p95/p99/stdev, cv_pct, `times_us`
-(every iteration, the max over processes) and, with more than one process,
-`per_process_max_times_us` (one list per process): those become raw samples, one per process
-(rank of `config.devices`) and iteration, or the max over processes as rank 0 without them.
-A sample is one iteration's time per call over `config.aggregated_iterations` calls (`-m`).
-`time` is nccl-tests' mean over ranks (`-a 1`): the rows' `time_us_rank_mean` as well.
-Files written by `allreduce-bench export` name the algorithm in an `env` line
-ALLREDUCE_BENCH_ALGORITHM=<name>, which becomes the rows' algorithm.
+One document per run, versions 1-3 (doc/interop.md's import table says what is read): `results`
+has one object per size with `out_of_place` / `in_place` halves (null when not run); booleans
+are the strings "true"/"false", NaN is "nan", `root` a padded string, and the average is spelt
+`average_bus_bandwidith` up to 2.17.8. From version 2 a half's `<half>_per_iter` becomes raw
+samples: one per process (rank of `config.devices`) and iteration from
+`per_process_max_times_us`, else `times_us` as rank 0's; a sample is one iteration's time per
+call over `config.aggregated_iterations` calls (`-m`). `time` is nccl-tests' mean over ranks
+(`-a 1`), also the rows' `time_us_rank_mean`. A file `export` wrote names the algorithm in an
+`env` line ALLREDUCE_BENCH_ALGORITHM=<name>.
 """
 from __future__ import annotations
 

@@ -1,26 +1,13 @@
 """Is a ratio of medians more than noise? A hierarchical bootstrap over runs, rounds, samples.
 
-Samples of one round are not independent draws: a round sits in one state of the machine
-(its cores, its neighbours, its caches), so two runs of one configuration differ by far more
-than their within-round spread says (pseudo-replication; pyperf takes values from several
-worker processes for the same reason). The units of replication are therefore the *round* (one
-pass of a run over its sizes, `--rounds`) and, where a side has several, the *run*.
-
-The interval of median(other) / median(base) comes from a bootstrap on each side at every
-level: draw its runs (or, with one run, its rounds) with replacement, then rounds within each
-drawn run, then samples within each drawn round, and take the median of the pooled draw. With
-few units a bootstrap is too narrow, so the interval is widened by the t distribution's
-quantile for their degrees of freedom. A side with a single round carries no information on how
-much rounds differ: it borrows the other side's between-round spread, or assumes
-SINGLE_ROUND_SPREAD, and the verdict says so. A size is significant when the interval excludes
-1 and the change is at least `min_effect`. One run per side cannot see drift between runs
-slower than a run lasts; a regression gate should compare folders of runs.
-
-The statistic is the median, or the mean where the sides' samples average very different
-numbers of calls (`loops`): on a host whose calls switch between states (gloo on loopback: a
-fast state and one ~10x slower), the median of one-call samples is the faster state's time
-while the median of 20-call samples is near the mean over states, so medians of samples of
-different `loops` measure different things; the mean per call is the same for any `loops`.
+Samples of one round are not independent draws (a round sits in one state of the machine), so
+the units of replication are the round and, where a side has several, the run: each side's
+runs, rounds within them and samples within those are drawn with replacement, and with few units
+the interval is widened by the t quantile for their degrees of freedom. A side with one round
+borrows the other side's between-round spread (or SINGLE_ROUND_SPREAD) and says so. Where the
+sides' samples average very different numbers of calls (`loops`), their medians measure
+different states of a two-state host, so the mean per call is compared instead
+(doc/methodology.md, "Significance in compare").
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand), measured side by side.
 
-On a world of >= 2 nodes (a cluster, the emulated one, or nodes simulated with --ranks-per-node),
-for every size:
-
-- intra: the backend's AllReduce inside every node's group, all nodes at once;
-- inter: the backend's AllReduce among the ranks with the same local rank on every node, all of
-  those groups at once (nccl-tests' NCCL_TESTS_SPLIT "DIV" and "MOD");
-- p2p intra / p2p inter: a one-way send of the tensor from global rank 0 to rank 1 (same node)
-  and from rank 0 to rank L (the next node), the other ranks idle.
-
-Rows are `benchmark = links` with `link = intra | inter` and `operation = allreduce | p2p`. In a
-row, `world_size` is the size of the group measured (so busbw's 2(N-1)/N is the group's, as
-nccl-tests reports a split communicator; for p2p, busbw = algbw), and `nodes` and
-`ranks_per_node` are the whole world's layout. The time of an AllReduce row is the slowest group's.
+On a world of >= 2 nodes, per size: the backend's AllReduce inside every node's group at once
+(`link = intra`), among the ranks of one local rank across nodes at once (`inter`, nccl-tests'
+NCCL_TESTS_SPLIT DIV and MOD), and a one-way send from rank 0 to rank 1 and to rank L
+(`operation = p2p`), the other ranks idle. A row's `world_size` is its group's (busbw is the
+group's, as nccl-tests reports a split communicator), `nodes` and `ranks_per_node` the whole
+world's; an AllReduce row's time is the slowest group's (doc/cluster.md, "Intra- vs inter-node
+links").
 """
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.rank import Benchmark, Session
-from allreduce_bench.core.measure.world import CommGroup, World, end_phase, make_world
+from allreduce_bench.core.measure.world import CommGroup, World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import make_row
@@ -54,10 +48,8 @@ def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
     measured = timing.sample(transfer, device, pair, sampling)
     expected = torch.empty_like(tensor)
     patterns.fill(expected, 0, 2)
-    wrong = torch.tensor([patterns.count_wrong(tensor, expected) if me == dst else 0],
-                         dtype=torch.int64, device=device.torch_device)
-    dist.all_reduce(wrong, group=pair)
-    return measured, int(wrong.item())
+    wrong = patterns.count_wrong(tensor, expected) if me == dst else 0
+    return measured, timing.total(wrong, pair, device)
 
 
 def _view(group: CommGroup, device: Device) -> World:
@@ -67,9 +59,7 @@ def _view(group: CommGroup, device: Device) -> World:
 
 def _wrong_once_per_group(wrong: int, lead: bool, device: Device) -> int:
     """#wrong of all concurrently measured groups, each group's counted once (by its lead)."""
-    w = torch.tensor([wrong if lead else 0], dtype=torch.int64, device=device.torch_device)
-    dist.all_reduce(w)
-    return int(w.item())
+    return timing.total(wrong if lead else 0, None, device)
 
 
 def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None = None) -> int:
@@ -78,7 +68,8 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
     # torch wants every rank in every new_group call; each pair gets its own group.
-    pair_groups = {link: dist.new_group(list(ranks)) for link, ranks in pairs.items()}
+    timeout = group_timeout(device, config.timeout_s)
+    pair_groups = {link: dist.new_group(list(ranks), timeout=timeout) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
         count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
@@ -137,7 +128,8 @@ def _row(config, view, world, count, measured, wrong, algorithm, link, operation
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
-    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device)
+    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device,
+                       config.timeout_s)
     if session.lead:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "

@@ -57,8 +57,9 @@ def links(collective, **options):
     locally, give --ranks-per-node L and a world size >= 2L (nodes simulated on
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
-    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.environment import started
+    from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK

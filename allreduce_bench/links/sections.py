@@ -2,7 +2,8 @@
 report's tables and plots/links.png, wherever rows carry intra and inter links."""
 from __future__ import annotations
 
-from allreduce_bench.core.extensions import Section
+from allreduce_bench.core.extensions import Rows, Section
 from allreduce_bench.links.summary import draw_links, links_table
 
+ROWS = Rows("links")
 SECTION = Section("links", draw=draw_links, tables=links_table)

@@ -1,36 +1,11 @@
-"""An alpha-beta cost model of the AllReduce algorithms, with intra- and inter-node links.
+"""An alpha-beta(-gamma) cost model of the AllReduce algorithms over intra- and inter-node links.
 
-Notation: S bytes per rank, N ranks, L ranks per node, M = N / L nodes. A link class c (intra or
-inter) has a per-message cost alpha_c (latency plus per-call overhead, seconds) and a bandwidth
-B_c (bytes/s): m messages carrying b bytes in all cost m * alpha_c + b / B_c on it. An algorithm
-is a series of steps; in a step several links work at once and the step lasts as long as its
-slowest link:
-
-    ring     T = 2(N-1) * max_c [alpha_c + S/(N B_c)]
-               over the classes of the ring's edges: intra if L > 1, inter if M > 1 (nodes hold
-               consecutive ranks, so each node has one edge out and one in)
-    naive    T = 2 * max[(L-1)(alpha_intra + S/B_intra), (N-L)(alpha_inter + S/B_inter)]
-               rank 0 receives N-1 whole tensors, then sends N-1: those of its own node over
-               intra links, the others through its node's uplink
-    hierarchical
-             T = 2(L-1)(alpha_intra + S/(L B_intra))     intra ReduceScatter + AllGather
-               + 2(M-1)(alpha_inter + S/(M B_inter))     inter ring AllReduce of each S/L shard;
-               the L shards share the node's uplink, so each step moves L * S/(L M) = S/M bytes
-    native   the backend's own AllReduce is treated as a ring unless told otherwise (native_as).
-
-Those are the built-ins' own declarations (`cost` in each module of allreduce_bench.core.algorithms,
-read through the registry): every algorithm with a cost, plug-ins included, is modelled the same
-way. Each step also names the bytes reduced (added) on the critical path: the gamma term,
-gamma = 1 / the reduction bandwidth, so T = sum over steps of
-repeat x (max_c [m_c alpha_c + b_c / B_c] + reduced / B_reduce).
-
-`fit` estimates (alpha, B) per link class and algorithm from measured rows: every row gives
-T = m_intra alpha_intra + b_intra / B_intra + m_inter alpha_inter + b_inter / B_inter along
-its critical path, which is linear in the four unknowns. Where a step uses both classes the fit
-takes the inter-node link as its bottleneck (what "inter" means on real clusters); predictions
-take the max. Rows from one node exercise the intra link only, so with those and multi-node
-rows the two classes are told apart; when the rows cannot separate them (say only 2 x 2 rows of
-the hierarchical scheme) one link is fitted for both and the model says so (`shared`).
+doc/model.md states it: S bytes per rank, N ranks, L per node; a link class c costs alpha_c per
+message and 1/B_c per byte; a step lasts as long as its slowest link, plus the bytes it reduces
+on the critical path / B_reduce. Each algorithm's steps are its own declaration (`cost` in its
+module, read through the registry), plug-ins included. `fit` solves the linear system the rows
+give; where a step uses both classes it charges the inter link (predictions take the max), and
+where the rows cannot tell the classes apart one link is fitted for both (`shared`).
 """
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """The seed's model of a data-parallel training step: how much AllReduce hides behind compute.
 
-    gradient bytes G = parameters x bytes per element of the gradient dtype
-    traffic per rank = 2 G            (a ring sends 2(N-1)/N G, about 2 G whatever N)
-    comm             = 2 G / bandwidth                      (the seed's arithmetic), or the
-                       AllReduce cost model (model.py) summed over DDP's buckets
-    step             = compute + max(0, comm - overlappable)
-    efficiency       = compute / step
-
-DDP starts the AllReduce of each ~25 MiB bucket as soon as backward has filled it, so every
-bucket but the last can run while backward still computes; the last one is ready only when
-backward ends. Hence the default overlappable part: all but the last bucket's communication,
-bounded by the backward pass (taken as 2/3 of compute: backward costs about twice forward).
-The seed's worked example, 7B parameters in bfloat16 with 0.5 s of compute: G = 14 GB, traffic
-28 GB, 0.031 s at 900 GB/s (NVLink, hidden) and 1.12 s at 25 GB/s (InfiniBand, exposed).
+step = compute + max(0, comm - overlappable), efficiency = compute / step, with comm the seed's
+2 G / bandwidth (a ring sends about 2 G per rank) or the AllReduce cost model summed over DDP's
+buckets. DDP starts each bucket's AllReduce once backward has filled it, so by default all but
+the last bucket's communication overlaps, bounded by the backward pass (2/3 of compute:
+backward costs about twice forward). doc/model.md works the seed's 7B example.
 """
 from __future__ import annotations
 

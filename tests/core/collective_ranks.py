@@ -5,6 +5,7 @@ import dataclasses
 
 import torch
 import torch.distributed as dist
+from distributed import RANK_TIMEOUT_S
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import Sampling
@@ -25,7 +26,7 @@ def counts_for(world_size: int) -> list[int]:
 def exact_on(world_size: int, collectives: list[str], counts: list[int], dtypes) -> list[str]:
     """Every algorithm of each collective, in every mode, on the sub-world of the first
     `world_size` ranks (one node): the failures of this rank. Ranks outside wait."""
-    world, failures = make_world(world_size, world_size, Device()), []
+    world, failures = make_world(world_size, world_size, Device(), RANK_TIMEOUT_S), []
     if world is not None:
         for name_of in collectives:
             for algorithm in algorithms.registry(name_of).values():
@@ -64,7 +65,7 @@ def exact_at_counts(world_size: int, counts: list[int]) -> list[str]:
 def measured_wrong(world_size: int) -> dict[str, int]:
     """#wrong of a quick measurement of every algorithm of every collective (and of a broken
     AllGather that leaves the output alone), summed over ranks."""
-    world, wrong = make_world(world_size, world_size, Device()), {}
+    world, wrong = make_world(world_size, world_size, Device(), RANK_TIMEOUT_S), {}
     broken = algorithms.Algorithm("broken", "writes nothing", lambda s, r, w: (lambda: None),
                                   collective="all_gather")
     if world is not None:

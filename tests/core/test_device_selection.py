@@ -118,11 +118,13 @@ OMPI_2 = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
 
 
-@pytest.mark.parametrize("gpus,expected", [(2, "nccl"), (1, "nccl"), (0, "gloo")])
-def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, expected):
-    """Two MPI ranks on a host: nccl with a GPU each (2 visible, or 1 bound to each rank)."""
+@pytest.mark.parametrize("gpus,visible,expected", [(2, None, "nccl"), (1, "1", "nccl"), (0, None, "gloo")])
+def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, visible, expected):
+    """Two MPI ranks on a host: nccl with a GPU each (2 visible, or 1 bound to each rank by its
+    own CUDA_VISIBLE_DEVICES; tests/core/test_gpu_path.py has one GPU seen without it)."""
     fake_gpus(gpus)
-    for name, value in OMPI_2.items():
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in {**OMPI_2, **({"CUDA_VISIBLE_DEVICES": visible} if visible else {})}.items():
         monkeypatch.setenv(name, value)
     config = run_config(**CLI_DEFAULTS, started=started())
     assert config.backend == expected and config.world_sizes == (2,)

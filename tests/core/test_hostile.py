@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import io
 import json
 import math
 import os
@@ -339,6 +340,33 @@ def test_run_refuses_to_resume_another_benchmarks_run(cli, tmp_path, kind):
     code, stderr, _ = cli(["run", "--resume", run])
     assert code == 2, stderr
     assert (f"is a `{kind}` run" in stderr) if kind != "emulated" else "emulate --resume" in stderr
+
+
+def test_run_refuses_a_ddp_run_before_its_first_row(cli, tmp_path):
+    """Its meta.json's `ddp` block alone marks it (ddp lends Rows(meta_block=True))."""
+    run = write_run(tmp_path / "run", GOOD_CSV.splitlines()[0] + "\n", {**GOOD_META, "ddp": {}})
+    code, stderr, _ = cli(["run", "--resume", run])
+    assert code == 2 and "is a `ddp` run" in stderr, stderr
+
+
+def test_the_features_rows_are_read_as_they_lend_them(cli, tmp_path, capsys):
+    """ddp's rows need their measure column (report and the library refuse them without it);
+    ddp's and links' rows are no rows the analyses skip, an unknown benchmark's are."""
+    import allreduce_bench
+
+    frame = pd.read_csv(io.StringIO(GOOD_CSV))
+    frame["benchmark"] = ["ddp", "links", "foo", "allreduce"] * (len(frame) // 4)
+    frame["measure"] = "step"
+    write_run(tmp_path / "run", frame.to_csv(index=False))
+    rows = allreduce_bench.load_results(tmp_path / "run")
+    assert len(rows) == len(frame)
+    note = capsys.readouterr().err
+    assert "foo rows" in note and "ddp rows" not in note and "links rows" not in note, note
+    write_run(tmp_path / "bad", frame.drop(columns="measure").to_csv(index=False))
+    with pytest.raises(UsageError, match="benchmark=ddp rows but no measure column"):
+        allreduce_bench.load_results(tmp_path / "bad")
+    code, stderr, _ = cli(["report", tmp_path / "bad", "--out-dir", tmp_path / "p"])
+    assert code == 2 and "benchmark=ddp rows but no measure column" in stderr, stderr
 
 
 # ---- class 3: numbers that are not numbers -----------------------------------------------

@@ -141,7 +141,7 @@ class RecordingDevice:
                 return [100.0] * count
         return Timer()
 
-    def launch_spin_s(self, loops):
+    def launch_spin_s(self, loops, group):
         return 0.001 * loops
 
     def align(self, group, spin_s):
@@ -166,48 +166,35 @@ def test_each_sample_is_aligned_then_timed_around_loops_calls_only():
 
 def test_cuda_align_spins_for_the_queued_calls(monkeypatch):
     import torch
+    from fake_cuda import Ranks, cuda_device, install
 
     from allreduce_bench.core.measure import device as device_module
+    install(monkeypatch)
+    one = Ranks(1)
+    one.patch(monkeypatch)
     slept, barriers = [], []
     monkeypatch.setattr(torch.cuda, "_sleep", slept.append, raising=False)
-    cuda = object.__new__(device_module.CudaDevice)  # no GPU: skip __init__'s device checks
-    cuda._launch_s_per_call, cuda._cycles_per_ms, cuda.timeout_s = 20e-6, 1.5e6, 5.0
+    cuda = cuda_device()
+    cuda._cycles_per_ms = 1.5e6
     monkeypatch.setattr(device_module.CudaDevice, "barrier", lambda self, group: barriers.append(group))
     cuda.note_launch(host_s=0.001, loops=100)  # 10 us per call measured
-    spin = cuda.launch_spin_s(100)
+    spin = one.run(lambda rank: cuda.launch_spin_s(100, None))[0]
     assert spin == pytest.approx(2 * 10e-6 * 100 + 50e-6)
     cuda.align("group", spin)
     assert barriers == ["group"] and slept == [int(spin * 1e3 * 1.5e6)]
     cuda.align("group", 0.0)
     assert len(slept) == 1  # no spin asked, none queued
-    assert cuda.launch_spin_s(10**7) == 0.05  # bounded
+    assert one.run(lambda rank: cuda.launch_spin_s(10**7, None))[0] == 0.05  # bounded
 
 
 def test_cuda_timer_reads_events_after_the_last_one(monkeypatch):
-    import torch
+    from fake_cuda import GPU, cuda_device, install
 
-    from allreduce_bench.core.measure import device as device_module
-
-    class Event:
-        clock = 0.0
-
-        def __init__(self, enable_timing=False):
-            self.at = None
-
-        def record(self):
-            Event.clock += 1.0
-            self.at = Event.clock
-
-        def query(self):
-            return True
-
-        def elapsed_time(self, other):
-            return other.at - self.at  # ms
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    timer = device_module.CudaTimer(2, timeout_s=1.0)
+    install(monkeypatch)
+    timer = cuda_device(timeout_s=1.0).timer(2)
     for i in range(2):
         timer.start(i)
+        GPU.clock_ms += 1.0
         timer.stop(i)
     assert timer.times_us() == [1000.0, 1000.0]
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -20,6 +21,7 @@ from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.algorithms.base import INTER, INTRA, traffic
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure.device import Device
 
 S = 1 << 20
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,28 +107,29 @@ def test_unsupported_algorithms_are_refused_before_any_process_starts():
 
 
 def test_nccl_variant_creates_its_communicator_with_the_variables_set(monkeypatch):
-    import torch
+    import datetime as dt
+
     import torch.distributed as dist
 
     seen = []
     monkeypatch.setenv("NCCL_PROTO", "Simple")
     monkeypatch.delenv("NCCL_ALGO", raising=False)
+    monkeypatch.setattr(nccl, "_communicators", {})
+    monkeypatch.setattr(nccl, "_warm", set())
+    monkeypatch.setattr(dist, "get_rank", lambda: 0)
     monkeypatch.setattr(dist, "new_group", lambda *a, **k: seen.append(
         ("new_group", os.environ.get("NCCL_ALGO"), os.environ.get("NCCL_PROTO"), k.get("backend"))) or "pg")
     monkeypatch.setattr(dist, "all_reduce", lambda t, group=None: seen.append(
         ("all_reduce", os.environ.get("NCCL_ALGO"), os.environ.get("NCCL_PROTO"), group)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda g: seen.append(("destroy", g)))
+    world = SimpleNamespace(device=Device())
 
-    class World:
-        group = type("G", (), {"ranks": (0, 1)})()
-        device = type("D", (), {"torch_device": torch.device("cpu")})()
-
-    world = World()
+    nccl.create(["ring", "native:tree:LL"], 2, dt.timedelta(seconds=5))  # plain ring: no group
     assert nccl.communicator(world, "tree", "LL") == "pg"
-    assert nccl.communicator(world, "tree", "LL") == "pg"  # once per world
+    assert nccl.communicator(world, "tree", "LL") == "pg"  # connected once
     assert seen == [("new_group", "Tree", "LL", "nccl"), ("all_reduce", "Tree", "LL", "pg")]
     assert os.environ["NCCL_PROTO"] == "Simple" and "NCCL_ALGO" not in os.environ  # restored
-    nccl.communicator(World(), "ring", None)  # a new world: the old communicators are destroyed
+    nccl.create(["native:ring"], 2, dt.timedelta(seconds=5))  # the next sub-world's: the old destroyed
     assert seen[2] == ("destroy", "pg") and seen[3][1:3] == ("Ring", "Simple")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from distributed import RANK_TIMEOUT_S
 from torch import nn
 
 from allreduce_bench.core.measure.device import Device
@@ -14,7 +15,7 @@ from allreduce_bench.ddp.trainer import NoOverlapTrainer, Trainer, wrap_ddp
 
 
 def _world():
-    return make_world(dist.get_world_size(), dist.get_world_size(), Device())
+    return make_world(dist.get_world_size(), dist.get_world_size(), Device(), RANK_TIMEOUT_S)
 
 
 def hook_counts(params: int, layers: int, accum: int, bucket_mb: float) -> dict:

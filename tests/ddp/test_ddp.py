@@ -16,7 +16,6 @@ from allreduce_bench.core.units import parse_whole_count
 from allreduce_bench.ddp.analysis import (
     accumulation_table,
     ddp_markdown,
-    ddp_section,
     ddp_summary_text,
     overlap_table,
     overlappable_us,
@@ -29,6 +28,7 @@ from allreduce_bench.ddp.config import parse_bucket_mbs
 from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.plots import timeline_plot
 from allreduce_bench.ddp.sampler import set_epoch_check
+from allreduce_bench.ddp.sections import ddp_parts
 from allreduce_bench.ddp.timeline_store import append_timeline
 
 K = 4
@@ -299,9 +299,9 @@ def test_ddp_command_end_to_end(tmp_path):
     assert (out / "plots" / "ddp_accumulation.png").exists()
     assert (out / "plots" / "ddp_timeline.png").exists()
     assert (table["no_overlap_us"] > 0).all() and (table["speedup_vs_no_overlap"] > 0).all()
-    section = ddp_section(out)
-    assert "plots/ddp_overlap.png" in section and "| 2 | 25 |" in section
-    assert "plots/ddp_timeline.png" in section and "wait-then-AllReduce" in section
+    section = ddp_parts(load_results(out), out / "plots")[0]
+    assert "ddp_overlap.png" in section and "| 2 | 25 |" in section
+    assert "ddp_timeline.png" in section and "wait-then-AllReduce" in section
 
 
 def test_a_cpu_bound_allreduce_gets_one_line_instead_of_a_hidden_share_of_0():

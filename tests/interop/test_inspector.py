@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from inspector_records import coll_perf, job_from_run, line
+from inspector_records import coll_perf, job_from_run, line, p2p_perf
 from per_rank_runs import write_run
 
 from allreduce_bench.cli import main
@@ -111,13 +111,31 @@ def test_payload_only_lines_and_gz(tmp_path):
     metadata = {"inspector_output_format_version": "v4.3", "hostname": "gpu-a", "pid": 1}
     lines = [json.dumps({"header": header, "metadata": metadata, "dump_stats": {"coll_records": 2}})]
     lines += [json.dumps({"coll_perf": coll_perf("all_reduce", sn, 1 << 20, 2, 13)}) for sn in range(2)]
-    lines.append(json.dumps({"header": header, "metadata": metadata, "p2p_perf": {"p2p": "Send"}}))
+    lines.append(json.dumps({"header": header, "metadata": metadata, "proxy_trace": {}}))
     path = tmp_path / "gpu-a-pid1.jsonl.gz"
     path.write_bytes(gzip.compress("\n".join(lines).encode()))
     result, run = _import(tmp_path, path)
     assert result.exit_code == 0, result.output
-    assert "not read: 1 dump_stats records, 1 p2p_perf records" in result.output
+    assert "not read: 1 dump_stats records, 1 proxy_trace records" in result.output
     assert load_results(run, explain_skips=False)["samples"].tolist() == [2]
+
+
+def test_send_recv_records_are_the_jobs_sendrecv_rows(tmp_path):
+    """A pipeline-parallel job's Send/Recv (p2p_perf): rows of sendrecv, busbw = algbw, a call as
+    long as its slowest rank; a file of P2P records only is a job, not "no records"."""
+    folder = tmp_path / "pp"
+    folder.mkdir()
+    for rank, host in ((0, "gpu-a"), (1, "gpu-b")):
+        records = [p2p_perf("Send" if rank == 0 else "Recv", sn, 1 - rank, 1 << 24, time + 10 * rank)
+                   for sn, time in enumerate([400, 420, 410])]
+        (folder / f"{host}-pid{rank}.log").write_text("\n".join(
+            line("0x77", rank, 2, host, perf) for perf in records) + "\n")
+    result, run = _import(tmp_path, folder)
+    assert result.exit_code == 0, result.output
+    rows = load_results(run, explain_skips=False)
+    assert list(rows["collective"]) == ["sendrecv"] and rows["samples"].tolist() == [3]
+    assert rows["time_us_median"].tolist() == [420.0]  # the calls: 410, 430, 420
+    assert rows["busbw_GBps"].iloc[0] == pytest.approx((1 << 24) / 420e3)
 
 
 def test_bad_input_is_one_line_naming_what(tmp_path):
@@ -130,6 +148,11 @@ def test_bad_input_is_one_line_naming_what(tmp_path):
     (tmp_path / "empty").mkdir()
     result, _ = _import(tmp_path, tmp_path / "empty")
     assert result.exit_code == 2 and "folder without NCCL Inspector files" in result.output
+    prom = tmp_path / "nccl_inspector_metrics_GPU-1.prom"  # as inspector_prom.cc of NCCL 2.30 writes it
+    prom.write_text('nccl_bus_bandwidth_gbs{version="v6.1",node="a",nranks="8",collective="AllReduce",'
+                    'message_size="2-3MB",algo_proto="RING_LL128"} 120.5\n')
+    result, _ = _import(tmp_path, prom)
+    assert result.exit_code == 2 and "per message-size range" in result.output and result.output.count("\n") == 1
     torn = tmp_path / "torn.log"
     torn.write_text(line("0x1", 0, 2, "h", coll_perf("all_reduce", 0, 1 << 20, 2, 13))[:50])
     result, _ = _import(tmp_path, torn)

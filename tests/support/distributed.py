@@ -7,6 +7,8 @@ import tempfile
 import traceback
 from datetime import timedelta
 
+RANK_TIMEOUT_S = 30.0  # every collective's, the default group's and the sub-worlds' (make_world)
+
 
 def _rank(rank: int, world_size: int, store_file: str, fn, args, queue) -> None:
     import torch.distributed as dist
@@ -14,7 +16,7 @@ def _rank(rank: int, world_size: int, store_file: str, fn, args, queue) -> None:
                       LOCAL_WORLD_SIZE=str(world_size))
     try:
         dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
-                                world_size=world_size, timeout=timedelta(seconds=30))
+                                world_size=world_size, timeout=timedelta(seconds=RANK_TIMEOUT_S))
         result = fn(*args)
         dist.destroy_process_group()
         queue.put((rank, "ok", result))

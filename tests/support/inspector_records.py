@@ -16,6 +16,14 @@ NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter":
 PER_RANK = ("all_gather", "reduce_scatter", "alltoall")
 
 
+def p2p_perf(op: str, sn: int, peer: int, size_bytes: int, time_us: int) -> dict:
+    """inspectorCompletedP2p of NCCL 2.30: Send or Recv of `size_bytes` with `peer`."""
+    algbw = size_bytes / 1e9 / (time_us / 1e6) if time_us else 0.0
+    return {"p2p": op, "p2p_sn": sn, "p2p_peer": peer, "p2p_msg_size_bytes": size_bytes,
+            "p2p_exec_time_us": time_us, "p2p_timing_source": "kernel_gpu",
+            "p2p_algobw_gbs": round(algbw, 6), "p2p_busbw_gbs": round(algbw, 6)}
+
+
 def coll_perf(collective: str, sn: int, size_bytes: int, n_ranks: int, time_us: int, verbose: bool = False,
               algo: str | None = None) -> dict:
     """inspectorCompletedColl: the message is one rank's buffer; bandwidths from integer µs as
@@ -39,15 +47,17 @@ def coll_perf(collective: str, sn: int, size_bytes: int, n_ranks: int, time_us: 
 
 
 def line(comm: str, rank: int, n_ranks: int, host: str, perf: dict, layout: str = "v4") -> str:
-    """One record: layout v4 (2.30), older (2.28/2.29: no comm_name) or flat."""
+    """One record (coll_perf, or p2p_perf for a Send/Recv): layout v4 (2.30), older (2.28/2.29: no
+    comm_name) or flat."""
     header = {"id": comm, "comm_name": f"group {comm[-2:]}", "rank": rank, "n_ranks": n_ranks, "nnodes": 1}
     if layout == "older":
         header.pop("comm_name")
     metadata = {"inspector_output_format_version": "v4.0", "git_rev": "v2.30.7-1-0-g73cf112",
-                "rec_mechanism": "nccl_profiler_interface", "dump_timestamp_us": 1767350401243567 + perf["coll_sn"],
+                "rec_mechanism": "nccl_profiler_interface",
+                "dump_timestamp_us": 1767350401243567 + perf.get("coll_sn", perf.get("p2p_sn", 0)),
                 "hostname": host, "pid": 4000 + rank}
     record = {**header, **metadata, **perf} if layout == "flat" else \
-        {"header": header, "metadata": metadata, "coll_perf": perf}
+        {"header": header, "metadata": metadata, ("p2p_perf" if "p2p" in perf else "coll_perf"): perf}
     return json.dumps(record, separators=(",", ":"))
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from distributed import RANK_TIMEOUT_S
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import Sampling
@@ -36,7 +37,7 @@ def check_every_algorithm(layouts: list[int], names: list[str] | None = None,
     world_size, failures = world_size or dist.get_world_size(), []
     names = names or algorithms.names_for("gloo")
     for i, ranks_per_node in enumerate(layouts):
-        world = make_world(world_size, ranks_per_node, Device())
+        world = make_world(world_size, ranks_per_node, Device(), RANK_TIMEOUT_S)
         if world is None:  # not in this sub-world: wait for it to finish
             end_phase(None, f"check-{world_size}-{ranks_per_node}", Device())
             continue
@@ -58,7 +59,7 @@ def check_every_algorithm(layouts: list[int], names: list[str] | None = None,
 def repeated_calls_stay_exact(names: list[str], count: int) -> dict[str, int]:
     """The same built call run three times on refilled input (as the timing loop does): #wrong
     per algorithm."""
-    world = make_world(dist.get_world_size(), 2, Device())
+    world = make_world(dist.get_world_size(), 2, Device(), RANK_TIMEOUT_S)
     tensor = torch.empty(count)
     wrong = {}
     for name in names:
@@ -79,7 +80,7 @@ def _forgets_to_add(tensor, world):
 
 def measure_counts_wrong(count: int) -> tuple[int, int, int]:
     """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
-    world = make_world(dist.get_world_size(), 1, Device())
+    world = make_world(dist.get_world_size(), 1, Device(), RANK_TIMEOUT_S)
     measured, good = measure(algorithms.lookup("ring"), world, count, torch.float32,
                              Sampling(loops=1, samples=3, warmup=1))
     broken = algorithms.Algorithm("broken", "forgets to add", _forgets_to_add)
@@ -91,7 +92,7 @@ def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
     """(size, nodes, ranks per node) of each sub-world this rank belongs to, after an exact sum."""
     seen = []
     for size in sizes:
-        world = make_world(size, 2, Device())
+        world = make_world(size, 2, Device(), RANK_TIMEOUT_S)
         if world is None:
             seen.append(None)
         else:
@@ -106,7 +107,7 @@ def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
 
 def check_counts(names: list[str], counts: list[int]) -> list[str]:
     """Exact float32 sums of every named algorithm at each count, on the whole world as 1 node."""
-    world, failures = make_world(dist.get_world_size(), dist.get_world_size(), Device()), []
+    world, failures = make_world(dist.get_world_size(), dist.get_world_size(), Device(), RANK_TIMEOUT_S), []
     for name in names:
         for count in counts:
             tensor = torch.empty(count)

@@ -10,7 +10,6 @@ the collective (default all_reduce, what every AllReduce-only caller means).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.core.algorithms import (
@@ -31,6 +30,7 @@ from allreduce_bench.core.algorithms import (
     tree,
 )
 from allreduce_bench.core.algorithms.base import Algorithm, Step, traffic  # noqa: F401  (the public surface)
+from allreduce_bench.core.environment import user_setting
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import COLLECTIVES
 
@@ -112,7 +112,7 @@ def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
     global _plugins
     if _plugins is None:
         _plugins = {c: {} for c in COLLECTIVES}
-        points = [] if os.environ.get(NO_PLUGINS_ENV) else _entry_points()
+        points = [] if user_setting(NO_PLUGINS_ENV) else _entry_points()
         for point in sorted(points, key=lambda p: p.name):
             origin = f"plug-in {point.name} = {point.value}"
             try:
@@ -201,11 +201,11 @@ def help_text() -> str:
     """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
     (descriptions in doc/algorithms.md and doc/collectives.md)."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
-    variants = ", ".join(f"native:{algo}" for algo in nccl.NCCL_ALGOS)
-    protocols = ", ".join(f":{proto}" for proto in nccl.NCCL_PROTOS)
+    variants = ", ".join(f"native:{algo} (also {'/'.join(':' + p for p in protos)})"
+                         for algo, (_, _, protos) in nccl.NCCL_ALGOS.items())
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
-    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants} "
-            f"(each also {protocols}); other collectives: {others}; and installed plug-ins.")
+    return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants}; "
+            f"other collectives: {others}; and installed plug-ins.")
 
 
 def allreduce(name: str, tensor, world) -> None:

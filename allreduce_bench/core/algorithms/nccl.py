@@ -1,15 +1,26 @@
 """NCCL's own algorithms and protocols as algorithms: `native:ring`, `native:tree:LL`, ...
 
 Each variant runs the backend's AllReduce on a communicator of its own, created while
-NCCL_ALGO (and NCCL_PROTO) are set in the environment: NCCL reads them when a communicator is
-initialised (its tuning step), so setting them for that moment pins the algorithm of that
-communicator only, and every other communicator keeps NCCL's own choice. torch creates an NCCL
-communicator at the first collective on a group, so `communicator` runs one small AllReduce
-while the variables are set. The variables are restored right after. On gloo they do not apply
-and are refused before any process starts.
+NCCL_ALGO (and NCCL_PROTO) are set: NCCL reads them when it initialises a communicator, a new
+or a split one (src/graph/tuning.cc `ncclTopoTuneModel`), so only that communicator is pinned;
+the variables are restored right after. On gloo they do not apply and are refused before any
+process starts.
+
+With the default group bound to the GPU (`device_id`, measure/device.py) torch creates each new
+NCCL group inside `new_group` by `ncclCommSplit` of the default group's communicator, which
+every rank of the default group must join (non-members through `perform_nocolor_split`);
+unbound, NCCL connects the members at the group's first collective. So `create` makes a
+sub-world's communicators on every rank, in --algos order, and `communicator` runs one small
+AllReduce on first use, both with the variables set.
+
+NCCL refuses a variant it has nothing for on this machine with ncclInvalidUsage at that first
+AllReduce (enqueue.cc, "No algorithm/protocol available"): NVLS without NVSwitch, or across
+nodes without CollNet. `refused` says so in one line and the sweep leaves the variant out.
+NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -18,14 +29,20 @@ from allreduce_bench.core.algorithms.base import Algorithm
 from allreduce_bench.core.environment import overridden
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     import torch
 
     from allreduce_bench.core.measure.world import World
 
-# our name -> NCCL_ALGO value, and the cost it is modelled with (NVLS reduces inside the
-# NVSwitch, which this model has no term for: measured, not modelled)
-NCCL_ALGOS = {"ring": ("Ring", ring.cost), "tree": ("Tree", tree.cost), "nvls": ("NVLS", None)}
+# our name -> NCCL_ALGO value, the cost it is modelled with (NVLS reduces inside the NVSwitch,
+# which this model has no term for: measured, not modelled), and the protocols NCCL has for it
 NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_ALGOS = {"ring": ("Ring", ring.cost, NCCL_PROTOS), "tree": ("Tree", tree.cost, NCCL_PROTOS),
+              "nvls": ("NVLS", None, ("Simple",))}
+# variant name -> (algo, proto or None: NCCL's choice of protocol)
+VARIANTS = {f"native:{algo}" + (f":{proto}" if proto else ""): (algo, proto)
+            for algo, (_, _, protos) in NCCL_ALGOS.items() for proto in (None, *protos)}
 
 
 def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
@@ -35,31 +52,63 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
     return values
 
 
-_communicators: dict[tuple, object] = {}  # (algo, proto) -> process group, for `_world` only
-_world: list = [None]
+_communicators: dict[tuple, object] = {}  # (algo, proto) -> this rank's group in the sub-world
+_warm: set[tuple] = set()  # those whose first AllReduce ran
+
+
+def create(names, world_size: int, timeout: timedelta) -> None:
+    """The communicators of the pinned variants among `names` for the sub-world of ranks
+    0..world_size-1; the previous sub-world's are destroyed first, in the order they were made.
+
+    Collective: every rank of the default group calls it with the same arguments (see above),
+    including ranks outside the sub-world, which keep no group."""
+    import torch.distributed as dist
+
+    for group in _communicators.values():
+        dist.destroy_process_group(group)
+    _communicators.clear()
+    _warm.clear()
+    members = list(range(world_size))
+    for key in (VARIANTS[name] for name in names if name in VARIANTS):
+        with overridden(nccl_environment(*key)):
+            group = dist.new_group(members, timeout=timeout, backend="nccl")
+        if dist.get_rank() in members:
+            _communicators[key] = group
 
 
 def communicator(world: World, algo: str, proto: str | None):
-    """This world's NCCL communicator pinned to `algo` / `proto`, created once per world."""
+    """This rank's communicator of the variant, initialised by one small AllReduce on first use."""
     import torch
     import torch.distributed as dist
 
-    if _world[0] is not world:  # a new (sub-)world: the old one's communicators are done
-        for group in _communicators.values():
-            dist.destroy_process_group(group)
-        _communicators.clear()
-        _world[0] = world
     key = (algo, proto)
-    if key not in _communicators:
+    group = _communicators[key]
+    if key not in _warm:
         with overridden(nccl_environment(algo, proto)):
-            group = dist.new_group(list(world.group.ranks), backend="nccl",
-                                   use_local_synchronization=True)
-            warm = torch.zeros(1, device=world.device.torch_device)
-            dist.all_reduce(warm, group=group)  # the communicator is initialised here
-            if warm.is_cuda:
-                torch.cuda.synchronize(warm.device)
-        _communicators[key] = group
-    return _communicators[key]
+            # without the binding, NCCL connects here; the wait gives up after --timeout
+            dist.all_reduce(torch.zeros(1, device=world.device.torch_device), group=group)
+            world.device.synchronize()
+        _warm.add(key)
+    return group
+
+
+def refused(name: str, world: World) -> bool:
+    """Whether NCCL refuses the pinned variant `name` on this sub-world (said in one line by its
+    rank 0); False for any other algorithm. NCCL decides from the topology every rank of the
+    communicator shares, so every rank gets the same answer."""
+    if name not in VARIANTS:
+        return False
+    try:
+        communicator(world, *VARIANTS[name])
+    except RuntimeError as error:  # DistBackendError
+        if "invalid usage" not in str(error):
+            raise  # a lost peer, a timeout: the run ends as for any algorithm
+        if world.rank == 0:
+            print(f"allreduce-bench: {name} skipped at world size {world.size}: NCCL refused it "
+                  "on this machine (ncclInvalidUsage: NVLS needs NVSwitch, and CollNet across "
+                  "nodes)", file=sys.stderr, flush=True)
+        return True
+    return False
 
 
 def builder(algo: str, proto: str | None) -> Callable:
@@ -83,10 +132,9 @@ def supports(name: str, algo: str):
 
 def variants() -> list[Algorithm]:
     out = []
-    for algo, (value, cost) in NCCL_ALGOS.items():
-        for proto in (None, *NCCL_PROTOS):
-            name = f"native:{algo}" + (f":{proto}" if proto else "")
-            what = f"NCCL's AllReduce pinned to NCCL_ALGO={value}" + (f", NCCL_PROTO={proto}" if proto else "")
-            out.append(Algorithm(name, what + " (its own communicator; NCCL only)",
-                                 builder(algo, proto), cost, supports(name, algo)))
+    for name, (algo, proto) in VARIANTS.items():
+        value, cost, _ = NCCL_ALGOS[algo]
+        what = f"NCCL's AllReduce pinned to NCCL_ALGO={value}" + (f", NCCL_PROTO={proto}" if proto else "")
+        out.append(Algorithm(name, what + " (its own communicator; NCCL only)",
+                             builder(algo, proto), cost, supports(name, algo)))
     return out

@@ -1,18 +1,14 @@
 """The collectives beside AllReduce in tables: peak busbw per collective, algorithm and world
 size, the seed's decomposition measured (ring AllReduce next to ring ReduceScatter + ring
 AllGather at the same size, and the native calls), what a backend ran in a collective's place,
-and the section of report.md and of the terminal summary that shows them.
+and their section of report.md and of the terminal summary.
 
-Rows of another collective carry benchmark = its name (as `import` writes nccl-tests'
-all_gather_perf rows) and busbw with its own nccl-tests factor; the AllReduce-only analyses skip
-them (results.schema.allreduce_rows) and this module reads them.
-
-In-place halves (benchmark <collective>-in-place: `run --in-place`, or both columns of an
-imported nccl-tests table) are lines of their own, `<algorithm> (in place)`, in the peak table
-and the per-collective figures; the decomposition compares them where a size has both in-place
-halves (the like-for-like comparison with an AllReduce, which is in place); the summary of the
-best algorithm per collective and the cost model per collective read the out-of-place half
-(nccl-tests' quoted column; the declared steps are the out-of-place algorithm's).
+Rows of another collective carry benchmark = its name and busbw with its own nccl-tests factor;
+the AllReduce-only analyses skip them (results.schema.allreduce_rows) and this module reads
+them. In-place halves are lines of their own (doc/collectives.md, "In-place halves"); the
+decomposition compares them where a size has both (an AllReduce is in place), and the best
+algorithm per collective and the cost model read the out-of-place half (nccl-tests' quoted
+column; the declared steps are the out-of-place algorithm's).
 """
 from __future__ import annotations
 

@@ -195,14 +195,8 @@ def _two_state_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
         readable(table, WORLD))]
 
 
-def _published_tables(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
-    from allreduce_bench.core.analysis.published import normal_table  # is this normal? (published figures)
-
-    return normal_table(frame)
-
-
 # The report's tables in order; each builder returns its table, or none when the rows lack it.
-# The features' tables come between them and the verdict against published figures.
+# The features' tables come after them, in the order of the sections that lend them.
 TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_rank_table,
           _unstable_table, _two_state_table)
 
@@ -211,7 +205,7 @@ def report_tables(frame: pd.DataFrame, size_bytes: int, sections=()) -> list[Tab
     """(title, how to read it, table of strings) for the terminal and report.md: the sweep's,
     then those the features' `sections` lend (core/extensions.py)."""
     lent = tuple(section.tables for section in sections if section.tables is not None)
-    return [table for build in TABLES + lent + (_published_tables,)
+    return [table for build in TABLES + lent
             for table in build(frame, size_bytes)]
 
 

@@ -9,19 +9,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import click
-
 from allreduce_bench.core.extensions import NONE, Extensions
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import RESULTS_FILE
 from allreduce_bench.core.results.store import update_meta
-
-
-def extensions() -> Extensions:
-    """What the features lend the core, as the command group (allreduce_bench/cli.py) put it in
-    click's context; the core alone where a command is called outside it."""
-    context = click.get_current_context(silent=True)
-    return (context.find_object(Extensions) if context else None) or NONE
 
 
 def measure_then_finish(config, benchmark, finish: Callable, lent: Extensions) -> int:

@@ -31,8 +31,8 @@ def _load(paths: tuple[Path, ...], out_dir: Path | None):
     """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
     to write figures."""
     from allreduce_bench.core.analysis.report import chosen_size
-    from allreduce_bench.core.cli.finish import extensions
     from allreduce_bench.core.config.checks import check_writable_dir
+    from allreduce_bench.core.extensions import current as extensions
     frame = load_results(paths)
     chosen_size(frame, None, extensions().sections)  # nothing to report: say so before drawing
     check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
@@ -52,7 +52,7 @@ def plot(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.plots import draw_all
     from allreduce_bench.core.analysis.report import chosen_size
-    from allreduce_bench.core.cli.finish import extensions
+    from allreduce_bench.core.extensions import current as extensions
 
     frame, sections = _load(paths, out_dir), extensions().sections
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
@@ -73,7 +73,7 @@ def report(paths, out_dir, fmt, size):
     PATHS are run directories or results.csv files, merged as for `plot`.
     """
     from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
-    from allreduce_bench.core.cli.finish import extensions
+    from allreduce_bench.core.extensions import current as extensions
 
     frame, sections = _load(paths, out_dir), extensions().sections
     size_bytes = chosen_size(frame, size, sections)

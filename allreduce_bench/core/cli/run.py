@@ -96,6 +96,9 @@ def describe(config) -> str:
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")
 @MIN_BUSBW_OPTION
+@click.option("--expect", is_flag=True, expose_value=False, callback=lambda ctx, _, on: ctx.meta.update(expect=on),
+              help="First print what busbw to expect on this host (the `expect` command's line: link "
+              "limit and closest published figure).")
 def run(**options):
     """Measure AllReduce (or any collective) over a sweep of sizes and world sizes, check
     every result.
@@ -107,19 +110,23 @@ def run(**options):
     Writes results.csv, meta.json and plots/ to --out; exits 1 if any result is wrong, or
     if a table's average busbw is below 90% of --min-busbw.
     """
-    from allreduce_bench.core.cli.finish import extensions, measure_then_finish
+    from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.environment import started
+    from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
     floor = checked_floor(options)
     config = run_config(command=shlex.join(sys.argv), started=started(), **options)
+    lent = extensions()
+    if click.get_current_context().meta.get("expect") and lent.expect:
+        announce(lent.expect(config))
     announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
              f"algorithms {describe(config)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), extensions()))
+    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), lent))
 
 
 def finish_run(config, lent) -> int:
@@ -130,4 +137,5 @@ def finish_run(config, lent) -> int:
     from allreduce_bench.core.measure.meta import close_machine_facts
 
     close_machine_facts(config.out_dir, ranks_are_children=launcher_env() is None)
-    return finish(config, terminal_summary, lent=lent)
+    return finish(config, lambda frame: "\n".join([terminal_summary(frame), *(
+        line for lines in lent.summaries for line in lines(frame))]), lent=lent)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import os
 import resource
+import subprocess
 import tempfile
 from pathlib import Path
 
 import click
 
+from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.units import format_bytes
 
@@ -167,9 +169,9 @@ def allreduce_world_bytes(algorithms, size: int, world_size: int) -> tuple[int, 
 def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, device: str,
                  fix: str) -> None:
     """Refuse work that cannot fit: `need_host` bytes of tensors on this host's ranks (CPU), or
-    `need_rank` bytes on one GPU (CUDA), plus each rank's process."""
+    `need_rank` bytes on each GPU they use (CUDA), plus each rank's process."""
     if device == "cuda":
-        free = _gpu_free_memory()
+        free = gpu_free_memory(ranks_here)
         if free is not None and need_rank > free:
             raise UsageError(f"{what} needs {format_bytes(need_rank)} on one GPU but it has "
                              f"{format_bytes(free)} free; {fix}")
@@ -183,11 +185,27 @@ def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, dev
                          f"({ranks_here} rank(s)) but {format_bytes(available)} is available; {fix}")
 
 
-def _gpu_free_memory() -> int | None:
+def gpu_free_memory(ranks_here: int, timeout_s: float = 20.0) -> int | None:
+    """The least free memory (bytes) of the GPUs this host's ranks use: the first `ranks_here`
+    that CUDA_VISIBLE_DEVICES shows (or its only one), as nvidia-smi reads them. No CUDA call:
+    every rank checks its options before it chooses its GPU, and a CUDA call here would open a
+    context on GPU 0 in each (EXCLUSIVE_PROCESS mode refuses the second) and read GPU 0's
+    memory. None where nvidia-smi cannot tell (missing, or a GPU named by a MIG id)."""
     try:
-        import torch  # only where a GPU run is configured (options.py imports torch already)
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info(0)[0])
-    except Exception:  # a broken driver is reported where the run starts
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.free",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
         return None
-    return None
+    gpus: list[tuple[str, str, int]] = []  # (index, UUID, free bytes)
+    for line in done.stdout.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) == 3 and cells[2].isdigit():
+            gpus.append((cells[0], cells[1], int(cells[2]) << 20))
+    visible = visible_gpus()
+    used = ([n.strip() for n in visible.split(",")] if visible is not None else
+            [index for index, _, _ in gpus])[:max(ranks_here, 1)]
+    # CUDA names a GPU by its index or by its UUID (or the UUID's first characters)
+    free = [f for name in used for index, uuid, f in gpus
+            if name and (name == index or (name.startswith("GPU-") and uuid.startswith(name)))]
+    return min(free) if free and len(free) == len(used) else None

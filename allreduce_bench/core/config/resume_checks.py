@@ -16,6 +16,7 @@ from pathlib import Path
 
 from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.extensions import current
 from allreduce_bench.core.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
 from allreduce_bench.core.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.core.results.store import read_meta
@@ -42,15 +43,17 @@ def stored_run(resume_dir: Path, emulated: bool) -> dict:
 
 
 def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool) -> None:
-    """`run --resume` continues `run`'s runs only: a ddp, links or emulated run has other rows;
-    an emulated run only under `emulate` (`emulated`)."""
+    """`run --resume` continues `run`'s runs only: another command's run has other rows or a
+    meta.json block of its own (Extensions.rows, as the command lends them); an emulated run
+    only under `emulate` (`emulated`)."""
     try:
         others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
     except (UnicodeDecodeError, csv.Error):
         raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
                          "readable CSV file; resume only a directory written by allreduce-bench") from None
-    if "ddp" in meta or others:
-        kind = "ddp" if "ddp" in meta else sorted(others)[0]
+    marked = [rows.benchmark for rows in current().rows if rows.meta_block and rows.benchmark in meta]
+    if marked or others:
+        kind = (marked or sorted(others))[0]
         raise UsageError(f"--resume {resume_dir} is a `{kind}` run, not one of `run`; rerun "
                          f"`allreduce-bench {kind}` with a new --out instead")
     if "emulation" in meta and not emulated:

@@ -31,7 +31,7 @@ from allreduce_bench.core.config.checks import (
     check_writable_dir,
 )
 from allreduce_bench.core.config.launch import LaunchConfig
-from allreduce_bench.core.environment import RankEnv, Started, is_writer
+from allreduce_bench.core.environment import RankEnv, Started, is_writer, visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.layout import node_layout
@@ -48,6 +48,14 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
         sizes.append(k)
         k *= 2
     return tuple(sorted(set(sizes + [gpus])))
+
+
+def own_gpu(env) -> bool:
+    """Whether the one GPU this rank sees is its own: the launcher set CUDA_VISIBLE_DEVICES for
+    this task alone (srun --gpus-per-task=1 or --gpu-bind, an mpirun wrapper), naming one GPU.
+    torchrun hands every local rank one environment, so one GPU seen there is shared."""
+    visible = visible_gpus() or ""
+    return env.launcher != "torchrun" and bool(visible) and "," not in visible
 
 
 def resolve_world(world_sizes: str | None, backend: str, device: str | None,
@@ -76,8 +84,14 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     else:
         chosen = cpu_world_sizes(cpus_allowed())[0]
     per_host = env.local_world_size if env else max(chosen)
-    if env is not None and gpus == 1:
-        per_host = 1  # the scheduler bound one GPU to each rank (srun --gpus-per-task=1)
+    if env is not None and gpus == 1 and per_host > 1:
+        if own_gpu(env):
+            per_host = 1
+        elif wants_gpu:  # NCCL refuses two ranks on one GPU; measuring the CPU instead would surprise
+            raise UsageError(f"local rank {env.local_rank} of {per_host} sees one GPU and nothing shows "
+                             "it is its own (NCCL refuses two ranks on one GPU): bind one GPU to each rank "
+                             "(srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per rank under mpirun), "
+                             "launch one rank per GPU, or use --backend gloo")
     backend, device = resolve_backend(backend, device, per_host)
 
     if env is not None:

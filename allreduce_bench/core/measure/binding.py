@@ -1,22 +1,10 @@
 """Where each rank runs: `--bind auto|none|core|numa`, applied on the rank before it joins.
 
-An unbound rank migrates between cores and shares them with its peers: on a small CPU host a
-gloo AllReduce of 64K then takes 2-4x longer and varies far more than with one core per rank.
-On a GPU node the question is NUMA: a rank whose threads run far from its GPU pays on every
-launch and copy (nccl-tests users bind with `mpirun --bind-to`; torchrun has `--numa-binding`).
-
-- `core`: the CPUs this rank may use are split into one block per local rank, in order
-  (fewer CPUs than ranks: ranks share them round-robin, and the placement says so).
-- `numa`: the CPUs of one NUMA node: the GPU's (sysfs, else `nvidia-smi topo -m`), or on CPU
-  the nodes dealt out over the local ranks.
-- `auto`: keep a launcher's binding (srun --cpu-bind, mpirun --bind-to, torchrun
-  --numa-binding, taskset); else on GPU `numa`; else `core` when there are at least as many
-  CPUs as local ranks and the ranks are SCHED_FIFO (measure/scheduling.py) or get two CPUs
-  each (a rank pinned to its one CPU without it waits for that CPU: doc/noise.md); else nothing.
-- `none`: leave the affinity as it was.
-
-The planning is pure (CPU lists, NUMA maps and the environment in, a plan out); `bind_rank`
-reads this host and applies the plan to every thread of the process.
+An unbound rank migrates between cores and shares them with its peers (on a small CPU host a
+gloo AllReduce of 64K takes 2-4x longer and varies far more); on a GPU node a rank far from its
+GPU's NUMA node pays on every launch and copy. doc/methodology.md ("Binding") says what each
+mode gives. The planning is pure (CPU lists, NUMA maps and the launcher's variables in, a plan
+out); `bind_rank` reads this host and applies the plan to every thread of the process.
 """
 from __future__ import annotations
 
@@ -27,6 +15,8 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from allreduce_bench.core.environment import variables, visible_gpus
 
 MODES = ("auto", "none", "core", "numa")
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -139,14 +129,14 @@ def nvidia_smi_topology(timeout_s: float = 20.0) -> str:
 
 # --- what a launcher did ---------------------------------------------------------------------
 
-def launcher_binding(environ: Mapping[str, str], current, allowed) -> str | None:
-    """How a launcher bound this rank, or None. The variables say it for srun and mpirun; an
+def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str | None:
+    """How a launcher bound this rank, or None. Its variables (`launched_with`) say it for srun and mpirun; an
     affinity narrower than the cgroup allows says it for any other (torchrun --numa-binding
     wraps the rank in numactl, taskset, mpirun's default binding)."""
-    srun = environ.get("SLURM_CPU_BIND_TYPE", "")
+    srun = launched_with.get("SLURM_CPU_BIND_TYPE", "")
     if srun and not srun.startswith("none") and set(current) != set(allowed):
         return f"srun --cpu-bind={srun.rstrip(':')}"
-    policy = environ.get("OMPI_MCA_hwloc_base_binding_policy", "")
+    policy = launched_with.get("OMPI_MCA_hwloc_base_binding_policy", "")
     if policy and policy != "none" and set(current) != set(allowed):
         return f"mpirun --bind-to {policy}"
     if set(current) < set(allowed):
@@ -281,7 +271,7 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
                                          getattr(props, "pci_device_id", 0)))
         if node is not None:
             return node
-    physical = physical_gpu(gpu_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    physical = physical_gpu(gpu_index, visible_gpus())
     return None if physical is None else topo_numa_node(nvidia_smi_topology(), physical)
 
 
@@ -306,7 +296,8 @@ class Binder:
         """`started_here`: the rank is one of a local run's (its affinity is the driver's,
         never a launcher's binding); `sched`: the policy its threads got."""
         current = tuple(sorted(os.sched_getaffinity(0)))
-        launcher = None if started_here else launcher_binding(os.environ, current, cgroup_cpus())
+        launcher = None if started_here else launcher_binding(
+            variables("SLURM_CPU_BIND", "OMPI_MCA_hwloc"), current, cgroup_cpus())
         return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
                    gpu_node_of(gpu_index) if mode in ("auto", "numa") else None, sched)
 

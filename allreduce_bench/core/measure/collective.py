@@ -13,7 +13,6 @@ once more; every element is compared and mismatches summed over ranks are `wrong
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.measure import patterns, timing
@@ -55,6 +54,7 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
     patterns.junk(recv)
     send.copy_(patterns.collective_input(collective, count, r, n, dtype, device))
     call()
+    world.device.synchronize()  # the checked call within --timeout: count_wrong reads its result
     expected = patterns.collective_expected(collective, count, r, n, dtype, device)
     return 0 if expected is None else patterns.count_wrong(recv, expected)
 
@@ -74,7 +74,5 @@ def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
                              lockstep)
     if not check:
         return measured, 0
-    wrong = torch.tensor([count_wrong(collective, call, send, recv, count, world)],
-                         dtype=torch.int64, device=world.device.torch_device)
-    dist.all_reduce(wrong, group=world.group.pg)
-    return measured, int(wrong.item())
+    wrong = count_wrong(collective, call, send, recv, count, world)
+    return measured, timing.total(wrong, world.group.pg, world.device)

@@ -12,50 +12,34 @@ import time
 import torch
 import torch.distributed as dist
 
+from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure.binding import physical_gpu
 
 
-class CpuTimer:
-    """Monotonic clock around each iteration; gloo calls return when the work is done."""
+class Timer:
+    """Start and stop stamps of each iteration on the device's clock, read once all are taken."""
 
-    def __init__(self, iters: int):
-        self.starts = [0] * iters
-        self.stops = [0] * iters
-
-    def start(self, i: int) -> None:
-        self.starts[i] = time.perf_counter_ns()
-
-    def stop(self, i: int) -> None:
-        self.stops[i] = time.perf_counter_ns()
-
-    def times_us(self) -> list[float]:
-        return [(b - a) / 1e3 for a, b in zip(self.starts, self.stops)]
-
-
-class CudaTimer:
-    """CUDA events on the current stream: the GPU's own clock, no host sync per iteration."""
-
-    def __init__(self, iters: int, timeout_s: float = 300.0):
-        self.starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        self.stops = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        self.timeout_s = timeout_s
+    def __init__(self, device: Device, iters: int):
+        self.now, self.device = device.stamp, device  # the clock itself: no call in between
+        self.starts: list = [None] * iters
+        self.stops: list = [None] * iters
 
     def start(self, i: int) -> None:
-        self.starts[i].record()
+        self.starts[i] = self.now()
 
     def stop(self, i: int) -> None:
-        self.stops[i].record()
+        self.stops[i] = self.now()
 
     def times_us(self) -> list[float]:
-        wait_for(self.stops[-1], self.timeout_s, "the timed iterations")
-        return [a.elapsed_time(b) * 1e3 for a, b in zip(self.starts, self.stops)]
+        return [self.device.elapsed_us(a, b) for a, b in zip(self.starts, self.stops)]
 
 
 class Device:
-    """CPU device for gloo."""
+    """CPU device for gloo: the host's monotonic clock; gloo calls return when the work is done."""
 
     kind = "cpu"
-    timer_class = CpuTimer
+    stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
 
     def __init__(self) -> None:
         self.torch_device = torch.device("cpu")
@@ -70,20 +54,28 @@ class Device:
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         dist.barrier(group=group)
 
+    def elapsed_us(self, start, stop) -> float:
+        """Microseconds between two stamps."""
+        return (stop - start) / 1e3
+
+    def read(self, tensor: torch.Tensor) -> list:
+        """`tensor`'s values on the host (see CudaDevice.read)."""
+        return tensor.tolist()
+
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
         """Line the ranks up before a sample, outside the clock."""
         self.barrier(group)
 
-    def launch_spin_s(self, loops: int) -> float:
-        """Device-side spin to queue before a sample's start event (none on CPU: gloo calls
-        return when done, so the host clock is the only clock)."""
+    def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
+        """Device-side spin to queue before a sample's start event, the same on every rank of
+        `group` (none on CPU: gloo calls return when done, so the host clock is the only clock)."""
         return 0.0
 
     def note_launch(self, host_s: float, loops: int) -> None:
         """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
 
-    def timer(self, iters: int):
-        return self.timer_class(iters)
+    def timer(self, iters: int) -> Timer:
+        return Timer(self, iters)
 
 
 class PeerTimeout(RuntimeError):
@@ -116,10 +108,10 @@ def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
 
 
 class CudaDevice(Device):
-    """One GPU per rank, chosen by local rank before the process group exists."""
+    """One GPU per rank, chosen by local rank before the process group exists. Its clock is
+    CUDA events on the current stream: the GPU's own, no host sync per stamp."""
 
     kind = "cuda"
-    timer_class = CudaTimer
 
     def __init__(self, local_rank: int, local_world_size: int | None = None,
                  timeout_s: float = 300.0) -> None:
@@ -138,10 +130,37 @@ class CudaDevice(Device):
     def name(self) -> str:
         return torch.cuda.get_device_name(self.torch_device)
 
+    @property
+    def physical_id(self) -> str | None:
+        """This GPU as NVML and nvidia-smi name it (torch's index counts only the GPUs that
+        CUDA_VISIBLE_DEVICES shows): its UUID (torch >= 2.4), else nvidia-smi's index under
+        CUDA_VISIBLE_DEVICES; None where neither is known (devices named by UUID)."""
+        uuid = getattr(torch.cuda.get_device_properties(self.torch_device), "uuid", None)
+        if uuid is not None:
+            return f"GPU-{uuid}"
+        index = physical_gpu(self.torch_device.index, visible_gpus())
+        return None if index is None else str(index)
+
+    def stamp(self) -> torch.cuda.Event:  # type: ignore[override]  # an event, not a host time
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def elapsed_us(self, start, stop) -> float:
+        wait_for(stop, self.timeout_s, "the timed work")
+        return start.elapsed_time(stop) * 1e3  # elapsed_time is in ms
+
     def synchronize(self) -> None:
         event = torch.cuda.Event()
         event.record()
         wait_for(event, self.timeout_s, "the GPU work")
+
+    def read(self, tensor: torch.Tensor) -> list:
+        """`tensor`'s values on the host once the GPU work queued before it (a collective and
+        its peers) is done, within --timeout: `.cpu()` alone would wait for a lost peer until
+        NCCL's watchdog aborts the process."""
+        self.synchronize()
+        return tensor.cpu().tolist()
 
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses
@@ -159,10 +178,18 @@ class CudaDevice(Device):
         if spin_s > 0:
             torch.cuda._sleep(int(spin_s * 1e3 * self.cycles_per_ms()))
 
-    def launch_spin_s(self, loops: int) -> float:
-        # twice the host's queueing time, plus a margin; bounded so a slow first launch
-        # (lazy initialisation) cannot stall a sample for long
-        return min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)
+    def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
+        """Twice the host's queueing time, plus a margin, bounded so a slow first launch (lazy
+        initialisation) cannot stall a sample for long; the longest of the group's ranks, so
+        their start events are not offset by their own spins' difference (a MAX, outside the
+        clock). None under gloo: its calls hold the host until the GPU is done, so nothing is
+        queued ahead, and a spin would be waited out and counted as launch time."""
+        if dist.get_backend(group) != "nccl":
+            return 0.0
+        own = torch.tensor([min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)],
+                           dtype=torch.float64, device=self.torch_device)
+        dist.all_reduce(own, op=dist.ReduceOp.MAX, group=group)
+        return self.read(own)[0]
 
     def note_launch(self, host_s: float, loops: int) -> None:
         self._launch_s_per_call = host_s / max(loops, 1)
@@ -171,16 +198,10 @@ class CudaDevice(Device):
         """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's
         own tests do): the spin is given in cycles."""
         if self._cycles_per_ms is None:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            start = self.stamp()
             torch.cuda._sleep(1_000_000)
-            stop.record()
-            wait_for(stop, self.timeout_s, "the spin calibration")
-            self._cycles_per_ms = 1_000_000 / max(start.elapsed_time(stop), 1e-6)
+            self._cycles_per_ms = 1_000_000 / max(self.elapsed_us(start, self.stamp()) / 1e3, 1e-6)
         return self._cycles_per_ms
-
-    def timer(self, iters: int) -> CudaTimer:
-        return CudaTimer(iters, self.timeout_s)
 
 
 NCCL_GRACE_S = 5.0  # NCCL watchdog timeout = --timeout + this

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import process_state
+from allreduce_bench.core.environment import process_state, under_elastic_agent, user_setting
 from allreduce_bench.core.errors import PEER_LOST_EXIT, TERMINATED_EXIT
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
@@ -36,7 +36,7 @@ MIN_LINGER_S = 1.0
 def store_host() -> str:
     """Who serves the rendezvous store: torch's elastic agent (torchrun, a local run), else rank
     0 (env:// under srun or mpirun: rank 0 opens MASTER_ADDR:MASTER_PORT)."""
-    return "agent" if "TORCHELASTIC_RUN_ID" in os.environ else "rank 0"
+    return "agent" if under_elastic_agent() else "rank 0"
 
 
 def store_reachable(master: tuple[str | None, int | None], timeout_s: float = 1.0) -> bool:
@@ -246,8 +246,8 @@ class Fault:
     at: str = "row"  # row: after `after_rows` measurements; start: before the rank joins the world
 
     @classmethod
-    def from_env(cls, environ=os.environ) -> Fault | None:
-        text = environ.get(FAULT_ENV)
+    def from_env(cls, environ=None) -> Fault | None:
+        text = user_setting(FAULT_ENV, environ=environ)
         if not text:
             return None
         fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)

@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from allreduce_bench.core.environment import user_setting
+
 DUMP_DIR = "flight-recorder"
 ENTRIES = 2000  # per rank: a few KB each in memory, torch's usual advice
 PREFIX = "rank"
@@ -50,8 +52,7 @@ def buffer_variable(version: str | None = None) -> str:
 
 def recording_environment(where: Path, backend: str) -> dict[str, str]:
     """The variables torch reads when a process group is created."""
-    size = os.environ.get("TORCH_FR_BUFFER_SIZE") or os.environ.get("TORCH_NCCL_TRACE_BUFFER_SIZE") \
-        or str(ENTRIES)
+    size = user_setting("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") or str(ENTRIES)
     variables = {buffer_variable(): size}
     if backend == "nccl":  # the watchdog's own dump on a timeout, where our ranks cannot run
         prefix = str(where.resolve() / PREFIX)

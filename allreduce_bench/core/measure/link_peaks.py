@@ -17,7 +17,6 @@ import re
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
@@ -53,14 +52,15 @@ def parse_nvlink_status(text: str) -> dict[int, list[float]]:
 
 # ---- what this host can tell -------------------------------------------------------------------
 
-def _nvml(index: int) -> dict | None:
+def _nvml(index: int, physical: str) -> dict | None:
     try:
         import pynvml
     except ImportError:
         return None
     try:
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        handle = (pynvml.nvmlDeviceGetHandleByUUID(physical) if physical.startswith("GPU-")
+                  else pynvml.nvmlDeviceGetHandleByIndex(int(physical)))
         name = pynvml.nvmlDeviceGetName(handle)
         links, version = 0, None
         for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
@@ -78,22 +78,28 @@ def _nvml(index: int) -> dict | None:
         return {"index": index, "how": f"nvml failed: {error}"}
 
 
-def _nvidia_smi(index: int, timeout_s: float = 20.0) -> dict | None:
+def _nvidia_smi(index: int, physical: str, timeout_s: float = 20.0) -> dict | None:
     command = shutil.which("nvidia-smi")
     if command is None:
         return None
     try:
-        done = subprocess.run([command, "nvlink", "-s", "-i", str(index)], capture_output=True,
+        done = subprocess.run([command, "nvlink", "-s", "-i", physical], capture_output=True,
                               text=True, timeout=timeout_s)
     except (OSError, subprocess.SubprocessError) as error:
         return {"index": index, "how": f"nvidia-smi failed: {error}"}
-    links = parse_nvlink_status(done.stdout).get(index, [])
+    # the one GPU asked for, under nvidia-smi's own index
+    links = next(iter(parse_nvlink_status(done.stdout).values()), [])
     return {"index": index, "nvlink_links": len(links),
             "nvlink_GBps": round(sum(links), 3) if links else None, "how": "nvidia-smi nvlink -s"}
 
 
-def gpu_peak(index: int) -> dict:
-    return _nvml(index) or _nvidia_smi(index) or {"index": index, "how": "neither pynvml nor nvidia-smi"}
+def gpu_peak(index: int, physical: str | None) -> dict:
+    """The NVLink peak of torch's CUDA device `index`, asked of NVML or nvidia-smi by its
+    `physical` id (CudaDevice.physical_id): their indices ignore CUDA_VISIBLE_DEVICES."""
+    if physical is None:
+        return {"index": index, "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"}
+    return (_nvml(index, physical) or _nvidia_smi(index, physical)
+            or {"index": index, "how": "neither pynvml nor nvidia-smi"})
 
 
 def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
@@ -127,7 +133,7 @@ def local_peaks(device) -> dict:
     """This rank's view: its GPU's NVLink and its node's NICs (gathered to rank 0)."""
     found = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
-        found["gpu"] = gpu_peak(device.torch_device.index)
+        found["gpu"] = gpu_peak(device.torch_device.index, device.physical_id)
     return found
 
 
@@ -135,23 +141,26 @@ def probe(rank: int, group=None, largest: int = PROBE_BYTES,
           rounds: int = PROBE_ROUNDS) -> tuple[float, int] | None:
     """Point-to-point bandwidth between ranks 0 and 1 in GB/s (one direction: half a ping-pong),
     the best of `rounds` after two warm-ups, and the message size it used (at most `largest`);
-    None on the other ranks. Called by every rank."""
+    None on the other ranks. Called by every rank; timed on the CPU device's clock (gloo's
+    send and recv return when done, within the process group's --timeout)."""
     import torch
     import torch.distributed as dist
 
+    from allreduce_bench.core.measure.device import Device
+
     if rank > 1:
         return None
-    peer = 1 - rank
+    peer, clock = 1 - rank, Device()
 
     def ping_pong(buffer) -> float:
-        start = time.perf_counter()
+        start = clock.stamp()
         if rank == 0:
             dist.send(buffer, peer, group=group)
             dist.recv(buffer, peer, group=group)
         else:
             dist.recv(buffer, peer, group=group)
             dist.send(buffer, peer, group=group)
-        return (time.perf_counter() - start) / 2
+        return clock.elapsed_us(start, clock.stamp()) / 2e6
 
     size_bytes = _agreed_size(rank, peer, largest, group, ping_pong)
     buffer = torch.zeros(size_bytes // 4, dtype=torch.float32)

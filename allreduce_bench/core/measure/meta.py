@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from allreduce_bench.core.environment import variables, visible_gpus
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.device import cpu_model
 
@@ -89,7 +90,7 @@ def save_topologies(out_dir, topologies: dict[str, str]) -> list:
 
 def environment() -> dict:
     """The variables that change how collectives run (NCCL_*, GLOO_*, ...) and the job layout."""
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+    return variables(*ENV_PREFIXES)
 
 
 def host_meta(config) -> dict:
@@ -138,7 +139,7 @@ def rank_info(device, env=None) -> dict:
         index = device.torch_device.index
         props = torch.cuda.get_device_properties(index)
         info.update(gpu_index=index, gpu_memory_GiB=round(props.total_memory / 2**30, 1),
-                    cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+                    cuda_visible_devices=visible_gpus())
         if env is None or env.local_rank == 0:
             info["gpu_topology"] = gpu_topology()
     return info

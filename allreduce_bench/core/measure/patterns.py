@@ -1,19 +1,12 @@
 """Input patterns whose exact result is known, for every collective, dtype and world size.
 
-Rank r holds (i % P) * w(r) at element i: the position part varies along the tensor, so a chunk
-reduced into the wrong place or skipped shows up, and the rank weight w(r) = 1 + r % 3 makes a
-missing or doubled contribution show up. The sum is (i % P) * sum_r w(r). P is chosen so that
-the total (and so every partial sum an algorithm forms on the way, all values being
-non-negative) is an integer exactly representable in the dtype: bfloat16 holds integers exactly
-up to 256, float16 up to 2048. Sums are then independent of the order of additions, and a
-result either matches bit for bit or is wrong.
-
-Collectives that move data without adding (AllGather, AllToAll, Broadcast, SendRecv) get a
-tagged pattern instead: element i of a part with key k holds (k * STRIDE + i) mod M, M the
-largest prime that the dtype holds exactly (251 for bfloat16), the key naming the part's rank
-(and, for AllToAll, its destination): a part from the wrong rank, at the wrong place or shifted
-by an element shows up. Output buffers start out holding M, which no part ever holds.
-The count of a part is one rank's count (metrics.collective_counts).
+Rank r holds (i % P) * w(r) at element i, w(r) = 1 + r % 3: a chunk reduced into the wrong place
+or a missing or doubled contribution shows up, and P keeps every partial sum an integer the
+dtype holds exactly (bfloat16 up to 256, float16 up to 2048), so a result matches bit for bit
+whatever the order of additions. Collectives that move data without adding get a tagged pattern,
+(k * STRIDE + i) mod M with M the largest prime the dtype holds exactly and the key k naming the
+part's rank (and AllToAll's destination); outputs start as M, which no part holds
+(doc/collectives.md). The count of a part is one rank's count (metrics.collective_counts).
 """
 from __future__ import annotations
 

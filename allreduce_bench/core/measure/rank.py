@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of
+from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of, under_elastic_agent
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
 from allreduce_bench.core.measure import (
     binding,
@@ -79,7 +79,7 @@ def join_world(config, env: RankEnv | None, present: bool = False, local: bool =
     nccl_debug.enable(config)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
     flight_recorder.enable(config)  # before the process group: torch reads TORCH_FR_* then
     export_for_env_init(env)
-    if "TORCHELASTIC_RUN_ID" in os.environ:  # under torchrun or a local run: the agent handles ^C
+    if under_elastic_agent():  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(config.device, env.local_rank, env.local_world_size, config.timeout_s)
     # before the binding (which depends on it) and before gloo starts the threads that inherit it

@@ -1,18 +1,12 @@
 """`--sched auto|fifo|other`: the scheduling policy of a rank's threads, set on the rank before
 it joins (before gloo starts its threads, which inherit it).
 
-Why: on a 2-core VM gloo's calls switch between a fast state (a 16K AllReduce in ~0.15 ms) and
-a slow one (2-6 ms: one scheduler tick, HZ=250), and the slow share followed the machine's other
-work (6-39% of the calls). With every rank's threads SCHED_FIFO (real-time, priority 1) a woken
-gloo thread runs at once instead of waiting for the tick: in 5 alternating rounds at load 5-29,
-16K median 185 -> 126 us and p99 15.6 -> 0.4 ms, 1M median 867 -> 524 us, slow calls 10-29% ->
-0-0.7%, in every round. Nothing else tried moved it consistently: one thread per rank, timer
-slack, nice, /dev/cpu_dma_latency, halt polling, SCHED_IDLE spinners; pinning without it made it
-worse (doc/noise.md).
-
-gloo waits by blocking (epoll, futexes), so a FIFO rank gives its CPU back whenever it waits;
-the kernel's RT throttling leaves other work 5% even when it does not. Setting it needs root or
-an RLIMIT_RTPRIO of at least 1: without, the rank runs as it was started and meta.json says why.
+Why: on a small VM gloo's calls switch between a fast state and one a scheduler tick slower,
+as often as the machine's other work says; with every rank's threads SCHED_FIFO (priority 1) a
+woken gloo thread runs at once, and nothing else tried moved it consistently (doc/noise.md has
+the rounds). gloo waits by blocking, so a FIFO rank gives its CPU back whenever it waits, and
+RT throttling leaves other work 5%. It needs root or an RLIMIT_RTPRIO >= 1: without, the rank
+runs as it was started and meta.json says why.
 """
 from __future__ import annotations
 

@@ -2,8 +2,10 @@
 
 A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
 every rank; its time per call is the interval / loops. Before each sample the ranks align
-(a barrier, outside the clock; on GPU also a short device-side spin, so the host has queued
-the whole sample before its start event fires and the interval holds no launch overhead).
+(a barrier, outside the clock; on GPU also a short device-side spin, the same on every rank,
+so the host has queued the whole sample before its start event fires and the interval holds
+no launch overhead). Results of collectives reach the host through `device.read`, within
+--timeout.
 
 The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
 starts its clock early and waits inside the first call for the last one, so the slowest rank's
@@ -98,7 +100,7 @@ def slowest(values: list[float], group, device: Device) -> list[float]:
     """Element-wise MAX over the group's ranks."""
     t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.cpu().tolist()
+    return device.read(t)
 
 
 def gather(values: list[float], group, device: Device) -> list[list[float]]:
@@ -106,7 +108,15 @@ def gather(values: list[float], group, device: Device) -> list[list[float]]:
     t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
     parts = [torch.empty_like(t) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, t, group=group)
-    return [p.cpu().tolist() for p in parts]
+    return device.read(torch.stack(parts))
+
+
+def total(count: int | torch.Tensor, group, device: Device) -> int:
+    """A count (an int, or a tensor on the device not read yet) summed over the group's ranks,
+    read within the device's timeout (#wrong of a check)."""
+    t = torch.as_tensor(count, dtype=torch.int64, device=device.torch_device).reshape(1)
+    dist.all_reduce(t, group=group)
+    return int(device.read(t)[0])
 
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
@@ -117,7 +127,7 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
     `before_clock` runs on this rank after the alignment and before its clock starts (the
     test hook that makes a rank late on purpose)."""
     timer = device.timer(count)
-    spin = 0.0 if host_launch else device.launch_spin_s(loops)
+    spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
     for i in range(count):
         take_sample(call, device, group, timer, i, loops, spin, before_clock)
     return [t / loops for t in timer.times_us()]

@@ -3,7 +3,9 @@
 Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers them. Besides
 the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
 ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
-works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`.
+works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`, by
+every rank in the same order (a bound NCCL default group splits each inside `new_group`, a
+collective over all ranks: algorithms/nccl.py), with the run's timeout.
 
 `join_present` forms the default group from the launched ranks that arrive in time instead
 of all of them (health: a host that hangs while it starts is judged, not waited for).
@@ -21,11 +23,11 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import master_of
+from allreduce_bench.core.environment import agent_store, master_of
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import flight_recorder
-from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.device import Device, process_group_options
 
 
 @dataclass(frozen=True)
@@ -76,21 +78,28 @@ class World:
         return self.size // self.ranks_per_node
 
     def close(self) -> None:
-        """Free this world's own groups (NCCL communicators hold device memory)."""
-        for group in {self.group.pg, self.intra.pg, self.inter.pg}:
+        """Free this world's own groups (NCCL communicators hold device memory), in the same
+        order on every rank: NCCL's finalize of a communicator may wait for its peers."""
+        for group in dict.fromkeys((self.group.pg, self.intra.pg, self.inter.pg)):
             if group is not None and group != dist.GroupMember.WORLD:
                 dist.destroy_process_group(group)
 
 
-def _subgroup(lists: list[list[int]], me: int) -> CommGroup | None:
-    pg, _ = dist.new_subgroups_by_enumeration(lists)
+def group_timeout(device: Device, timeout_s: float) -> timedelta:
+    """A sub-group's collective timeout: the default group's for this run (--timeout; NCCL's
+    with the watchdog's grace), not torch's 10- or 30-minute default."""
+    return process_group_options(dist.get_backend(), device, timeout_s)["timeout"]
+
+
+def _subgroup(lists: list[list[int]], me: int, timeout: timedelta) -> CommGroup | None:
+    pg, _ = dist.new_subgroups_by_enumeration(lists, timeout=timeout)
     for members in lists:
         if me in members:
             return CommGroup(pg, tuple(members), members.index(me))
     return None
 
 
-def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | None:
+def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: float) -> World | None:
     """Build the groups of the sub-world made of global ranks 0..world_size-1.
 
     Collective: every rank of the default group must call it with the same arguments (torch
@@ -102,15 +111,17 @@ def make_world(world_size: int, ranks_per_node: int, device: Device) -> World | 
                          f"launch more ranks or choose smaller --world-sizes")
     per_node = node_layout(world_size, ranks_per_node)
     members = list(range(world_size))
-    pg = None if world_size == total else dist.new_group(members, **flight_recorder.described(members))
+    timeout = group_timeout(device, timeout_s)
+    pg = None if world_size == total else dist.new_group(members, timeout=timeout,
+                                                         **flight_recorder.described(members))
     nodes = world_size // per_node
-    intra = _subgroup([members[n * per_node:(n + 1) * per_node] for n in range(nodes)], me)
-    inter = _subgroup([members[local::per_node] for local in range(per_node)], me)
+    intra = _subgroup([members[n * per_node:(n + 1) * per_node] for n in range(nodes)], me, timeout)
+    inter = _subgroup([members[local::per_node] for local in range(per_node)], me, timeout)
     if me >= world_size:
         return None
     world = World(CommGroup(pg, tuple(members), me), intra, inter, per_node, device)
-    # Touch every group once so lazily created communicators (NCCL) exist before any timing,
-    # and batch_isend_irecv is never the first call on a group.
+    # Touch every group once so communicators NCCL creates at the first collective (no GPU
+    # binding) exist before any timing, and batch_isend_irecv is never the first call on a group.
     for group in (world.group, world.intra, world.inter):
         device.barrier(group.pg)
     return world
@@ -183,7 +194,7 @@ def _launch_store(env, timeout: timedelta, serves: bool):
     MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
     does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
     addr, port = master_of(env)  # set by the launcher, or found by launcher_env
-    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
+    agent = agent_store()
     failed = RuntimeError(
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
         f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
@@ -260,8 +271,12 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
 
     The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
     fails every rank here (one line each, within `timeout_s`); under torchrun and a local
-    run the launcher's agent serves it, so a frozen rank 0 is left out like any other."""
-    serves = env.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True)
+    run the launcher's agent serves it, so a frozen rank 0 is left out like any other.
+
+    No `device_id`: bound to the GPU, torch would make every later NCCL group by splitting
+    this group's communicator, a collective over the whole world, where health's groups are
+    made by their members only (health/coordination.py)."""
+    serves = env.rank == 0 and not agent_store()
     store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)
     store.add("count", 1)
@@ -275,5 +290,6 @@ def join_present(env, backend: str, options: dict, timeout_s: float, hostname: s
     presence = Presence(tuple(members), hostnames, joined, store, serves)
     if joined is not None:
         dist.init_process_group(backend, store=dist.PrefixStore("world", store), rank=joined.rank,
-                                world_size=joined.world_size, **options)
+                                world_size=joined.world_size,
+                                **{k: v for k, v in options.items() if k != "device_id"})
     return presence

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
+from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import machine, timing
@@ -19,7 +20,7 @@ from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import Console
 from allreduce_bench.core.measure.faults import DONE
 from allreduce_bench.core.measure.rank import Benchmark, Session
-from allreduce_bench.core.measure.world import World, end_phase, make_world
+from allreduce_bench.core.measure.world import World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.store import read_meta, start_meta, update_meta
 from allreduce_bench.core.sweep import collectives, passes
@@ -49,9 +50,12 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
 
     `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
     returns False to skip one (a resumed run's finished rows; the same answer on every rank).
+    A pinned NCCL variant that NCCL refuses on this machine is left out, in one line
+    (algorithms/nccl.py `refused`).
     """
+    accepted = [name for name in config.algorithms if not nccl.refused(name, world)]
     items = [allreduce_item(config, world, name, size // config.itemsize, hosts, before_clock)
-             for name in config.algorithms for size in config.sizes]
+             for name in accepted for size in config.sizes]
     wrong_total = passes.run(config, world, items, on_row, on_algorithm, should_measure,
                              on_measure)
     for collective, names in config.collectives:  # --collectives beyond AllReduce
@@ -80,7 +84,8 @@ def measure_phases(session: Session) -> int:
             progress.at(phase, 0, f"building the groups of world size {world_size}",
                         tuple(range(env.world_size)))
             session.bind_phase(world_size)
-            world = make_world(world_size, ranks_per_node, device)
+            world = make_world(world_size, ranks_per_node, device, config.timeout_s)
+            nccl.create(config.algorithms, world_size, group_timeout(device, config.timeout_s))
             steps = iter(range(1, DONE))
 
             def should_measure(algorithm: str, size_bytes: int) -> bool:

@@ -1,0 +1,106 @@
+"""What others published, as data shipped beside this module (doc/expect.md says how to add a row):
+
+- catalogue.csv: one published figure a row: the system (GPU model, GPUs per node, nodes,
+  fabric, NICs per node and their rate), NCCL version, tool, collective, size, busbw (decimal
+  GB/s, nccl-tests' definition), `kind` (a `measurement`, an operator's health-check
+  `threshold`, or a `maintainer`'s figure in an issue thread), the NCCL setting it was taken
+  with, the source (repository, path @ commit, or a page) and its date, and `where` in the source.
+  GPU `any`: a per-NIC figure (its nics_per_node is 1), for every GPU across nodes.
+- links.csv: per GPU model, the intra-node fabric's rate in one direction (`intra_GBps`) and,
+  for fabrics without a switch, the rate to one peer (`peer_GBps`), with their source.
+- settings.csv: the NCCL settings that change the answer, when they apply, with their source.
+Pure: pandas only.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+DATA = Path(__file__).parent
+KINDS = ("measurement", "maintainer", "threshold")  # the order a verdict prefers them in
+ANY = "any"
+DEFAULT_SETTINGS = ("", "NVLS (NCCL's choice)")  # what a run that sets nothing gets
+RING_LIKE = ("all_gather", "reduce_scatter")
+
+
+@lru_cache(maxsize=None)
+def _read(name: str) -> pd.DataFrame:
+    return pd.read_csv(DATA / name, dtype={"gpu": str, "setting": str, "nccl": str}, keep_default_na=False,
+                       na_values={c: [""] for c in ("gpus_per_node", "nodes", "nics_per_node", "nic_Gbps",
+                                                    "size_bytes", "busbw_GBps", "intra_GBps", "peer_GBps")})
+
+
+def catalogue() -> pd.DataFrame:
+    return _read("catalogue.csv").copy()
+
+
+def links() -> pd.DataFrame:
+    return _read("links.csv").copy()
+
+
+def settings() -> pd.DataFrame:
+    return _read("settings.csv").copy()
+
+
+def model_of(device: str | None) -> str | None:
+    """The catalogue's GPU model a device name is ('NVIDIA GH200 120GB' -> 'GH200': the longest
+    model named in it, as a word); a PCIe card is another class than the SXM rows ('H100 PCIe')."""
+    if not device:
+        return None
+    name = device.upper()
+    models = set(catalogue()["gpu"]) | set(links()["gpu"])
+    named = [m for m in models - {ANY} if re.search(rf"(?<![A-Z0-9]){re.escape(m.upper())}(?![0-9])", name)]
+    if not named:
+        return None
+    model = max(named, key=len)
+    return f"{model} PCIe" if "PCIE" in name else model
+
+
+def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str = "all_reduce") -> pd.DataFrame:
+    """The rows of this GPU model and collective on the same side of the node boundary (one node,
+    or several), closest first: the same GPUs per node, then node count, then NCCL's default
+    settings, then measurements before thresholds, the newest first. Empty for an unknown model.
+    NVLS figures only for more than 4 GPUs per node, and ring figures first at 4 or fewer (NCCL
+    keeps the ring at 4: settings.csv).
+    AllGather and ReduceScatter: then AllReduce's ring figures, as they run the same ring (361.4
+    and 362.9 against 367.2 GB/s on 8x H200, settings.csv's source)."""
+    rows = catalogue()
+    rows = rows[(rows["gpu"] == model) & ((rows["nodes"] > 1) == (nodes > 1))].copy()
+    if gpus_per_node <= 4:
+        rows = rows[~rows["setting"].str.startswith("NVLS")]
+    rows["_collective"] = (rows["collective"] != collective).astype(int)
+    ring = _ring(rows)
+    rows = rows[(rows["collective"] == collective) | ((rows["collective"] == "all_reduce") & ring
+                                                      if collective in RING_LIKE else False)]
+    rows["_per_node"] = (rows["gpus_per_node"] != gpus_per_node).astype(int)
+    rows["_nodes"] = (rows["nodes"] - nodes).abs()
+    default = rows["setting"].isin(DEFAULT_SETTINGS) if gpus_per_node > 4 else ring[rows.index]
+    rows["_setting"] = (~default).astype(int)
+    rows["_kind"] = rows["kind"].map({k: i for i, k in enumerate(KINDS)})
+    rows = rows.sort_values(["_collective", "_per_node", "_nodes", "_setting", "_kind", "date"],
+                            ascending=[True, True, True, True, True, False])
+    return rows.drop(columns=[c for c in rows.columns if c.startswith("_")])
+
+
+def _ring(rows: pd.DataFrame) -> pd.Series:
+    """Rows measured on the ring: said so, or of a GPU without NVLS (settings.csv) and not NVLS."""
+    found = settings()
+    nvls = found[(found["setting"] == "NCCL_NVLS_ENABLE") & (found["applies"] == "one node")]
+    nvls = set(" ".join(nvls["gpus"]).split())
+    said = rows["setting"].str.contains("Ring|NVLS_ENABLE=0")
+    return said | (~rows["gpu"].isin(nvls) & ~rows["setting"].str.contains("NVLS"))
+
+
+def per_nic(nic_Gbps: float | None) -> pd.DataFrame:
+    """The per-NIC figures (GPU `any`) for NICs of this rate."""
+    rows = catalogue()
+    return rows[(rows["gpu"] == ANY) & (rows["nic_Gbps"] == nic_Gbps)]
+
+
+def link_row(model: str | None) -> pd.Series | None:
+    rows = links()
+    found = rows[rows["gpu"] == model]
+    return found.iloc[0] if len(found) else None

@@ -1,0 +1,237 @@
+"""The NCCL path's group handling, read against torch's and NCCL's sources and checked here
+through fakes (no GPU): which ranks create which groups, with what timeout, in what order; the
+variants NCCL refuses; and when NCCL is chosen at all."""
+import datetime as dt
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from allreduce_bench.core import algorithms
+from allreduce_bench.core.algorithms import nccl
+from allreduce_bench.core.config.run import resolve_world
+from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.measure.device import NCCL_GRACE_S, Device
+from allreduce_bench.core.measure.world import CommGroup, World
+from allreduce_bench.core.sweep import allreduce
+
+TIMEOUT_S = 42.0
+INVALID_USAGE = ("NCCL error in: ProcessGroupNCCL.cpp:3690, invalid usage (run with NCCL_DEBUG=WARN "
+                 "for details), NCCL version 2.27.3\nncclInvalidUsage: This usually reflects invalid "
+                 "usage of NCCL library.")
+
+
+class FakeTorchNccl:
+    """torch.distributed as one rank at a time sees it, with the default NCCL group bound to
+    the GPU (device_id): torch then splits every new group from the default group's
+    communicator inside new_group (ncclCommSplit), which every rank of the default group must
+    join, ranks outside the new group included (`perform_nocolor_split`), unless
+    use_local_synchronization=True sent a non-member home before the split. `splits[r]` is
+    what rank r joined, in order; `timeouts` every timeout a group was created with."""
+
+    def __init__(self, world_size: int):
+        self.world_size, self.rank = world_size, 0
+        self.splits = {r: [] for r in range(world_size)}
+        self.timeouts, self.built, self.destroyed = [], {r: [] for r in range(world_size)}, []
+
+    def install(self, monkeypatch) -> None:
+        for name in ("new_group", "new_subgroups_by_enumeration", "get_rank", "get_world_size",
+                     "get_backend", "barrier", "all_reduce", "broadcast_object_list",
+                     "destroy_process_group", "PrefixStore"):
+            monkeypatch.setattr(dist, name, getattr(self, name))
+        monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: None)
+
+    def new_group(self, ranks=None, timeout=None, backend=None, pg_options=None,
+                  use_local_synchronization=False, group_desc=None):
+        self.timeouts.append(timeout)
+        if use_local_synchronization and self.rank not in ranks:
+            return None
+        self.splits[self.rank].append(tuple(ranks))
+        return ("group", tuple(ranks), self.rank) if self.rank in ranks else dist.GroupMember.NON_GROUP_MEMBER
+
+    def new_subgroups_by_enumeration(self, lists, timeout=None, backend=None, pg_options=None,
+                                     group_desc=None):
+        groups = [self.new_group(members, timeout=timeout) for members in lists]
+        return next((g for g, m in zip(groups, lists) if self.rank in m), None), groups
+
+    def get_rank(self, group=None):
+        return self.rank
+
+    def get_world_size(self, group=None):
+        return self.world_size
+
+    def get_backend(self, group=None):
+        return "nccl"
+
+    def barrier(self, group=None):
+        pass
+
+    def all_reduce(self, tensor, group=None):
+        if "NVLS" == __import__("os").environ.get("NCCL_ALGO"):  # no NVSwitch here
+            raise dist.DistBackendError(INVALID_USAGE)
+
+    def broadcast_object_list(self, objects, src=0):
+        objects[0] = set()
+
+    def destroy_process_group(self, group=None):
+        self.destroyed.append(group)
+
+    def PrefixStore(self, prefix, store):
+        return SimpleNamespace(wait=lambda keys, timeout=None: None, set=lambda key, value: None)
+
+
+def _session(algos, world_sizes, ranks_per_node, rank, world_size):
+    config = SimpleNamespace(world_sizes=world_sizes, ranks_per_node=ranks_per_node,
+                             algorithms=algos, sizes=(1024,), itemsize=4, rounds=1, collectives=(),
+                             measurements_per_size=len(algos), timeout_s=TIMEOUT_S, out_dir=None,
+                             run_id="fake")
+    return SimpleNamespace(config=config, lead=False, hosts=None, device=Device(),
+                           env=SimpleNamespace(world_size=world_size, local_world_size=world_size),
+                           progress=SimpleNamespace(at=lambda *a: None), record=None,
+                           bind_phase=lambda k: None, before_clock=lambda: None)
+
+
+def _run_every_rank(monkeypatch, fake: FakeTorchNccl, algos, world_sizes, ranks_per_node=2):
+    """allreduce.measure_phases on each rank in turn; each item's algorithm is built once (as
+    its first measurement would), nothing is timed."""
+    fake.install(monkeypatch)
+
+    def build_each(config, world, items, *args, **kwargs):
+        for item in items:
+            algorithms.get(item.label)(torch.zeros(1), world)
+            fake.built[fake.rank].append((item.label, world.size))
+        return 0
+    monkeypatch.setattr(allreduce.passes, "run", build_each)
+    for rank in range(fake.world_size):
+        fake.rank = rank
+        monkeypatch.setattr(nccl, "_communicators", {})  # each rank is its own process
+        monkeypatch.setattr(nccl, "_world", [None], raising=False)  # (5e7e81d's cache)
+        allreduce.measure_phases(_session(algos, world_sizes, ranks_per_node, rank, fake.world_size))
+
+
+def test_every_rank_joins_every_split_in_the_same_order(monkeypatch):
+    """`--algos native:ring,native:tree:LL --world-sizes 2,4` on 4 GPUs: each sub-world's
+    groups and its pinned communicators are split by all 4 ranks alike (5e7e81d: the pinned
+    ones by their members only, so they waited in ncclCommSplit for ranks that never came)."""
+    fake = FakeTorchNccl(4)
+    _run_every_rank(monkeypatch, fake, ("native:ring", "native:tree:LL"), (2, 4))
+    assert all(fake.splits[r] == fake.splits[0] for r in range(4)), fake.splits
+    assert fake.splits[0] == [(0, 1), (0, 1), (0,), (1,), (0, 1), (0, 1),  # world, intra, inter, pinned
+                              (0, 1), (2, 3), (0, 2), (1, 3), (0, 1, 2, 3), (0, 1, 2, 3)]
+    assert fake.built[0] == [("native:ring", 2), ("native:tree:LL", 2),
+                             ("native:ring", 4), ("native:tree:LL", 4)]
+    assert fake.built[3] == [("native:ring", 4), ("native:tree:LL", 4)]
+
+
+def test_sub_groups_get_the_runs_timeout(monkeypatch):
+    """Every group of a sub-world is created with --timeout plus the watchdog's grace, as the
+    default group is (5e7e81d: torch's default, 10 minutes for NCCL)."""
+    fake = FakeTorchNccl(4)
+    _run_every_rank(monkeypatch, fake, ("native", "native:ring"), (2, 4))
+    assert set(fake.timeouts) == {dt.timedelta(seconds=TIMEOUT_S + NCCL_GRACE_S)}
+    assert len(fake.timeouts) == 4 * (5 + 5)  # per rank: 2's world, intra, 2 inter, ring; 4's
+
+
+def test_a_variant_nccl_refuses_is_skipped_in_one_line(monkeypatch, capsys):
+    """native:nvls on GPUs without NVSwitch: NCCL's ncclInvalidUsage at the first AllReduce
+    leaves the variant out, with one line from rank 0 (5e7e81d: the error ended the run)."""
+    fake = FakeTorchNccl(2)
+    _run_every_rank(monkeypatch, fake, ("native:nvls", "native:ring"), (2,))
+    assert fake.built == {0: [("native:ring", 2)], 1: [("native:ring", 2)]}
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("allreduce-bench: native:nvls skipped at world size 2")
+
+
+def test_only_a_refusal_is_skipped(monkeypatch):
+    """A lost peer while a pinned communicator connects still ends the run."""
+    monkeypatch.setattr(nccl, "_communicators", {("ring", None): "pg"})
+    monkeypatch.setattr(nccl, "_warm", set())
+
+    def lost(tensor, group=None):
+        raise dist.DistBackendError("NCCL error: remote process exited or there was a network error")
+    monkeypatch.setattr(dist, "all_reduce", lost)
+    world = SimpleNamespace(device=Device(), rank=0, size=2)
+    with pytest.raises(dist.DistBackendError, match="remote process"):
+        nccl.refused("native:ring", world)
+    assert not nccl.refused("ring", world)  # not a pinned variant: nothing to ask NCCL
+
+
+def test_nccl_variants_are_those_nccl_has():
+    """NVLS is Simple only (NCCL's tuning.cc skips NVLS with LL and LL128): `--algos all`
+    offers no variant that can never run."""
+    pinned = [name for name in algorithms.names_for("nccl") if name.startswith("native:")]
+    assert pinned == ["native:ring", "native:ring:LL", "native:ring:LL128", "native:ring:Simple",
+                      "native:tree", "native:tree:LL", "native:tree:LL128", "native:tree:Simple",
+                      "native:nvls", "native:nvls:Simple"]
+    assert "native:nvls (also :Simple)" in algorithms.help_text()
+
+
+def test_groups_are_destroyed_in_one_order_on_every_rank(monkeypatch):
+    """World.close frees its groups in the order group, intra, inter, whatever their hashes
+    (5e7e81d iterated a set: each process its own order)."""
+    class Group:
+        def __init__(self, name, hashed):
+            self.name, self.hashed = name, hashed
+
+        def __hash__(self):
+            return self.hashed
+
+    destroyed = []
+    monkeypatch.setattr(dist, "destroy_process_group", lambda g: destroyed.append(g.name))
+    group, intra, inter = Group("group", 3), Group("intra", 2), Group("inter", 1)
+    World(CommGroup(group, (0, 1), 0), CommGroup(intra, (0, 1), 0), CommGroup(inter, (0,), 0),
+          2, Device()).close()
+    assert destroyed == ["group", "intra", "inter"]
+
+
+def test_join_present_leaves_the_world_unbound(monkeypatch):
+    """health's world (members-only sub-groups) is formed without device_id: bound, every NCCL
+    sub-group would be split from it by the whole world."""
+    from allreduce_bench.core.environment import RankEnv
+    from allreduce_bench.core.measure import world
+
+    seen = {}
+    monkeypatch.setattr(world, "_launch_store", lambda env, timeout, serves: None)
+    monkeypatch.setattr(world, "_members", lambda store, env, timeout_s, rpn: [0])
+    monkeypatch.setattr(dist, "PrefixStore", lambda prefix, store: SimpleNamespace(
+        set=lambda k, v: None, add=lambda k, n: 1, get=lambda k: b"host", check=lambda keys: True))
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **options: seen.update(options))
+    options = {"timeout": dt.timedelta(seconds=5), "device_id": torch.device("cuda", 0)}
+    world.join_present(RankEnv(0, 1, 0, 1, "torchrun"), "nccl", options, 5.0, "host", 1)
+    assert seen["timeout"] == dt.timedelta(seconds=5) and "device_id" not in seen
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29500", "GROUP_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("backend", ["auto", "nccl"])
+def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch, backend):
+    """torchrun --nproc-per-node 2 on a one-GPU host: both ranks would use GPU 0, which NCCL
+    refuses (5e7e81d chose NCCL: "could not join the world"); one line says what to do, and
+    --backend gloo runs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one environment for every torchrun worker
+    with pytest.raises(UsageError, match="local rank 1 of 2 sees one GPU.*srun --gpus-per-task=1"):
+        resolve_world(None, backend, None, None, launcher_env())
+    assert resolve_world(None, "gloo", None, None, launcher_env())[1:3] == ("gloo", "cpu")
+
+
+def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
+    """srun --gpus-per-task=1: each task's CUDA_VISIBLE_DEVICES names its own GPU."""
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK"):
+        monkeypatch.delenv(name)
+    for name, value in {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1",
+                        "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
+                        "CUDA_VISIBLE_DEVICES": "1"}.items():
+        monkeypatch.setenv(name, value)
+    assert resolve_world(None, "auto", None, None, launcher_env())[1:3] == ("nccl", "cuda")
