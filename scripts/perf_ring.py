@@ -55,7 +55,7 @@ def slice_rank(slices: list[int], size_bytes: int, budget_s: float) -> dict[int,
     from allreduce_bench.core.measure.world import make_world
 
     dist.init_process_group("gloo")
-    world, out = make_world(2, 1, Device()), {}
+    world, out = make_world(2, 1, Device(), 120.0), {}
     for _ in range(2):  # twice, interleaved: the second pass is the one kept
         for size in slices:
             sliced = replace(algorithms.lookup("ring"), build=partial(ring.build, slice_bytes=size))

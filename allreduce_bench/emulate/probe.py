@@ -75,7 +75,7 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
 
     dist.init_process_group("gloo")
     backward = _backward_rank(params, layers, batch_size, iters)
-    world = make_world(dist.get_world_size(), int(os.environ["LOCAL_WORLD_SIZE"]), Device())
+    world = make_world(dist.get_world_size(), int(os.environ["LOCAL_WORLD_SIZE"]), Device(), PROBE_TIMEOUT_S)
     total, cap = gradient_bytes, DDP_BUCKET_BYTES
     body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
     for _ in range(iters + 1):  # the first warms up (gloo's connections, allocations)
@@ -94,6 +94,7 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
 
 
 DDP_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
+PROBE_TIMEOUT_S = 300.0  # as long as the driver waits for a probe (cluster._probe)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,8 @@ def pipelined_ring_on(world_size: int, cases: list[tuple[int, list[int]]]) -> li
     from allreduce_bench.core.algorithms import hierarchical, ring
     from allreduce_bench.core.measure import patterns
 
-    world, failures = make_world(world_size, 2 if world_size % 2 == 0 else world_size, Device()), []
+    world, failures = make_world(world_size, 2 if world_size % 2 == 0 else world_size, Device(),
+                                 RANK_TIMEOUT_S), []
     for slice_bytes, counts in cases if world is not None else []:
         for dtype in DTYPES:
             for count in sorted({max(1, c + world_size) for c in counts}):

@@ -117,9 +117,10 @@ class RingPlan:
         self.all_reduce = p2p.in_order([self.reduce_scatter, self.all_gather])
 
 
-# The pipelined ring's slice: scripts/perf_ring.py times 16M and 64M AllReduces at N=2 over
-# slices of 256 KiB to 8 MiB (`--slices`); 1 MiB was as fast as any larger slice and several
-# times fewer requests than 256 KiB.
+# The pipelined ring's slice: `scripts/perf_ring.py --slices` timed a 64M AllReduce at N=2 on
+# the shared 2-core VM (load 5): slices of 256K-8M took 49-94 ms, their order within the noise
+# (it changed from pass to pass), one slice per chunk (32M, no pipelining) 146 ms. 1 MiB, the
+# segment p2p.py's reducing steps use, is kept.
 SLICE_BYTES = 1 << 20
 
 # (send, receive into, None or (addend, out): out = addend + what arrived) of one ring step
