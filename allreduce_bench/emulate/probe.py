@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import os
 import sys
 
 
@@ -69,13 +68,14 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
     import torch
     import torch.distributed as dist
 
+    from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.core.measure.device import Device
     from allreduce_bench.core.measure.world import make_world
     from allreduce_bench.ddp.measurements import comm_alone
 
     dist.init_process_group("gloo")
     backward = _backward_rank(params, layers, batch_size, iters)
-    world = make_world(dist.get_world_size(), int(os.environ["LOCAL_WORLD_SIZE"]), Device(), PROBE_TIMEOUT_S)
+    world = make_world(dist.get_world_size(), launcher_env().local_world_size, Device(), PROBE_TIMEOUT_S)
     total, cap = gradient_bytes, DDP_BUCKET_BYTES
     body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
     for _ in range(iters + 1):  # the first warms up (gloo's connections, allocations)
