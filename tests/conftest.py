@@ -20,5 +20,12 @@ import pytest  # noqa: E402
 @pytest.fixture(autouse=True)
 def _results_stay_out_of_the_repository(tmp_path, monkeypatch):
     """A command run in-process without --out claims results/<stamp>/ under the working
-    directory: every test runs from its own temporary directory, so none lands in the checkout."""
+    directory: every test runs from its own temporary directory, so none lands in the checkout.
+    Afterwards, every markdown table the test wrote there (report.md and the features'
+    sections) has its header's cell count in every row (tests/support/markdown_tables.py)."""
     monkeypatch.chdir(tmp_path)
+    yield
+    from markdown_tables import mismatched_in
+
+    broken = mismatched_in(tmp_path)
+    assert not broken, f"markdown tables with rows of another cell count than their header: {broken}"

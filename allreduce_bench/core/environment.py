@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -208,7 +208,7 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
                    addr, port)
 
 
-def export_for_env_init(rank_env: RankEnv, environ: dict | None = None) -> None:
+def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | None = None) -> None:
     """Set what `init_process_group(init_method='env://')` reads, where the launcher did not."""
     environ = os.environ if environ is None else environ
     values = {"RANK": rank_env.rank, "WORLD_SIZE": rank_env.world_size,

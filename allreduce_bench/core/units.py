@@ -227,7 +227,8 @@ def size_sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
         raise UsageError(f"--factor {factor:g} from {format_size(min_bytes)} to "
                          f"{format_size(max_bytes)} makes {int(steps):,} sizes, more than "
                          f"{MAX_SWEEP_SIZES}; raise --factor (2 doubles the size each step)")
-    sizes, size = [], float(min_bytes)
+    sizes: list[int] = []
+    size = float(min_bytes)
     while size <= max_bytes * (1 + 1e-9):
         if not sizes or int(size) != sizes[-1]:
             sizes.append(int(size))
@@ -254,8 +255,8 @@ TC_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
 def parse_tc_rate(text: str) -> float:
     """'500mbit' -> 5e8 bits/s, with tc's units (mbit = megabit/s, mbps = megabyte/s)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*", text)
-    unit = match and TC_RATE_UNITS.get(match.group(2).lower())
-    if not unit or not 0 < float(match.group(1)) * unit < 1e15:
+    unit = TC_RATE_UNITS.get(match.group(2).lower()) if match else None
+    if match is None or not unit or not 0 < float(match.group(1)) * unit < 1e15:
         raise UsageError(f"--inter-bandwidth {text!r} is not a rate; write e.g. 500mbit, 2gbit or "
                          f"50mbps (tc units: {', '.join(TC_RATE_UNITS)}), or auto")
     return float(match.group(1)) * unit

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from allreduce_bench.core.analysis.html_markdown import markdown_table
+from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
@@ -150,10 +152,6 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f}"
 
 
-def _markdown(headers: list[str], rows: list[list]) -> str:
-    """A markdown table of right-aligned columns."""
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * len(headers)]
-    return "\n".join(lines + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
 
 
 OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
@@ -173,8 +171,12 @@ def _overlap_cells(r) -> list:
             f"{_ms(r.closed_form_us)} ({r.closed_form_error:+.0%})"]
 
 
+def _overlap_frame(table: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([_overlap_cells(r) for r in table.itertuples()], columns=OVERLAP_HEADERS)
+
+
 def overlap_markdown(table: pd.DataFrame) -> str:
-    return _markdown(OVERLAP_HEADERS, [_overlap_cells(r) for r in table.itertuples()])
+    return markdown_table(_overlap_frame(table), rule="---:")
 
 
 def cpu_bound_line(table: pd.DataFrame) -> str | None:
@@ -213,14 +215,18 @@ def clipped_notes(table: pd.DataFrame) -> list[str]:
     return notes
 
 
-def accumulation_markdown(table: pd.DataFrame) -> str:
+def _accumulation_frame(table: pd.DataFrame) -> pd.DataFrame:
     headers = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)",
                "AllReduce calls (sync / no_sync)", "bytes per optimizer step (sync / no_sync)",
                "saving"]
-    return _markdown(headers, [
+    return pd.DataFrame([
         [r.world_size, r.accum, _ms(r.sync_us), _ms(r.no_sync_us),
          f"{r.sync_calls} / {r.no_sync_calls}", f"{r.sync_bytes:,} / {r.no_sync_bytes:,}",
-         f"{r.saving:.0%}"] for r in table.itertuples()])
+         f"{r.saving:.0%}"] for r in table.itertuples()], columns=headers)
+
+
+def accumulation_markdown(table: pd.DataFrame) -> str:
+    return markdown_table(_accumulation_frame(table), rule="---:")
 
 
 def set_epoch_markdown(checks: list[dict]) -> str:
@@ -236,18 +242,24 @@ def set_epoch_markdown(checks: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# the console's columns of the two tables (report.md has them all): within a terminal's width
+OVERLAP_CONSOLE = ["world size", "bucket cap (MiB)", "compute (ms)", "comm (ms)", "DDP step (ms)",
+                   "hidden share", "DDP vs wait-then-AllReduce"]
+ACCUMULATION_CONSOLE = ["world size", "K", "sync every micro-batch (ms)", "no_sync (ms)", "saving"]
+
+
 def ddp_summary_text(frame: pd.DataFrame) -> str:
-    """What the console shows after `ddp`: the two tables in plain markdown."""
+    """What the console shows after `ddp`: the two tables' main columns (report.md has every one)."""
     parts = []
     overlap = overlap_table(frame)
     if not overlap.empty:
-        parts.append("Per bucket cap: compute, communication alone, DDP step (medians):\n"
-                     + overlap_markdown(overlap)
-                     + "".join(f"\n- {note}" for note in clipped_notes(overlap)))
+        parts.append("Per bucket cap: compute, communication alone, DDP step (medians; every column in "
+                     "report.md):\n" + terminal_table(_overlap_frame(overlap)[OVERLAP_CONSOLE])
+                     + "".join(f"\n{wrapped(f'- {note}')}" for note in clipped_notes(overlap)))
     accum = accumulation_table(frame)
     if not accum.empty:
         parts.append("Gradient accumulation (DDP default buckets), time per optimizer step:\n"
-                     + accumulation_markdown(accum))
+                     + terminal_table(_accumulation_frame(accum)[ACCUMULATION_CONSOLE]))
     return "\n\n".join(parts)
 
 
@@ -270,6 +282,8 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
                 f"per rank, {settings.get('iters', '?')} timed steps after "
                 f"{settings.get('warmup', '?')} warm-up; backend {meta.get('backend', '?')} on "
                 f"{meta.get('device_name', meta.get('device', '?'))}.", ""]
+    if "overlap" in figures:  # seen first (report.html's first screen), explained below
+        out += [f"![step time split]({figures['overlap']})", ""]
     out += ["Compute = the bare module's step (forward, backward, SGD step) with no communication; "
             "comm = AllReduce alone of buffers shaped like the buckets DDP sent (sizes read by a "
             "communication hook); exposed = step - compute; hidden share = 1 - exposed / comm, "
@@ -290,8 +304,6 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
             out += ["Clipped shares: on shared CPU cores computation and communication slow "
                     "each other down instead of overlapping.", "",
                     *(f"- {note}" for note in clipped_notes(overlap)), ""]
-    if "overlap" in figures:
-        out += [f"![step time split]({figures['overlap']})", ""]
     if "timeline" in figures:
         out += ["Measured timeline of one DDP step per bucket cap (the slowest rank's median "
                 "step): the computation, and under it when each bucket's AllReduce was launched "

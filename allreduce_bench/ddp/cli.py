@@ -39,11 +39,12 @@ def ddp(**options):
     from allreduce_bench.core.environment import started
     from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.ddp.benchmark import BENCHMARK
     from allreduce_bench.ddp.config import ddp_config
     from allreduce_bench.ddp.finish import finish_ddp
 
-    config = ddp_config(command=shlex.join(sys.argv), started=started(), **options)
+    config = ddp_config(command=shlex.join(sys.argv), started=started(), host=this_host(), **options)
     settings = config.settings
     announce(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
              f"{','.join(map(str, config.world_sizes))}, {settings.params:,} parameters, bucket caps "

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 
 from allreduce_bench.core import units
-from allreduce_bench.core.config.checks import check_finite, check_memory
+from allreduce_bench.core.config.checks import Host, check_finite, check_memory
 from allreduce_bench.core.config.launch import LaunchConfig, Launched
 from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
@@ -101,10 +101,10 @@ def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
 def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
                backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
                command="", nccl_debug=False, bind="auto", flight_recorder=False,
-               started: Started) -> DdpConfig:
-    from allreduce_bench.core.config.run import launch_config, resolve_world  # torch: GPU count
+               started: Started, host: Host) -> DdpConfig:
+    from allreduce_bench.core.config.run import launch_config, resolve_world
 
-    world = resolve_world(world_sizes, backend, device, ranks_per_node, started.env)
+    world = resolve_world(world_sizes, backend, device, ranks_per_node, started.env, host)
     check_finite(timeout_s, "--timeout")
     settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
                             bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,

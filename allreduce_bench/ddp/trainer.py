@@ -3,6 +3,7 @@ that records what DDP sends and when, and the naive wait-then-AllReduce step DDP
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -77,7 +78,9 @@ class NoOverlapTrainer(Trainer):
     """
 
     def reduce(self, timeline: Timeline) -> None:
-        grads = [p.grad for p in self._params]
+        assert self.world is not None  # made with the world it reduces over
+        # zero_grad(set_to_none=False) leaves every trainable parameter a gradient
+        grads: list[torch.Tensor] = [p.grad for p in self._params]  # type: ignore[misc]
         flat = torch.cat([grad.reshape(-1) for grad in grads])
         span = timeline.launched(0, flat.numel() * flat.element_size())
         flat.div_(self.world.size)
@@ -138,7 +141,7 @@ def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None,
     """DDP over the world's group with the recording hook (or `hook`); bucket_mb None is DDP's
     default (25)."""
     device = world.device.torch_device
-    kwargs = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
+    kwargs: dict[str, Any] = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
     ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
                                   process_group=world.group.pg, **kwargs)
     state = HookState(world.group.pg)

@@ -86,15 +86,17 @@ def check_benchmark_args(forwarded: dict[str, list[str]], chosen: dict[str, Runn
     """Parse and validate the forwarded options as each host's command will, before building
     anything, so bad input is one line here rather than one per rank. Returns each benchmark's
     config."""
+    from allreduce_bench.core.measure.device import this_host  # torch: this machine's GPUs
+
     root = click.get_current_context().find_root().command
     as_rank0 = Started(RankEnv(0, nodes * ranks_per_node, 0, ranks_per_node, "torchrun"),
                        "validating")  # how each host's rank 0 will be started
-    configs = {}
+    configs, host = {}, this_host()
     for benchmark, args in forwarded.items():
         name = chosen[benchmark].command
         command = root.get_command(click.get_current_context(), name)
         with command.make_context(name, list(args)) as ctx:
-            config = chosen[benchmark].config(**ctx.params, started=as_rank0)
+            config = chosen[benchmark].config(**ctx.params, started=as_rank0, host=host)
         if config.backend != "gloo" or config.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"

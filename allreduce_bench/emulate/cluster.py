@@ -166,7 +166,7 @@ class EmulatedCluster:
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.close()
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ _HOST = re.compile(r"^node(\d+)(:\d+)?$")
 def cgroup_mount_script(proc_cgroup: str | None = None) -> str:
     """Shell that shows the cpu controller at /sys/fs/cgroup inside a host's `ip netns exec`,
     whose fresh sysfs has no cgroups, so its ranks can read their quota's throttling counters
-    as a container's can (measure/throttle.py). The same hierarchy, mounted again; '' without
+    as a container's can (health/throttle.py). The same hierarchy, mounted again; '' without
     one. Inside the namespace's own mount namespace: nothing changes outside it."""
     if proc_cgroup is None:
         try:
@@ -112,7 +112,7 @@ class CpuLimits:
     def procs(self, i: int) -> str | None:
         return str(self._dir(i) / "cgroup.procs") if i in self.shares else None
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         for path in self.made:  # empty once the namespaces' processes are gone
             for attempt in range(20):
                 try:

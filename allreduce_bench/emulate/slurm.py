@@ -247,7 +247,7 @@ class EmulatedSlurm(SlurmDaemons):
             raise
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.close()
 
     def _connect(self) -> None:

@@ -284,7 +284,8 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
         found = diverged(group)
         tables.append(table(group, found[0] if found else None, missing))
         for rank, reason, detail in (found[1] if found else ()):
-            culprits.setdefault(rank, _culprit(group, found[0], rank, reason, detail, names))
+            # (a line exists only where `found` does; mypy cannot follow the loop's condition)
+            culprits.setdefault(rank, _culprit(group, found[0], rank, reason, detail, names))  # type: ignore[index]
     if not culprits and missing:
         times = {d.rank: sorted(e.time_created_ns for e in d.entries if e.time_created_ns) for d in dumps}
         culprits = {c.rank: c for c in _no_dump(groups, missing, names, times)}
@@ -322,7 +323,8 @@ def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
 
 def ranges(ranks: list[int]) -> str:
     """'0-3,5' for [0, 1, 2, 3, 5]."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for r in sorted(ranks):
         if run and r != run[-1] + 1:
             out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)))

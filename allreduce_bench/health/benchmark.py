@@ -1,18 +1,18 @@
 """`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
-sub-groups of the one world and coordinated through the store (measure/coordination.py).
+sub-groups of the one world and coordinated through the store (health/coordination.py).
 
 The world is made of the ranks that came within --timeout (measure/world.py `join_present`),
 not of all launched: a host that hung while it started is `unreachable` (never joined) and
 the hosts that came are checked among themselves; the world's first rank coordinates.
 
-Rank 0 coordinates on a thread of its own: it asks the pure plan (analysis/health/rounds.py)
+Rank 0 coordinates on a thread of its own: it asks the pure plan (health/rounds.py)
 for the next round, publishes it on the store, then waits until every member of the round has
 reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
 on its main thread, polls for the next round, takes its part and gives up with one line when
 the coordinator stops beating. No world collective runs after the start, so a frozen rank
 blocks nobody but its own group, and that one only until gloo's (or NCCL's) timeout; and as
 the coordinating is not the measuring, rank 0 held up by a frozen partner delays no verdict.
-A group's members meet on the store before they create it (measure/coordination.py).
+A group's members meet on the store before they create it (health/coordination.py).
 
 A round is one or two *slots* measured one after the other: pairs measure the whole pair's
 AllReduce, then with >= 2 ranks per host every rail at once (local rank i of one host with
@@ -34,6 +34,7 @@ from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import launcher_hosts
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.collective import measure
+from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
@@ -99,7 +100,7 @@ class Rank:
 
     def held_back(self) -> dict:
         """What held this rank back since the check began: its CPU quota's throttling and, on
-        a GPU, the clock event reasons active now (measure/throttle.py)."""
+        a GPU, the clock event reasons active now (health/throttle.py)."""
         found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
         device = self.session.device
         if device.kind == "cuda":
@@ -139,7 +140,7 @@ class Rank:
         sizes = []
         for size in config.sizes:
             count = size // config.itemsize
-            measured, wrong = measure(native.ALGORITHM, view, count, config.torch_dtype, config.sampling,
+            measured, wrong = measure(native.ALGORITHM, view, count, torch_dtype(config.dtype), config.sampling,
                                       lockstep=lockstep)
             sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
                           "samples": measured.samples, "wrong": wrong})

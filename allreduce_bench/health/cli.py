@@ -1,5 +1,5 @@
 """`allreduce-bench health`: options and the dry-run plan; the measuring is in
-benchmarks/health.py, the decisions in analysis/health/ (imported when a run starts)."""
+health/benchmark.py, the decisions in health/decide.py (imported when a run starts)."""
 from __future__ import annotations
 
 import shlex
@@ -101,12 +101,13 @@ def health(**options):
     from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.health.benchmark import BENCHMARK
     from allreduce_bench.health.config import health_config
     from allreduce_bench.health.finish import finish_health
 
     how = started()
-    config = health_config(command=shlex.join(sys.argv), started=how, **options)
+    config = health_config(command=shlex.join(sys.argv), started=how, host=this_host(), **options)
     env = how.env
     L = config.ranks_per_node or (env.local_world_size if env else 1)
     world = env.world_size if env else max(config.world_sizes)

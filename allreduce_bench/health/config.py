@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from allreduce_bench.core.config import CPU_DEFAULTS, GPU_DEFAULTS, RunConfig, parse_dtype, resolve_sampling
+from allreduce_bench.core.config.checks import Host
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.units import parse_size_list
@@ -81,7 +82,7 @@ def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, basel
                   prometheus=None, sizes=None, dtype="float32", samples=None, budget=None,
                   world_sizes=None, backend, device, ranks_per_node, tag, out_dir, timeout_s,
                   no_plot, command="", dry_run=False, nccl_debug=False, bind="auto",
-                  flight_recorder=False, started) -> HealthConfig:
+                  flight_recorder=False, started, host: Host) -> HealthConfig:
     from allreduce_bench.core.config.run import launch_config, resolve_world
 
     if dry_run:
@@ -90,7 +91,7 @@ def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, basel
     env = started.env
     per_host = ranks_per_node or (env.local_world_size if env else CPU_DEFAULTS["ranks_per_node"])
     world = resolve_world(local_world(hosts, world_sizes, per_host, env), backend, device, per_host,
-                          env)
+                          env, host)
     chosen = health_sizes(sizes, world[2])
     settings = health_settings(pairs=pairs, bisect=bisect, expect=expect, baseline=baseline,
                                prometheus=prometheus, ranks_per_node=per_host, sizes=chosen)

@@ -19,7 +19,7 @@ def exclude(hosts: Sequence[dict]) -> str:
 
 
 def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
-    """health.json's content (results/health.py adds schema_version and writes it)."""
+    """health.json's content (health/store.py adds schema_version and writes it)."""
     found = verdicts(check)
     code = exit_code(found["hosts"], found["pairs"])
     return {"layout": layout, **found,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.analysis.style import plt, save
 from allreduce_bench.core.units import format_size
 
@@ -70,12 +73,11 @@ def report_section(doc: dict, figure: Path | None, base: Path) -> str:
              + (f", exclude `{doc['exclude']}`" if doc["exclude"] else ", nothing to exclude"), "",
              "Busbw at the bandwidth size (the largest), or for a host found slow at the size it "
              "was slow at.", "",
-             "| host | verdict | size | measured GB/s | expected GB/s | partners | why |",
-             "|---|---|---|---|---|---|---|"]
-    for h in doc["hosts"]:
-        size = "-" if h.get("size_bytes") is None else format_size(h["size_bytes"])
-        lines.append(f"| {h['host']} | {h['verdict']} | {size} | {_number(h.get('measured_GBps'))} | "
-                     f"{_number(h.get('expected_GBps'))} | {', '.join(h['partners']) or '-'} | {h['why']} |")
+             markdown_table(pd.DataFrame(
+                 [[h["host"], h["verdict"], "-" if h.get("size_bytes") is None else format_size(h["size_bytes"]),
+                   _number(h.get("measured_GBps")), _number(h.get("expected_GBps")),
+                   ", ".join(h["partners"]) or "-", h["why"]] for h in doc["hosts"]],
+                 columns=["host", "verdict", "size", "measured GB/s", "expected GB/s", "partners", "why"]))]
     if figure is not None:
         lines += ["", f"![health]({Path(figure).relative_to(base).as_posix()})"]
     return "\n".join(lines) + "\n"

@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass
 from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
 
-CHECKS = ("intra", "pair", "rail")
 K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group
 TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
 LATENCY_FLOOR = 0.9  # smaller sizes: flagged only 10x slower (a ~100 us call moves with the load)

@@ -35,7 +35,7 @@ __all__ = ["ImportedRun", "ParseError", "read_text", "read_file", "run_frame", "
 
 def read_text(text: str, source: str) -> list[ImportedRun]:
     """Every run in `text` (the contents of `source`), format detected, each with what NCCL's
-    own lines around it said (meta `nccl`, see interop/nccl_log.py)."""
+    own lines around it said (meta `nccl`, see nccl_log/parse.py)."""
     for module in FORMATS:
         if module.looks_like(text):
             runs = module.parse(text, source)

@@ -11,6 +11,13 @@ import click
 from allreduce_bench.core.errors import UsageError
 
 
+def _echo(text: str = "", err: bool = False) -> None:
+    """click.echo within a terminal's width (core/analysis/terminal.py)."""
+    from allreduce_bench.core.analysis.terminal import wrapped
+
+    click.echo(wrapped(text), err=err)
+
+
 def _unique_dir(out: Path, name: str, taken: set[str]) -> Path:
     candidate, k = name, 2
     while candidate in taken:
@@ -123,7 +130,7 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
     write_meta(target, job.meta(read, run_id, tag, read.files))
     SamplesWriter(target).append(job.samples(read.frame, run_id))
     for line in job.describe(read, frame, target):
-        click.echo(line)
+        _echo(line)
 
 
 def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
@@ -149,21 +156,21 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 
     halves = sorted({bool(v) for v in frame["in_place"]})
     what = " + ".join("in-place" if h else "out-of-place" for h in halves)
-    click.echo(f"{path}:{run.first_line}-{run.last_line}: {run.source_tool} {run.collective}, "
+    _echo(f"{path}:{run.first_line}-{run.last_line}: {run.source_tool} {run.collective}, "
                f"{run.world_size} ranks, {len(frame) // max(1, len(halves))} rows "
                f"({frame['size_bytes'].nunique()} sizes; {what})"
                f"{' with per-iteration samples' if with_samples else ''} -> {target}")
     if run.why and not run.why.startswith("named"):
-        click.echo(f"  ({run.why})")
+        _echo(f"  ({run.why})")
     for note in run.notes:
-        click.echo(f"  note: {note}")
+        _echo(f"  note: {note}")
     for line, why in run.skipped:
-        click.echo(f"  {path}:{line}: skipped: {why}")
+        _echo(f"  {path}:{line}: skipped: {why}")
     block = run.meta.get("nccl")
     if block:
         found = differences(block)
         hosts = len(block.get("hosts") or {})
-        click.echo(f"  {summary_line(block)}" + (f"; {len({d['host'] for d in found})} host(s) set up "
+        _echo(f"  {summary_line(block)}" + (f"; {len({d['host'] for d in found})} host(s) set up "
                    "differently from the others" if hosts > 1 else "")
                    + "".join(f"\n    {d['text']}" for d in found[:5]))
 
@@ -174,17 +181,18 @@ def _verdict(target: Path) -> None:
     from allreduce_bench.expect.sections import summary_lines
 
     for line in summary_lines(load_results(target, explain_skips=False)):
-        click.echo(f"  {line}")
+        _echo(f"  {line}")
 
 
 @click.command("compare")
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("others", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Where compare.csv and the figure go. [compare/ beside the first OTHER]")
+              help="Where compare.csv and the figure go. [compare-OTHER/ beside the first OTHER, not "
+              "into a run read]")
 @click.option("--fail-if-slower", default=None, help="Exit 1 when any size is significantly slower "
               "than BASE by more than this, e.g. 5% (a regression gate): the ratio's whole confidence "
-              "interval beyond 1.05.")
+              "interval beyond 1.05. A bare number is a fraction (0.05); 5 is refused.")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="Confidence level of the intervals.")
 @click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
@@ -202,7 +210,8 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     smaller one within a round. A side with one round gets a wide interval and says so; a
     size whose runs disagree with themselves more than the change says that. Runs without
     samples (imports, older runs) are compared by the ratio alone, and say so.
-    Writes compare.csv and compare.<format> (ratio against size, with its interval).
+    Writes compare.csv and compare.<format> (ratio against size, with its interval) into
+    --out-dir, by default compare-OTHER/ beside the first OTHER (never into a run read).
     A job's collectives (an `import` of NCCL Inspector records) against a benchmark run:
     `compare BENCH_RUN JOB_RUN` shows, size by size, the job's busbw as a share of the
     benchmark's at the same collective, world size and size (interpolated between measured
@@ -217,7 +226,7 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
         raise UsageError(f"--confidence must be between 0.5 and 1, e.g. 0.95; got {confidence}")
     threshold = comparing.parse_threshold(fail_if_slower) if fail_if_slower is not None else None
     base_rows = load_results(base, explain_skips=False)
-    out_dir = out_dir or (others[0] if others[0].is_dir() else others[0].parent) / "compare"
+    out_dir = out_dir or _beside(others[0])
     sides = [(other, load_results(other, explain_skips=False)) for other in others]
     if _compared_job(base, base_rows, sides, out_dir, fmt):
         return
@@ -231,11 +240,11 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     for other, other_rows in sides:
         table = comparing.compare_runs(base_rows, other_rows, load_samples(base), load_samples(other),
                                        confidence=confidence)
-        click.echo(f"\n{other} against {base}:")
+        _echo(f"\n{other} against {base}:")
         for line in comparing.differing_settings(_metas(base, read_meta), _metas(other, read_meta),
                                                  base_rows, other_rows):
-            click.echo(f"  differs: {line}")
-        click.echo(comparing.format_table(table))
+            _echo(f"  differs: {line}")
+        _echo(comparing.format_table(table))
         table.insert(0, "other", str(other))
         table.insert(0, "base", str(base))
         tables.append(table)
@@ -244,11 +253,17 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
     import pandas as pd
     table = pd.concat(tables, ignore_index=True)
     csv_path, figure, replaced = comparing.write(table, out_dir, fmt)
-    click.echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; "
-                                           "give --out-dir to keep both)" if replaced else "")
-               + f"\nfigure: {figure}")
+    _echo(f"\ncompare: {csv_path}" + (f" (replaces the earlier one there, which compared {replaced}; give "
+                                     "--out-dir to keep both)" if replaced else "") + f"\nfigure: {figure}")
     if failed:
         sys.exit(1)
+
+
+def _beside(other: Path) -> Path:
+    """compare-<OTHER's name>/ in the folder holding OTHER: beside the runs read, never inside
+    one (a run's folder holds what `run` wrote; plot and report write outside it too)."""
+    run = (other if other.is_dir() else other.parent).resolve()
+    return run.parent / f"compare-{run.name}"
 
 
 def _gate(table, threshold: float, base: Path, other: Path) -> bool:
@@ -257,11 +272,11 @@ def _gate(table, threshold: float, base: Path, other: Path) -> bool:
 
     unjudged = int(table["significant"].isna().sum())
     if unjudged:
-        click.echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
+        _echo(f"note: --fail-if-slower cannot judge {unjudged} size(s) without raw samples on "
                    "both sides; they never fail the gate", err=True)
     slower = comparing.regressions(table, threshold)
     if len(slower):
-        click.echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
+        _echo("\n".join([f"REGRESSION: {len(slower)} size(s) of {other} significantly slower than "
                               f"{base} by more than {threshold:.0%}:", *comparing.regression_lines(slower)]),
                    err=True)
     return bool(len(slower))
@@ -276,14 +291,14 @@ def _compared_job(base: Path, base_rows, sides, out_dir: Path, fmt: str) -> bool
     if view.is_job(base_rows):
         if len(sides) != 1 or jobs:
             raise UsageError("give the benchmark run first and one job run after it: compare BENCH_RUN JOB_RUN")
-        click.echo(f"note: {base} is the job; comparing it against {sides[0][0]}")
+        _echo(f"note: {base} is the job; comparing it against {sides[0][0]}")
         jobs, (base, base_rows) = [(base, base_rows)], sides[0]
     for job, job_rows in jobs:
         table = view.compare_job(base_rows, job_rows)
-        click.echo(f"\n{job} (a job's calls, NCCL Inspector) against the benchmark {base}:")
-        click.echo(view.format_table(table))
+        _echo(f"\n{job} (a job's calls, NCCL Inspector) against the benchmark {base}:")
+        _echo(view.format_table(table))
         csv_path, figure = view.write(table, base_rows, load_samples(job), out_dir, fmt)
-        click.echo(f"\njob vs benchmark: {csv_path}\nfigure: {figure}")
+        _echo(f"\njob vs benchmark: {csv_path}\nfigure: {figure}")
     return bool(jobs)
 
 
@@ -315,7 +330,7 @@ def export_command(run_dir, fmt, out_dir, min_busbw):
     (out_of_place is null, as nccl-tests writes a half it did not run; NVIDIA's
     tools/analyze_perf_json.py reads them with --in-place). `import` reads the files back.
     """
-    from allreduce_bench.core.analysis.floor import parse_floor
+    from allreduce_bench.core.config.checks import parse_floor
     from allreduce_bench.core.results.load import load_results, load_samples
     from allreduce_bench.core.results.store import read_meta
     from allreduce_bench.interop import export_nccl_tests as export
@@ -328,9 +343,9 @@ def export_command(run_dir, fmt, out_dir, min_busbw):
                          "rows have no nccl-tests program); give a run of `run`")
     left = sorted(set(rows["benchmark"].astype(str)) - set(chosen["benchmark"].astype(str)))
     if left:
-        click.echo(f"note: {len(rows) - len(chosen)} rows of {', '.join(left)} are not collectives "
+        _echo(f"note: {len(rows) - len(chosen)} rows of {', '.join(left)} are not collectives "
                    "nccl-tests measures; not exported")
     metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
     for name, document in export.documents(chosen, load_samples(run_dir), metas, floor):
         path = export.write(out_dir, name, document)
-        click.echo(f"{path}: {export.describe(document)}")
+        _echo(f"{path}: {export.describe(document)}")

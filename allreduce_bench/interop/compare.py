@@ -4,7 +4,7 @@ more than noise.
 Rows are matched on (benchmark, algorithm, world_size, size_bytes, link, operation): the
 `benchmark` keeps an imported reduce_scatter or an in-place half apart from AllReduce rows.
 With raw samples on both sides (samples.parquet; per sample the collective's time is the MAX
-over ranks, as for the rows) each size is judged by analysis/significance.py: a hierarchical
+over ranks, as for the rows) each size is judged by interop/significance.py: a hierarchical
 bootstrap over the sides' rounds (every run's `--rounds`, every run of a folder) and then their
 samples, so the variation between rounds and runs decides, not the (far smaller) variation
 within one. Where one side's samples average more than LOOPS_APART times as many calls as the
@@ -39,11 +39,14 @@ LOOPS_APART = 2.0
 
 
 def parse_threshold(text: str) -> float:
-    """'5%' -> 0.05, '0.05' -> 0.05."""
+    """'5%' -> 0.05, '0.05' -> 0.05; a bare number of 1 or more ('5') is refused: 5% or 500%?"""
     match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(%?)\s*", str(text))
     if not match:
         raise UsageError(f"--fail-if-slower {text!r} is not a percentage; write e.g. 5%")
     value = float(match.group(1)) / (100.0 if match.group(2) else 1.0)
+    if not match.group(2) and value >= 1:
+        raise UsageError(f"--fail-if-slower {text!r} has no unit; write {text.strip()}% for "
+                         f"{text.strip()} percent (a bare number is a fraction: 0.05 is 5%)")
     if not 0 <= value < 10:
         raise UsageError(f"--fail-if-slower {text!r} is out of range; write e.g. 5%")
     return value
@@ -188,7 +191,7 @@ def same_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame) -> bool:
 
 STATISTIC_NOTE = ("  times: the median of each side's samples (over its rounds and runs), the "
                   "time_us_median the run's tables print")
-MEAN_NOTE = ("  (mean): the sides' samples average calls of very different counts (loops, e.g. 3 and 17), "
+MEAN_NOTE = ("  (mean): the sides' samples average very different numbers of calls (its line says how many), "
              "and where calls switch between a fast and a slow state their medians differ by that "
              "alone: those sizes compare the mean per call, which does not depend on it")
 

@@ -19,7 +19,7 @@ from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
-from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.device import Device, torch_dtype
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import CommGroup, World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results.schema import samples_frame
@@ -92,7 +92,7 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
             device.barrier(None)
             if me in (src, dst):
                 pair = CommGroup(pair_groups[link], (src, dst), (src, dst).index(me))
-                measured, wrong = p2p_measure(count, config.torch_dtype, src, dst, pair.pg, device,
+                measured, wrong = p2p_measure(count, torch_dtype(config.dtype), src, dst, pair.pg, device,
                                               config.sampling)
                 if me == 0:
                     wrong_total += wrong
@@ -112,7 +112,7 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     if count == 0:  # too small to split: one element per rank (every group must measure)
         count, size_bytes = 1, config.itemsize * view.size
     measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view, count,
-                                        config.torch_dtype, config.sampling,
+                                        torch_dtype(config.dtype), config.sampling,
                                         agree_over=dist.group.WORLD)
     return measured, wrong, count, size_bytes
 
@@ -125,6 +125,17 @@ def _row(config, view, world, count, measured, wrong, algorithm, link, operation
     return row
 
 
+def links_line(row: dict) -> str:
+    """A row of the links table: its link and operation, then the core's columns."""
+    return f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}"
+
+
+# the core's HEADER (its lines start with '#') with the link and op columns in front, each
+# column over its numbers
+LINKS_HEADER = "\n".join(f"#{first:>6} {second:>9} {line[1:]}" for (first, second), line in
+                         zip((("link", "op"), ("", "")), HEADER.splitlines()))
+
+
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
@@ -133,9 +144,8 @@ def measure_links(session: Session) -> int:
     if session.lead:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
-              f"local rank, p2p = one-way send\n# {'link':>5} {'op':>9}\n{HEADER}", flush=True)
-    session.show = lambda row: print(f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}",
-                                     flush=True)
+              f"local rank, p2p = one-way send\n{LINKS_HEADER}", flush=True)
+    session.show = lambda row: print(links_line(row), flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
     links = 2 if world.ranks_per_node >= 2 else 1  # intra (when a node has 2 ranks) and inter
     session.expect(len(config.sizes) * links * 2, "links")  # an AllReduce row and a p2p row each

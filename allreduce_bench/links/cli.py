@@ -1,4 +1,4 @@
-"""`allreduce-bench links`: options and the world check; the measuring is in benchmarks/links.py
+"""`allreduce-bench links`: options and the world check; the measuring is in links/benchmark.py
 (imported only when a run starts, so --help needs no torch)."""
 from __future__ import annotations
 
@@ -61,13 +61,15 @@ def links(collective, **options):
     from allreduce_bench.core.environment import started
     from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
     from allreduce_bench.links.config import links_config
 
     given = options["ranks_per_node"] is not None
     floor = checked_floor(options)
-    config = links_config(collective, command=shlex.join(sys.argv), started=started(), **options)
+    config = links_config(collective, command=shlex.join(sys.argv), started=started(), host=this_host(),
+                          **options)
     check_world(config, given)
     announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
              f"sizes {byte_list(config.sizes)} -> {config.out_dir}")

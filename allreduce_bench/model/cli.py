@@ -27,7 +27,6 @@ BANDWIDTH = Quantity("bandwidth", units.parse_bandwidth)
 SECONDS = Quantity("time", units.parse_seconds)
 POSITIVE_SECONDS = Quantity("time", units.parse_positive_seconds)
 BYTES = Quantity("bytes", units.parse_bytes)
-COUNT = Quantity("count", units.parse_count)
 
 
 def link_options(command):
@@ -63,8 +62,11 @@ WHOLE_COUNT = Quantity("count", _whole_count)
 
 
 def _echo(lines) -> None:
-    for line in lines:
-        click.echo(line)
+    """Each line; prose (not a table's indented row) within a terminal's width."""
+    from allreduce_bench.core.analysis.terminal import wrapped
+
+    for text in lines:
+        click.echo("\n".join(line if line[:1].isspace() else wrapped(line) for line in text.splitlines()))
 
 
 @click.group("model")
@@ -156,7 +158,7 @@ def predict_command(algos, world_size, ranks_per_node, sizes, model_path, native
                               native_model(native_as, cost_model)))
     click.echo(f"world size {world_size} = {nodes} node(s) x {per_node} ranks"
                + (f"; model {model_path}" if model_path else ""))
-    click.echo("\n".join(blocks))
+    _echo(blocks)
 
 
 @model.command("ddp")

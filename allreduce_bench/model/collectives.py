@@ -2,7 +2,7 @@
 
 Each (collective, algorithm) declares its steps (`cost` in its module); a row's time is taken as
 sum over steps of repeat x (m alpha + b / B + reduced / B_reduce) along the critical path, the
-inter-node link where a step uses both classes (as analysis/model.py does for AllReduce). One
+inter-node link where a step uses both classes (as model/cost.py does for AllReduce). One
 link (alpha, B) per (collective, algorithm) is fitted, plus gamma where the rows tell it apart
 from B, with model.solve_relative: the detailed two-link AllReduce model stays in model.py; this
 one puts every collective on the same footing for "which algorithm wins where". A row whose

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.collective_tables import collective_rows
-from allreduce_bench.core.analysis.report import markdown_table
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.extensions import Section
 from allreduce_bench.core.units import format_size
 from allreduce_bench.model import collectives as collective_model
@@ -61,18 +61,26 @@ def collective_parts(frame: pd.DataFrame, out_dir: Path = None, figures=None) ->
         return []
     comparison = collective_model.compare(rows, fits)
     errors = comparison.groupby(["collective", "algorithm"], sort=False)["error_pct"].apply(
-        lambda e: e.abs().median()).rename("median |error| (%)")
-    fitted = fits.set_index(["collective", "algorithm"]).join(errors).reset_index()
+        lambda e: e.abs().median()).rename("median error (%, absolute)")
+    fitted = fits.set_index(["collective", "algorithm"]).join(errors).reset_index().round(3)
     best = collective_model.best(comparison)
     ends = best.groupby(["collective", "world_size"])["size_bytes"].transform
     best = best[(best["size_bytes"] == ends("min")) | (best["size_bytes"] == ends("max"))]
+    best = best.assign(size_bytes=best["size_bytes"].map(format_size)).round(1)
     return ["## Cost model per collective", "",
             "One link (alpha, B) per collective and algorithm, fitted to its rows over its "
-            "declared steps (plus gamma where the rows tell it apart); the detailed two-link "
-            "AllReduce model is `allreduce-bench model fit`.", "",
-            markdown_table(fitted.round(3)), "",
+            "declared steps (plus a reduce rate where the rows tell it apart; '-': folded into B); the "
+            "detailed two-link AllReduce model is `allreduce-bench model fit`.", "",
+            markdown_table(fitted.rename(columns=FIT_HEADERS)), "",
             "Fastest algorithm per collective, measured and predicted by that fit:", "",
-            markdown_table(best.assign(size_bytes=best["size_bytes"].map(format_size)).round(1)), ""]
+            markdown_table(best.rename(columns=BEST_HEADERS)), ""]
+
+
+FIT_HEADERS = {"alpha_us": "alpha (us)", "bandwidth_GBps": "bandwidth B (GB/s)",
+                "reduce_GBps": "reduce (GB/s)"}
+BEST_HEADERS = {"world_size": "world size", "size_bytes": "size", "measured": "measured best",
+                "predicted": "predicted best", "measured_best_us": "measured best (us)",
+                "predicted_best_measured_us": "predicted best, measured (us)"}
 
 
 WINNERS = Section("model", winner_parts)

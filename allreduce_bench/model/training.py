@@ -120,8 +120,7 @@ def step_lines(steps: list[tuple[float, ddp.StepTime]]) -> Iterator[str]:
 
 def _verdict(step: ddp.StepTime) -> str:
     if step.hidden:
-        return (f"hidden behind compute (only the last bucket, "
-                f"{units.format_seconds(step.last_bucket_s)}, is exposed)")
-    text = f"exposed: {units.format_seconds(step.exposed_s, 's')} added to every step"
-    return text + (f"; comm is {step.comm_s / step.compute_s:.1f}x compute, the bottleneck"
+        return f"hidden behind compute but the last bucket ({units.format_seconds(step.last_bucket_s)})"
+    text = f"exposed: {units.format_seconds(step.exposed_s, 's')} a step"  # the row within 120 columns
+    return text + (f"; comm {step.comm_s / step.compute_s:.1f}x compute: the bottleneck"
                    if step.comm_s > step.compute_s else "")

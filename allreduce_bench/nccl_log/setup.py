@@ -1,5 +1,5 @@
 """What NCCL set up, per host, and which hosts differ from the rest: the block that
-interop/nccl_log.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
+nccl_log/parse.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
 
 "My job is slow: which host is set up differently?" Each host's NCCL version, network, NICs,
 transports and `NCCL_*` overrides are compared with what most hosts have; a host that fell
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.units import format_size
 
 # what is compared across hosts: (key in the block's host entry, the word used for it)
@@ -143,8 +144,7 @@ def report_section(block: dict | None) -> str:
         return ""
     table = host_table(block).drop(columns=["lines"])
     parts = ["## What NCCL set up", "", summary_line(block) + ".", "",
-             "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
-    parts += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
+             markdown_table(table)]
     parts += ["", "Hosts that differ from the majority:", "", *_difference_lines(block)]
     warnings = block.get("warnings") or []
     if warnings:

@@ -10,8 +10,9 @@ import torch
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
+from allreduce_bench.core.config.checks import Host
+from allreduce_bench.core.config.run import resolve_backend
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.measure import device as device_module
 from allreduce_bench.core.results.schema import COLUMNS
 
 
@@ -21,6 +22,9 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--min-bytes", "1M", "--max-bytes", "4K"], "larger than --max-bytes"),
     (["--factor", "1"], "greater than 1"),
     (["--algos", "ring,bogus"], "unknown algorithm 'bogus'"),
+    # on gloo the choices are gloo's: NCCL's native:* variants are counted, not offered
+    (["--algos", "nosuch"], "choose from native, ring, ring-steps, naive, hierarchical, recursive-doubling, "
+     "halving-doubling, tree, direct (or all); "),
     (["--dtype", "complex32"], "'complex32' is not one of"),
     (["--world-sizes", "6", "--ranks-per-node", "4"], "not a whole number of nodes"),
     (["--world-sizes", "two"], "comma-separated list of integers"),
@@ -40,17 +44,16 @@ def test_bad_input_is_one_line_exit_2(args, message, monkeypatch):
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+    assert "native:" not in lines[0] or "--algos" not in args  # NCCL's variants are not gloo's choices
     assert "Traceback" not in result.output
 
 
-def test_more_gpu_ranks_than_gpus(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+def test_more_gpu_ranks_than_gpus():
     with pytest.raises(UsageError, match="only 2 GPUs"):
-        device_module.resolve_backend("nccl", None, 4)
-    assert device_module.resolve_backend("auto", None, 4) == ("gloo", "cpu")
-    assert device_module.resolve_backend("auto", None, 2) == ("nccl", "cuda")
-    assert device_module.resolve_backend("auto", "cpu", 2) == ("gloo", "cpu")
+        resolve_backend("nccl", None, 4, 2)
+    assert resolve_backend("auto", None, 4, 2) == ("gloo", "cpu")
+    assert resolve_backend("auto", None, 2, 2) == ("nccl", "cuda")
+    assert resolve_backend("auto", "cpu", 2, 2) == ("gloo", "cpu")
 
 
 @pytest.mark.slow
@@ -146,5 +149,5 @@ def test_sizes_are_whole_elements(monkeypatch):
     config = run_config(algos="ring", world_sizes="2", sizes=None, min_bytes="4K",
                         max_bytes="400000", factor=1.5, dtype="float32", warmup=None,
                         backend="gloo", device=None, ranks_per_node=None, tag="", out_dir=None,
-                        timeout_s=60.0, quick=False, no_plot=True, started=Started())
+                        timeout_s=60.0, quick=False, no_plot=True, started=Started(), host=Host(cpus=2))
     assert 4096 * 1.5 ** 11 == 354294 and config.sizes[-1] == 354292

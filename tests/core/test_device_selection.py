@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from allreduce_bench.core.config.run import run_config
+from allreduce_bench.core.config.run import resolve_backend, run_config
 from allreduce_bench.core.environment import RankEnv, started
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta
@@ -18,7 +18,7 @@ from allreduce_bench.core.measure.device import (
     gpu_index,
     make_device,
     process_group_options,
-    resolve_backend,
+    this_host,
 )
 
 
@@ -89,16 +89,15 @@ def test_process_group_options(fake_gpus, monkeypatch):
     (8, "auto", "cpu", 8, ("gloo", "cpu")),
     (2, "nccl", None, 2, ("nccl", "cuda")),
 ])
-def test_backend_selection(fake_gpus, gpus, backend, device, needed, expected):
-    fake_gpus(gpus)
-    assert resolve_backend(backend, device, needed) == expected
+def test_backend_selection(gpus, backend, device, needed, expected):
+    assert resolve_backend(backend, device, needed, gpus) == expected
 
 
 def test_gloo_on_gpu_tensors_shares_gpus_and_runs_only_its_own_allreduce(fake_gpus, monkeypatch):
     fake_gpus(1)
-    assert resolve_backend("gloo", "cuda", 4) == ("gloo", "cuda")  # four ranks on one GPU
+    assert resolve_backend("gloo", "cuda", 4, 1) == ("gloo", "cuda")  # four ranks on one GPU
     with pytest.raises(UsageError, match="4 GPU ranks per host"):
-        resolve_backend("nccl", "cuda", 4)  # NCCL refuses two ranks on one device
+        resolve_backend("nccl", "cuda", 4, 1)  # NCCL refuses two ranks on one device
     assert make_device("cuda", 3, 4).torch_device == torch.device("cuda", 0)
     from allreduce_bench.core.config.run import check_gloo_on_gpu
 
@@ -126,7 +125,7 @@ def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, visible, ex
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for name, value in {**OMPI_2, **({"CUDA_VISIBLE_DEVICES": visible} if visible else {})}.items():
         monkeypatch.setenv(name, value)
-    config = run_config(**CLI_DEFAULTS, started=started())
+    config = run_config(**CLI_DEFAULTS, started=started(), host=this_host())  # the probe counts torch's GPUs
     assert config.backend == expected and config.world_sizes == (2,)
 
 

@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 import synthetic_runs
 
@@ -16,6 +17,7 @@ from allreduce_bench.core.analysis import advice
 from allreduce_bench.core.analysis.report import terminal_summary
 from allreduce_bench.core.config import cpu_world_sizes
 from allreduce_bench.core.config import run as run_options
+from allreduce_bench.core.config.checks import Host
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.console import format_row
 from allreduce_bench.core.results.load import load_results
@@ -30,16 +32,15 @@ def test_default_world_sizes_fit_the_cpus_allowed(cpus, chosen, left):
 
 
 def test_a_two_cpu_run_measures_n2_and_names_what_it_left_out(monkeypatch):
-    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 2)
+    two = Host(cpus=2)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
-    world = run_options.resolve_world(None, "auto", "cpu", None, None)
+    world = run_options.resolve_world(None, "auto", "cpu", None, None, two)
     assert world[0] == (2,) and world[3] == 2  # one node of two ranks
-    assert run_options.left_out_world_sizes(None, "cpu", None) == (4,)
-    assert run_options.left_out_world_sizes("2,4", "cpu", None) == ()  # asked for: nothing left out
-    assert run_options.resolve_world("2,4", "auto", "cpu", None, None)[0] == (2, 4)
-    monkeypatch.setattr(run_options, "cpus_allowed", lambda: 8)
-    assert run_options.resolve_world(None, "auto", "cpu", None, None)[0] == (2, 4)
+    assert run_options.left_out_world_sizes(None, "cpu", None, two) == (4,)
+    assert run_options.left_out_world_sizes("2,4", "cpu", None, two) == ()  # asked for: nothing left out
+    assert run_options.resolve_world("2,4", "auto", "cpu", None, None, two)[0] == (2, 4)
+    assert run_options.resolve_world(None, "auto", "cpu", None, None, Host(cpus=8))[0] == (2, 4)
 
 
 def test_the_summary_says_which_world_sizes_were_left_out_and_how_to_ask(tmp_path):
@@ -149,9 +150,23 @@ def test_the_advice_names_the_first_cause_that_applies(tmp_path):
     assert "took 40% of the CPU time" in _advice(tmp_path, two, others_share=0.4)
     assert "other processes were" not in _advice(tmp_path, two, load_average_start=6.0, others_share=0.01)
     wide = {("ring", 2, 65536): "wide", ("ring", 2, 4096): "steady"}
-    assert "nothing else ran (other processes 1%" in _advice(tmp_path, wide, others_share=0.01)
+    # a share below the notable one is not "nothing": the line says how much, and under what
+    assert "too little else ran to explain it (other processes 1% of CPU time, under 10%" in _advice(
+        tmp_path, wide, others_share=0.01)
     assert "fast and a slow state" in _advice(tmp_path, two)
     assert _advice(tmp_path, {("ring", 2, 4096): "steady"}) == ""  # nothing flagged, no advice
+
+
+def test_the_summary_says_its_counts_are_over_allreduce_rows_where_other_collectives_ran(tmp_path):
+    run = synthetic_runs.write_run(tmp_path / "r", synthetic_runs.rows(
+        {("ring", 2, 65536): "wide", ("ring", 2, 4096): "two", ("ring", 2, 16384): "steady"}))
+    frame = load_results(run)
+    meta = advice.run_metas(frame)[""]
+    assert " of 3 rows' medians" in advice.unstable_line(frame, meta)
+    assert "1 of 3 rows have a fast and a slow state" in advice.states_line(frame)
+    with_others = pd.concat([frame, frame.assign(benchmark="all_gather")], ignore_index=True)
+    assert " of 3 AllReduce rows' medians" in advice.unstable_line(with_others, meta)  # not "of 3" of 6
+    assert "1 of 3 AllReduce rows have a fast and a slow state" in advice.states_line(with_others)
 
 
 def test_the_machine_line_carries_what_decides_it(tmp_path):
@@ -164,13 +179,14 @@ def test_the_machine_line_carries_what_decides_it(tmp_path):
 # --- SCHED_FIFO ranks (--sched) ------------------------------------------------------------------
 
 def test_sched_auto_means_fifo_on_cpu_runs_only():
+    from allreduce_bench.core.config.launch import wanted
     from allreduce_bench.core.measure import scheduling
 
-    assert scheduling.wanted("auto", "cpu") == "fifo"
-    assert scheduling.wanted("auto", "cuda") == "other"
-    assert scheduling.wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
-    assert scheduling.wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
-    assert scheduling.wanted("fifo", "cuda") == "fifo" and scheduling.wanted("other", "cpu") == "other"
+    assert wanted("auto", "cpu") == "fifo"
+    assert wanted("auto", "cuda") == "other"
+    assert wanted("auto", "cpu", times_collectives=False) == "other"  # ddp: compute
+    assert wanted("auto", "cpu", emulated=True) == "other"  # CFS quotas: RT escapes
+    assert wanted("fifo", "cuda") == "fifo" and wanted("other", "cpu") == "other"
     assert scheduling.apply("other", "cpu").as_dict() == {"asked": "other", "policy": "other",
                                                           "why": "--sched other: as started"}
 

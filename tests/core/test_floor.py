@@ -7,7 +7,8 @@ import sys
 import pandas as pd
 import pytest
 
-from allreduce_bench.core.analysis.floor import footer_lines, parse_floor, table_averages, verdict_lines
+from allreduce_bench.core.analysis.floor import footer_lines, table_averages, verdict_lines
+from allreduce_bench.core.config.checks import parse_floor
 from allreduce_bench.core.errors import UsageError
 
 

@@ -168,7 +168,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.environment import started
     from allreduce_bench.core.errors import UsageError
-    from allreduce_bench.core.measure.device import make_device
+    from allreduce_bench.core.measure.device import make_device, this_host
 
     cuda = CudaCalls()
     monkeypatch.setattr(torch, "cuda", cuda)
@@ -178,7 +178,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     _fake_nvidia_smi(tmp_path, monkeypatch, FREE)
     options = {**CLI_DEFAULTS, "device": "cuda", "backend": "nccl", "sizes": "64M"}
-    config = run_config(**options, started=started())
+    config = run_config(**options, started=started(), host=this_host())
     make_device(config.device, 1, 2)
     first = cuda.calls.index("set_device")
     assert set(cuda.calls[:first]) <= {"is_available", "device_count"}, cuda.calls
@@ -187,7 +187,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     for visible in ("3,1", "GPU-dddd,GPU-bb"):  # now the full GPU is rank 1's
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         with pytest.raises(UsageError, match="needs 288 MiB on one GPU but it has 200 MiB free"):
-            run_config(**options, started=started())
+            run_config(**options, started=started(), host=this_host())
 
 
 def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_path):

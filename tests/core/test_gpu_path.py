@@ -13,7 +13,7 @@ from allreduce_bench.core.algorithms import nccl
 from allreduce_bench.core.config.run import resolve_world
 from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.measure.device import NCCL_GRACE_S, Device
+from allreduce_bench.core.measure.device import NCCL_GRACE_S, Device, this_host
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.sweep import allreduce
 
@@ -21,6 +21,11 @@ TIMEOUT_S = 42.0
 INVALID_USAGE = ("NCCL error in: ProcessGroupNCCL.cpp:3690, invalid usage (run with NCCL_DEBUG=WARN "
                  "for details), NCCL version 2.27.3\nncclInvalidUsage: This usually reflects invalid "
                  "usage of NCCL library.")
+# NCCL 2.18-2.23 (torch 2.1-2.6 wheels) answer the same refusal with ncclInternalError; torch's
+# message carries NCCL's last error (enqueue.cc's WARN)
+INTERNAL_ERROR = ("NCCL error in: ProcessGroupNCCL.cpp:1970, internal error - please report this issue "
+                  "to the NCCL developers, NCCL version 2.21.5\nncclInternalError: Internal check "
+                  "failed.\nLast error:\nError : no algorithm/protocol available")
 
 
 class FakeTorchNccl:
@@ -68,9 +73,11 @@ class FakeTorchNccl:
     def barrier(self, group=None):
         pass
 
+    refusal = INVALID_USAGE
+
     def all_reduce(self, tensor, group=None):
         if "NVLS" == __import__("os").environ.get("NCCL_ALGO"):  # no NVSwitch here
-            raise dist.DistBackendError(INVALID_USAGE)
+            raise dist.DistBackendError(self.refusal)
 
     def broadcast_object_list(self, objects, src=0):
         objects[0] = set()
@@ -134,10 +141,13 @@ def test_sub_groups_get_the_runs_timeout(monkeypatch):
     assert len(fake.timeouts) == 4 * (5 + 5)  # per rank: 2's world, intra, 2 inter, ring; 4's
 
 
-def test_a_variant_nccl_refuses_is_skipped_in_one_line(monkeypatch, capsys):
-    """native:nvls on GPUs without NVSwitch: NCCL's ncclInvalidUsage at the first AllReduce
-    leaves the variant out, with one line from rank 0 (5e7e81d: the error ended the run)."""
+@pytest.mark.parametrize("refusal", [INVALID_USAGE, INTERNAL_ERROR], ids=["nccl-2.24+", "nccl-2.18-2.23"])
+def test_a_variant_nccl_refuses_is_skipped_in_one_line(monkeypatch, capsys, refusal):
+    """native:nvls on GPUs without NVSwitch: NCCL's refusal at the first AllReduce
+    (ncclInvalidUsage from 2.24, ncclInternalError before) leaves the variant out, with one line
+    from rank 0 (5e7e81d: the error ended the run)."""
     fake = FakeTorchNccl(2)
+    fake.refusal = refusal
     _run_every_rank(monkeypatch, fake, ("native:nvls", "native:ring"), (2,))
     assert fake.built == {0: [("native:ring", 2)], 1: [("native:ring", 2)]}
     lines = capsys.readouterr().err.strip().splitlines()
@@ -221,8 +231,8 @@ def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch, ba
     --backend gloo runs."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one environment for every torchrun worker
     with pytest.raises(UsageError, match="local rank 1 of 2 sees one GPU.*srun --gpus-per-task=1"):
-        resolve_world(None, backend, None, None, launcher_env())
-    assert resolve_world(None, "gloo", None, None, launcher_env())[1:3] == ("gloo", "cpu")
+        resolve_world(None, backend, None, None, launcher_env(), this_host())
+    assert resolve_world(None, "gloo", None, None, launcher_env(), this_host())[1:3] == ("gloo", "cpu")
 
 
 def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
@@ -234,4 +244,4 @@ def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
                         "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
                         "CUDA_VISIBLE_DEVICES": "1"}.items():
         monkeypatch.setenv(name, value)
-    assert resolve_world(None, "auto", None, None, launcher_env())[1:3] == ("nccl", "cuda")
+    assert resolve_world(None, "auto", None, None, launcher_env(), this_host())[1:3] == ("nccl", "cuda")

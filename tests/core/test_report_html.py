@@ -18,7 +18,7 @@ import pytest
 import synthetic_runs
 from click.testing import CliRunner
 
-from allreduce_bench.cli import main
+from allreduce_bench.cli import extensions, main
 from allreduce_bench.core.analysis.report import HTML_FILE, write_report
 from allreduce_bench.core.results.load import load_results
 
@@ -82,7 +82,8 @@ def check_numbers_are_the_csvs(cells: pd.DataFrame, csv: pd.DataFrame) -> None:
 def test_report_html_is_one_page_with_every_figure_inline_and_the_csvs_numbers(run_dir):
     figures, path = write_report(load_results(run_dir), run_dir / "plots")
     page = (path.parent / HTML_FILE).read_text(encoding="utf-8")
-    assert page.count("<svg") == len(figures) >= 4  # bandwidth, latency, scaling, speedup
+    assert page.count("<svg") == len(figures) >= 3  # bandwidth, latency, speedup (N=2 only: no scaling)
+    assert "Only world size 2 was measured: scaling compares busbw and time across world sizes" in page
     assert "<script" not in page and "<img" not in page
     linked = re.findall(r'(?:src|href)="([^"]*)"', page)
     assert all(link.startswith(("data:", "#")) for link in linked), linked  # nothing to fetch
@@ -123,13 +124,18 @@ const boxes = [...document.querySelectorAll('figure svg')].map(s => {
 });
 const cells = [...document.querySelectorAll('#measurements tbody tr')].map(
   tr => [...tr.querySelectorAll('td')].map(td => td.innerText));
+// per table: its header's cell count and each body row's, as the browser lays them out
+const tables = [...document.querySelectorAll('table')].map(t => [
+  t.querySelectorAll('thead th').length,
+  [...t.querySelectorAll('tbody tr')].map(tr => tr.querySelectorAll('td').length)]);
 const out = document.createElement('pre');
 out.id = 'probe';
 out.textContent = JSON.stringify({boxes, height: document.documentElement.scrollHeight,
-  resources: performance.getEntriesByType('resource').map(e => e.name), cells});
+  resources: performance.getEntriesByType('resource').map(e => e.name), cells, tables});
 document.body.appendChild(out);
 </script>"""
 WIDTH = 1280
+FIRST_SCREEN = 1000  # px: what a 1280-px-wide window shows before any scrolling
 
 
 def chromium(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
@@ -162,13 +168,18 @@ def test_report_html_in_a_headless_browser(run_dir, tmp_path):
         pytest.skip("chromium is not installed (apt-get install chromium): no browser to open report.html in")
     from PIL import Image
 
-    figures, path = write_report(load_results(run_dir), run_dir / "plots")
+    # with the features' sections: the cost model's tables are on the page too
+    figures, path = write_report(load_results(run_dir), run_dir / "plots", sections=extensions().sections)
     page = path.parent / HTML_FILE
     seen = probe(page)
     assert seen["resources"] == []  # offline: the page loads nothing
     assert len(seen["boxes"]) == len(figures)
     for box in seen["boxes"]:
         assert box["w"] > 200 and box["h"] > 100 and box["visibility"] == "visible", box
+    # seen before read: the first figure starts on the first screen (it started ~2,900 px down,
+    # after eight tables), and every table lays one cell under each heading
+    assert seen["boxes"][0]["y"] < FIRST_SCREEN - 100, seen["boxes"][0]
+    assert [t for t in seen["tables"] if any(cells != t[0] for cells in t[1])] == []
 
     shot = tmp_path / "report.png"
     done = chromium(f"--window-size={WIDTH},{int(seen['height'])}", "--enable-logging=stderr",

@@ -191,10 +191,17 @@ def test_threshold_and_settings():
     assert parse_threshold("5%") == 0.05 and parse_threshold("0.1") == 0.1
     with pytest.raises(UsageError):
         parse_threshold("five")
+    with pytest.raises(UsageError, match=r"'5' has no unit; write 5% for 5 percent"):
+        parse_threshold("5")  # 5% or 500%: said, not guessed
     lines = differing_settings([{"versions": {"torch": "2.1"}, "hostnames": ["a"]}],
                                [{"versions": {"torch": "2.3"}, "hostnames": ["a"]}],
                                _rows("a"), _rows("b", dtype="bfloat16"))
     assert lines == ["dtype: float32 -> bfloat16", "versions.torch: 2.1 -> 2.3"]
+
+
+def unwrapped(result) -> str:
+    """A command's output with its lines' wrapping (to the terminal's width) undone."""
+    return " ".join(result.output.split())
 
 
 def _run_dir(path, run_id, slow=None, seed=0, dtype="float32", rounds=3):
@@ -283,7 +290,7 @@ def test_a_regression_line_names_collective_algorithm_world_size_and_size(tmp_pa
     result = CliRunner().invoke(main, ["compare", str(base), str(slow), "--fail-if-slower", "5%",
                                        "--out-dir", str(tmp_path / "c")])
     assert result.exit_code == 1, result.output
-    assert f"REGRESSION: 2 size(s) of {slow} significantly slower than {base} by more than 5%:" in result.output
+    assert f"REGRESSION: 2 size(s) of {slow} significantly slower than {base} by more than 5%:" in unwrapped(result)
     lines = [line for line in result.output.splitlines() if line.startswith("  allreduce ring N=4 ")]
     assert [line.split(":")[0] for line in lines] == ["  allreduce ring N=4 4M", "  allreduce ring N=4 16M"]
     assert all(re.search(r"us -> .* us \(median\), 1\.\d\dx slower \[", line) for line in lines)
@@ -300,6 +307,19 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
         assert "Traceback" not in result.output and not (tmp_path / "c").exists()
 
 
+def test_compare_writes_beside_the_runs_it_reads_not_into_one(tmp_path):
+    base = _run_dir(tmp_path / "base", "a", seed=1)
+    new = _run_dir(tmp_path / "new", "b", seed=2)
+    inside = sorted(p.name for p in new.iterdir())
+    result = CliRunner().invoke(main, ["compare", str(base), str(new)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in new.iterdir()) == inside  # the run read is as it was
+    assert (tmp_path / "compare-new" / "compare.csv").exists()
+    assert f"compare: {tmp_path / 'compare-new' / 'compare.csv'}" in result.output
+    refused = CliRunner().invoke(main, ["compare", str(base), str(new), "--fail-if-slower", "5"])
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+
+
 def test_an_earlier_comparison_is_not_replaced_silently(tmp_path):
     base = _run_dir(tmp_path / "base", "a", seed=1)
     one, two = _run_dir(tmp_path / "one", "b", seed=2), _run_dir(tmp_path / "two", "c", seed=3)
@@ -307,7 +327,7 @@ def test_an_earlier_comparison_is_not_replaced_silently(tmp_path):
     assert first.exit_code == 0 and "replaces" not in first.output
     second = CliRunner().invoke(main, ["compare", str(base), str(two), "--out-dir", str(tmp_path / "c")])
     assert second.exit_code == 0
-    assert f"replaces the earlier one there, which compared {one} against {base}" in second.output
+    assert f"replaces the earlier one there, which compared {one} against {base}" in unwrapped(second)
 
 
 def test_the_gate_wants_the_whole_interval_past_the_threshold():

@@ -38,7 +38,8 @@ def _import(tmp_path, *paths):
 def test_v4_records_become_one_row_per_collective_size_and_communicator_size(tmp_path):
     result, run = _import(tmp_path, _job(tmp_path / "nccl-inspector-1234"))
     assert result.exit_code == 0, result.output
-    assert "10 records of 2 communicator rank(s) on 2 host(s)" in result.output and "5 calls in 2 rows" in result.output
+    said = " ".join(result.output.split())  # lines wrapped to the terminal
+    assert "10 records of 2 communicator rank(s) on 2 host(s)" in said and "5 calls in 2 rows" in said
     rows = load_results(run, explain_skips=False).sort_values("size_bytes")
     assert list(rows["benchmark"]) == ["job", "job"] and list(rows["samples"]) == [3, 2]
     small = rows.iloc[0]
@@ -75,7 +76,8 @@ def test_a_file_cut_mid_line_skips_and_counts_the_torn_line(tmp_path):
     log.write_bytes(log.read_bytes()[:-40])  # NCCL was writing the last record
     result, run = _import(tmp_path, folder)
     assert result.exit_code == 0, result.output
-    assert "skipped 1 line(s)" in result.output and "gpu-b-pid4001.log:5: not a whole JSON record" in result.output
+    said = " ".join(result.output.split())  # lines wrapped to the terminal
+    assert "skipped 1 line(s)" in said and "gpu-b-pid4001.log:5: not a whole JSON record" in said
     meta = json.loads((run / "meta.json").read_text())
     assert meta["imported"]["skipped"] == [{"file": str(log), "line": 5, "why": "not a whole JSON record (a line "
                                                                                 "cut short?)"}]

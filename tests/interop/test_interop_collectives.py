@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from shared_data import PUBLISHED_LOGS, needs
 
 from allreduce_bench import interop
 from allreduce_bench.core import metrics
 
-
-def _shared() -> Path:
-    here = Path(__file__).resolve().parents[2].parent / "shared"
-    return here if here.is_dir() else Path("/work/shared")
-
-
-LOGS = _shared() / "data" / "published-logs"
-needs_logs = pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
+LOGS = PUBLISHED_LOGS
+needs_logs = needs(LOGS)
 
 
 def cli(*args, timeout=300):

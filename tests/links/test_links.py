@@ -57,3 +57,20 @@ def test_links_measures_any_collective_inside_and_across_nodes(tmp_path):
     assert groups["busbw_GBps"].to_numpy() == pytest.approx(groups["algbw_GBps"].to_numpy() / 2)
     refused = cli("links", "--collective", "all_gather,alltoall", "--world-sizes", "4", timeout=60)
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_links_table_header_stands_over_its_columns():
+    # the link and op names, and each of the core's columns, end where the row's values end
+    # (before: `#  link        op` on a line of its own and `size` 16 columns left of the sizes)
+    import re
+
+    from allreduce_bench.links.benchmark import LINKS_HEADER, links_line
+
+    row = links_line(dict(link="intra", operation="allreduce", size_bytes=16777216, count=4194304,
+                          dtype="float32", time_us_median=1.5, time_us_p95=2.5, time_us_p99=3.5,
+                          time_us_rank_mean=1.5, time_cv=0.1, samples=5, loops=3, algbw_GBps=1.0,
+                          busbw_GBps=1.0, wrong=0))
+    names, units = LINKS_HEADER.splitlines()
+    ends = [m.end() for m in re.finditer(r"\S+", row)]
+    assert [m.end() for m in re.finditer(r"[^\s#]+", names)] == ends
+    assert {m.end() for m in re.finditer(r"[^\s#]+(?: \S+)?", units)} <= set(ends)

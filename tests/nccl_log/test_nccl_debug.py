@@ -4,13 +4,13 @@ gathered and read into meta.json, versions and `nvidia-smi topo -m` beside the r
 import json
 import os
 import stat
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 from distributed import run_world
 from nccl_debug_ranks import write_like_nccl_then_collect
+from shared_data import PUBLISHED_LOGS, needs
 
 from allreduce_bench.cli import main
 from allreduce_bench.core.measure import meta, nccl_debug
@@ -88,12 +88,11 @@ def test_driver_version_and_topology_beside_the_run(monkeypatch, tmp_path):
     assert written[0].read_text() == "GPU0 X NV18\n"
 
 
-LOGS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "published-logs"
-LOGS = LOGS if LOGS.is_dir() else Path("/work/shared/data/published-logs")
+LOGS = PUBLISHED_LOGS
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
+@needs(LOGS)
 def test_report_says_what_nccl_set_up(tmp_path):
     out = tmp_path / "o"
     assert CliRunner().invoke(main, ["import", str(next(LOGS.glob("02-*.txt"))), "--out", str(out)]).exit_code == 0

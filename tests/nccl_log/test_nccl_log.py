@@ -8,22 +8,15 @@ from pathlib import Path
 import nccl_log_excerpts as excerpts
 import pytest
 from click.testing import CliRunner
+from shared_data import NCCL_INFO, PUBLISHED_LOGS, needs
 
 from allreduce_bench.cli import main
 from allreduce_bench.nccl_log import parse as nccl_log
 from allreduce_bench.nccl_log import setup as nccl_setup
 from allreduce_bench.nccl_log.lines import read_lines
 
-
-def _shared() -> Path:
-    here = Path(__file__).resolve().parents[2].parent / "shared"
-    return here if here.is_dir() else Path("/work/shared")
-
-
-LOGS = _shared() / "data" / "published-logs"
-INFO_LOGS = _shared() / "data" / "nccl-info"
-needs_logs = pytest.mark.skipif(not LOGS.is_dir(), reason=f"published logs not found at {LOGS}")
-needs_info = pytest.mark.skipif(not INFO_LOGS.is_dir(), reason=f"NCCL logs not found at {INFO_LOGS}")
+LOGS, INFO_LOGS = PUBLISHED_LOGS, NCCL_INFO
+needs_logs, needs_info = needs(LOGS), needs(INFO_LOGS)
 
 
 def _text(folder: Path, prefix: str) -> str:

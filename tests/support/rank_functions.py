@@ -46,7 +46,7 @@ def check_every_algorithm(layouts: list[int], names: list[str] | None = None,
                 for count in counts_for(world_size):
                     tensor = torch.empty(count, dtype=dtype)
                     patterns.fill(tensor, world.rank, world.size)
-                    algorithms.allreduce(name, tensor, world)
+                    algorithms.get(name)(tensor, world)()
                     expected = patterns.expected_sum(count, world.size, dtype)
                     wrong = patterns.count_wrong(tensor, expected)
                     if wrong:
@@ -98,7 +98,7 @@ def sub_worlds(sizes: list[int]) -> list[tuple[int, int, int] | None]:
         else:
             tensor = torch.empty(10)
             patterns.fill(tensor, world.rank, world.size)
-            algorithms.allreduce("hierarchical", tensor, world)
+            algorithms.get("hierarchical")(tensor, world)()
             assert patterns.count_wrong(tensor, patterns.expected_sum(10, world.size, tensor.dtype)) == 0
             seen.append((world.size, world.nodes, world.ranks_per_node))
         dist.barrier()
@@ -112,7 +112,7 @@ def check_counts(names: list[str], counts: list[int]) -> list[str]:
         for count in counts:
             tensor = torch.empty(count)
             patterns.fill(tensor, world.rank, world.size)
-            algorithms.allreduce(name, tensor, world)
+            algorithms.get(name)(tensor, world)()
             wrong = patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, tensor.dtype))
             if wrong:
                 failures.append(f"{name} count={count}: {wrong} wrong on rank {world.rank}")

@@ -138,15 +138,20 @@ def order(collective: str = ALL_REDUCE) -> list[str]:
     return list(registry(collective))
 
 
-def lookup(name: str, collective: str = ALL_REDUCE) -> Algorithm:
+def lookup(name: str, collective: str = ALL_REDUCE, backend: str | None = None) -> Algorithm:
+    """The algorithm `name`; an unknown one is refused with the choices (those that run on
+    `backend`, where given)."""
     known = registry(collective)
     try:
         return known[name]
     except KeyError:
         elsewhere = [c for c in COLLECTIVES if c != collective and name in registry(c)]
         what = f" ({name} exists for {', '.join(elsewhere)})" if elsewhere else ""
+        choices = names_for(backend, collective) if backend else list(known)
+        rest = len(known) - len(choices)
         raise UsageError(f"unknown algorithm {name!r} for {collective}{what}; choose from "
-                         f"{', '.join(known)} (or all)") from None
+                         f"{', '.join(choices)} (or all)" + (f"; {rest} more run on other backends "
+                         f"than {backend} (see run --help)" if rest else "")) from None
 
 
 def get(name: str, collective: str = ALL_REDUCE) -> Builder:
@@ -181,7 +186,7 @@ def parse(text: str, backend: str, collective: str = ALL_REDUCE) -> tuple[str, .
         names = tuple(dict.fromkeys(n for name in names for n in (
             names_for(backend, collective) if name == "all" else [name])))
     for name in names:
-        lookup(name, collective)
+        lookup(name, collective, backend)
     return names
 
 
@@ -206,16 +211,3 @@ def help_text() -> str:
     others = "; ".join(f"{c}: {', '.join(BUILT_IN_BY_COLLECTIVE[c])}" for c in COLLECTIVES if c != ALL_REDUCE)
     return (f"Comma-separated algorithms, or all: {', '.join(plain)}; NCCL only: {variants}; "
             f"other collectives: {others}; and installed plug-ins.")
-
-
-def allreduce(name: str, tensor, world) -> None:
-    """One-off in-place SUM AllReduce with the named algorithm (allocates; not for timing)."""
-    get(name)(tensor, world)()
-
-
-def collective(collective: str, name: str, send, recv, world) -> None:
-    """One-off run of any other collective with the named algorithm (allocates; not for timing)."""
-    get(name, collective)(send, recv, world)()
-
-
-ALGORITHMS = BUILT_IN  # the former name of the AllReduce built-ins' table

@@ -28,7 +28,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
     group, n, me = world.group, world.size, world.rank
     chunks = parts(recv, chunk_bounds(recv.numel(), n))
     _, extra = fold(n)
-    calls = [] if same_memory(send, chunks[me]) else [partial(chunks[me].copy_, send)]
+    calls: list[Callable[[], object]] = [] if same_memory(send, chunks[me]) else [partial(chunks[me].copy_, send)]
     if me < 2 * extra and me % 2 == 0:  # folded out: hand my part over, get everything back
         return p2p.hand_over(group, send, recv, group.ranks[me + 1])
     if me < 2 * extra:

@@ -89,7 +89,8 @@ def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
     what it receives (links are full duplex). Inter-node: messages per rank likewise, bytes
     through the busiest node's uplink (every rank of a node shares it).
     """
-    sent = defaultdict(lambda: [0, 0.0])  # (class, 'out'|'in', rank or node) -> [messages, bytes]
+    # (class, 'out'|'in', rank or node) -> [messages, bytes]
+    sent: defaultdict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
     for source, destination, size in transfers:
         if source == destination or size <= 0:
             continue

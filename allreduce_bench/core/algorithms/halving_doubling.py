@@ -52,6 +52,7 @@ def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[i
     rank, the real ranks whose chunks `me` keeps, those it gives up). Recursive halving walks
     them in order; recursive doubling, in reverse, sends what it holds and receives the rest."""
     v, (p, _) = virtual_rank(me, n), fold(n)
+    assert v is not None, "a rank folded out has no halving steps"
     return [(group.ranks[real_rank(v ^ m, n)], window_ranks(keep, n), window_ranks(give, n))
             for m, keep, give in windows(v, p)]
 

@@ -56,7 +56,7 @@ def build_reduce(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callab
     return lambda: dist.reduce(recv, dst=root, group=group)
 
 
-def build_sendrecv(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
+def build_sendrecv(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], object]:
     """nccl-tests' sendrecv: every rank sends to rank r+1 and receives from r-1, all at once
     (one rank: a copy, as NCCL's send to itself)."""
     from allreduce_bench.core.algorithms import p2p

@@ -13,13 +13,16 @@ unbound, NCCL connects the members at the group's first collective. So `create` 
 sub-world's communicators on every rank, in --algos order, and `communicator` runs one small
 AllReduce on first use, both with the variables set.
 
-NCCL refuses a variant it has nothing for on this machine with ncclInvalidUsage at that first
-AllReduce (enqueue.cc, "No algorithm/protocol available"): NVLS without NVSwitch, or across
-nodes without CollNet. `refused` says so in one line and the sweep leaves the variant out.
+NCCL refuses a variant it has nothing for on this machine at that first AllReduce
+(enqueue.cc, "no algorithm/protocol available"): NVLS without NVSwitch, or across nodes without
+CollNet. From NCCL 2.24 the result is ncclInvalidUsage; before (the NCCL of torch 2.1-2.6) it
+is ncclInternalError, whose torch message carries NCCL's last error, the same words. `refused`
+matches either, says so in one line, and the sweep leaves the variant out.
 NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`.
 """
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     import torch
+    from torch.distributed import ProcessGroup
 
     from allreduce_bench.core.measure.world import World
 
@@ -52,7 +56,7 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
     return values
 
 
-_communicators: dict[tuple, object] = {}  # (algo, proto) -> this rank's group in the sub-world
+_communicators: dict[tuple, ProcessGroup] = {}  # (algo, proto) -> this rank's group in the sub-world
 _warm: set[tuple] = set()  # those whose first AllReduce ran
 
 
@@ -92,6 +96,10 @@ def communicator(world: World, algo: str, proto: str | None):
     return group
 
 
+# NCCL >= 2.24: ncclInvalidUsage; older: ncclInternalError with "no algorithm/protocol available"
+REFUSAL = re.compile(r"invalid usage|no algorithm/protocol available", re.IGNORECASE)
+
+
 def refused(name: str, world: World) -> bool:
     """Whether NCCL refuses the pinned variant `name` on this sub-world (said in one line by its
     rank 0); False for any other algorithm. NCCL decides from the topology every rank of the
@@ -101,12 +109,12 @@ def refused(name: str, world: World) -> bool:
     try:
         communicator(world, *VARIANTS[name])
     except RuntimeError as error:  # DistBackendError
-        if "invalid usage" not in str(error):
+        if not REFUSAL.search(str(error)):
             raise  # a lost peer, a timeout: the run ends as for any algorithm
         if world.rank == 0:
             print(f"allreduce-bench: {name} skipped at world size {world.size}: NCCL refused it "
-                  "on this machine (ncclInvalidUsage: NVLS needs NVSwitch, and CollNet across "
-                  "nodes)", file=sys.stderr, flush=True)
+                  "on this machine (no algorithm/protocol available: NVLS needs NVSwitch, and "
+                  "CollNet across nodes)", file=sys.stderr, flush=True)
         return True
     return False
 

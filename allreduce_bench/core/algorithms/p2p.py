@@ -9,9 +9,9 @@ import this one) can be read for their name and cost without torch, as the analy
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from allreduce_bench.core.algorithms.base import chunk_bounds, fold, virtual_rank
 
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import CommGroup, World
 
 Ops = list  # one step's torch.distributed.P2POp operations (a cost's step is base.Step)
-_dist = _torch = None  # torch.distributed and torch, bound by `step` at build time so the timed
+_dist: Any = None  # torch.distributed and torch, bound by `step` at build time so the timed
+_torch: Any = None
 # calls import nothing
 
 
@@ -89,8 +90,8 @@ class ReduceStep:
     """
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
-                 receives: list[tuple[torch.Tensor, torch.Tensor, int]],
-                 plain: list[tuple[torch.Tensor, int]] = ()):
+                 receives: list[tuple],  # (into, buffer, peer) or (addend, buffer, peer, out)
+                 plain: Sequence[tuple[torch.Tensor, int]] = ()):
         recvs, self.pairs = list(plain), []
         self.plain = sum(1 for view, _ in plain if view.numel())
         for into, buffer, peer, *out in receives:

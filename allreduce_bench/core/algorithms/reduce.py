@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 def build_binomial(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
-    group, me, calls = world.group, world.rank, []
+    group, me = world.group, world.rank
+    calls: list[Callable[[], object]] = []
     flat = recv.view(-1)
     buffer = flat.new_empty(flat.numel())
     for pairs in reversed(rounds(world.size)):

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import World
 
 
-def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
+def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], object]:
     group, n, me = world.group, world.size, world.rank
     _, extra = fold(n)
     if n == 1:
@@ -36,7 +36,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
     acc, buffer = send.new_empty(send.numel()), send.new_empty(send.numel())
     bounds = chunk_bounds(send.numel(), n)
     sums, received, source = parts(acc, bounds), parts(buffer, bounds), parts(send, bounds)
-    calls = []
+    calls: list[Callable[[], object]] = []
     if me < 2 * extra:  # the odd one of a pair: add the partner's whole input first
         calls.append(p2p.ReduceStep(group, [], [(send, buffer, group.ranks[me - 1], acc)]))
         source = sums

@@ -70,7 +70,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
     views = [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]
     longest = max(v.numel() for v in views)
     buffers = {child: flat.new_empty(longest) for child in children(me, n)}  # one per child
-    calls = []
+    calls: list[Callable[[], object]] = []
     for tick in sorted(plan := schedule(me, n, chunks)):
         sends, receives, plain = [], [], []
         for what, c, peer in plan[tick]:

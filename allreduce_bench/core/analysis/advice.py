@@ -77,12 +77,19 @@ def left_out_line(meta: dict) -> str | None:
             f"--world-sizes {','.join(map(str, sorted(set(measured + list(left)))))}")
 
 
+def _allreduce_rows(frame: pd.DataFrame) -> str:
+    """'8 rows', or '8 AllReduce rows' where the run has rows of other collectives too: the
+    counts of these lines are over AllReduce's rows alone."""
+    rows = len(allreduce_rows(frame))
+    return f"{rows} AllReduce rows" if rows < len(frame) else f"{rows} rows"
+
+
 def states_line(frame: pd.DataFrame) -> str | None:
     rows = two_state_rows(frame)
     if rows.empty:
         return None
     first = rows.sort_values("slow_share", ascending=False).iloc[0]
-    return (f"two states: {len(rows)} of {len(allreduce_rows(frame))} rows have a fast and a slow "
+    return (f"two states: {len(rows)} of {_allreduce_rows(frame)} have a fast and a slow "
             f"state (e.g. {first['algorithm']} N={first['world_size']} at "
             f"{format_size(int(first['size_bytes']))}: {first['fast_us_median']:.0f} us "
             f"{100 * first['fast_share']:.0f}% / {first['slow_us_median']:.0f} us "
@@ -91,7 +98,8 @@ def states_line(frame: pd.DataFrame) -> str | None:
 
 def advice(frame: pd.DataFrame, meta: dict) -> str:
     """What would help the unstable rows on this machine: the first cause that applies."""
-    facts = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    machine = meta.get("machine")
+    facts = machine if isinstance(machine, dict) else {}
     cpus = facts.get("cpus_allowed")
     flagged = unstable_rows(frame)
     crowded = sorted({int(n) for n in flagged["world_size"] if cpus and int(n) > cpus})
@@ -114,8 +122,9 @@ def advice(frame: pd.DataFrame, meta: dict) -> str:
     if (pd.to_numeric(flagged.get("samples"), errors="coerce") < FEW_SAMPLES).mean() > 0.5:
         return "few samples per row: a larger --budget narrows the median's interval"
     if others is not None:  # known, and below OTHERS_NOTABLE: nothing else to blame
-        return (f"nothing else ran (other processes {100 * others:.0f}%, steal "
-                f"{100 * (facts.get('steal_share') or 0):.0f}% of CPU time): this machine's calls "
+        return (f"too little else ran to explain it (other processes {100 * others:.0f}% of CPU time, "
+                f"under {100 * OTHERS_NOTABLE:.0f}%; steal {100 * (facts.get('steal_share') or 0):.0f}%, "
+                f"under {100 * STEAL_NOTABLE:.0f}%): this machine's calls "
                 "varied between rounds on their own, and no setting of this run removes that; read "
                 "each median with its interval (time_us_ci_low/high) and judge two runs with compare, "
                 "which weighs their rounds")
@@ -140,7 +149,7 @@ def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:
     reasons = pd.Series([why_unstable(row) for row in flagged.to_dict("records")])
     by_interval = int(reasons.str.contains("interval").sum())
     by_rounds = int(reasons.str.contains("rounds").sum())
-    return (f"unstable: {len(flagged)} of {len(allreduce_rows(frame))} rows' medians cannot be "
+    return (f"unstable: {len(flagged)} of {_allreduce_rows(frame)}' medians cannot be "
             f"trusted to +-{100 * TRUSTED_TO:.0f}% ({by_interval} by their {100 * CONFIDENCE:.0f}% "
             f"interval, {by_rounds} by rounds that disagree: > {100 * ROUNDS_DISAGREE:.0f}% apart, "
             f"p < {ROUNDS_ALPHA:g}): "
@@ -150,7 +159,8 @@ def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:
 def extra_rounds_line(frame: pd.DataFrame, meta: dict) -> str | None:
     """'extra rounds: 5 of 28 rows took them (--extra-budget 4 s); 2 did not settle before it
     was spent: ring N=2 16 MiB (rounds), ...'; None where no row took any (sweep/passes.py)."""
-    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    config = meta.get("config")
+    config = config if isinstance(config, dict) else {}
     planned = config.get("rounds")
     if not isinstance(planned, int) or "rounds" not in frame.columns:
         return None

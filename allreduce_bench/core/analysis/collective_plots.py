@@ -27,7 +27,7 @@ def size_figure(rows: pd.DataFrame, collective: str, column: str, ylabel: str, l
     fig, axes = plt.subplots(1, len(world_sizes), figsize=(5 * len(world_sizes), 4), squeeze=False)
     for ax, world_size in zip(axes[0], world_sizes):
         at = rows[rows["world_size"] == world_size]
-        colors = {}  # an in-place half in its out-of-place line's colour, dashed
+        colors: dict[str, str] = {}  # an in-place half in its out-of-place line's colour, dashed
         for algorithm, line in at.groupby("algorithm", sort=False):
             curve = line.groupby("size_bytes")[column].median()
             ran = line["runs_as"].iloc[0]

@@ -7,29 +7,12 @@ A table is what `run` prints one of: a collective's algorithm at one world size 
 `links`, one link and operation). Pure functions of the rows: no files, no printing."""
 from __future__ import annotations
 
-import math
-
 import pandas as pd
-
-from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.units import parse_bandwidth
 
 # nccl-tests fails a run whose average is below this share of NCCL_TESTS_MIN_BW
 FLOOR_SHARE = 0.9
 # what keeps two tables apart, where the rows have it (links: link and operation)
 TABLE_KEY = ["collective", "algorithm", "world_size", "link", "operation"]
-
-
-def parse_floor(text) -> float:
-    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s' (bits), or a bare number of GB/s as
-    NCCL_TESTS_MIN_BW is written."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return parse_bandwidth(text, "--min-busbw") / 1e9
-    if not value > 0 or math.isinf(value):
-        raise UsageError(f"--min-busbw must be greater than zero, got {text!r}; write e.g. 1.2GB/s")
-    return value
 
 
 def table_averages(frame: pd.DataFrame) -> pd.DataFrame:

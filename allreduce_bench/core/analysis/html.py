@@ -101,30 +101,31 @@ def figure_html(name: str, path: Path, svgs: dict) -> str:
 
 def report_html(frame: pd.DataFrame, runs: pd.DataFrame, tables: list, collectives: str,
                 figures: dict[str, Path], svgs: dict, out_dir: Path, sections=()) -> str:
-    """The page: the `runs` table and their machines, the flags explained, the report's
-    `tables` (report.report_tables), the `collectives` section (report.md's markdown), the
-    features' sections, every figure, then every measurement."""
+    """The page: the figures no section embeds, the `runs` table and their machines, the
+    report's `tables` (report.report_tables), the `collectives` section (report.md's markdown),
+    the features' sections, the flags explained, then every measurement."""
     by_file = {Path(p).name: (name, p) for name, p in figures.items()}
 
     def image(alt: str, target: str) -> str:
         name, path = by_file.get(Path(target).name, (alt, None))
         return figure_html(name, path, svgs) if path is not None else f"<p>{inline(alt)}</p>"
 
+    own = {n for n in figures if any(section.own_figures(n) for section in sections)}
+    shown = [figure_html(name, path, svgs) for name, path in figures.items() if name not in own]
     body = ["<h1>AllReduce benchmark report</h1>",
             "<p>busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times "
-            "are the median over samples of the slowest rank's time per call.</p>",
-            "<h2>Runs</h2>", table_html(runs), facts_html(frame),
-            "<h2>Flags</h2><dl>" + "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>"
-                                           for a, b in FLAGS) + "</dl>"]
+            "are the median over samples of the slowest rank's time per call.</p>"]
+    if any(shown):  # seen first, on the first screen; the tables after them give the numbers
+        body += ["<h2>Figures</h2>", *shown]
+    body += ["<h2>Runs</h2>", table_html(runs), facts_html(frame)]
     for title, note, table in tables:
-        body += [f"<h2>{html.escape(title)}</h2>", f"<p>{html.escape(note)}</p>", table_html(table)]
+        body += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline(note)}</p>",
+                 table_html(table) if table is not None else ""]
     body.append(markdown_html(collectives, image))
     for section in sections:
         body.append(markdown_html("\n".join(section.markdown(frame, out_dir, figures)), image))
-    own = {n for n in figures if any(section.own_figures(n) for section in sections)}
-    shown = [figure_html(name, path, svgs) for name, path in figures.items() if name not in own]
-    if any(shown):
-        body += ["<h2>Figures</h2>", *shown]
+    body.append("<h2>Flags</h2><dl>" + "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>"
+                                               for a, b in FLAGS) + "</dl>")
     if len(allreduce_rows(frame)):
         body += ["<h2>Every measurement</h2>", "<p>The AllReduce rows of results.csv, rounded; "
                  "each cell holds the file's exact value as its data-value.</p>", measurements_html(frame)]

@@ -1,11 +1,14 @@
-"""The little markdown report.md's sections are written in, as HTML for report.html: headings,
-paragraphs, pipe tables, lists, code, and images (inlined by the caller's `image`). Only what
-this project's sections write; anything else reads as a paragraph. No dependency."""
+"""The little markdown report.md's sections are written in: its one pipe-table writer, and the
+reader that turns it into HTML for report.html: headings, paragraphs, pipe tables, lists, code,
+and images (inlined by the caller's `image`). Only what this project's sections write; anything
+else reads as a paragraph. No dependency."""
 from __future__ import annotations
 
 import html
 import re
 from collections.abc import Callable
+
+import pandas as pd
 
 IMAGE = re.compile(r"^!\[([^\]]*)\]\(([^)]+)\)$")
 INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
@@ -31,13 +34,33 @@ def td(text: str, escaped: str | None = None) -> str:
     return f"<td{numeric}>{shown}</td>"
 
 
+def _cell_text(value) -> str:
+    """A cell as a pipe table holds it: NaN as '-', a `|` escaped (GitHub's `\\|`) so that it
+    does not start a cell of its own, a line break as a space."""
+    text = "-" if isinstance(value, float) and value != value else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: pd.DataFrame, rule: str = "---") -> str:
+    """`table` as a pipe table: the header, the `rule` (`---:`: right-aligned), one line a row;
+    every line has the header's cells, whatever the cells hold."""
+    rows = ["| " + " | ".join(map(_cell_text, line)) + " |"
+            for line in (table.columns, *table.itertuples(index=False))]
+    return "\n".join([rows[0], "|" + f"{rule}|" * len(table.columns), *rows[1:]])
+
+
+UNESCAPED_PIPE = re.compile(r"(?<!\\)\|")
+
+
 def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+    """One table line's cells, `\\|` read back as `|`."""
+    inner = line.strip().removeprefix("|").removesuffix("|")
+    return [cell.strip().replace("\\|", "|") for cell in UNESCAPED_PIPE.split(inner)]
 
 
 def table_html(lines: list[str]) -> str:
     """A pipe table (header, rule, rows) as <table>."""
-    head, *body = [_cells(line) for line in lines if not re.fullmatch(r"\|?[\s:|-]+\|?", line.strip())]
+    head, body = _cells(lines[0]), [_cells(line) for line in lines[2:]]
     rows = "".join("<tr>" + "".join(td(c) for c in row) + "</tr>" for row in body)
     header = "".join(f"<th>{inline(c)}</th>" for c in head)
     return f"<table><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
@@ -63,7 +86,9 @@ def _block(lines: list[str], image: Callable[[str, str], str]) -> str:
 
 def markdown_html(text: str, image: Callable[[str, str], str]) -> str:
     """`text` as HTML; `image(alt, path) -> html` for each ![alt](path) on a line of its own."""
-    parts, block, fenced = [], [], None
+    parts: list[str] = []
+    block: list[str] = []
+    fenced: list[str] | None = None
     for line in text.splitlines() + [""]:
         if fenced is not None:
             if line.startswith("```"):

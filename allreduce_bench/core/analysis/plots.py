@@ -36,7 +36,8 @@ from allreduce_bench.core.analysis.tables import (  # noqa: E402
 )
 from allreduce_bench.core.units import format_size  # noqa: E402
 
-PAIRED = plt.get_cmap("tab20").colors  # 10 hues, each a dark then a light shade
+# 10 hues, each a dark then a light shade (tab20 is a ListedColormap, typed as any Colormap)
+PAIRED = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
 
 
 class Styles:
@@ -81,9 +82,9 @@ class Styles:
 def panels(count: int, title: str, width: float = 5.0, height: float = 3.8):
     columns = min(count, 3)
     rows = -(-count // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
+    fig, grid = plt.subplots(rows, columns, figsize=(width * columns, height * rows + 0.6),
                              squeeze=False)
-    axes = list(axes.flat)
+    axes = list(grid.flat)
     for ax in axes[count:]:
         ax.set_visible(False)
     fig.suptitle(title)
@@ -185,11 +186,13 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
     """Left: busbw(N) / busbw(N_min) per algorithm at one size, ideal 1. Right: time(N) /
     time(N_min), with the naive baseline's (N-1)/(N_min-1) for reference."""
     size_bytes = chosen_size(frame, size_bytes)
+    if size_bytes is None:  # no AllReduce rows
+        return None
     scaling = scaling_efficiency(frame, size_bytes)
-    if scaling.empty:
+    world_sizes = sorted(scaling.index.get_level_values("world_size").unique())
+    if len(world_sizes) < 2:  # one point per line: the report says what would show scaling
         return None
     styles = Styles(frame)
-    world_sizes = sorted(scaling.index.get_level_values("world_size").unique())
     fig, (left, right) = panels(2, f"Scaling with world size at {format_size(size_bytes)} per rank")
     for series, algorithm in styles.order(scaling):
         rows = scaling.loc[(series, algorithm)]
@@ -239,22 +242,26 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
     for ax, world_size in zip(axes, world_sizes):
         at = times.xs(world_size, level="world_size")
         size = at.index.get_level_values("size_bytes")[0]
-        for algorithm in sorted(at.index.get_level_values("algorithm").unique(), key=algorithm_rank):
+        algorithms = sorted(at.index.get_level_values("algorithm").unique(), key=algorithm_rank)
+        for i, algorithm in enumerate(algorithms):
             curve = at.xs((size, algorithm), level=("size_bytes", "algorithm"))
-            colour = styles.colours.get(algorithm, "black")
-            ax.errorbar(curve.index, curve["median_us"],
+            # each algorithm a little aside and with its own marker: equal times do not hide one
+            shift = 0.25 * (i - (len(algorithms) - 1) / 2) / max(len(algorithms) - 1, 1)
+            ax.errorbar(curve.index + shift, curve["median_us"],
                         yerr=[curve["median_us"] - curve["p5_us"], curve["p95_us"] - curve["median_us"]],
-                        color=colour, marker="o", markersize=4, capsize=3, label=algorithm)
+                        color=styles.colours.get(algorithm, "black"), marker=MARKERS[i % len(MARKERS)],
+                        markersize=4, capsize=3, label=algorithm)
         ax.set_xticks(sorted(at.index.get_level_values("rank").unique()))
         ax.set_xlabel("rank")
         ax.set_ylabel("time per call (us), median and p5-p95")
         ax.set_title(f"N = {world_size} at {format_size(size)}", fontsize=10)
         ax.grid(True, alpha=0.3)
-        legend(ax, fontsize=7)
+        ax.ticklabel_format(axis="y", style="plain")  # microseconds, not "1e6" above the axis
+        legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside, not over, the lines
     # A rank that calls late finds the others already waiting: it measures the least time, they
     # their wait. Said in the footnote (wrapped to the figure): no axis label holds it readably.
     return finish_figure(fig, "Lowest point: the rank that called last; the others' times include "
-                   "waiting for it." + (f"\n{footnote}" if footnote else ""))
+                         "waiting for it." + (f"\n{footnote}" if footnote else ""))
 
 
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",

@@ -7,6 +7,7 @@ import pandas as pd
 
 from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table
@@ -23,6 +24,7 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     run_metas,
     scaling_efficiency,
 )
+from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
@@ -30,7 +32,7 @@ from allreduce_bench.core.units import format_size
 
 def terminal_summary(frame: pd.DataFrame) -> str:
     """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, the other
-    collectives' peaks and decomposition (analysis/collectives.py), #wrong."""
+    collectives' peaks and decomposition (analysis/collective_tables.py), #wrong."""
     others = collective_rows(frame, in_place=True)  # --in-place's halves are checked too
     lines = allreduce_summary(frame) if len(allreduce_rows(frame)) else []
     lines += [terminal_text(frame)] if len(others) else []
@@ -83,7 +85,7 @@ def readable(table: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     return table.rename(columns=names)
 
 
-Table = tuple[str, str, pd.DataFrame]  # (title, how to read it, table of strings)
+Table = tuple[str, str, "pd.DataFrame | None"]  # (title, how to read it, table of strings or none)
 WORLD = {"world_size": "world size"}
 
 
@@ -137,6 +139,11 @@ def _scaling_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     scaling = scaling_efficiency(frame, size_bytes)
     if not len(scaling):
         return []
+    world_sizes = sorted(set(scaling.index.get_level_values("world_size")))
+    if len(world_sizes) < 2:  # every efficiency 1.00 by definition: say what would show scaling
+        return [("Scaling", f"Only world size {world_sizes[0]} was measured: scaling compares "
+                 "busbw and time across world sizes, so it needs two or more (e.g. `run "
+                 "--world-sizes 2,4`; its table and figure then appear here).", None)]
     return [(
         f"Scaling efficiency at {format_size(size_bytes)}",
         "efficiency = busbw(N) / busbw(N_min): 1 is ideal (the ring's flat line); "
@@ -222,14 +229,7 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="run") if (table["run"] == "-").all() else table
 
 
-def markdown_table(table: pd.DataFrame) -> str:
-    header = "| " + " | ".join(map(str, table.columns)) + " |"
-    rule = "|" + "|".join("---" for _ in table.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
-
-
-def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Path],
+def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
                     out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
     """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
     rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
@@ -244,7 +244,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
     if tables is None:
         tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []
     for title, note, table in tables:
-        parts += [f"## {title}", "", note, "", markdown_table(table), ""]
+        parts += [f"## {title}", "", note, ""] + ([markdown_table(table), ""] if table is not None else [])
     parts += markdown_parts(frame, markdown_table)
     for section in sections:
         parts += section.markdown(frame, out_dir, figures)
@@ -259,9 +259,9 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int, figures: dict[str, Pat
 
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print, sections=()) -> None:
-    echo("Runs:\n" + runs_table(frame).to_string(index=False))
+    echo("Runs:\n" + terminal_table(runs_table(frame)))
     for title, note, table in report_tables(frame, size_bytes, sections) if size_bytes is not None else []:
-        echo(f"\n{title}\n  {note}\n{table.to_string(index=False)}")
+        echo(f"\n{title}\n{wrapped(note, '  ')}" + (f"\n{terminal_table(table)}" if table is not None else ""))
 
 
 HTML_FILE = "report.html"

@@ -40,12 +40,14 @@ def finish(config, summarize: Callable, *, select: Callable | None = None, draw:
     if select is not None:
         frame = select(frame)
     frame = frame[frame["run_id"] == config.run_id]
-    print("\n" + summarize(frame))
+    from allreduce_bench.core.analysis.terminal import wrapped
+
+    print("\n" + wrapped(summarize(frame)))  # every line within a terminal's width
     if config.plot and draw:
         from allreduce_bench.core.analysis.report import write_report
         figures, report = write_report(frame, Path(config.out_dir) / "plots", sections=lent.sections)
-        print(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report} "
-              f"(one page to open in a browser: {report.with_name('report.html')})")
+        print(wrapped(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report} "
+                      f"(one page to open in a browser: {report.with_name('report.html')})"))
     update_meta(config.out_dir,
                 finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     print(f"results: {Path(config.out_dir) / RESULTS_FILE}")

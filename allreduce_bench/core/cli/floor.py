@@ -8,7 +8,8 @@ from collections.abc import Callable
 
 import click
 
-from allreduce_bench.core.analysis.floor import footer_lines, parse_floor, table_averages, verdict_lines
+from allreduce_bench.core.analysis.floor import footer_lines, table_averages, verdict_lines
+from allreduce_bench.core.config.checks import parse_floor
 
 MIN_BUSBW_OPTION = click.option(
     "--min-busbw", "min_busbw", default=None, metavar="BANDWIDTH",

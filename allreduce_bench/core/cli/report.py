@@ -73,6 +73,7 @@ def report(paths, out_dir, fmt, size):
     PATHS are run directories or results.csv files, merged as for `plot`.
     """
     from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
+    from allreduce_bench.core.analysis.terminal import wrapped
     from allreduce_bench.core.extensions import current as extensions
 
     frame, sections = _load(paths, out_dir), extensions().sections
@@ -80,5 +81,5 @@ def report(paths, out_dir, fmt, size):
     print_tables(frame, size_bytes, echo=click.echo, sections=sections)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
                                  sections=sections)
-    click.echo(f"\nreport: {path} and {path.with_name(HTML_FILE)} (one page to open in a browser), "
-               f"{len(figures)} figures beside them")
+    click.echo("\n" + wrapped(f"report: {path} and {path.with_name(HTML_FILE)} (one page to open in a "
+                              f"browser), {len(figures)} figures beside them"))

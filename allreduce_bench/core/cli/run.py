@@ -12,7 +12,7 @@ from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import EXTRA_BUDGET_S, ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
-from allreduce_bench.core.measure.scheduling import POLICIES
+from allreduce_bench.core.config.launch import POLICIES
 
 
 def sweep_options(command):
@@ -115,11 +115,12 @@ def run(**options):
     from allreduce_bench.core.environment import started
     from allreduce_bench.core.extensions import current as extensions
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), started=started(), **options)
+    config = run_config(command=shlex.join(sys.argv), started=started(), host=this_host(), **options)
     lent = extensions()
     if click.get_current_context().meta.get("expect") and lent.expect:
         announce(lent.expect(config))

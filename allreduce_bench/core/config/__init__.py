@@ -5,6 +5,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from allreduce_bench.core.config.checks import check_finite, check_writable_dir
 from allreduce_bench.core.config.launch import LaunchConfig, Launched
@@ -50,13 +51,13 @@ EXTRA_BUDGET_S = 4.0
 # a GPU one ~10 us. gloo on loopback reaches its bus bandwidth plateau by 4M-16M; 64M added
 # 10 s of 37 to the default run on 2 cores (26 s without it) and no new information:
 # --max-bytes 64M where it is wanted.
-CPU_DEFAULTS = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="16M", factor=4,
+CPU_DEFAULTS: dict[str, Any] = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="16M", factor=4,
                     sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
                                       max_samples=50, warmup=1), rounds=ROUNDS)
-GPU_DEFAULTS = dict(min_bytes="1K", max_bytes="1G", factor=2,
+GPU_DEFAULTS: dict[str, Any] = dict(min_bytes="1K", max_bytes="1G", factor=2,
                     sampling=Sampling(budget_s=0.5, min_sample_s=0.001, max_sample_s=0.05, min_samples=10,
                                       max_samples=200, warmup=5), rounds=ROUNDS)
-QUICK = dict(sizes=(4 << 10, 256 << 10),
+QUICK: dict[str, Any] = dict(sizes=(4 << 10, 256 << 10),
              sampling=Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=20,
                                warmup=1), rounds=1)
 
@@ -96,11 +97,6 @@ class RunConfig(Launched):
         """(collective, algorithm, half) triples measured at each size and world size."""
         return len(self.algorithms) + sum(len(names) * len(self.halves(c))
                                           for c, names in self.collectives)
-
-    @property
-    def torch_dtype(self):
-        import torch
-        return getattr(torch, self.dtype)
 
     @property
     def itemsize(self) -> int:
@@ -196,7 +192,7 @@ def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
     if budget_s is not None and not (0 < budget_s < 3600):  # also refuses nan and inf
         raise UsageError(f"--budget must be a number of seconds above 0 (and below an hour), got "
                          f"{budget_s}")
-    given = {"loops": loops, "samples": samples, "budget_s": budget_s, "warmup": warmup}
+    given: dict[str, Any] = {"loops": loops, "samples": samples, "budget_s": budget_s, "warmup": warmup}
     return replace(default, host_launch=host_launch,
                    **{k: v for k, v in given.items() if v is not None})
 

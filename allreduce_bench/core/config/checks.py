@@ -7,13 +7,24 @@ import os
 import resource
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.units import format_bytes
+from allreduce_bench.core.units import format_bytes, parse_bandwidth
+
+
+@dataclass(frozen=True)
+class Host:
+    """The CPUs this process may use and the GPUs it sees: probed by the command (`this_host()`
+    of core/measure/device.py), so a config is built without torch."""
+
+    cpus: int
+    gpus: int = 0
+
 
 # A tag goes into every row, the default directory name and plot legends.
 MAX_TAG_CHARS = 100
@@ -64,6 +75,18 @@ class OutputPath(click.ParamType):
 
 
 OUTPUT_PATH = OutputPath()
+
+
+def parse_floor(text) -> float:
+    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s' (bits), or a bare number of GB/s as
+    NCCL_TESTS_MIN_BW is written."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return parse_bandwidth(text, "--min-busbw") / 1e9
+    if not value > 0 or math.isinf(value):
+        raise UsageError(f"--min-busbw must be greater than zero, got {text!r}; write e.g. 1.2GB/s")
+    return value
 
 
 def check_finite(value: float, option: str, low: float | None = 0.0) -> float:

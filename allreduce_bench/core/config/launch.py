@@ -6,6 +6,8 @@ import uuid
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+POLICIES = ("auto", "fifo", "other")  # --sched (measure/scheduling.py sets it on each rank)
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -46,11 +48,24 @@ class Launched:
             raise AttributeError(name)
         return getattr(self.launch, name)
 
+    # A Launched is always a dataclass (RunConfig, DdpConfig, ...), which the class cannot say.
     def with_world_sizes(self, sizes: tuple[int, ...]):
-        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))
+        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))  # type: ignore[type-var]
 
     def flat(self) -> dict:
         """Every field, the launch's included, in one mapping (meta.json's `config`)."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}  # type: ignore[arg-type]
         return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)
                    if f.name != "emulation"}, **own}
+
+
+def wanted(option: str, device: str, times_collectives: bool = True, emulated: bool = False) -> str:
+    """fifo or other from --sched: auto means fifo on a CPU run that times collectives (run,
+    links), as started elsewhere (GPU: NCCL's own threads; ddp: training compute would hold the
+    CPUs; an emulated cluster: its hosts' CPU shares are CFS quotas, which real-time threads
+    escape)."""
+    if option not in POLICIES:
+        raise ValueError(f"unknown scheduling policy {option!r}")
+    if option == "auto":
+        return "fifo" if device == "cpu" and times_collectives and not emulated else "other"
+    return option

@@ -113,7 +113,7 @@ def resumed_dir(args: list[str]) -> Path | None:
 
 
 def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
-                   latency: float) -> float:
+                   latency: float) -> float | None:
     """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
     the stored rate (a new measurement would differ a little and mix rows of two rates)."""
     stored = read_meta(resume_dir).get("emulation")

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
-from allreduce_bench.core.analysis.floor import parse_floor
 from allreduce_bench.core.config import (
     CPU_DEFAULTS,
     DTYPES,
@@ -23,20 +22,20 @@ from allreduce_bench.core.config import (
 )
 from allreduce_bench.core.config import resume_checks as resume
 from allreduce_bench.core.config.checks import (
+    Host,
     allreduce_world_bytes,
     check_local_world,
     check_memory,
     check_positive_int,
     check_tag,
     check_writable_dir,
+    parse_floor,
 )
-from allreduce_bench.core.config.launch import LaunchConfig
+from allreduce_bench.core.config.launch import LaunchConfig, wanted
 from allreduce_bench.core.environment import RankEnv, Started, is_writer, visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import Runnable
 from allreduce_bench.core.layout import node_layout
-from allreduce_bench.core.measure import scheduling
-from allreduce_bench.core.measure.machine import cpus_allowed
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
 
@@ -50,6 +49,36 @@ def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
     return tuple(sorted(set(sizes + [gpus])))
 
 
+def resolve_backend(backend: str, device: str | None, gpus_needed: int, gpus: int) -> tuple[str, str]:
+    """(backend, device kind) from the user's choice and this host's `gpus`.
+
+    auto: nccl on cuda when every local rank can have a GPU of its own, gloo on cpu otherwise.
+    """
+    if device not in (None, "cpu", "cuda"):
+        raise UsageError(f"--device {device!r} is not known; use cpu or cuda")
+    if backend == "auto":
+        if device == "cpu" or (device is None and gpus < max(gpus_needed, 1)):
+            backend = "gloo"
+        else:
+            backend = "nccl"
+    if backend not in ("gloo", "nccl"):
+        raise UsageError(f"--backend {backend!r} is not known; use auto, gloo or nccl")
+    kind = device or ("cuda" if backend == "nccl" else "cpu")
+    if backend == "nccl" and kind == "cpu":
+        raise UsageError("nccl runs on GPUs only; drop --device cpu or use --backend gloo")
+    # gloo on CUDA tensors: its own collectives, staged through host memory (no point to point:
+    # check_gloo_on_gpu keeps the hand-written algorithms out); its ranks may share one GPU, which
+    # NCCL refuses, so a one-GPU machine runs worlds of 2 and 4 ranks on it (gpu_check.sh)
+    if kind == "cuda":
+        if gpus == 0:
+            raise UsageError(f"--backend {backend} needs a CUDA device and none is visible; "
+                             "use --backend gloo to run on the CPU")
+        if gpus_needed > gpus and backend == "nccl":
+            raise UsageError(f"{gpus_needed} GPU ranks per host were asked for but only {gpus} GPUs "
+                             "are visible; choose smaller --world-sizes or more nodes")
+    return backend, kind
+
+
 def own_gpu(env) -> bool:
     """Whether the one GPU this rank sees is its own: the launcher set CUDA_VISIBLE_DEVICES for
     this task alone (srun --gpus-per-task=1 or --gpu-bind, an mpirun wrapper), naming one GPU.
@@ -59,7 +88,7 @@ def own_gpu(env) -> bool:
 
 
 def resolve_world(world_sizes: str | None, backend: str, device: str | None,
-                  ranks_per_node: int | None, env: RankEnv | None
+                  ranks_per_node: int | None, env: RankEnv | None, host: Host
                   ) -> tuple[tuple[int, ...], str, str, int | None]:
     """(world sizes, backend, device, ranks per node) from the options and this host.
 
@@ -69,11 +98,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     (Started.env).
     """
     check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
-    import torch  # here, not at import: the command group loads this module for its help
-
-    from allreduce_bench.core.measure.device import resolve_backend
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = host.gpus
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
     if world_sizes is not None:
         chosen = parse_world_sizes(world_sizes)
@@ -82,7 +107,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     elif wants_gpu and gpus >= 2:
         chosen = gpu_world_sizes(gpus)
     else:
-        chosen = cpu_world_sizes(cpus_allowed())[0]
+        chosen = cpu_world_sizes(host.cpus)[0]
     per_host = env.local_world_size if env else max(chosen)
     if env is not None and gpus == 1 and per_host > 1:
         if own_gpu(env):
@@ -92,7 +117,7 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
                              "it is its own (NCCL refuses two ranks on one GPU): bind one GPU to each rank "
                              "(srun --gpus-per-task=1, or CUDA_VISIBLE_DEVICES per rank under mpirun), "
                              "launch one rank per GPU, or use --backend gloo")
-    backend, device = resolve_backend(backend, device, per_host)
+    backend, device = resolve_backend(backend, device, per_host, gpus)
 
     if env is not None:
         for k in chosen:
@@ -112,12 +137,12 @@ def resolve_world(world_sizes: str | None, backend: str, device: str | None,
     return chosen, backend, device, ranks_per_node
 
 
-def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | None) -> tuple[int, ...]:
+def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | None, host: Host) -> tuple[int, ...]:
     """The default world sizes `resolve_world` left out for lack of CPUs: none when
     --world-sizes was given, under a launcher, or on GPU."""
     if world_sizes is not None or env is not None or device != "cpu":
         return ()
-    return cpu_world_sizes(cpus_allowed())[1]
+    return cpu_world_sizes(host.cpus)[1]
 
 
 def launch_config(world: tuple, started: Started, *, tag: str, out_dir: Path | None,
@@ -220,17 +245,18 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce", in_place=False,
                sched: str = "auto", min_busbw: str | None = None,
-               started: Started, extra_budget: float | None = 0.0) -> RunConfig:
+               started: Started, host: Host, extra_budget: float | None = 0.0) -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
     AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
     (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `extra_budget` None: --extra-budget's
     default (EXTRA_BUDGET_S, 0 with --quick); `min_busbw` is only checked here
     (emulate validates every host's options up front): the command judges it after the run
-    (core/cli/floor.py). `started`: how this process was started (environment.started)."""
+    (core/cli/floor.py). `started`: how this process was started (environment.started);
+    `host`: what this host has (the command probes it)."""
     if min_busbw is not None:
         parse_floor(min_busbw)
     env = started.env
-    world = resolve_world(world_sizes, backend, device, ranks_per_node, env)
+    world = resolve_world(world_sizes, backend, device, ranks_per_node, env, host)
     chosen, backend, device, ranks_per_node = world
     dtype = parse_dtype(dtype)
     swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
@@ -252,8 +278,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
     launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
                            command=command, run_id=stored.get("run_id"), check_out=False,
                            nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
-                           left_out=left_out_world_sizes(world_sizes, device, env),
-                           sched=scheduling.wanted(sched, device, emulated=bool(started.emulation)))
+                           left_out=left_out_world_sizes(world_sizes, device, env, host),
+                           sched=wanted(sched, device, emulated=bool(started.emulation)))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
                        rounds=run_rounds(rounds, device, quick),
                        extra_budget_s=extra_seconds(extra_budget, quick), collectives=others,

@@ -11,6 +11,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env, process_state
 from allreduce_bench.core.errors import PEER_LOST_EXIT, UsageError
@@ -89,7 +90,7 @@ def _send(pids, sig) -> None:
             pass
 
 
-def launch_local(nprocs: int, entrypoint: Callable, *args, marks: Path | None = None) -> dict[int, object]:
+def launch_local(nprocs: int, entrypoint: Callable, *args, marks: str | Path | None = None) -> dict[int, object]:
     """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
 
     The rendezvous store listens on 127.0.0.1 with a port the OS picks, so concurrent runs never
@@ -107,7 +108,7 @@ def launch_local(nprocs: int, entrypoint: Callable, *args, marks: Path | None = 
     # multiprocessing's tracker, which would warn about them at exit: nothing is lost.
     os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
     quiet_elastic_logs()
-    options = {}
+    options: dict[str, Any] = {}  # keywords of torch's LaunchConfig
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
         # The agent's SIGTERM never reaches a stopped (SIGSTOP) rank; its SIGKILL comes only after
         # this grace (30 s by default). Our ranks hold nothing worth a longer wait: rows are
@@ -117,13 +118,14 @@ def launch_local(nprocs: int, entrypoint: Callable, *args, marks: Path | None = 
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
         rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
         monitor_interval=0.1, start_method="spawn", **options)
-    done, killed = threading.Event(), []
+    done, killed = threading.Event(), list[int]()
     threading.Thread(target=_watch_stopped_ranks, args=(nprocs, done, killed, Path(marks or os.devnull)),
                      daemon=True).start()
     try:
         return elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:
-        error.abandoned = sorted(killed)  # the pids the watcher killed (the driver says so)
+        # the pids the watcher killed (the driver says so), on torch's error: not one of its fields
+        error.abandoned = sorted(killed)  # type: ignore[attr-defined]
         raise
     finally:
         done.set()
@@ -171,4 +173,6 @@ def _main(argv: list[str]) -> int:
 def announce(line: str) -> None:
     """Print a start line once per run: by rank 0 under a launcher, else by this driver."""
     if is_writer(launcher_env()):
-        print(line, file=sys.stderr, flush=True)
+        from allreduce_bench.core.text import wrapped
+
+        print(wrapped(line), file=sys.stderr, flush=True)

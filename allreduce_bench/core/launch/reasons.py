@@ -110,7 +110,7 @@ def _write_stderr(line: str) -> None:
         pass
 
 
-def first_reason(reason_dir: Path) -> tuple[int, str] | None:
+def first_reason(reason_dir: str | Path) -> tuple[int, str] | None:
     """(rank, line) of the lowest rank that left a reason, or None."""
     found = []
     for path in Path(reason_dir).glob("rank-*"):

@@ -12,9 +12,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from allreduce_bench.core.config.checks import Host
 from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure.binding import physical_gpu
+from allreduce_bench.core.measure.machine import cpus_allowed
 
 
 class Timer:
@@ -122,7 +124,7 @@ class CudaDevice(Device):
         torch.cuda.set_device(index)
         self.torch_device = torch.device("cuda", index)
         self.timeout_s = timeout_s
-        self._flag = None  # allocated on first use, after the process group exists
+        self._flag: torch.Tensor | None = None  # allocated on first use, after the process group exists
         self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
         self._cycles_per_ms: float | None = None
 
@@ -214,7 +216,7 @@ def process_group_options(backend: str, device: Device, timeout_s: float) -> dic
     eagerly on the right device; its watchdog gets a few seconds more than --timeout, so the
     sweep's own timeout (see `wait_for`) reports first and says where it stopped.
     """
-    options = {"timeout": _dt.timedelta(seconds=timeout_s)}
+    options: dict[str, object] = {"timeout": _dt.timedelta(seconds=timeout_s)}
     if backend == "nccl":
         options["timeout"] = _dt.timedelta(seconds=timeout_s + NCCL_GRACE_S)
         if "device_id" in inspect.signature(dist.init_process_group).parameters:
@@ -234,35 +236,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def resolve_backend(backend: str, device: str | None, gpus_needed: int) -> tuple[str, str]:
-    """(backend, device kind) from the user's choice and what this host has.
+def this_host() -> Host:
+    """This host's CPUs and GPUs, as the config builders take them (core/config needs no torch)."""
+    return Host(cpus_allowed(), torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
-    auto: nccl on cuda when every local rank can have a GPU of its own, gloo on cpu otherwise.
-    """
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device not in (None, "cpu", "cuda"):
-        raise UsageError(f"--device {device!r} is not known; use cpu or cuda")
-    if backend == "auto":
-        if device == "cpu" or (device is None and gpus < max(gpus_needed, 1)):
-            backend = "gloo"
-        else:
-            backend = "nccl"
-    if backend not in ("gloo", "nccl"):
-        raise UsageError(f"--backend {backend!r} is not known; use auto, gloo or nccl")
-    kind = device or ("cuda" if backend == "nccl" else "cpu")
-    if backend == "nccl" and kind == "cpu":
-        raise UsageError("nccl runs on GPUs only; drop --device cpu or use --backend gloo")
-    # gloo on CUDA tensors: its own collectives, staged through host memory (no point to point:
-    # config/run.py keeps the hand-written algorithms out); its ranks may share one GPU, which
-    # NCCL refuses, so a one-GPU machine runs worlds of 2 and 4 ranks on it (gpu_check.sh)
-    if kind == "cuda":
-        if gpus == 0:
-            raise UsageError(f"--backend {backend} needs a CUDA device and none is visible; "
-                             "use --backend gloo to run on the CPU")
-        if gpus_needed > gpus and backend == "nccl":
-            raise UsageError(f"{gpus_needed} GPU ranks per host were asked for but only {gpus} GPUs "
-                             "are visible; choose smaller --world-sizes or more nodes")
-    return backend, kind
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a config's dtype name (core/config names it, without torch)."""
+    return getattr(torch, name)
 
 
 def make_device(kind: str, local_rank: int, local_world_size: int | None = None,

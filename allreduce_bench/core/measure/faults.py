@@ -63,7 +63,7 @@ class Progress:
         self.phase, self.step, self.where = 0, 0, "start-up"
         self.host, self.pid = socket.gethostname(), os.getpid()
         try:  # private but long-standing; without it only the missing rank goes unnamed
-            self.store = dist.PrefixStore("allreduce_bench/progress",
+            self.store: dist.PrefixStore | None = dist.PrefixStore("allreduce_bench/progress",
                                           dist.distributed_c10d._get_default_store())
         except Exception:
             self.store = None
@@ -117,6 +117,8 @@ class Progress:
     def _not_here(self) -> dict[int, str] | None:
         """Ranks of my world behind my step, or on this host and stopped or dead, with that
         state ('' when only behind); None when the store cannot tell."""
+        if self.store is None:
+            return None
         try:
             self.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
             # Say that I gave up too: a peer that finds me gone later must not blame me.

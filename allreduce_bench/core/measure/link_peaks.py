@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
 PROBE_BYTES = 8 << 20  # the largest probe message: a fast link's transfer outlasts its latency
@@ -72,7 +73,7 @@ def _nvml(index: int, physical: str) -> dict | None:
                 break
         return {"index": index, "name": name.decode() if isinstance(name, bytes) else name,
                 "nvlink_version": version, "nvlink_links": links,
-                "nvlink_GBps": links * NVLINK_GBPS_PER_LINK.get(version, 25.0) if links else None,
+                "nvlink_GBps": links * NVLINK_GBPS_PER_LINK.get(version or 0, 25.0) if links else None,
                 "how": "nvml"}
     except Exception as error:  # NVML missing or refusing: say so, measure anyway
         return {"index": index, "how": f"nvml failed: {error}"}
@@ -131,7 +132,7 @@ def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
 
 def local_peaks(device) -> dict:
     """This rank's view: its GPU's NVLink and its node's NICs (gathered to rank 0)."""
-    found = {"host": socket.gethostname(), "nics": nic_peaks()}
+    found: dict[str, Any] = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
         found["gpu"] = gpu_peak(device.torch_device.index, device.physical_id)
     return found
@@ -206,14 +207,14 @@ def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
 def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:
     """The peak of each link class for the whole world: intra = the slowest rank's NVLink (or,
     on CPU, the probe); inter = the node whose NICs add up to the least (on one host: the probe)."""
-    gpus = [r.get("gpu") for r in per_rank]
+    gpus: list[Any] = [r.get("gpu") for r in per_rank]
     intra = how_intra = None
     if gpus and all(g and g.get("nvlink_GBps") for g in gpus):
         intra = min(g["nvlink_GBps"] for g in gpus)
         how_intra = f"NVLink: {min(g['nvlink_links'] for g in gpus)} links ({gpus[0]['how']})"
     elif not any(gpus) and probe_GBps:
         intra, how_intra = probe_GBps, "point-to-point probe, rank 0 <-> 1"
-    per_host = {}
+    per_host: dict[str, float] = {}
     for r in per_rank:
         per_host.setdefault(r["host"], sum(n["rate_GBps"] for n in r.get("nics", [])))
     inter = how_inter = None

@@ -25,7 +25,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_
 def versions() -> dict:
     """Python, torch and, with CUDA, the CUDA runtime torch was built with, the NCCL it loaded
     (torch.cuda.nccl.version()) and the NVIDIA driver."""
-    found = {"python": platform.python_version(), "torch": torch.__version__}
+    found: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
     if torch.cuda.is_available():
         found["cuda"] = torch.version.cuda
         try:
@@ -76,7 +76,7 @@ def gpu_topology() -> str | None:
 TOPOLOGY_FILE = "nvidia-smi-topo.{host}.txt"
 
 
-def save_topologies(out_dir, topologies: dict[str, str]) -> list:
+def save_topologies(out_dir, topologies: dict[str, str] | None) -> list:
     """Each host's `nvidia-smi topo -m` beside the run, as printed (meta.json keeps it too)."""
     written = []
     for host, text in (topologies or {}).items():
@@ -100,7 +100,8 @@ def host_meta(config) -> dict:
         "tag": config.tag,
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "command": config.command,
-        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)
+        # a config's fields hold dataclass instances, never classes (which is_dataclass allows)
+        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)  # type: ignore[arg-type]
                    for k, v in config.flat().items()},
         "backend": config.backend,
         "device": config.device,

@@ -4,7 +4,7 @@ Every rank sets NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING (what N
 maintainers ask for on "my bandwidth is low" reports) and NCCL_DEBUG_FILE=OUT/nccl-debug/%h.%p.log
 before NCCL starts (it reads them once per process). At the end of each world rank 0 reads the
 files (ranks whose OUT it cannot see send theirs over the process group) and records what NCCL
-said (interop/nccl_log.py) in meta.json, where `report` and `health` read it. The TUNING
+said (nccl_log/parse.py) in meta.json, where `report` and `health` read it. The TUNING
 subsystem writes one line per collective on each communicator's rank 0: the log is for seeing
 what NCCL set up, not for the figures of small sizes.
 """
@@ -75,6 +75,6 @@ def collect(config, rank: int, world_size: int) -> None:
                 path.unlink(missing_ok=True)
         return
     folder.mkdir(parents=True, exist_ok=True)
-    for files in filter(None, received):
+    for files in filter(None, received or ()):
         for name, content in files.items():
             (folder / name).write_text(content)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
@@ -119,10 +120,10 @@ class Benchmark:
     field is a module-level function, so spawned ranks receive the declaration by reference."""
 
     name: str
-    meta: Callable[[object], dict]
+    meta: Callable[[Any], dict]  # each takes the benchmark's own config
     measure: Callable[[Session], int]
-    prepare: Callable[[object], None] | None = None
-    world_sizes: Callable[[object], list[int]] | None = None
+    prepare: Callable[[Any], None] | None = None
+    world_sizes: Callable[[Any], list[int]] | None = None
     resumable: bool = False
     joins_present: bool = False  # its world: the ranks that arrive in --timeout (health)
 
@@ -141,7 +142,7 @@ class Session:
         self.lead = env.rank == 0  # rank 0 is the only writer
         self.fault = Fault.from_env()
         self.rows_done = 0
-        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/peaks.py)
+        # {"intra_GBps": ..., "inter_GBps": ...} as _gather_meta recorded them (measure/link_peaks.py)
         self.peaks = read_meta(config.out_dir).get("peaks", {}).get(str(env.world_size), {}) if self.lead else {}
         self.show: Callable[[dict], None] = lambda row: None  # the benchmark's console line
         self.bar: RowBar | None = None  # progress over the rows (expect)
@@ -153,6 +154,7 @@ class Session:
         (a DataFrame in the samples schema, or None). Called on every rank: the test-only fault
         hook fires between two measurements on whichever rank it names."""
         if self.lead:
+            assert self._rows is not None and self._samples is not None  # the lead's writers
             if samples is not None and len(samples):
                 self._samples.append(samples)  # first: a row never points at missing samples
             row = self.with_peak(row)
@@ -184,7 +186,7 @@ class Session:
                                         bool(self.config.emulation))
         mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
                 if self.env.rank in members else None)
-        placements = [None] * self.env.world_size
+        placements: list = [None] * self.env.world_size
         dist.all_gather_object(placements, mine)
         if self.lead:
             placements = placements[:world_size]
@@ -228,6 +230,7 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
     line naming the step and the missing rank (see faults.py); rows already written stay.
     """
     env = env or launcher_env()
+    assert env is not None, "a rank runs under the driver or a launcher"
     fault = Fault.from_env()
     if fault and env is not None:
         fault.at_start(env.rank)  # test-only: a rank that hangs while it starts
@@ -304,7 +307,7 @@ def _gather_meta(config, benchmark: Benchmark, env: RankEnv, device,
     probe_GBps = probe_bytes = None
     if device.kind == "cpu" and env.world_size > 1:
         probe_GBps, probe_bytes = link_peaks.probe(env.rank) or (None, None)
-    infos = [None] * env.world_size
+    infos: list = [None] * env.world_size
     dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
                                    "peaks": link_peaks.local_peaks(device),
                                    "placement": placement.as_dict()})

@@ -27,7 +27,7 @@ def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
     forward, so rows (written in the last pass) come in the order of `items`."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
-    planned = []
+    planned: list[tuple[int, Item]] = []
     for index in range(rounds):
         forward = (rounds - 1 - index) % 2 == 0
         planned.extend((index, item) for item in (items if forward else items[::-1]))
@@ -70,7 +70,7 @@ def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
     medians = np.array([np.median(_slowest(one)) for one in per_round])
     if len(medians) < 2:
         return 0.0
-    low, high = median_interval(medians)
+    low, high = median_interval(medians.tolist())
     return float((high - low) / np.median(medians))
 
 

@@ -14,7 +14,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-POLICIES = ("auto", "fifo", "other")
+from allreduce_bench.core.config.launch import wanted
+
 PRIORITY = 1  # the lowest real-time priority: above every normal thread, below the kernel's own
 
 
@@ -33,18 +34,6 @@ class Sched:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def wanted(option: str, device: str, times_collectives: bool = True, emulated: bool = False) -> str:
-    """fifo or other from --sched: auto means fifo on a CPU run that times collectives (run,
-    links), as started elsewhere (GPU: NCCL's own threads; ddp: training compute would hold the
-    CPUs; an emulated cluster: its hosts' CPU shares are CFS quotas, which real-time threads
-    escape)."""
-    if option not in POLICIES:
-        raise ValueError(f"unknown scheduling policy {option!r}")
-    if option == "auto":
-        return "fifo" if device == "cpu" and times_collectives and not emulated else "other"
-    return option
 
 
 def set_fifo(priority: int = PRIORITY) -> str | None:

@@ -20,10 +20,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import agent_store, master_of
+from allreduce_bench.core.environment import RankEnv, agent_store, master_of
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.measure import flight_recorder
@@ -119,6 +120,7 @@ def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: 
     inter = _subgroup([members[local::per_node] for local in range(per_node)], me, timeout)
     if me >= world_size:
         return None
+    assert intra is not None and inter is not None  # a rank of the world is in one of each
     world = World(CommGroup(pg, tuple(members), me), intra, inter, per_node, device)
     # Touch every group once so communicators NCCL creates at the first collective (no GPU
     # binding) exist before any timing, and batch_isend_irecv is never the first call on a group.
@@ -163,8 +165,8 @@ class Presence:
     # per launched rank: its hostname, None if it never came (one that came too late, or whose
     # host was short of a rank, has its name but sits out)
     hostnames: tuple[str | None, ...]
-    env: object  # this rank's RankEnv in the world (renumbered), None when it sits out
-    store: object = field(default=None, repr=False, compare=False)  # the join's store
+    env: RankEnv | None  # this rank's RankEnv in the world (renumbered), None when it sits out
+    store: Any = field(default=None, repr=False, compare=False)  # the join's store
     serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
 
     def leads(self) -> bool:
@@ -194,6 +196,8 @@ def _launch_store(env, timeout: timedelta, serves: bool):
     MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
     does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
     addr, port = master_of(env)  # set by the launcher, or found by launcher_env
+    if addr is None or port is None:
+        raise RuntimeError("the launch's store has no address: set MASTER_ADDR and MASTER_PORT")
     agent = agent_store()
     failed = RuntimeError(
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "

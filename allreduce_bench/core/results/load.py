@@ -47,7 +47,7 @@ def result_files(path: Path | str) -> list[Path]:
         below = sorted({p.parent for pattern in (RESULTS_FILE, PARQUET_FILE)
                         for p in path.rglob(pattern)})
         if below:
-            return [_newest(d) for d in below]
+            return [found for d in below if (found := _newest(d)) is not None]
     raise UsageError(f"no results at {path}; give a run directory, its results.csv or "
                      "results.parquet, or a folder of runs")
 
@@ -143,7 +143,7 @@ def skipped_note(frame: pd.DataFrame, lent: Extensions | None = None) -> str | N
     else:
         text = ""
     # the other collectives' in-place halves are lines of their own in their tables and figures
-    # (analysis/collectives.py); AllReduce's (an imported nccl-tests table) are not
+    # (analysis/collective_tables.py); AllReduce's (an imported nccl-tests table) are not
     in_place = benchmark == "allreduce-in-place"
     if in_place.any():
         text += ("; " if text else "") + (f"in-place rows ({int(in_place.sum())} allreduce: "

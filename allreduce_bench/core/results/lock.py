@@ -59,5 +59,5 @@ class DirectoryLock:
     def __enter__(self) -> DirectoryLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *_exc) -> None:
         self.release()

@@ -35,7 +35,7 @@ def repair_tail(out_dir: Path) -> bool:
 
 def _name(row: dict) -> str:
     """AllReduce rows by their algorithm; other collectives' as benchmark/algorithm, the label
-    benchmarks/collectives.py asks about (ring of AllGather is not ring of AllReduce, nor of
+    sweep/collectives.py asks about (ring of AllGather is not ring of AllReduce, nor of
     AllGather in place: all_gather-in-place/ring)."""
     benchmark = row.get("benchmark") or "allreduce"
     return row["algorithm"] if benchmark == "allreduce" else f"{benchmark}/{row['algorithm']}"

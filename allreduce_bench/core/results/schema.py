@@ -41,7 +41,7 @@ COLUMNS = [
     # the share of a sample that was the alignment's exit skew (median over samples)
     "time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us", "skew_share",
     "algbw_GBps", "busbw_GBps", "wrong",
-    # benchmark = ddp rows (benchmarks/ddp.py): what was timed, DDP's bucket cap, micro-batches per
+    # benchmark = ddp rows (ddp/measurements.py): what was timed, DDP's bucket cap, micro-batches per
     # optimizer step, bucket sizes in ready order, and the AllReduce calls/bytes the hook counted
     "measure", "bucket_mb", "accum", "bucket_sizes", "allreduce_calls", "allreduce_bytes",
     # emulate: the emulated cluster ('2x2@350Mbit'); links: link = intra|inter, operation
@@ -104,6 +104,6 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 
 IMPORTED_COLUMNS = ["source_tool", "in_place", "time_printed", "algbw_printed",
                     "busbw_printed", "wrong_printed", "max_error", "time_cv_pct",
                     "source_file", "source_line", "ranks"]
-# How close to the link's peak: the peak of the link class bounding the world (measure/peaks.py)
+# How close to the link's peak: the peak of the link class bounding the world (measure/link_peaks.py)
 PEAK_COLUMNS = ["link_peak_GBps", "busbw_pct_of_peak"]
 PARQUET_FILE = "results.parquet"

@@ -109,7 +109,7 @@ class ResultsWriter:
             os.close(fd)
 
 
-def write_meta(out_dir: Path, meta: dict) -> None:
+def write_meta(out_dir: Path | str, meta: dict) -> None:
     write_json(Path(out_dir) / META_FILE, meta)
 
 
@@ -135,7 +135,7 @@ def start_meta(out_dir: Path, meta: dict) -> None:
     write_meta(out_dir, meta)
 
 
-def read_meta(run_dir: Path) -> dict:
+def read_meta(run_dir: Path | str) -> dict:
     """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
     from allreduce_bench.core.errors import UsageError
 
@@ -170,7 +170,7 @@ class SamplesWriter:
 
     def __init__(self, out_dir: Path):
         self.dir = Path(out_dir) / SAMPLES_DIR
-        self._next = None
+        self._next: int | None = None
 
     def append(self, frame: pd.DataFrame) -> Path:
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
+from typing import Any
 
 import torch.distributed as dist
 
@@ -18,6 +19,7 @@ from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import machine, timing
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import Console
+from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.faults import DONE
 from allreduce_bench.core.measure.rank import Benchmark, Session
 from allreduce_bench.core.measure.world import World, end_phase, group_timeout, make_world
@@ -31,7 +33,7 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
                    before_clock) -> passes.Item:
     """One AllReduce measurement; sizes are whole elements (options.run_config)."""
     def measure_once(sampling: timing.Sampling, check: bool):
-        return measuring.measure(algorithms.lookup(name), world, count, config.torch_dtype,
+        return measuring.measure(algorithms.lookup(name), world, count, torch_dtype(config.dtype),
                                   sampling, before_clock=before_clock, check=check)
 
     return passes.Item(name, count * config.itemsize, measure_once,
@@ -44,7 +46,7 @@ def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
           hosts: list[str] | None = None, before_clock=None,
           on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure every algorithm at every size, in `config.rounds` interleaved passes
-    (benchmarks/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
+    (sweep/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
     raw samples (only rank 0's matter); `on_measure(label, size_bytes, round)` runs before each
     measurement (the progress bar).
 
@@ -71,7 +73,7 @@ def measure_phases(session: Session) -> int:
     the sweep while the other ranks wait; a resumed run's finished rows are skipped."""
     config, env, device, progress = session.config, session.env, session.device, session.progress
     ranks_per_node = config.ranks_per_node or env.local_world_size
-    done = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
+    done: list[Any] = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
     done = done[0]
     total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import collective as measuring
+from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.sweep import passes
 from allreduce_bench.core.sweep.rows import pooled_row
@@ -54,7 +55,7 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
           on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
     (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
-    AllReduce's sweep does (benchmarks/passes.py: a row pools its rounds' samples, and only the
+    AllReduce's sweep does (sweep/passes.py: a row pools its rounds' samples, and only the
     last round's call is checked); #wrong summed."""
     items = []  # in the order rows come
     for name in names:
@@ -79,7 +80,7 @@ def collective_item(config: RunConfig, world: World, collective: str, name: str,
     in_place = in_place_half or measuring.MODES[collective][0]
 
     def measure_once(sampling, check: bool):
-        return measuring.measure(algorithm, world, count, config.torch_dtype, sampling, in_place,
+        return measuring.measure(algorithm, world, count, torch_dtype(config.dtype), sampling, in_place,
                                  before_clock, check=check)
 
     def row(taken, wrong: int):

@@ -43,12 +43,14 @@ def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[...
     size_bytes)` returns False to skip an item (a resumed run's finished rows), asked once and
     remembered. #wrong summed over the rows."""
     wrong_total, last = 0, config.rounds - 1
-    skipped, taken, unsettled, current = set(), {}, [], [None]
+    skipped, unsettled, current = set(), [], None
+    taken: dict[tuple[str, int], list] = {}
 
     def emit(item: Item, row_and_samples: tuple[dict, pd.DataFrame]) -> None:
-        if item.label != current[0]:
+        nonlocal current
+        if item.label != current:
             on_algorithm(item.label, world)
-            current[0] = item.label
+            current = item.label
         on_row(*row_and_samples)
 
     def measure(item: Item, index: int, check: bool) -> tuple[timing.Measured, int]:
