@@ -59,6 +59,7 @@ def in_process(tmp_path) -> dict[str, list[str]]:
         "model ddp": ["model", "ddp", "--params", "7B", "--dtype", "bfloat16", "--compute", "0.5s",
                       "--bandwidth", "900GB/s", "--bandwidth", "25GB/s"],
         "export": ["export", str(run), "--out", str(tmp_path / "exported")],
+        "expect": ["expect", "--gpu", "H100", "--gpus-per-node", "8", "--nodes", "2", "--nics", "8x400"],
     }
     outputs = {}
     for name, args in commands.items():

@@ -84,7 +84,8 @@ def collective_counts(collective: str, size_bytes: int, itemsize: int,
 # - the median's CONFIDENCE interval (distribution-free, from order statistics: `median_interval`)
 #   reaches further than TRUSTED_TO from it: too few samples, or states split near half and half;
 # - its interleaved rounds (--rounds) disagree: (max - min) / median of the per-round medians
-#   above ROUNDS_DISAGREE = 2 x TRUSTED_TO, i.e. no one number lies within TRUSTED_TO of every
+#   (from 8 rounds on, the width of their median's interval: measure/rounds.py) above
+#   ROUNDS_DISAGREE = 2 x TRUSTED_TO, i.e. no one number lies within TRUSTED_TO of every
 #   round's, AND the rounds' samples differ by more than their own spread explains (Kruskal-
 #   Wallis p < ROUNDS_ALPHA): the machine changed state between them. Without the test, a row
 #   of 2 samples a round (a large size in the default run) was flagged by chance in a quarter

@@ -17,6 +17,11 @@ from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
+# A row whose AllReduce alone keeps a CPU busy for this share of its time or more, with nothing
+# hidden, is CPU-bound: gloo's threads compete with backward for the cores (issue 43: 78-90 ms
+# of CPU in 159-162 ms on a 2-core VM hid nothing; 86 ms in 870 ms hid 34-66%).
+CPU_BOUND = 0.4
+
 
 def bucket_sizes(text) -> list[int]:
     """The `bucket_sizes` column ('1048576;26214400') back into bytes per bucket, ready order."""
@@ -109,6 +114,7 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
                 "comm_cpu_us": comm_cpu, "ddp_cost_us": ddp_cost, "step_us": step,
                 "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
                 "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
+                "cpu_bound": raw <= 0 and comm_cpu >= CPU_BOUND * comm,
                 "no_overlap_us": no_overlap,
                 "speedup_vs_no_overlap": no_overlap / step if step > 0 else float("nan"),
                 "overlappable_us": overlap, "predicted_us": predicted,
@@ -155,7 +161,8 @@ OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", 
 
 
 def _overlap_cells(r) -> list:
-    share = f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else "")
+    share = "-" if r.cpu_bound else (
+        f"{r.hidden_share:.0%}" + (f" (raw {r.hidden_share_raw:+.0%}, clipped)" if r.clipped else ""))
     baseline = "-" if pd.isna(r.no_overlap_us) else _ms(r.no_overlap_us)
     speedup = "-" if pd.isna(r.speedup_vs_no_overlap) else f"{r.speedup_vs_no_overlap:.2f}x"
     return [r.world_size, f"{r.bucket_mb:g}", r.buckets, _ms(r.compute_us), _ms(r.comm_us),
@@ -172,12 +179,27 @@ def overlap_markdown(table: pd.DataFrame) -> str:
     return markdown_table(_overlap_frame(table), rule="---:")
 
 
+def cpu_bound_line(table: pd.DataFrame) -> str | None:
+    """One line in place of the hidden shares (shown as -) of the rows where gloo's AllReduce
+    is CPU-bound and nothing was hidden: this machine cannot show the overlap there."""
+    bound = table[table["cpu_bound"]]
+    if bound.empty:
+        return None
+    where = "; ".join(f"N={n}, bucket caps {', '.join(f'{c:g}' for c in rows['bucket_mb'])} MiB"
+                      for n, rows in bound.groupby("world_size"))
+    return (f"no overlap can show at {where}: gloo's AllReduce is CPU-bound there (CPU "
+            f"{_ms(bound['comm_cpu_us'].min())}-{_ms(bound['comm_cpu_us'].max())} ms of its "
+            f"{_ms(bound['comm_us'].min())}-{_ms(bound['comm_us'].max())} ms alone), so it takes the "
+            "cores backward runs on instead of running behind it; a slower link (emulate "
+            "--inter-bandwidth) or more cores per rank shows it.")
+
+
 def clipped_notes(table: pd.DataFrame) -> list[str]:
     """Why each clipped hidden share is what it is, in the row's own numbers: exposed (step -
     compute) holds everything DDP adds to a step, so on shared CPU cores it can exceed the
-    AllReduce timed alone."""
-    notes = []
-    for r in table[table["clipped"]].itertuples():
+    AllReduce timed alone; the CPU-bound rows get `cpu_bound_line` instead."""
+    notes = [line for line in [cpu_bound_line(table)] if line]
+    for r in table[table["clipped"] & ~table["cpu_bound"]].itertuples():
         where = f"N={r.world_size}, bucket cap {r.bucket_mb:g} MiB"
         if r.hidden_share_raw < 0:
             notes.append(
@@ -278,7 +300,7 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
     overlap = overlap_table(frame)
     if not overlap.empty:
         out += [overlap_markdown(overlap), ""]
-        if overlap["clipped"].any():
+        if overlap["clipped"].any():  # CPU-bound rows are clipped too
             out += ["Clipped shares: on shared CPU cores computation and communication slow "
                     "each other down instead of overlapping.", "",
                     *(f"- {note}" for note in clipped_notes(overlap)), ""]

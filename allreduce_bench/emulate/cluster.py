@@ -15,6 +15,7 @@ token (`arb-<pid>-<token>-h<i>`), so concurrent runs never collide, and a later 
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -23,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,7 +33,7 @@ from allreduce_bench.core import units
 from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate.faults import cgroup_mount_script
-from allreduce_bench.emulate.processes import die_with_parent
+from allreduce_bench.emulate.processes import die_with_parent, run_on_hosts
 
 PREFIX = "arb-"  # every namespace this project makes, and nothing else, starts with it
 NAME = re.compile(r"^arb-(\d+)-[0-9a-f]+-(h\d+|sw)$")
@@ -51,6 +53,7 @@ class Emulation:
     inter_ratio: float | None = None  # intra p2p / inter rate asked for, when 'auto'
     backward_s: float | None = None  # ddp's backward pass measured before shaping ('auto', ddp)
     comm_per_backward: float | None = None  # AllReduce time / backward the rate was set for
+    calibration: dict | None = None  # ddp's: how the rate was chosen (emulate/pacing.py)
 
     @property
     def label(self) -> str:
@@ -62,7 +65,8 @@ class Emulation:
         return self.inter_rate_bps / 8e9
 
     def as_meta(self) -> dict:
-        return {**asdict(self), "label": self.label, "inter_GBps": self.inter_GBps,
+        fields = {k: v for k, v in asdict(self).items() if k != "calibration" or v}
+        return {**fields, "label": self.label, "inter_GBps": self.inter_GBps,
                 "subnet": f"{SUBNET}.0/24", "shaping": "tbf on each host's uplink" +
                 (" + netem delay" if self.inter_latency_s else "")}
 
@@ -192,11 +196,11 @@ class EmulatedCluster:
             _sh("ip", "-n", host, "link", "set", f"node{i}", "up")
 
     def shape(self, rate_bps: float, latency_s: float, host_rates: dict[int, float] | None = None) -> None:
-        """Rate-limit (and delay) each host's outgoing inter-node traffic; `host_rates` gives
-        some hosts another rate (emulate/faults.py)."""
+        """Rate-limit (and delay) each host's outgoing inter-node traffic, in place of any
+        earlier shaping; `host_rates` gives some hosts another rate (emulate/faults.py)."""
         self.latency_s = latency_s
-        for i, host in enumerate(self.hosts):
-            self._shape_host(i, host, (host_rates or {}).get(i, rate_bps), latency_s)
+        for i in range(self.nodes):
+            self.set_host_rate(i, (host_rates or {}).get(i, rate_bps))
 
     def set_host_rate(self, i: int, rate_bps: float) -> None:
         """Host i's link at another rate from now on (its qdiscs replaced; the delay kept)."""
@@ -234,7 +238,8 @@ class EmulatedCluster:
             env.pop(name, None)  # torchrun inside sets them; never inherit an outer launcher's
         return env
 
-    def torchrun(self, i: int, module_args: list[str], cgroup_procs: str | None = None) -> list[str]:
+    def torchrun(self, i: int, module_args: list[str], cgroup_procs: str | None = None,
+                 module: str = "allreduce_bench") -> list[str]:
         """Host i's launch: a static rendezvous, i.e. a c10d TCPStore on host 0's address, where
         --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster. It runs
         in a UTS namespace of its own whose hostname is node<i>, so hosts are told apart by
@@ -250,7 +255,7 @@ class EmulatedCluster:
                 "--nproc-per-node", str(self.ranks_per_node),
                 "--master-addr", self.address(0), "--master-port", str(RDZV_PORT),
                 "--local-addr", self.address(i), "--max-restarts", "0", "--monitor-interval", "0.2",
-                "-m", "allreduce_bench", *module_args]
+                "-m", module, *module_args]
 
     def _probe(self, args: list[str], key: str, what: str) -> float:
         """Run `python -m allreduce_bench.emulate.probe ARGS` in host 0 (before any shaping)."""
@@ -271,6 +276,21 @@ class EmulatedCluster:
         """GB/s of a gloo send between two ranks on host 0: the intra-node path, measured."""
         return self._probe([str(size_bytes)], "intra_p2p_GBps",
                            "the intra-node point-to-point bandwidth")
+
+    def probe_ddp(self, settings, rate_bps: float, cgroup_procs) -> dict:
+        """emulate/probe.py `ddp` on every host as `ddp` will run there, the link shaped to
+        `rate_bps` (shaped already): {backward_s, comm_s, comm_cpu_s}, the slowest rank's."""
+        with tempfile.TemporaryDirectory(prefix="allreduce-bench-probe-") as tmp:
+            out = Path(tmp) / "probe.json"
+            code = run_on_hosts(self, ["ddp", str(out), str(settings.params), str(settings.layers),
+                                       str(settings.batch_size), str(settings.gradient_bytes)],
+                                Emulation(self.nodes, self.ranks_per_node, rate_bps), cgroup_procs,
+                                module="allreduce_bench.emulate.probe")
+            if code or not out.exists():
+                raise UsageError(f"emulate could not probe ddp's AllReduce at "
+                                 f"{units.format_tc_rate(rate_bps)} (exit code {code}); give "
+                                 "--inter-bandwidth explicitly, e.g. 2gbit")
+            return json.loads(out.read_text())
 
     def probe_backward(self, settings) -> float:
         """Seconds of one backward pass of ddp's model (DdpSettings), every emulated rank

@@ -4,7 +4,13 @@
   between two ranks of one host (the intra-node path), for `run` and `links`;
 * `python -m allreduce_bench.emulate.probe backward RANKS PARAMS LAYERS BATCH` prints
   backward_s=...: the median backward pass of `ddp`'s model, RANKS processes computing at
-  once (as the emulated ranks will share these cores), the slowest rank's, for `ddp`.
+  once (as the emulated ranks will share these cores), the slowest rank's, for `ddp`: the
+  first candidate rate;
+* `python -m allreduce_bench.emulate.probe ddp OUT PARAMS LAYERS BATCH GRADIENT_BYTES`, run by torchrun on
+  every emulated host as `ddp` will be (namespaces, shaped link, --host-cpu's cgroups): writes
+  to OUT, as JSON, the slowest rank's median backward pass, AllReduce of the gradients in
+  DDP's default buckets alone, and that AllReduce's process CPU time (gloo's threads included),
+  so emulate/pacing.py can check a candidate rate against what gloo needs of the CPU.
 """
 from __future__ import annotations
 
@@ -53,9 +59,49 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     return times[len(times) // 2]
 
 
+def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_bytes: int,
+              iters: int = 3) -> None:
+    """One rank of `probe ddp` (see the module docstring)."""
+    import json
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from allreduce_bench.core.environment import launcher_env
+    from allreduce_bench.core.measure.device import Device
+    from allreduce_bench.core.measure.world import make_world
+    from allreduce_bench.ddp.measurements import comm_alone
+
+    dist.init_process_group("gloo")
+    backward = _backward_rank(params, layers, batch_size, iters)
+    world = make_world(dist.get_world_size(), launcher_env().local_world_size, Device(), PROBE_TIMEOUT_S)
+    total, cap = gradient_bytes, DDP_BUCKET_BYTES
+    body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
+    for _ in range(iters + 1):  # the first warms up (gloo's connections, allocations)
+        dist.barrier()
+        start, start_cpu = time.perf_counter(), time.process_time()
+        body()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
+    found = torch.tensor([backward, sorted(wall[1:])[iters // 2], sorted(cpu[1:])[iters // 2]],
+                         dtype=torch.float64)
+    dist.all_reduce(found, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        with open(out, "w") as f:
+            json.dump(dict(zip(("backward_s", "comm_s", "comm_cpu_s"), found.tolist())), f)
+    dist.destroy_process_group()
+
+
+DDP_BUCKET_BYTES = 25 << 20  # DDP's default bucket_cap_mb
+PROBE_TIMEOUT_S = 300.0  # as long as the driver waits for a probe (cluster._probe)
+
+
 if __name__ == "__main__":
     from allreduce_bench.core.launch.environments import launch_local
-    if sys.argv[1] == "backward":
+    if sys.argv[1] == "ddp":  # under torchrun, one launch per emulated host
+        _ddp_rank(sys.argv[2], *map(int, sys.argv[3:7]))
+    elif sys.argv[1] == "backward":
         from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
         ranks, params, layers, batch = map(int, sys.argv[2:6])
         print(f"backward_s={max(launch_local(ranks, backward_rank, params, layers, batch, 5).values()):.6f}")

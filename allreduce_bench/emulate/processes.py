@@ -88,17 +88,17 @@ class LauncherOutput:
 
 
 def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda i: None,
-                 watch=None, log_path: Path | None = None) -> int:
+                 watch=None, log_path: Path | None = None, module: str = "allreduce_bench") -> int:
     """Launch on every host at once, until `watch` (default FirstFailure) is done; the rest
     is then stopped quietly and `watch.result` is the exit code. Every launch's output goes to
     `log_path` and, without torchrun's tracebacks, to the console. `cgroup_procs(i)`: the
-    cgroup host i joins, or None."""
+    cgroup host i joins, or None; `module` what torchrun runs."""
     watch = watch or FirstFailure()
     procs, pumps = [], []
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
     try:
         for i in range(cluster.nodes):
-            procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i)),
+            procs.append(subprocess.Popen(cluster.torchrun(i, module_args, cgroup_procs(i), module),
                                           env=cluster.host_env(i, emulation), text=True,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           start_new_session=True, preexec_fn=die_with_parent))

@@ -23,7 +23,14 @@ from allreduce_bench.emulate.cluster import (
     stale_namespaces,
 )
 from allreduce_bench.emulate.faults import CpuLimits, remove_cgroups, stale_cgroups
-from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, ddp_rate_bps
+from allreduce_bench.emulate.pacing import (
+    COMM_PER_BACKWARD,
+    CPU_SHARE,
+    calibration_meta,
+    choose_rate,
+    ddp_rate_bps,
+    overlap_warning,
+)
 from allreduce_bench.emulate.processes import FirstFailure, run_on_hosts, terminate_as_interrupt
 
 
@@ -68,31 +75,48 @@ def clean_stale() -> None:
     remove_cgroups(stale_cgroups(pid_alive))  # --host-cpu's, once their processes are gone
 
 
-def links_of(cluster: EmulatedCluster, plan: Plan) -> Emulation:
-    """The emulation's parameters: the rate given, or measured here before any shaping."""
-    rate, measured, backward = plan.rate_bps, None, None
-    if rate is None and list(plan.configs) == ["ddp"]:  # the link paced to ddp's backward pass
-        _say("timing ddp's backward pass here, to pace the inter-node link to it (--inter-bandwidth auto)")
-        backward = cluster.probe_backward(plan.configs["ddp"].settings)
-        rate = ddp_rate_bps(plan.configs["ddp"].settings, plan.nodes, plan.ranks_per_node,
-                            backward)
+def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
+    """The emulation's parameters: the rate given, or measured here (ddp: calibrated on the
+    hosts, emulate/pacing.py)."""
+    rate, measured, backward, tried = plan.rate_bps, None, None, None
+    if rate is None and list(plan.configs) == ["ddp"]:  # the link paced so the overlap shows
+        settings = plan.configs["ddp"].settings
+        _say("timing ddp's backward pass here for a first rate, then ddp's AllReduce on the hosts "
+             "to calibrate it against backward and gloo's CPU time (--inter-bandwidth auto)")
+        backward = cluster.probe_backward(settings)
+
+        def probe(rate_bps: float) -> dict:
+            cluster.shape(rate_bps, plan.latency_s, plan.host_rates)
+            found = cluster.probe_ddp(settings, rate_bps, cpu.procs)
+            _say(f"  at {units.format_tc_rate(rate_bps)}: AllReduce {found['comm_s'] * 1e3:.0f} ms, "
+                 f"{found['comm_cpu_s'] * 1e3:.0f} ms of it CPU; backward {found['backward_s'] * 1e3:.0f} ms")
+            return found
+
+        rate, tried = choose_rate(ddp_rate_bps(settings, plan.nodes, plan.ranks_per_node, backward),
+                                  probe)
+        warning = overlap_warning(tried)
+        if warning:
+            _say(warning)
     elif rate is None:
         _say("measuring the intra-node point-to-point bandwidth on node0 (--inter-bandwidth auto)")
         measured = cluster.probe_intra_p2p()
         rate = measured * 8e9 / plan.inter_ratio
     return Emulation(plan.nodes, plan.ranks_per_node, rate, plan.latency_s, measured,
                      plan.inter_ratio if measured else None, backward,
-                     COMM_PER_BACKWARD if backward else None)
+                     COMM_PER_BACKWARD if backward else None,
+                     calibration=calibration_meta(tried) if tried else None)
 
 
 def describe(cluster: EmulatedCluster, emulation: Emulation, out_dir: Path) -> str:
-    measured, backward = emulation.intra_p2p_GBps, emulation.backward_s
+    measured = emulation.intra_p2p_GBps
     return (f"{emulation.nodes} hosts x {emulation.ranks_per_node} ranks in namespaces "
             f"{cluster.hosts[0]}..; inter-node link {units.format_tc_rate(emulation.inter_rate_bps)}"
             + (f" (1/{emulation.inter_ratio:g} of the {measured:.3f} GB/s measured intra-node p2p)"
                if measured else "")
-            + (f" (DDP's AllReduce ~{COMM_PER_BACKWARD:g} x the {backward * 1e3:.0f} ms "
-               "backward pass measured here)" if backward else "")
+            + (f" (calibrated on the hosts: DDP's AllReduce "
+               f"{emulation.calibration['probes'][-1]['target_comm_s'] * 1e3:.0f} ms, the longer of "
+               f"{COMM_PER_BACKWARD:g} x backward and gloo's CPU time / {CPU_SHARE:g})"
+               if emulation.calibration else "")
             + (f", +{emulation.inter_latency_s * 1e3:g} ms" if emulation.inter_latency_s else "")
             + f" -> {out_dir}")
 
@@ -104,7 +128,7 @@ def run_emulated(plan: Plan) -> int:
     out_dir = Path(plan.out_dir).absolute()
     cluster = EmulatedCluster(plan.nodes, plan.ranks_per_node)
     with terminate_as_interrupt(), CpuLimits(f"{PREFIX}{cluster.token}", plan.host_cpu) as cpu, cluster:
-        emulation = links_of(cluster, plan)
+        emulation = links_of(cluster, plan, cpu)
         cluster.shape(emulation.inter_rate_bps, emulation.inter_latency_s, plan.host_rates)
         _say(describe(cluster, emulation, out_dir) + _faults(plan))
         code = 0

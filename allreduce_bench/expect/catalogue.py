@@ -62,7 +62,7 @@ def model_of(device: str | None) -> str | None:
 def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str = "all_reduce") -> pd.DataFrame:
     """The rows of this GPU model and collective on the same side of the node boundary (one node,
     or several), closest first: the same GPUs per node, then node count, then NCCL's default
-    settings, then measurements before thresholds, the newest first. Empty for an unknown model.
+    settings (then rows whose setting nobody changed), then measurements before thresholds, the newest first. Empty for an unknown model.
     NVLS figures only for more than 4 GPUs per node, and ring figures first at 4 or fewer (NCCL
     keeps the ring at 4: settings.csv).
     AllGather and ReduceScatter: then AllReduce's ring figures, as they run the same ring (361.4
@@ -79,9 +79,10 @@ def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str 
     rows["_nodes"] = (rows["nodes"] - nodes).abs()
     default = rows["setting"].isin(DEFAULT_SETTINGS) if gpus_per_node > 4 else ring[rows.index]
     rows["_setting"] = (~default).astype(int)
+    rows["_changed"] = (~rows["setting"].isin(DEFAULT_SETTINGS)).astype(int)  # a setting someone changed
     rows["_kind"] = rows["kind"].map({k: i for i, k in enumerate(KINDS)})
-    rows = rows.sort_values(["_collective", "_per_node", "_nodes", "_setting", "_kind", "date"],
-                            ascending=[True, True, True, True, True, False])
+    rows = rows.sort_values(["_collective", "_per_node", "_nodes", "_setting", "_changed", "_kind", "date"],
+                            ascending=[True, True, True, True, True, True, False])
     return rows.drop(columns=[c for c in rows.columns if c.startswith("_")])
 
 

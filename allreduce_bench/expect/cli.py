@@ -68,6 +68,7 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
     Describe the system (--gpu, --gpus-per-node, --nodes, --nics), or run it on a GPU host to
     detect the GPUs and NICs. The catalogue: doc/expect.md.
     """
+    from allreduce_bench.core.text import wrapped
     from allreduce_bench.expect.catalogue import matching, per_nic, settings
     from allreduce_bench.expect.system import System, detect, link_limit, parse_nics
 
@@ -84,19 +85,22 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
     else:
         system = System(gpu, gpus_per_node, nodes, count, rate)
     limit = link_limit(system)
-    click.echo(headline(system, collective))
-    click.echo(f"\nLink limit: {f'{limit.GBps:.4g} GB/s busbw' if limit.GBps else 'unknown'}: {limit.bound}"
-               + (f"\n  source: {limit.source}" if limit.source else ""))
+    lines: list[str] = []
+    say = lines.append
+    say(headline(system, collective))
+    say(f"\nLink limit: {f'{limit.GBps:.4g} GB/s busbw' if limit.GBps else 'unknown'}: {limit.bound}"
+        + (f"\n  source: {limit.source}" if limit.source else ""))
     rows = matching(system.model, system.gpus_per_node, system.nodes, collective)
-    click.echo(f"\nPublished {collective} figures for {system.model or system.device} on "
-               f"{'several nodes' if nodes > 1 else 'one node'}, closest first ({len(rows)}):")
+    say(f"\nPublished {collective} figures for {system.model or system.device} on "
+        f"{'several nodes' if nodes > 1 else 'one node'}, closest first ({len(rows)}):")
     for _, row in rows.iterrows():
-        click.echo("  " + _figure(row))
+        say("  " + _figure(row))
     if nodes > 1 and rate:
         for _, row in per_nic(rate).iterrows():
-            click.echo(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
-    click.echo("\nNCCL settings that change the answer:")
+            say(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
+    say("\nNCCL settings that change the answer:")
     for _, row in settings().iterrows():
         applies = row["applies"] == ("several nodes" if nodes > 1 else "one node")
         if applies and (not row["gpus"] or (system.model or "") in row["gpus"].split()):
-            click.echo(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
+            say(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
+    click.echo(wrapped("\n".join(lines)))  # within 120 columns, continuation lines further in

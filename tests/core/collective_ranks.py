@@ -1,6 +1,8 @@
 """Functions run on every rank by the collective tests (importable by spawned processes)."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.distributed as dist
 from distributed import RANK_TIMEOUT_S
@@ -75,3 +77,42 @@ def measured_wrong(world_size: int) -> dict[str, int]:
     end_phase(world, "measured", Device())
     dist.barrier()
     return wrong
+
+
+def pipelined_ring_exact(world_sizes: list[int], cases: list[tuple[int, list[int]]]) -> list[str]:
+    """pipelined_ring_on for each world size in turn."""
+    return [f for world_size in world_sizes for f in pipelined_ring_on(world_size, cases)]
+
+
+def pipelined_ring_on(world_size: int, cases: list[tuple[int, list[int]]]) -> list[str]:
+    """The pipelined ring's AllReduce (flat, and inside nodes of 2 ranks: hierarchical), its
+    ReduceScatter and its AllGather in both modes, for each (slice bytes, counts) of `cases`
+    (slices of a few elements, of one, more slices than elements), every dtype, each built call
+    run twice: the failures of this rank on the sub-world of the first `world_size` ranks."""
+    from functools import partial
+
+    from allreduce_bench.core.algorithms import hierarchical, ring
+    from allreduce_bench.core.measure import patterns
+
+    world, failures = make_world(world_size, 2 if world_size % 2 == 0 else world_size, Device(),
+                                 RANK_TIMEOUT_S), []
+    for slice_bytes, counts in cases if world is not None else []:
+        for dtype in DTYPES:
+            for count in sorted({max(1, c + world_size) for c in counts}):
+                tensor = torch.empty(count, dtype=dtype)
+                for name, build in (("ring", ring.build), ("hierarchical", hierarchical.build)):
+                    call = build(tensor, world, slice_bytes)
+                    for attempt in range(2):
+                        patterns.fill(tensor, world.rank, world.size)
+                        call()
+                        wrong = patterns.count_wrong(tensor, patterns.expected_sum(count, world.size, dtype))
+                        if wrong:
+                            failures.append(f"{name} N={world_size} slice={slice_bytes} {dtype} "
+                                            f"count={count} call {attempt}: {wrong} wrong on rank {world.rank}")
+                for build, name_of in ((ring.build_reduce_scatter, "reduce_scatter"),
+                                       (ring.build_all_gather, "all_gather")):
+                    algorithm = dataclasses.replace(algorithms.lookup("ring", name_of),
+                                                    build=partial(build, slice_bytes=slice_bytes))
+                    failures += [f"slice={slice_bytes} {f}" for f in _exact(algorithm, world, [count], [dtype])]
+    end_phase(world, f"pipelined-{world_size}", Device())
+    return failures

@@ -23,7 +23,7 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--factor", "1"], "greater than 1"),
     (["--algos", "ring,bogus"], "unknown algorithm 'bogus'"),
     # on gloo the choices are gloo's: NCCL's native:* variants are counted, not offered
-    (["--algos", "nosuch"], "choose from native, ring, naive, hierarchical, recursive-doubling, "
+    (["--algos", "nosuch"], "choose from native, ring, ring-steps, naive, hierarchical, recursive-doubling, "
      "halving-doubling, tree, direct (or all); "),
     (["--dtype", "complex32"], "'complex32' is not one of"),
     (["--world-sizes", "6", "--ranks-per-node", "4"], "not a whole number of nodes"),

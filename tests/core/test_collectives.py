@@ -5,7 +5,7 @@ model: tests/model/; `links --collective`: tests/links/)."""
 from __future__ import annotations
 
 import pytest
-from collective_ranks import OTHERS, exact_at_counts, exact_every_world_size, measured_wrong
+from collective_ranks import OTHERS, exact_at_counts, exact_every_world_size, measured_wrong, pipelined_ring_exact
 from distributed import run_world
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -265,3 +265,13 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
     assert len(pd.read_csv(out / "results.csv")) == len(rows)  # every row was done already
 
 
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_pipelined_ring_is_exact_at_awkward_sizes_and_slices():
+    # N + 1-4 + count elements: slices of one float32 (a bfloat16 slice of 2, as 4 // 2), of
+    # 12 bytes (uneven last slices, some empty), and of 1 KiB over a few thousand elements
+    cases = [(4, [-3, 1, 40]), (12, [-2, 93]), (1024, [3001])]
+    failures = run_world(5, pipelined_ring_exact, [2, 3, 4, 5], cases, timeout=190)
+    assert [f for rank in failures for f in rank] == []

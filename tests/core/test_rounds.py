@@ -91,3 +91,70 @@ def test_a_run_in_rounds_pools_them_and_keeps_each_rounds_samples(tmp_path):
         assert placement["ranks"][0]["cpus"] != placement["ranks"][1]["cpus"]
     report = (tmp_path / "plots" / "report.md").read_text()
     assert "N=2: ranks bound by core" in report or "sharing CPUs" in report
+
+
+def _fake_sweep(settle_after: dict, extra_budget_s: float, call_s: float = 0.1):
+    """passes.run over fake items: item x's row is unstable until it has settle_after[x]
+    rounds (None: never); each measurement's calls take call_s. Returns (the measurements in
+    order as (label, round), the rows emitted as (label, rounds, unstable), the headers)."""
+    from types import SimpleNamespace
+
+    from allreduce_bench.core.measure.timing import Measured
+    from allreduce_bench.core.sweep import passes
+
+    measured, emitted, headers = [], [], []
+
+    def item(label):
+        def measure(sampling, check):
+            measured.append(label)
+            return Measured([[call_s * 1e6]], loops=1, samples=1), 0
+
+        def row(taken, wrong):
+            need = settle_after[label]
+            return {"label": label, "rounds": len(taken),
+                    "unstable": need is None or len(taken) < need}, None
+        return passes.Item(label, 1, measure, row)
+
+    config = SimpleNamespace(rounds=2, sampling=Sampling(budget_s=0.02, warmup=0),
+                             extra_budget_s=extra_budget_s, world_sizes=(2,), algorithms=("x",),
+                             collectives=())
+    passes.run(config, None, [item(label) for label in settle_after],
+               on_row=lambda row, samples: emitted.append((row["label"], row["rounds"], row["unstable"])),
+               on_algorithm=lambda label, world: headers.append(label),
+               should_measure=lambda label, size: True)
+    return measured, emitted, headers
+
+
+def test_unstable_rows_get_extra_rounds_until_they_settle():
+    measured, emitted, headers = _fake_sweep({"a": 2, "b": 4, "c": 3, "d": 2}, extra_budget_s=10)
+    # planned: 2 passes over a-d; then extra passes, alternating direction, over b and c only
+    assert measured == list("dcba") + list("abcd") + ["c", "b", "b"]
+    assert emitted == [("a", 2, False), ("d", 2, False), ("c", 3, False), ("b", 4, False)]
+    assert headers == ["a", "d", "c", "b"]  # a row after another label's gets its header
+
+
+def test_extra_rounds_stop_when_the_budget_is_spent():
+    # 0.1 s of calls each: a budget of 0.25 s allows 3 extra measurements, shared by b and c
+    measured, emitted, _ = _fake_sweep({"a": 2, "b": None, "c": None}, extra_budget_s=0.25)
+    assert measured[6:] == ["c", "b", "b"]
+    assert emitted == [("a", 2, False), ("b", 4, True), ("c", 3, True)]
+    # no budget: the rows come after their planned rounds, flagged
+    measured, emitted, _ = _fake_sweep({"a": 2, "b": None}, extra_budget_s=0)
+    assert len(measured) == 4 and emitted == [("a", 2, False), ("b", 2, True)]
+
+
+def test_the_summary_names_the_rows_that_took_extra_rounds_and_those_left_unsettled():
+    import pandas as pd
+
+    from allreduce_bench.core.analysis.advice import extra_rounds_line
+
+    frame = pd.DataFrame({"algorithm": ["ring", "ring", "native"], "world_size": [2, 2, 2],
+                          "size_bytes": [4096, 16 << 20, 4096], "rounds": [4, 7, 9],
+                          "unstable": [False, False, True], "time_us_median": [100.0, 9000.0, 50.0],
+                          "time_us_ci_low": [99.0, 8900.0, 30.0], "time_us_ci_high": [101.0, 9100.0, 70.0],
+                          "round_spread": [0.0, 0.05, 0.05], "round_p": [math.nan] * 3})
+    meta = {"config": {"rounds": 4, "extra_budget_s": 4.0}}
+    assert extra_rounds_line(frame, meta) == (
+        "extra rounds: 2 of 3 rows took them (--extra-budget 4 s); 1 did not settle before it was "
+        "spent: native N=2 4K (interval)")
+    assert extra_rounds_line(frame[:1], meta) is None

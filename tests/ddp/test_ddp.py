@@ -302,3 +302,18 @@ def test_ddp_command_end_to_end(tmp_path):
     section = ddp_parts(load_results(out), out / "plots")[0]
     assert "ddp_overlap.png" in section and "| 2 | 25 |" in section
     assert "ddp_timeline.png" in section and "wait-then-AllReduce" in section
+
+
+def test_a_cpu_bound_allreduce_gets_one_line_instead_of_a_hidden_share_of_0():
+    base = _frame(step_us=500.0)
+    cpu = dict(base.iloc[3], measure="comm_cpu", time_us_median=60.0)  # 60 of the 100 us alone
+    frame = pd.concat([base, pd.DataFrame([cpu])], ignore_index=True)
+    assert overlap_table(frame).iloc[0]["cpu_bound"]
+    summary = " ".join(ddp_summary_text(frame).split())  # the console wraps its notes
+    assert "0% (raw" not in summary and "| 2 | 25 | 2 | 0.3 | 0.1 | 0.1 | 0.5 | 0.2 | - |" in ddp_markdown(frame)
+    assert ("no overlap can show at N=2, bucket caps 25 MiB: gloo's AllReduce is CPU-bound there "
+            "(CPU 0.1-0.1 ms of its 0.1-0.1 ms alone)") in summary
+    assert "so nothing was hidden" not in summary  # the line replaces the clipped note
+    # the same step with little CPU time is noise or DDP's own cost: the clipped share stays
+    light = frame.assign(time_us_median=frame["time_us_median"].where(frame["measure"] != "comm_cpu", 10.0))
+    assert not overlap_table(light).iloc[0]["cpu_bound"] and "0% (raw -100%, clipped)" in ddp_summary_text(light)

@@ -78,6 +78,54 @@ def test_ddp_link_is_paced_to_the_backward_pass():
     assert pacing.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
 
 
+def _link(cpu_s: float, backward_s: float, overhead_s: float = 0.0):
+    """A fake probe: the AllReduce takes 1 Gbit / rate seconds (plus `overhead_s`) and
+    `cpu_s` of CPU whatever the rate; every rate asked for is kept in `.rates`."""
+    def probe(rate_bps):
+        probe.rates.append(rate_bps)
+        return {"backward_s": backward_s, "comm_s": 1e9 / rate_bps + overhead_s, "comm_cpu_s": cpu_s}
+    probe.rates = []
+    return probe
+
+
+def test_ddp_rate_is_lowered_until_gloo_needs_little_of_the_cpu():
+    # issue 43's VM: backward 155 ms; at the rate paced to it gloo needs 85 ms of CPU in 160 ms
+    probe = _link(cpu_s=0.085, backward_s=0.155)
+    rate, tried = pacing.choose_rate(1e9 / 0.16, probe)
+    target = 0.085 / pacing.CPU_SHARE  # 283 ms: longer than backward
+    assert rate == pytest.approx(1e9 / target) and len(tried) == 2
+    assert tried[0]["cpu_share"] == pytest.approx(0.085 / 0.16) and tried[-1]["cpu_share"] == pytest.approx(0.3)
+    assert pacing.overlap_warning(tried) is None  # 283 ms is within 2.5 x backward
+    # a fast link on a slow CPU core, where backward decides: the first candidate stays
+    rate, tried = pacing.choose_rate(1e9 / 0.3, _link(cpu_s=0.05, backward_s=0.3))
+    assert rate == pytest.approx(1e9 / 0.3) and len(tried) == 1
+    # a time that does not go as 1 / rate: at most PROBES candidates, each scaled from the last
+    probe = _link(cpu_s=0.085, backward_s=0.155, overhead_s=0.1)
+    rate, tried = pacing.choose_rate(1e9 / 0.06, probe)
+    assert len(tried) == pacing.PROBES and probe.rates == [t["rate_bps"] for t in tried]
+    assert all(b < a for a, b in zip(probe.rates, probe.rates[1:]))  # lowered every time
+    assert rate == probe.rates[-1] and tried[-1]["comm_s"] / tried[-1]["target_comm_s"] > 1 - pacing.WITHIN
+
+
+def test_the_target_pools_backward_over_the_probes():
+    # backward timed 0.6 s, then 1.4 s, then 0.6 s under load: each target takes the median so far
+    backwards = iter([0.6, 1.4, 0.6])
+
+    def probe(rate_bps):
+        return {"backward_s": next(backwards), "comm_s": 1e9 / rate_bps, "comm_cpu_s": 0.01}
+    _, tried = pacing.choose_rate(1e9 / 0.3, probe)
+    assert [t["target_comm_s"] for t in tried] == pytest.approx([0.6, 1.0, 0.6])
+
+
+def test_a_machine_that_cannot_show_the_overlap_says_so_in_one_line():
+    _, tried = pacing.choose_rate(1e9 / 0.1, _link(cpu_s=0.3, backward_s=0.1))
+    warning = pacing.overlap_warning(tried)
+    assert warning.startswith("this machine cannot show much of DDP's overlap: gloo's AllReduce "
+                              "needs 300 ms of CPU per step, so it must take 1000 ms")
+    assert "\n" not in warning
+    assert pacing.calibration_meta(tried)["probes"] == tried
+
+
 def test_links_get_no_algos():
     from allreduce_bench.core.config.run import RUNNABLE as allreduce
     from allreduce_bench.links.config import RUNNABLE as links
@@ -206,6 +254,28 @@ def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
     assert set(timeline["bucket_mb"]) == {0.0625, 25.0}
     assert set(timeline["measure"]) == {"step", "no_overlap"}
     assert "DDP vs wait-then-AllReduce" in stdout
+
+
+@pytest.mark.slow
+@needs_namespaces
+@pytest.mark.timeout(300)
+def test_emulated_ddp_rate_is_calibrated_on_the_hosts(tmp_path):
+    """--inter-bandwidth auto with ddp alone: probes on the hosts (under --host-cpu's cgroup)
+    choose the rate, and meta.json says how."""
+    out = tmp_path / "calibrated"
+    done = subprocess.run(CLI + ["emulate", "--benchmarks", "ddp", "--host-cpu", "node1=50%",
+                                 "--params", "400K", "--layers", "4", "--batch-size", "16",
+                                 "--bucket-mb", "25", "--accum", "2", "--iters", "2", "--warmup", "0",
+                                 "--no-plot", "--out", str(out)],
+                          capture_output=True, text=True, timeout=290)
+    assert done.returncode == 0, done.stdout + done.stderr
+    emulation = json.loads((out / "meta.json").read_text())["emulation"]
+    probes = emulation["calibration"]["probes"]
+    assert 1 <= len(probes) <= pacing.PROBES and emulation["calibration"]["cpu_share"] == pacing.CPU_SHARE
+    for probe in probes:
+        assert probe["comm_s"] > 0 and 0 < probe["cpu_share"] and probe["backward_s"] > 0
+    assert probes[-1]["target_comm_s"] == pytest.approx(pacing.target_comm_s(probes))
+    assert "calibrated on the hosts" in done.stderr and done.stderr.count("  at ") == len(probes)
 
 
 def _start(tmp_path, **popen) -> subprocess.Popen:

@@ -50,6 +50,7 @@ def _by_collective(declared: list[Algorithm]) -> dict[str, dict[str, Algorithm]]
 BUILT_IN_BY_COLLECTIVE = _by_collective([
     native.ALGORITHM,
     ring.ALGORITHM,
+    ring.STEPS,
     naive.ALGORITHM,
     hierarchical.ALGORITHM,
     recursive_doubling.ALGORITHM,

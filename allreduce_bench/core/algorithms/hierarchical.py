@@ -1,7 +1,7 @@
 """Hierarchical AllReduce: ReduceScatter inside the node, AllReduce across nodes, AllGather inside.
 
-(a) the ring's ReduceScatter on the node's group leaves each local rank with the node's sum of
-one shard (1/L of the tensor, L = ranks per node); (b) the backend's AllReduce of that shard
+(a) the ring's ReduceScatter (pipelined in slices on gloo) on the node's group leaves each local
+rank with the node's sum of one shard (1/L of the tensor, L = ranks per node); (b) the backend's AllReduce of that shard
 among the ranks with the same local rank on every node; (c) the ring's AllGather inside the
 node. Only 1/L of the tensor crosses the inter-node link per rank, where a flat ring sends
 about twice the tensor over it. One node: (b) is skipped. One rank per node: (a) and (c) are
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from allreduce_bench.core.algorithms import ring
 from allreduce_bench.core.algorithms.base import INTER, INTRA, Algorithm, Step
-from allreduce_bench.core.algorithms.ring import RingPlan
 
 if TYPE_CHECKING:
     import torch
@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import World
 
 
-def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+def build(tensor: torch.Tensor, world: World, slice_bytes: int = ring.SLICE_BYTES) -> Callable[[], None]:
     import torch.distributed as dist
 
-    node = RingPlan(tensor, world.intra)
+    node = ring.plan(tensor, world.intra, world, slice_bytes)
     shard, inter = node.owned, world.inter
     across_nodes = inter.size > 1 and shard.numel() > 0  # same shard size on every inter peer
 

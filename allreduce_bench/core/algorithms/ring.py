@@ -4,13 +4,22 @@ The buffer is cut into N chunks (for the AllReduce sizes differ by at most one e
 are empty when there are fewer elements than ranks). ReduceScatter step s: rank r sends the
 partial sum of chunk (r-s-1) mod N to r+1 and receives the partial sum of chunk (r-s-2) mod N
 from r-1, adding its own part of that chunk; after N-1 steps it holds the full sum of chunk r.
-The partial sums travel through two scratch chunks, so the input is left as it is (an
-out-of-place ReduceScatter) unless the output is its chunk r (in place, and the AllReduce).
 AllGather step s: rank r sends chunk (r-s) mod N and receives chunk (r-s-1) mod N straight into
 place. Each rank sends (N-1)/N of the buffer per phase, whatever N.
 
-The AllReduce is exactly these two plans on one tensor, in place (`RingPlan`); the hierarchical
-scheme reuses them inside a node.
+Two ways to run those steps:
+
+* `ring-steps` (`ReduceScatterPlan`, `AllGatherPlan`): one step after the other, each waited for
+  whole, the seed's picture. The partial sums travel through two scratch chunks, so the input is
+  left as it is (an out-of-place ReduceScatter) unless the output is its chunk r.
+* `ring` (`Pipeline`), as NCCL's ring runs: every chunk is cut into slices of about
+  SLICE_BYTES, and slice k goes on to the next step as soon as it has been received and added,
+  while slice k+1 is still in flight. Receives are posted two steps ahead (gloo sends only to
+  a posted receive), sends are non-blocking. Needs one request per send and receive (gloo);
+  under NCCL, whose separate point-to-point calls can deadlock, `ring` runs the steps plan.
+
+The AllReduce is the two phases on one tensor, in place (`RingPlan`, `PipelinedRing`); the
+hierarchical scheme reuses their phases inside a node.
 """
 from __future__ import annotations
 
@@ -25,7 +34,8 @@ if TYPE_CHECKING:
 
     from allreduce_bench.core.measure.world import CommGroup, World
 
-__all__ = ["ALGORITHM", "ALL_GATHER", "REDUCE_SCATTER", "RingPlan", "build", "chunk_bounds", "cost"]
+__all__ = ["ALGORITHM", "ALL_GATHER", "REDUCE_SCATTER", "STEPS", "PipelinedRing", "RingPlan", "build",
+           "chunk_bounds", "cost", "plan"]
 
 
 def parts(flat: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch.Tensor]:
@@ -96,27 +106,156 @@ class AllGatherPlan:
 
 
 class RingPlan:
-    """The ring AllReduce of one tensor on one group: its ReduceScatter, then its AllGather, in
-    place. `owned` is the chunk fully reduced here between the two."""
+    """The ring AllReduce of one tensor on one group, step by step: its ReduceScatter, then its
+    AllGather, in place. `owned` is the chunk fully reduced here between the two."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup):
         flat, bounds, views = flat_parts(tensor, group.size)
         self.owned = views[group.rank]
         self.reduce_scatter = ReduceScatterPlan(flat, self.owned, bounds, group)
         self.all_gather = AllGatherPlan(self.owned, flat, bounds, group)
+        self.all_reduce = p2p.in_order([self.reduce_scatter, self.all_gather])
 
 
-def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
-    plan = RingPlan(tensor, world.group)
-    return p2p.in_order([plan.reduce_scatter, plan.all_gather])
+# The pipelined ring's slice: `scripts/perf_ring.py --slices` timed a 64M AllReduce at N=2 on
+# the shared 2-core VM (load 5): slices of 256K-8M took 49-94 ms, their order within the noise
+# (it changed from pass to pass), one slice per chunk (32M, no pipelining) 146 ms. 1 MiB, the
+# segment p2p.py's reducing steps use, is kept.
+SLICE_BYTES = 1 << 20
+
+# (send, receive into, None or (addend, out): out = addend + what arrived) of one ring step
+RingStep = tuple
 
 
-def build_reduce_scatter(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
-    return ReduceScatterPlan(send, recv, chunk_bounds(send.numel(), world.size), world.group)
+def reduce_scatter_steps(chunks: list[torch.Tensor], out: torch.Tensor, group: CommGroup,
+                         keep_input: bool) -> list[RingStep]:
+    """The ReduceScatter's steps into `out`. Partial sums go through scratch chunks (one per
+    step) when `keep_input`, else into the chunks themselves (the AllReduce, whose chunks the
+    AllGather overwrites), through two alternating receive buffers."""
+    n, r = group.size, group.rank
+    longest = max(c.numel() for c in chunks)
+    scratch = [chunks[0].new_empty(longest) for _ in range(n - 1 if keep_input else min(2, n - 1))]
+    steps, outgoing = [], chunks[(r - 1) % n]
+    for t in range(n - 1):
+        mine = chunks[(r - t - 2) % n]
+        buffer = scratch[t % len(scratch)][:mine.numel()]
+        partial = out if t == n - 2 else buffer if keep_input else mine
+        steps.append((outgoing, buffer, (mine, partial)))
+        outgoing = partial
+    return steps
 
 
-def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], None]:
-    return AllGatherPlan(send, recv, chunk_bounds(recv.numel(), world.size), world.group)
+def all_gather_steps(send: torch.Tensor, chunks: list[torch.Tensor], group: CommGroup) -> list[RingStep]:
+    """The AllGather's steps: `send` first, then each chunk as it arrives."""
+    n, r = group.size, group.rank
+    return [(send if s == 0 else chunks[(r - s) % n], chunks[(r - s - 1) % n], None)
+            for s in range(n - 1)]
+
+
+class Pipeline:
+    """Ring steps run slice by slice: step t's slice k is sent on (step t+1) as soon as it has
+    arrived and been added, while slice k+1 is still on its way. Every view is cut into the
+    same number of slices, so a sender's slices and its receiver's match one to one, in the
+    order gloo matches them. `copy` (to, from) runs while the first slices are in flight."""
+
+    def __init__(self, group: CommGroup, steps: list[RingStep], slice_bytes: int = SLICE_BYTES,
+                 copy: tuple[torch.Tensor, torch.Tensor] | None = None):
+        import torch
+        import torch.distributed as dist
+
+        self._torch, self._dist, self._pg = torch, dist, group.pg
+        self._next, self._prev, self._copy = group.peer(1), group.peer(-1), copy
+        longest = max((v.numel() * v.element_size() for step in steps for v in step[:2]), default=0)
+        count = max(1, -(-longest // max(1, slice_bytes)))
+
+        def cut(view: torch.Tensor) -> list[torch.Tensor]:
+            return [view[a:b] for a, b in chunk_bounds(view.numel(), count)]
+
+        self._steps = [(cut(send), cut(into), add and (cut(add[0]), cut(add[1])))
+                       for send, into, add in steps]
+
+    def _post(self, t: int) -> list:
+        """Step t's receives (None for an empty slice), or nothing past the last step."""
+        if t >= len(self._steps):
+            return []
+        return [self._dist.irecv(x, self._prev, group=self._pg) if x.numel() else None
+                for x in self._steps[t][1]]
+
+    def _send(self, view: torch.Tensor) -> list:
+        return [self._dist.isend(view, self._next, group=self._pg)] if view.numel() else []
+
+    def __call__(self) -> None:
+        steps = self._steps
+        sends = [request for view in (steps[0][0] if steps else []) for request in self._send(view)]
+        posted = [self._post(0), self._post(1)]
+        if self._copy:
+            self._copy[0].copy_(self._copy[1])
+        for t, (_, into, add) in enumerate(steps):
+            onward = steps[t + 1][0] if t + 1 < len(steps) else None
+            for k, request in enumerate(posted[t]):
+                if request is None:
+                    continue
+                request.wait()
+                if add:
+                    self._torch.add(add[0][k], into[k], out=add[1][k])
+                if onward:
+                    sends += self._send(onward[k])
+            # step t's buffers are free now: a receive buffer's slices move when chunk lengths
+            # differ by an element, so step t+2 (which reuses it) is posted only now
+            posted.append(self._post(t + 2))
+        for request in sends:
+            request.wait()
+
+
+class PipelinedRing:
+    """The pipelined ring AllReduce of one tensor on one group, in place, with its two phases
+    also on their own (the hierarchical scheme runs them inside a node)."""
+
+    def __init__(self, tensor: torch.Tensor, group: CommGroup, slice_bytes: int = SLICE_BYTES):
+        _, _, chunks = flat_parts(tensor, group.size)
+        self.owned = chunks[group.rank]
+        reduce_scatter = reduce_scatter_steps(chunks, self.owned, group, keep_input=False)
+        all_gather = all_gather_steps(self.owned, chunks, group)
+        self.reduce_scatter = Pipeline(group, reduce_scatter, slice_bytes)
+        self.all_gather = Pipeline(group, all_gather, slice_bytes)
+        self.all_reduce = Pipeline(group, reduce_scatter + all_gather, slice_bytes)
+
+
+def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES):
+    """The pipelined ring where the backend has one request per send and receive (gloo, CPU
+    tensors), the steps plan otherwise (NCCL)."""
+    if world.device.kind == "cpu":
+        return PipelinedRing(tensor, group, slice_bytes)
+    return RingPlan(tensor, group)
+
+
+def build(tensor: torch.Tensor, world: World, slice_bytes: int = SLICE_BYTES) -> Callable[[], None]:
+    return plan(tensor, world.group, world, slice_bytes).all_reduce
+
+
+def build_steps(tensor: torch.Tensor, world: World) -> Callable[[], None]:
+    return RingPlan(tensor, world.group).all_reduce
+
+
+def build_reduce_scatter(send: torch.Tensor, recv: torch.Tensor, world: World,
+                         slice_bytes: int = SLICE_BYTES) -> Callable[[], None]:
+    bounds = chunk_bounds(send.numel(), world.size)
+    if world.device.kind != "cpu":
+        return ReduceScatterPlan(send, recv, bounds, world.group)
+    chunks, r = parts(send, bounds), world.rank
+    copy = None if world.size > 1 or same_memory(chunks[r], recv) else (recv, chunks[r])
+    return Pipeline(world.group, reduce_scatter_steps(chunks, recv, world.group, keep_input=True),
+                    slice_bytes, copy)
+
+
+def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World,
+                     slice_bytes: int = SLICE_BYTES) -> Callable[[], None]:
+    bounds = chunk_bounds(recv.numel(), world.size)
+    if world.device.kind != "cpu":
+        return AllGatherPlan(send, recv, bounds, world.group)
+    chunks = parts(recv, bounds)
+    copy = None if same_memory(send, chunks[world.rank]) else (chunks[world.rank], send)
+    return Pipeline(world.group, all_gather_steps(send, chunks, world.group), slice_bytes, copy)
 
 
 def ring_paths(world_size: int, ranks_per_node: int, part: float) -> dict[str, tuple[float, float]]:
@@ -143,9 +282,11 @@ cost = in_sequence(cost_reduce_scatter, cost_all_gather)
 
 
 ALGORITHM = Algorithm("ring", "ReduceScatter then AllGather around a ring: 2(N-1) steps of S/N, "
-                      "bandwidth-optimal", build, cost)
+                      "bandwidth-optimal, each step's chunk pipelined in slices", build, cost)
+STEPS = Algorithm("ring-steps", "the ring one whole step after another, unpipelined: the "
+                  "seed's step-by-step picture", build_steps, cost)
 REDUCE_SCATTER = Algorithm("ring", "N-1 steps of S/N around a ring, each partial sum passed on: "
-                           "bandwidth-optimal", build_reduce_scatter, cost_reduce_scatter,
+                           "bandwidth-optimal, pipelined in slices", build_reduce_scatter, cost_reduce_scatter,
                            collective="reduce_scatter")
-ALL_GATHER = Algorithm("ring", "N-1 steps of S/N around a ring: bandwidth-optimal",
+ALL_GATHER = Algorithm("ring", "N-1 steps of S/N around a ring: bandwidth-optimal, pipelined in slices",
                        build_all_gather, cost_all_gather, collective="all_gather")

@@ -156,9 +156,30 @@ def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:
             + advice(frame, meta))
 
 
+def extra_rounds_line(frame: pd.DataFrame, meta: dict) -> str | None:
+    """'extra rounds: 5 of 28 rows took them (--extra-budget 4 s); 2 did not settle before it
+    was spent: ring N=2 16 MiB (rounds), ...'; None where no row took any (sweep/passes.py)."""
+    config = meta.get("config")
+    config = config if isinstance(config, dict) else {}
+    planned = config.get("rounds")
+    if not isinstance(planned, int) or "rounds" not in frame.columns:
+        return None
+    extra = frame[pd.to_numeric(frame["rounds"], errors="coerce") > planned]
+    if extra.empty:
+        return None
+    left = extra[extra["unstable"].astype("object").map(lambda v: str(v).lower() in ("true", "1"))]
+    named = ", ".join(f"{row['algorithm']} N={row['world_size']} {format_size(row['size_bytes'])} "
+                      f"({why_unstable(row)})" for row in left.to_dict("records"))
+    return (f"extra rounds: {len(extra)} of {len(frame)} rows took them (--extra-budget "
+            f"{config.get('extra_budget_s', 0):g} s); "
+            + (f"{len(left)} did not settle before it was spent: {named}" if len(left)
+               else "all settled"))
+
+
 def machine_lines(frame: pd.DataFrame, meta: dict) -> list[str]:
     """Every line this module has for one run's summary, in order."""
-    lines = (machine_line(meta), left_out_line(meta), states_line(frame), unstable_line(frame, meta))
+    lines = (machine_line(meta), left_out_line(meta), states_line(frame), extra_rounds_line(frame, meta),
+             unstable_line(frame, meta))
     return [line for line in lines if line]
 
 

@@ -10,7 +10,7 @@ from allreduce_bench.core.algorithms import help_text as algorithms_help
 from allreduce_bench.core.cli.floor import MIN_BUSBW_OPTION, checked_floor, judged
 from allreduce_bench.core.cli.options import measuring_options
 from allreduce_bench.core.cli.types import DTYPE
-from allreduce_bench.core.config import ROUNDS
+from allreduce_bench.core.config import EXTRA_BUDGET_S, ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
 from allreduce_bench.core.config.launch import POLICIES
 
@@ -87,6 +87,11 @@ def describe(config) -> str:
               "each with --budget / R; a row pools its rounds' samples and records how much their "
               "medians differ (`compare` judges runs by that). "
               f"[{ROUNDS}; 1 with --quick]")
+@click.option("--extra-budget", type=float, help="Seconds of calls, over the whole run, for "
+              "extra rounds of the rows still flagged unstable after --rounds: they are measured "
+              "again, interleaved, until their median can be trusted to +-10% or this is spent (none "
+              "with --samples, which is the total). "
+              f"[{EXTRA_BUDGET_S:g}; 0 with --quick]")
 @click.option("--resume", "resume_dir", type=OUTPUT_PATH,
               help="Continue the interrupted run in this directory: skip its finished rows, append "
               "the rest (same options as the original run).")

@@ -42,6 +42,10 @@ class Sampling:
 # --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
 # `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/methodology.md, "Runs that agree").
 ROUNDS = 4
+# --extra-budget by default: seconds of calls the rows still `unstable` after the rounds may take
+# in extra rounds (sweep/passes.py), the whole run's; keeps the default CPU run under 20 s on 2
+# cores (scripts/perf_first_run.py). 0 with --quick.
+EXTRA_BUDGET_S = 4.0
 # Defaults of the main job: a CPU laptop sweep (N=4 only where 4 CPUs are allowed:
 # cpu_world_sizes), and the GPU sweep nccl-tests users expect. A CPU call is ~100 us at best,
 # a GPU one ~10 us. gloo on loopback reaches its bus bandwidth plateau by 4M-16M; 64M added
@@ -77,6 +81,7 @@ class RunConfig(Launched):
     dtype: str
     sampling: Sampling
     rounds: int = 1  # --rounds: interleaved passes over (algorithm, size) (measure/rounds.py)
+    extra_budget_s: float = 0.0  # --extra-budget: more rounds for unstable rows (sweep/passes.py)
     # every other collective of --collectives, with its algorithms, in the order measured
     collectives: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # --in-place: AllGather's and ReduceScatter's in-place half too (metrics.IN_PLACE_HALVES)

@@ -7,6 +7,7 @@ from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import (
     CPU_DEFAULTS,
     DTYPES,
+    EXTRA_BUDGET_S,
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
@@ -198,6 +199,15 @@ def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_
                             warmup, host_launch)
 
 
+def extra_seconds(extra_budget: float | None, quick: bool) -> float:
+    """--extra-budget, or its default (none with --quick)."""
+    if extra_budget is None:
+        return 0.0 if quick else EXTRA_BUDGET_S
+    if extra_budget < 0:
+        raise UsageError(f"--extra-budget must be 0 or more seconds, got {extra_budget:g}")
+    return extra_budget
+
+
 def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
     """--rounds, or the device's (--quick's) default."""
     if rounds is None:
@@ -235,10 +245,11 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
                rounds: int | None = 1, collectives="all_reduce", in_place=False,
                sched: str = "auto", min_busbw: str | None = None,
-               started: Started, host: Host) -> RunConfig:
+               started: Started, host: Host, extra_budget: float | None = 0.0) -> RunConfig:
     """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
     AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
-    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `min_busbw` is only checked here
+    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `extra_budget` None: --extra-budget's
+    default (EXTRA_BUDGET_S, 0 with --quick); `min_busbw` is only checked here
     (emulate validates every host's options up front): the command judges it after the run
     (core/cli/floor.py). `started`: how this process was started (environment.started);
     `host`: what this host has (the command probes it)."""
@@ -270,7 +281,8 @@ def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype
                            left_out=left_out_world_sizes(world_sizes, device, env, host),
                            sched=wanted(sched, device, emulated=bool(started.emulation)))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
-                       rounds=run_rounds(rounds, device, quick), collectives=others,
+                       rounds=run_rounds(rounds, device, quick),
+                       extra_budget_s=extra_seconds(extra_budget, quick), collectives=others,
                        in_place=bool(in_place))
     per_node = ranks_per_node or (env.local_world_size if env else None)
     for collective, listed in (("all_reduce", names), *others):  # before any process starts

@@ -73,7 +73,10 @@ class Console:
         """One measurement starts: the one before it is done."""
         self.bar.update(self._started)
         self._started = 1
-        rounds = f", round {round_index + 1}/{self.rounds}" if self.rounds > 1 else ""
+        if round_index >= self.rounds:  # an unstable row's extra round (sweep/passes.py)
+            self.bar.total += 1
+        rounds = (", extra round" if round_index >= self.rounds else
+                  f", round {round_index + 1}/{self.rounds}" if self.rounds > 1 else "")
         self.bar.set_description(f"{label} N={world_size} {format_size(size_bytes)}{rounds}",
                                  refresh=False)
 

@@ -4,9 +4,9 @@ Each size given its budget in one go sees one state of the machine: a neighbour'
 migration, a frequency step lands on one size and reads as a property of it. R passes in
 alternating directions (the last one forward), each with budget / R, spread every measurement
 over the run and put the sizes measured first in one pass last in the next. A row pools its
-rounds' samples; the spread of the per-round medians says how much the run disagrees with
-itself, and `unstable` fires when it exceeds ROUNDS_DISAGREE and the rounds' samples differ
-significantly (metrics.py). Pure: plain values in, plain values out.
+rounds' samples; the spread of the per-round medians (the width of their median's interval)
+says how much the run disagrees with itself, and `unstable` fires when it exceeds
+ROUNDS_DISAGREE and the rounds' samples differ significantly (metrics.py). Pure: plain values in, plain values out.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from allreduce_bench.core.metrics import ROUNDS_ALPHA, ROUNDS_DISAGREE
+from allreduce_bench.core.metrics import ROUNDS_ALPHA, ROUNDS_DISAGREE, median_interval
 
 Item = TypeVar("Item")
 
@@ -63,12 +63,15 @@ def _slowest(one) -> np.ndarray:
 
 
 def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
-    """(max - min) / median of the per-round medians of the slowest rank's time per sample
-    (0 with one round)."""
+    """(high - low) / median of the per-round medians of the slowest rank's time per sample,
+    (low, high) their median's confidence interval (metrics.median_interval): min and max up
+    to 7 rounds, then without the extremes, so the extra rounds of a row whose machine changed
+    state in one round can settle it (sweep/passes.py). 0 with one round."""
     medians = np.array([np.median(_slowest(one)) for one in per_round])
     if len(medians) < 2:
         return 0.0
-    return float((medians.max() - medians.min()) / np.median(medians))
+    low, high = median_interval(medians.tolist())
+    return float((high - low) / np.median(medians))
 
 
 def round_p(per_round: Sequence[Sequence[Sequence[float]]]) -> float:

@@ -1,6 +1,7 @@
 """The interleaved passes every sweep runs (AllReduce's and the other collectives'): each
 measurement in `config.rounds` passes that alternate direction (measure/rounds.py), calibrated
-and planned in the first, checked in the last, its row pooled from all of them.
+and planned in the first, checked in the last, its row pooled from all of them; rows whose
+median cannot be trusted yet get extra rounds within --extra-budget (`extra_rounds`).
 
 A sweep hands over its measurements as `Item`s: what resume and progress call it, how to
 measure it once, and how to make its row from its rounds."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from allreduce_bench.core.config import RunConfig
@@ -33,27 +35,86 @@ def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[...
         should_measure: Callable[[str, int], bool],
         on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
     """Measure `items` in the rounds' order; `on_algorithm(label, world)` before a label's
-    first row and `on_row(row, samples)` after each row's last round (rows come in the order
-    of `items`); `on_measure(label, size_bytes, round)` before every measurement (progress).
-    `should_measure(label, size_bytes)` returns False to skip an item (a resumed run's
-    finished rows), asked once and remembered. #wrong summed over the rows."""
+    first row and before a row that comes after another label's; `on_row(row, samples)` once a
+    row is done: after its last round, or, for a row flagged `unstable` there, after the extra
+    round that settles it or the last one the extra budget allows (`extra_rounds`); so rows
+    come in the order of `items`, the unsettled ones after the others. `on_measure(label,
+    size_bytes, round)` before every measurement (progress). `should_measure(label,
+    size_bytes)` returns False to skip an item (a resumed run's finished rows), asked once and
+    remembered. #wrong summed over the rows."""
     wrong_total, last = 0, config.rounds - 1
-    skipped, taken, current = set(), dict[tuple[str, int], list](), None
+    skipped, unsettled, current = set(), [], None
+    taken: dict[tuple[str, int], list] = {}
+
+    def emit(item: Item, row_and_samples: tuple[dict, pd.DataFrame]) -> None:
+        nonlocal current
+        if item.label != current:
+            on_algorithm(item.label, world)
+            current = item.label
+        on_row(*row_and_samples)
+
+    def measure(item: Item, index: int, check: bool) -> tuple[timing.Measured, int]:
+        on_measure(item.label, item.size_bytes, index)
+        earlier = taken.setdefault((item.label, item.size_bytes), [])
+        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
+                                         earlier[0] if earlier else None)
+        measured, wrong = item.measure(sampling, check)
+        earlier.append(measured)
+        return measured, wrong
+
     for index, item in rounds.order(items, config.rounds):
         key = (item.label, item.size_bytes)
         if key in skipped or not should_measure(item.label, item.size_bytes):
             skipped.add(key)
             continue
-        if index == last and item.label != current:  # the rows come in the last pass
-            on_algorithm(item.label, world)
-            current = item.label
-        on_measure(item.label, item.size_bytes, index)
-        earlier = taken.setdefault(key, [])
-        sampling = rounds.round_sampling(config.sampling, config.rounds, index,
-                                         earlier[0] if earlier else None)
-        measured, wrong = item.measure(sampling, index == last)
-        earlier.append(measured)
+        _, wrong = measure(item, index, index == last)
         if index == last:
             wrong_total += wrong
-            on_row(*item.row(taken.pop(key), wrong))
+            done = item.row(taken[key], wrong)
+            if done[0]["unstable"] and extra_share(config) > 0:
+                unsettled.append((item, wrong))
+            else:
+                emit(item, done)
+                del taken[key]
+    extra_rounds(config, unsettled, taken, measure, emit)
     return wrong_total
+
+
+def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: dict,
+                 measure: Callable, emit: Callable) -> None:
+    """Rows flagged `unstable` after the planned rounds get more, in passes over them that
+    alternate direction as the planned ones do, each row leaving as soon as it is no longer
+    flagged, until the sweep's share of --extra-budget is spent (`extra_share`): counted in the
+    time its calls took (the same on every rank, which all stop at the same row), at least each
+    round's own budget. The rows left are emitted as they stand, still flagged."""
+    spent, budget, index = 0.0, extra_share(config), config.rounds
+    while unsettled and spent < budget:
+        order = unsettled if (index - config.rounds) % 2 else unsettled[::-1]
+        for item, wrong in list(order):
+            if spent >= budget:
+                break
+            measured, _ = measure(item, index, False)
+            spent += max(config.sampling.budget_s / config.rounds, calls_s(measured, config.sampling.warmup))
+            done = item.row(taken[(item.label, item.size_bytes)], wrong)
+            if not done[0]["unstable"]:
+                unsettled.remove((item, wrong))
+                emit(item, done)
+        index += 1
+    for item, wrong in unsettled:
+        emit(item, item.row(taken[(item.label, item.size_bytes)], wrong))
+
+
+def calls_s(measured: timing.Measured, warmup: int) -> float:
+    """Seconds the calls of one measurement took, by its slowest rank's median: its samples'
+    loops and the warm-up calls."""
+    per_call_us = float(np.median(np.max(np.asarray(measured.per_rank_us, dtype=float), axis=0)))
+    return per_call_us * 1e-6 * (measured.samples * measured.loops + warmup)
+
+
+def extra_share(config: RunConfig) -> float:
+    """This sweep's share of --extra-budget: the run's budget split evenly over its world sizes
+    and collectives (each a sweep of its own); none where --samples fixed the total."""
+    if config.sampling.samples is not None:
+        return 0.0
+    sweeps = len(config.world_sizes) * (bool(config.algorithms) + len(config.collectives))
+    return config.extra_budget_s / max(1, sweeps)
