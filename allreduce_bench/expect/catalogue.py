@@ -62,7 +62,8 @@ def model_of(device: str | None) -> str | None:
 def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str = "all_reduce") -> pd.DataFrame:
     """The rows of this GPU model and collective on the same side of the node boundary (one node,
     or several), closest first: the same GPUs per node, then node count, then NCCL's default
-    settings (then rows whose setting nobody changed), then measurements before thresholds, the newest first. Empty for an unknown model.
+    settings (then rows whose setting nobody changed), then measurements before thresholds, the
+    newest first. Empty for an unknown model.
     NVLS figures only for more than 4 GPUs per node, and ring figures first at 4 or fewer (NCCL
     keeps the ring at 4: settings.csv).
     AllGather and ReduceScatter: then AllReduce's ring figures, as they run the same ring (361.4
