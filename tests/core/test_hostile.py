@@ -525,7 +525,7 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     lines = [line for line in stderr.strip().splitlines()  # less the start line, wrapped or not
-             if "-> " not in line and not line.startswith(" ")]
+             if "->" not in line and not line.startswith(" ")]
     assert proc.returncode in (0, 130) and len(lines) <= 1, stderr
 
 

@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch.distributed as dist
@@ -273,9 +274,16 @@ class Fault:
         if self.at == "start" and rank == self.rank:
             self._act(rank, "as it starts")
 
-    def after_row(self, rank: int, rows_done: int) -> None:
+    def after_row(self, rank: int, rows_done: int, on_disk: Callable[[], int] | None = None) -> None:
+        """`on_disk()`: the rows the writer has kept so far. The writer records the same row at
+        about the same time as this rank; waiting (10 s at most) until it has lets a test count
+        the rows kept exactly (on a loaded machine the launcher's SIGTERM otherwise beat the
+        writer's last row now and then)."""
         if self.at != "row" or rank != self.rank or rows_done != self.after_rows or self.action == "delay":
             return
+        deadline = time.monotonic() + 10
+        while on_disk is not None and on_disk() < rows_done and time.monotonic() < deadline:
+            time.sleep(0.01)
         self._act(rank, f"after {rows_done} rows")
 
     def _act(self, rank: int, when: str) -> None:

@@ -168,7 +168,13 @@ class Session:
                 self.show(row)
         self.rows_done += 1
         if self.fault:
-            self.fault.after_row(self.env.rank, self.rows_done)
+            self.fault.after_row(self.env.rank, self.rows_done, self._rows_on_disk)
+
+    def _rows_on_disk(self) -> int:
+        """Rows in results.csv now (header and a half-written row not counted); the test fault
+        hook waits for the writer with it."""
+        path = self.config.out_dir / RESULTS_FILE
+        return max(0, path.read_bytes().count(b"\n") - 1) if path.exists() else 0
 
     def expect(self, rows: int, what: str) -> None:
         """Show a progress bar over the `rows` this run will record (rank 0, a terminal)."""
