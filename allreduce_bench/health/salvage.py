@@ -223,6 +223,13 @@ def _name(fates: dict[str, str], by_host: dict[str, list[list[dict]]]) -> tuple[
         others = "the hosts that stayed with the coordinator" if cut_off_side is lost else \
             f"the {len(lost)} host(s) that lost the coordinator on it"
         named[host] = ("unreachable", f"cut off {_phase(events_of.get(host, []))}: {others} outnumber it")
+    if not named and not stayed:  # every host lost someone (a frozen coordinator that woke, too):
+        for host in fates:  # the host most of the others lost is the one cut off
+            by = {h for h, events in events_of.items() if h != host and
+                  any(e["event"] == "lost" and e.get("host") == host for e in events)}
+            if len(by) > (len(fates) - 1) / 2:
+                named[host] = ("unreachable", f"lost {_phase(events_of.get(host, []))} by {len(by)} of the "
+                                              f"{len(fates) - 1} other host(s)")
     return named, coordinator in cut_off_side or coordinator in named
 
 

@@ -70,6 +70,19 @@ def test_a_frozen_coordinator_is_unreachable_when_the_others_say_they_lost_it(tm
     assert set(_verdicts(tmp_path).values()) == {"unreachable", "not judged"}
 
 
+def test_a_coordinator_that_wakes_and_says_it_lost_the_store_is_still_named(tmp_path):
+    """CI, a local run: rank 0 SIGSTOPped in round 1, then stopped by the launcher after it woke
+    and found the store silent. Every host then says it lost someone, so no side stayed: the
+    host all the others lost is the one named (before: every host `not judged`, exit 1)."""
+    journals = _journals(tmp_path, {h: 1 for h in HOSTS}, {h: "lost" for h in HOSTS[1:]})
+    Journal(tmp_path, 0, host="node0", world_rank=0, coordinator="node0").note(
+        "lost", host="node0", why="the launcher's store did not answer")
+    journals = read_journals(tmp_path)
+    assert conclude(tmp_path, {h: "lost" for h in HOSTS}, journals) == 3
+    assert _verdicts(tmp_path) == {"node0": "unreachable", "node1": "not judged", "node2": "not judged",
+                                   "node3": "not judged"}
+
+
 def test_a_cut_off_coordinator_is_named_by_the_majority_not_believed(tmp_path):
     # node0's link was cut: its coordinator named the other three unreachable and ended;
     # the three said they lost it. The side cut off is the smaller one.
