@@ -16,7 +16,11 @@ The rules (the same for `--pairs quick` and `--pairs all`):
 - a finding is *controlled* when one of its slow measurements was made beside a control (known-
   good hosts measured side by side in the same round, reference.py) and judged against it: the
   plan (rounds.py) re-measures a finding that is not, where two known-good hosts are free, and a
-  healthy host then reads fine beside the control, however slow the earlier rounds' moments were.
+  healthy host then reads fine beside the control, however slow the earlier rounds' moments were;
+- a host faulty on a pair or rail check is *proven* (named slow or bad) only with evidence a
+  moment of load does not give: controlled, or slow once more with a good partner after it was
+  found faulty (where no control can be free: 2 or 3 hosts). Two slow moments alone leave it
+  `not judged`.
 """
 from __future__ import annotations
 
@@ -67,6 +71,13 @@ class HostState:
     ok_with: list[str] = field(default_factory=list)
     tried: set[str] = field(default_factory=set)  # every partner it was measured with
     controlled: bool = False  # faulty, and slow in a round with a control (reference.py)
+    again: bool = False  # faulty, and slow with a good partner once more than it took to find so
+
+    @property
+    def proven(self) -> bool:
+        """Faulty beyond a moment of load: beside a control, slow once more, or on its intra check
+        (whose recheck the plan always measures, beside a host found fine where there is one)."""
+        return self.controlled or self.again or ("intra", None) in self.channels
 
 
 def channel_of(m: Measurement) -> Channel:
@@ -126,6 +137,7 @@ def host_states(hosts: Sequence[str], measurements: Sequence[Measurement], refer
         if state.status == "faulty":
             state.controlled = (reference.controlled(max(intra_by_round[h])) if ("intra", None) in state.channels
                                 else any(reference.controlled(r.round) for r in confirming))
+            state.again = len(confirming) > CONFIRMATIONS
     for h in unreachable:
         states[h].status = "unreachable"
     return states

@@ -15,7 +15,9 @@ Every re-pairing round (and the intra round that measures the slow ones again) a
 *control*: two known-good hosts left free (one for intra), side by side with the suspects, and
 each suspect is judged against the control of its round (reference.py): a moment of load slows
 both. A host or link found slow without a control yet is measured once more beside one, where
-two known-good hosts are free and the round budget allows: re-measured before it is judged.
+two known-good hosts are free and the round budget allows: re-measured before it is judged. With
+fewer than three known-good hosts (2 or 3 hosts) a host found faulty is measured once more
+without a control: slow again, it is proven; not measured again, it is `not judged`.
 """
 from __future__ import annotations
 
@@ -253,14 +255,15 @@ class HealthCheck:
                            controls) if pairs else None
 
     def _beside_control(self, states, good: list[str], busy: set[str]) -> list[tuple[str, str]]:
-        """Hosts found faulty without a control yet, each with a known-good partner (one it
-        has not met where it can), while two known-good hosts stay free for the control."""
+        """Hosts found faulty without the evidence a moment of load does not give (decide.py
+        `proven`), each with a known-good partner (one it has not met where it can): while two
+        known-good hosts stay free for the control, or, where there are never that many (2 or 3
+        hosts), alone: a further moment."""
         pairs = []
-        unsure = [h for h, state in states.items() if state.status == "faulty" and not state.controlled
-                  and ("intra", None) not in state.channels]  # intra: judged in the intra rounds
-        for host in unsure:
+        alone = len(good) < 3
+        for host in [h for h, state in states.items() if state.status == "faulty" and not state.proven]:
             free = [g for g in good if g not in busy]
-            if host in busy or len(free) < 3:
+            if host in busy or len(free) < (1 if alone else 3):
                 continue
             partner = next((g for g in free if g not in states[host].tried), free[0])
             pairs.append((host, partner))

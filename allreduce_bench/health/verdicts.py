@@ -1,7 +1,8 @@
 """Verdicts per host, rail (host, local rank) and pair: `ok`, `slow`, `bad`, `unreachable`,
 `dead` or `not judged`, each with measured vs expected busbw and why. `ok` needs evidence: a
-measurement judged against a threshold; a host never so measured is `not judged`. A confirmed
-host or link is `bad` under BAD_FRACTION of expected and `slow` above it; `dead` (its process
+measurement judged against a threshold; a host never so measured is `not judged`, and so is one
+slow in separate moments only (decide.py `proven`). A confirmed host or link is `bad` under
+BAD_FRACTION of expected and `slow` above it; `dead` (its process
 died) comes from whoever saw it (health/salvage.py); the exit code follows from the hosts."""
 from __future__ import annotations
 
@@ -86,10 +87,18 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra, complete:
         worst = min((_worst(_host_channel_ms(host, c, results, state.slow_with, intra), ref) | {"channel": c}
                      for c in sorted(named, key=str)), key=lambda w: w["ratio"])
         intra = worst["channel"][0] == "intra"
-        with_whom = "" if intra else f" with {len(state.slow_with)} known-good partners ({', '.join(state.slow_with)})"
+        partners = sorted(set(state.slow_with))
+        with_whom = "" if intra else f" with {len(partners)} known-good partners ({', '.join(partners)})" + (
+            f", {len(state.slow_with)} times" if len(state.slow_with) > len(partners) else "")
+        if not state.proven:  # two slow moments, nothing of the same moment to compare
+            return {**out, **_public(worst), "verdict": NOT_JUDGED, "check": _name(worst["channel"]),
+                    "control": False,
+                    "why": f"{_name(worst['channel'])} slow{with_whom} in separate rounds, against the fleet's "
+                           "median only; not measured again, with no control pair of known-good hosts free: "
+                           "a moment of load is not ruled out"}
         return {**out, **_public(worst), "verdict": _severity(worst["ratio"]), "check": _name(worst["channel"]),
                 "control": state.controlled,
-                "why": f"{_name(worst['channel'])} slow{with_whom}{_confidence(state.controlled, intra)}"}
+                "why": f"{_name(worst['channel'])} slow{with_whom}{_confidence(state.controlled, intra, state.again)}"}
     mine = [m for r in results if host in r.hosts for m in r.measurements if m.check == "pair"]
     mine = mine or [m for m in intra if m.hosts == (host,)]
     worst = _worst(mine, ref) if mine else {}
@@ -115,12 +124,13 @@ def host_verdict(state: HostState, check: HealthCheck, results, intra, complete:
     return {**out, **_public(worst), "verdict": "ok", "why": why}
 
 
-def _confidence(controlled: bool, intra: bool = False) -> str:
+def _confidence(controlled: bool, intra: bool = False, again: bool = False) -> str:
     """How sure a finding is: re-measured beside a control of the same moment, or not."""
     control = "a host found fine" if intra else "a control pair of known-good hosts"
     if controlled:
         return f", and again beside {control} measured at the same time"
-    return f"; not re-measured beside {control} (none free): judged against the fleet's median only"
+    return (f"; not re-measured beside {control} (none free): judged against the fleet's median only"
+            + (", and slow again when measured once more" if again else ""))
 
 
 def holdback(per_rank: dict[int, dict] | None) -> dict | None:
@@ -181,9 +191,11 @@ def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
             partners = state.slow_with if faulty else (state.ok_with or sorted(state.tried))
             ms = _host_channel_ms(host, channel, results, partners, ())
             worst = _worst(ms, check.reference) if ms else {}
-            verdict = ("unreachable" if state.status == "unreachable" else
-                       _severity(worst.get("ratio", 0.0)) if faulty else "ok")
-            why = (f"rail {rail} slow with {', '.join(partners)}" if faulty else
+            verdict = ("unreachable" if state.status == "unreachable" else NOT_JUDGED if faulty and not state.proven
+                       else _severity(worst.get("ratio", 0.0)) if faulty else "ok")
+            why = (f"rail {rail} slow with {', '.join(partners)}"
+                   + ("; not proven beyond a moment of load (see its host)" if verdict == NOT_JUDGED else "")
+                   if faulty else
                    "host unreachable" if verdict == "unreachable" else
                    f"fine with {', '.join(partners) or 'nobody measured'}")
             rows.append({"host": host, "rail": rail, "verdict": verdict, **_public(worst), "why": why})

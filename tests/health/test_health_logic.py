@@ -426,7 +426,32 @@ def test_without_two_free_good_hosts_a_finding_says_it_had_no_control():
     check, v = SimCluster(names(3), noise=0.02, host={"node1": 0.25}).run(expect={"inter": 15.0})
     bad = next(h for h in v["hosts"] if h["host"] == "node1")
     assert bad["verdict"] == "bad" and bad["control"] is False
-    assert "not re-measured beside a control" in bad["why"]
+    assert "not re-measured beside a control" in bad["why"] and "slow again when measured once more" in bad["why"]
+    assert _pair_rounds(check)[-1] == [("node1", "node0")] and not check.rounds[-1].controls  # once more, alone
+
+
+def test_without_a_control_two_slow_moments_are_measured_again_not_called_bad():
+    # the fault matrix's `stop last round1` at load 16-18: node3 frozen in round 1, so every
+    # later round measured one pair alone; healthy node0 read ~16x slow at 4 KiB with node2 and
+    # then node1 (two moments of load), and was called `bad` (exit 3 for a healthy host). Now it
+    # is measured once more and is fine; slow again, it stays named
+    moments = {(2, "node0"): 0.05, (3, "node0"): 0.05}
+    check, v = SimCluster(names(4), noise=0.02, frozen={"node3"}, moments=moments).run()
+    assert _pair_rounds(check)[3] == [("node0", "node1")] and not check.rounds[3].controls
+    assert {h["host"]: h["verdict"] for h in v["hosts"]} == {
+        "node0": "ok", "node1": "ok", "node2": "ok", "node3": "unreachable"}
+    check, v = SimCluster(names(4), noise=0.02, frozen={"node3"}, moments={**moments, (4, "node0"): 0.05}).run()
+    assert next(h for h in v["hosts"] if h["host"] == "node0")["verdict"] == "bad"
+
+
+def test_two_slow_moments_that_cannot_be_measured_again_leave_the_host_not_judged():
+    # --pairs all on 3 hosts re-pairs nobody: node0 slow with both others, each in its own round
+    moments = {(k, "node0"): 0.05 for k in (1, 2, 3)}
+    check, v = SimCluster(names(3), noise=0.02, moments=moments).run("all")
+    node0 = next(h for h in v["hosts"] if h["host"] == "node0")
+    assert node0["verdict"] == "not judged" and "a moment of load is not ruled out" in node0["why"]
+    doc = document(check, {"hosts": 3, "ranks_per_node": 1, "sizes": list(SIZES)})
+    assert doc["not_judged"] == "node0" and doc["exclude"] == "" and doc["exit_code"] == HEALTHY
 
 
 def test_a_slow_link_is_confirmed_beside_a_control():
