@@ -41,7 +41,7 @@ from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import make_row
-from allreduce_bench.health import pairing, throttle
+from allreduce_bench.health import ending, pairing, throttle
 from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.health.decide import Measurement
 from allreduce_bench.health.journal import Journal
@@ -378,17 +378,27 @@ def measure_health(session) -> int:
     if env.rank != 0:
         threading.Thread(target=_watch_coordinator, args=(board, session.progress, names[0], lost, limit_s),
                          daemon=True, name="coordinator-watch").start()
+    held = False
     try:
         if session.lead:
             lead(session, rank, board)
         else:
             rank.follow()
+        if not session.local:  # the confirmation at the end of the check (health/ending.py)
+            session.progress.at(0, 0, "the end of the check (confirming it is still there)", (0,))
+            journal.note("ending")
+            if session.lead:
+                ending.hold(board, ranks_of)
+            else:
+                ending.answer(board)
+            held = session.lead
     except (CoordinatorLost, RuntimeError) as error:  # RuntimeError: the store (its host) is gone
         lost(str(error) if isinstance(error, CoordinatorLost) else
              f"lost the coordinator (rank 0 on {names[0]}) and the launcher's store at {session.progress.where}: "
              f"{(str(error).strip().splitlines() or [type(error).__name__])[0][:200]}")
     finally:
-        board.close()
+        if not held:
+            board.close()
     journal.note("end")
     return 0
 

@@ -2,7 +2,7 @@
 <out>/health-ranks/rank-<R>.jsonl (R: the rank in the launch), appended whole, so it outlives
 the rank, the coordinator and the launcher's store. Whoever writes the verdict once ranks
 died or froze (health/salvage.py) reads them: the host of each rank, the round and group it
-was in, whom it lost and why, whether it ended."""
+was in, whom it lost and why, whether it reached the end of the check (`ending`) and ended."""
 from __future__ import annotations
 
 import json

@@ -147,8 +147,9 @@ class Watch:
             return True
         doc = _last_document(self.out_dir, self.since) or {}
         if doc.get("finished"):  # the rest: named by a verdict of the majority, or past their timeout
-            named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
-            return (running <= named | _accused(by_host) and 2 * len(named) < len(fates)
+            named = _named_in(doc)
+            return (self.store_host in named  # its writer found itself cut off: the rest hang on its store
+                    or running <= named | _accused(by_host) and 2 * len(named) < len(fates)
                     or self._seen("final") > self.timeout_s + FINAL_GRACE_S)
         if self.store_host in lost:
             return True  # nobody goes on without the launcher's store
@@ -173,11 +174,16 @@ class Watch:
         journals = read_journals(self.out_dir, self.since)
         fates = self._fates(codes, worker_exits, _by_host(journals))
         final = outcome(self.out_dir, self.since)
-        if final is not None and not _accused(_by_host(journals)) and all(f == "ended" for f in fates.values()):
-            return final  # the check ended by itself, nothing to add
+        if final is not None and (not _accused(_by_host(journals)) and all(f == "ended" for f in fates.values())
+                                  or self.store_host in _named_in(_last_document(self.out_dir, self.since))):
+            return final  # the check ended by itself (its writer found itself cut off), nothing to add
         if final is None and fates.get(self.store_host) != "running":  # the others lost the store
             fates = {h: "lost" if fate == "running" else fate for h, fate in fates.items()}
         return conclude(self.out_dir, fates, journals, self.since, self.prometheus)
+
+
+def _named_in(doc: dict | None) -> set[str]:
+    return {h["host"] for h in (doc or {}).get("hosts", []) if h["verdict"] in ("unreachable", "dead")}
 
 
 def _last_document(out_dir: Path, since: float) -> dict | None:
@@ -196,6 +202,8 @@ def _phase(events: list[dict]) -> str:
         return "at start-up (before the world formed)"
     if events[-1]["event"] == "end":
         return "after its part of the check had ended"
+    if events[-1]["event"] == "ending":
+        return "at the end of the check, its part measured, while it confirmed it was still there"
     rounds = [e for e in events if e["event"] == "round"]
     return f"in {rounds[-1]['where']}" if rounds else "after the world formed, before its first round"
 

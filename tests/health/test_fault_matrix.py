@@ -1,9 +1,10 @@
 """A representative part of the fault matrix (doc/health.md; the whole of it:
 `scripts/perf_health.py --kinds matrix`) on the emulated 4 x 1 cluster (root only): each kind
 of fault once, each role once, each phase but start-up once (start-up faults:
-test_health_join.py). A case passes when the faulted host is named dead or unreachable,
-nobody else is, the command exits 3 with health.json written within --timeout + 15 s (plus
-room for a loaded machine), and its console shows no traceback."""
+test_health_join.py), and the link cuts while the verdict is written. A case passes when the
+faulted host is named dead or unreachable, nobody else is, the command exits 3 with health.json
+written within --timeout + 15 s (plus room for a loaded machine), and its console shows no
+traceback."""
 from __future__ import annotations
 
 import importlib.util
@@ -30,6 +31,8 @@ def _perf():
     ("stop", "rank0", "later"),  # before: all four `ok`, exit 1 after 35 s
     ("cut", "middle", "round1"),
     ("kill", "last", "writing"),
+    ("cut", "middle", "writing"),  # before: all four `ok`, exit 0 (nothing used the link again)
+    ("cut", "rank0", "writing"),  # before: the same
 ])
 def test_the_faulted_host_is_named_and_nobody_else(tmp_path, kind, role, phase):
     trial = _perf().matrix_trial("4x1", tmp_path / "case", "400mbit", TIMEOUT_S, kind, role, phase)

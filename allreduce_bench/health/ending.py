@@ -1,0 +1,76 @@
+"""The check's last step, once its verdict and outputs are written and before the command says it
+is done: every rank confirms over the launcher's store, on the network it was measured on, that
+it is still there. A host whose link is cut after its last measurement (while the writer writes
+the summary and figure) is otherwise seen by nobody, and the verdict would say `ok` for a host
+the others cannot reach. A host that does not confirm is `unreachable`; when the hosts that did
+not confirm outnumber those that did, the writer's own host is the one cut off. Not in a local
+run (`health --hosts N`: one machine, loopback), whose writer is the driver, not a rank."""
+from __future__ import annotations
+
+import time
+
+from allreduce_bench.health.coordination import HEARTBEAT_S, POLL_S, Board, Liveness
+
+REQUEST = "confirm"
+SILENT_S = 5 * HEARTBEAT_S  # heartbeats missed before a rank is not confirming (a cut stops them)
+_writer: list[tuple[Board, dict[str, list[int]]]] = []  # held from the rounds' end to finish_health
+
+
+def answer(board: Board) -> None:
+    """Every rank but the writer, once the rounds ended: wait for the writer's request (the
+    writer's silence or the store's ends this rank meanwhile: health/benchmark.py's watches),
+    then confirm."""
+    while not board.has(REQUEST):
+        time.sleep(POLL_S)
+    board.put(f"confirmed/{board.rank}", 1)
+
+
+def hold(board: Board, ranks_of: dict[str, list[int]]) -> None:
+    """The writer, once the rounds ended: its board (and heartbeat) stays open for `confirmed`."""
+    _writer.append((board, ranks_of))
+
+
+def confirmed(doc: dict, timeout_s: float) -> dict:
+    """The writer, last: `doc` with the hosts that did not confirm within SILENT_S of silence
+    (`timeout_s` at most) named unreachable; `doc` itself when all did, or nothing was held."""
+    if not _writer:
+        return doc
+    board, ranks_of = _writer.pop()
+    named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
+    asked = [h for h in ranks_of if h not in named]
+    try:
+        board.put(REQUEST, 1)
+        silent = _silent(board, {r for h in asked for r in ranks_of[h] if r != board.rank}, timeout_s)
+    finally:
+        board.close()
+    quiet = [h for h in asked if set(ranks_of[h]) & silent]
+    if not quiet:
+        return doc
+    writer = next(h for h, ranks in ranks_of.items() if board.rank in ranks)
+    if writer not in quiet and len(quiet) > len(asked) - len(quiet):  # the writer's side is the smaller
+        why = {writer: f"cut off after its last measurement: {len(quiet)} of the {len(asked) - 1} other "
+                       "host(s) did not confirm to its writer at the end of the check"}
+    else:
+        why = {h: "did not confirm at the end of the check, after its last measurement (silent for "
+                  f"{SILENT_S:g} s): its link cut, or frozen or dead since" for h in quiet}
+    return _named(doc, why)
+
+
+def _silent(board: Board, waiting: set[int], timeout_s: float) -> set[int]:
+    """The ranks that had not confirmed once all those left stopped beating, or at `timeout_s`."""
+    liveness, started = Liveness(board, SILENT_S), time.monotonic()
+    while waiting := {r for r in waiting if not board.has(f"confirmed/{r}")}:
+        if time.monotonic() - started > timeout_s or all([liveness.silent(r) for r in sorted(waiting)]):
+            break  # (a list: every rank's heartbeat read, each from its first reading)
+        time.sleep(POLL_S)
+    return waiting
+
+
+def _named(doc: dict, why: dict[str, str]) -> dict:
+    from allreduce_bench.health.outputs import finish_document
+
+    hosts = [{**h, "verdict": "unreachable", "why": why[h["host"]]} if h["host"] in why else h
+             for h in doc["hosts"]]
+    rails = [{**r, "verdict": "unreachable", "why": "host unreachable"} if r["host"] in why else r
+             for r in doc.get("rails", [])]
+    return finish_document({**doc, "hosts": hosts, "rails": rails})
