@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,6 +112,9 @@ def test_sigkill_in_four_ranks(tmp_path):
     assert ended - fault_time(output) < 60
     assert_no_orphans(proc.pid)
     assert keys(read_rows(out)) == [("native", 4, 4096), ("ring", 4, 4096), ("ring", 4, 8192)]
+    stopped = json.loads((out / "meta.json").read_text())["stopped"]  # before: only under emulate
+    assert stopped["rank"] == 2 and stopped["how"] == "was killed by SIGKILL"
+    assert stopped["host"] == socket.gethostname() and stopped["at"].startswith(time.strftime("%Y-%m-%d"))
 
 
 @pytest.mark.slow
@@ -126,6 +130,35 @@ def test_stalled_rank_trips_the_timeout(tmp_path):
     assert ended - fault_time(output) < 5 + 60
     assert_no_orphans(proc.pid)
     assert keys(read_rows(out)) == [("ring", 2, 4096), ("ring", 2, 8192)]
+    # the rank the others gave up on, not the one that gave up (before: no `stopped` at all)
+    stopped = json.loads((out / "meta.json").read_text())["stopped"]
+    assert stopped["rank"] == 1 and stopped["how"] == "stopped answering at native, world size 2, 4096 B"
+    assert "run stopped: rank 1 stopped answering at native" in output
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("command", "fault", "rank", "how"), [
+    (["ddp", "--params", "40K", "--layers", "4", "--iters", "2", "--warmup", "0"],
+     "rank=1,after_rows=3,action=stop", 1, "stopped answering (frozen) at "),
+    (["links", "--ranks-per-node", "2", "--sizes", "4K", "--iters", "1", "--warmup", "0"],
+     "rank=3,after_rows=2,action=kill", 3, "was killed by SIGKILL"),
+])
+def test_ddp_and_links_say_which_rank_stopped(tmp_path, command, fault, rank, how):
+    """The local driver's `stopped` for every command it runs: meta.json has the rank, its host,
+    how and when; one line says so, the rows before are kept, and no summary table follows."""
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), FAULT_ENV: fault}
+    proc = subprocess.Popen([sys.executable, "-m", "allreduce_bench", *command, "--world-sizes", "4",
+                             "--timeout", "5", "--no-plot", "--out", str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    code, output, _ = finish(proc)
+    assert code == 1, output
+    stopped = json.loads((out / "meta.json").read_text())["stopped"]
+    assert stopped["rank"] == rank and stopped["how"].startswith(how), stopped
+    assert len(re.findall(r"run stopped: rank \d", output)) == 1 and f"run stopped: rank {rank} " in output, output
+    assert len(read_rows(out)) >= 2 and "results:" not in output, output  # no finish after it
+    assert_no_orphans(proc.pid)
 
 
 def test_resume_refuses_another_measurement(tmp_path):

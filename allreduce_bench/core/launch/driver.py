@@ -14,13 +14,15 @@ from pathlib import Path
 
 from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.extensions import NONE, Extensions
-from allreduce_bench.core.launch.environments import describe_failure, launch_local
+from allreduce_bench.core.launch.environments import describe_failure, launch_local, stopped_record
 from allreduce_bench.core.launch.flight import flight_recorder_line
 from allreduce_bench.core.launch.reasons import LocalRun, first_reason, guarded
 from allreduce_bench.core.measure import stopped
 from allreduce_bench.core.measure.rank import Benchmark, rank_main
 from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.resume import kept
+from allreduce_bench.core.results.schema import META_FILE
+from allreduce_bench.core.results.store import update_meta
 
 
 @contextmanager
@@ -136,6 +138,11 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
                                                   in (getattr(error, "failures", {}) or {}).items()}, started)
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
+            record = stopped_record(error, reasons)
+            if (Path(config.out_dir) / META_FILE).exists():
+                update_meta(config.out_dir, stopped=record)
+            if record["rank"] not in (getattr(error, "failures", {}) or {}):  # frozen: the others gave up
+                why = f"rank {record['rank']} {record['how']}"
             killed = not found and any(f.exitcode == -signal.SIGKILL
                                        for f in (getattr(error, "failures", {}) or {}).values())
             print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"

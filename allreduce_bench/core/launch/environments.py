@@ -3,11 +3,14 @@ and the line that says why one failed."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 
 from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env, process_state
 from allreduce_bench.core.errors import PEER_LOST_EXIT, UsageError
+from allreduce_bench.core.launch.reasons import first_reason
 
 LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
 
@@ -131,30 +135,63 @@ def launch_local(nprocs: int, entrypoint: Callable, *args, marks: str | Path | N
         done.set()
 
 
+def _how(failure) -> str:
+    if failure.exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-failure.exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-failure.exitcode}"
+    if failure.exitcode == PEER_LOST_EXIT:
+        return "gave up on a peer that stopped answering (see its line above)"
+    return f"exited with code {failure.exitcode}"
+
+
+def _ordered(error: BaseException) -> list:
+    """(rank, failure) of a failed local world, the cause first: a rank killed by a signal (the
+    others failed because it vanished), then by time."""
+    failures = getattr(error, "failures", {}) or {}
+    return sorted(failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[1].timestamp, kv[0]))
+
+
 def describe_failure(error: BaseException) -> str:
     """One line for a failed local world: which rank died first and how."""
-    failures = getattr(error, "failures", {}) or {}
-    if not failures:
+    ordered = _ordered(error)
+    if not ordered:
         return f"a rank failed: {error}"
-
-    def how(failure) -> str:
-        if failure.exitcode < 0:
-            try:
-                return f"was killed by {signal.Signals(-failure.exitcode).name}"
-            except ValueError:
-                return f"was killed by signal {-failure.exitcode}"
-        if failure.exitcode == PEER_LOST_EXIT:
-            return "gave up on a peer that stopped answering (see its line above)"
-        return f"exited with code {failure.exitcode}"
-
-    # A rank killed by a signal is the cause; the others failed because it vanished.
-    ordered = sorted(failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[1].timestamp, kv[0]))
     first_rank, first = ordered[0]
-    line = f"rank {first_rank} (pid {first.pid}) {how(first)}"
+    line = f"rank {first_rank} (pid {first.pid}) {_how(first)}"
     others = [str(r) for r, _ in ordered[1:]]
     if others:
         line += f"; rank(s) {','.join(others)} stopped after it"
     return line
+
+
+def stopped_record(error: BaseException, reason_dir) -> dict:
+    """meta.json's `stopped` for a local world a rank stopped: which rank, on which host, how and
+    when. A rank killed by a signal is the cause; else one that failed with a reason (out of
+    memory, a bug: launch/reasons.py); else the rank the others gave up on (frozen or stalled:
+    their marks, measure/faults.py `leave_lost`); else the first that failed."""
+    from allreduce_bench.core.measure.faults import LOST_MARK  # torch: not for the shell scripts' _main
+
+    ordered = _ordered(error)
+    rank, failure = ordered[0] if ordered else (None, None)
+    how, at = (_how(failure), failure.timestamp) if failure else ("failed", time.time())
+    marks = []
+    for path in Path(reason_dir).glob(f"{LOST_MARK}*"):
+        try:
+            marks.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    first = min((m for m in marks if m["lost"]), key=lambda m: m["t"], default=None)
+    if not (failure and failure.exitcode < 0):
+        if (found := first_reason(reason_dir)) is not None:
+            rank, how = found
+        elif first is not None:  # the ranks that gave up name whom they waited on
+            rank = min(map(int, first["lost"]))
+            state = first["lost"][str(rank)]
+            how, at = f"stopped answering{f' ({state})' if state else ''} at {first['where']}", first["t"]
+    return {"host": socket.gethostname(), "rank": rank, "how": how,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(at))}
 
 
 def _main(argv: list[str]) -> int:

@@ -12,6 +12,7 @@ is the one missing. Only when none of this can tell is the missing rank reported
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import signal
 import socket
@@ -20,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -63,6 +65,7 @@ class Progress:
         self.rank, self.members, self.master = rank, tuple(range(world_size)), master
         self.phase, self.step, self.where = 0, 0, "start-up"
         self.host, self.pid = socket.gethostname(), os.getpid()
+        self.lost: dict[int, str] = {}  # what `missing` found: rank -> its state ('' when only behind)
         try:  # private but long-standing; without it only the missing rank goes unnamed
             self.store: dist.PrefixStore | None = dist.PrefixStore("allreduce_bench/progress",
                                           dist.distributed_c10d._get_default_store())
@@ -107,6 +110,7 @@ class Progress:
         found = answer[0]
         if not found:
             return "missing rank unknown"
+        self.lost = found
         ranks = sorted(found)
         text = f"missing rank {ranks[0]}" if len(ranks) == 1 else \
             f"missing ranks {','.join(map(str, ranks))}"
@@ -142,6 +146,19 @@ class Progress:
             return found
         except Exception:
             return None
+
+
+LOST_MARK = "lost-"  # + the rank: the ranks a rank of a local world gave up on, for its driver
+
+
+def leave_lost(folder: str, rank: int, progress: Progress) -> None:
+    """What `progress.missing` found, as JSON in a local world's reasons folder
+    (launch/environments.py `stopped_record` names the stopped rank from it)."""
+    try:
+        (Path(folder) / f"{LOST_MARK}{rank}").write_text(json.dumps(
+            {"lost": progress.lost, "where": progress.where, "t": time.time()}))
+    except OSError:
+        pass  # the driver then names the first rank that failed
 
 
 def explain(error: BaseException, timeout_s: float) -> str:

@@ -42,6 +42,7 @@ from allreduce_bench.core.measure.faults import (
     claim_or_wait,
     exit_now,
     failure_line,
+    leave_lost,
     peer_died,
     peer_silent,
 )
@@ -257,7 +258,7 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
     with nullcontext() if local is not None else \
             stopped.watch(env.rank, env.world_size, progress, config, dump_verdict):
         _measure_or_exit(config, benchmark, env, device, placement, binder, progress,
-                         presence, dump_verdict, local is not None)
+                         presence, dump_verdict, local)
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(config.out_dir)
@@ -265,11 +266,12 @@ def rank_main(config, benchmark: Benchmark, env: RankEnv | None = None, dump_ver
 
 
 def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placement, binder,
-                     progress: Progress, presence=None, dump_verdict=None, local=False) -> int:
-    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
+                     progress: Progress, presence=None, dump_verdict=None, local=None) -> int:
+    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line
+    (and, in a local world, the ranks it gave up on for its driver: faults.py `leave_lost`)."""
     try:
         hosts = _gather_meta(config, benchmark, env, device, placement)
-        session = Session(config, env, device, progress, hosts, binder, presence, local)
+        session = Session(config, env, device, progress, hosts, binder, presence, local is not None)
         if getattr(config, "rows_expected", None):  # a config that knows its rows (ddp's)
             session.expect(config.rows_expected, benchmark.name)
         wrong = benchmark.measure(session)
@@ -285,8 +287,10 @@ def _measure_or_exit(config, benchmark: Benchmark, env: RankEnv, device, placeme
         if not (peer_died(error) or peer_silent(error)):
             traceback.print_exc()  # not a lost peer: maybe a bug, keep the evidence
         line = failure_line(env.rank, progress, error, config.timeout_s)
+        if local is not None:
+            leave_lost(local.reasons, env.rank, progress)
         line += flight_recorder.after_failure(config, env.rank, env.world_size,
-                                              local=local,
+                                              local=local is not None,
                                               dump_verdict=dump_verdict)
         exit_now(line, linger_s=LINGER_S if peer_died(error) else 0.0)
     except KeyboardInterrupt:  # srun/mpirun pass Ctrl-C to every rank
