@@ -78,12 +78,14 @@ def test_ddp_link_is_paced_to_the_backward_pass():
     assert pacing.ddp_rate_bps(settings, 2, 2, 0.3) == pytest.approx(1.5 * gradient_bits / 0.3)
 
 
-def _link(cpu_s: float, backward_s: float, overhead_s: float = 0.0):
+def _link(cpu_s: float, backward_s: float, overhead_s: float = 0.0, cpu_rate: float = 1.0):
     """A fake probe: the AllReduce takes 1 Gbit / rate seconds (plus `overhead_s`) and
-    `cpu_s` of CPU whatever the rate; every rate asked for is kept in `.rates`."""
+    `cpu_s` of CPU whatever the rate, the rank getting `cpu_rate` CPU seconds per second;
+    every rate asked for is kept in `.rates`."""
     def probe(rate_bps):
         probe.rates.append(rate_bps)
-        return {"backward_s": backward_s, "comm_s": 1e9 / rate_bps + overhead_s, "comm_cpu_s": cpu_s}
+        return {"backward_s": backward_s, "comm_s": 1e9 / rate_bps + overhead_s, "comm_cpu_s": cpu_s,
+                "cpu_rate": cpu_rate}
     probe.rates = []
     return probe
 
@@ -105,6 +107,15 @@ def test_ddp_rate_is_lowered_until_gloo_needs_little_of_the_cpu():
     assert len(tried) == pacing.PROBES and probe.rates == [t["rate_bps"] for t in tried]
     assert all(b < a for a, b in zip(probe.rates, probe.rates[1:]))  # lowered every time
     assert rate == probe.rates[-1] and tried[-1]["comm_s"] / tried[-1]["target_comm_s"] > 1 - pacing.WITHIN
+
+
+def test_gloo_cpu_share_is_judged_against_the_cpu_the_rank_gets():
+    # issue 43 at --host-cpu 50%: 87 ms of gloo CPU in a 186 ms AllReduce is 47% of a CPU but 94%
+    # of the half CPU the rank has; the AllReduce must take 87 / (0.3 x 0.5) = 580 ms
+    rate, tried = pacing.choose_rate(1e9 / 0.186, _link(cpu_s=0.087, backward_s=0.378, cpu_rate=0.5))
+    assert tried[0]["cpu_share"] == pytest.approx(0.087 / 0.186 / 0.5)
+    assert rate == pytest.approx(1e9 / (0.087 / (pacing.CPU_SHARE * 0.5)))
+    assert tried[-1]["cpu_share"] == pytest.approx(pacing.CPU_SHARE)
 
 
 def test_the_target_pools_backward_over_the_probes():
@@ -245,7 +256,7 @@ def test_emulated_ddp_with_allreduce_on_2x1(tmp_path):
     assert (frame["emulation"] == "2x1@1Gbit").all() and (frame["wrong"] == 0).all()
     assert set(frame["benchmark"]) == {"allreduce", "ddp"}
     ddp = frame[frame["benchmark"] == "ddp"]
-    assert set(ddp["measure"]) == {"compute", "backward", "ddp_no_comm", "comm", "comm_cpu", "step",
+    assert set(ddp["measure"]) == {"compute", "backward", "ddp_no_comm", "comm", "comm_cpu", "compute_cpu", "step",
                                    "no_overlap",
                                    "accum_sync", "accum_no_sync"}
     assert (ddp[["world_size", "nodes", "ranks_per_node"]].values == [2, 2, 1]).all()
@@ -274,6 +285,7 @@ def test_emulated_ddp_rate_is_calibrated_on_the_hosts(tmp_path):
     assert 1 <= len(probes) <= pacing.PROBES and emulation["calibration"]["cpu_share"] == pacing.CPU_SHARE
     for probe in probes:
         assert probe["comm_s"] > 0 and 0 < probe["cpu_share"] and probe["backward_s"] > 0
+        assert 0 < probe["cpu_rate"] <= 1.2  # node1 at 50%: the least CPU a rank's backward got
     assert probes[-1]["target_comm_s"] == pytest.approx(pacing.target_comm_s(probes))
     assert "calibrated on the hosts" in done.stderr and done.stderr.count("  at ") == len(probes)
 
