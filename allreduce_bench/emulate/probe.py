@@ -63,7 +63,8 @@ def _backward_times(params: int, layers: int, batch_size: int, iters: int) -> tu
         loss.backward()
         times.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
-    return sorted(times[2:])[iters // 2], sum(cpu[2:]) / sum(times[2:])
+    rates = sorted(c / t for c, t in zip(cpu[2:], times[2:]))  # medians: one pass stalled by load
+    return sorted(times[2:])[iters // 2], rates[iters // 2]
 
 
 def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_bytes: int,

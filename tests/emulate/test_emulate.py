@@ -398,6 +398,22 @@ def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
         parse_host_cpu(["node1=quarter"], 4)
 
 
+def test_a_cpu_share_is_a_slower_cpu_not_one_stopped_for_long_stretches(tmp_path, monkeypatch):
+    """50% is 5 ms in every 10 (at the kernel's default 100 ms period a shaped link idled while
+    the host was stopped, and DDP's overlap vanished); 5% needs the kernel's least quota, 1 ms."""
+    from allreduce_bench.emulate import faults
+    (tmp_path / "cpu.cfs_quota_us").write_text("-1")
+    monkeypatch.setattr(faults, "CGROUP_V1", tmp_path)
+    with faults.CpuLimits("arb-1-x", {0: 0.5, 1: 0.05, 2: 2.0}) as limits:
+        written = {i: [(tmp_path / f"arb-1-x-h{i}" / name).read_text()
+                       for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")] for i in range(3)}
+        assert limits.procs(1) == str(tmp_path / "arb-1-x-h1" / "cgroup.procs")
+        for written_file in tmp_path.glob("arb-1-x-h*/*"):  # a real cgroup's files go with it
+            written_file.unlink()
+    assert not list(tmp_path.glob("arb-*"))
+    assert written == {0: ["5000", "10000"], 1: ["1000", "20000"], 2: ["20000", "10000"]}
+
+
 @pytest.mark.slow
 @needs_namespaces
 def test_emulate_bad_fault_is_one_line_before_any_namespace(tmp_path):
