@@ -100,9 +100,10 @@ def _by_host(journals: dict[int, list[dict]]) -> dict[str, list[list[dict]]]:
 
 
 def _finished_part(ranks: list[list[dict]], finished: bool) -> bool:
-    """Every rank of a host ended its part (its launcher may still wait on the others'), and
-    the writer (world rank 0) wrote the verdict (`finished`)."""
-    return bool(ranks) and all(events[-1]["event"] == "end" and (finished or events[0].get("world_rank"))
+    """Every rank of a host ended its part (its launcher may still wait on the others'; it may
+    wait for the writer's request to confirm: `ending`), and the writer (world rank 0) wrote
+    the verdict (`finished`)."""
+    return bool(ranks) and all(events[-1]["event"] in ("end", "ending") and (finished or events[0].get("world_rank"))
                                for events in ranks)
 
 
@@ -203,7 +204,7 @@ def _phase(events: list[dict]) -> str:
     if events[-1]["event"] == "end":
         return "after its part of the check had ended"
     if events[-1]["event"] == "ending":
-        return "at the end of the check, its part measured, while it confirmed it was still there"
+        return "at the end of the check (its part measured)"
     rounds = [e for e in events if e["event"] == "round"]
     return f"in {rounds[-1]['where']}" if rounds else "after the world formed, before its first round"
 

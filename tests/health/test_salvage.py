@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import io
 import json
+from types import SimpleNamespace
 
 from allreduce_bench.emulate.processes import FirstFailure, LauncherOutput
 from allreduce_bench.health.journal import Journal, read_journals
 from allreduce_bench.health.outputs import document, summary
 from allreduce_bench.health.reference import Reference
 from allreduce_bench.health.rounds import HealthCheck
-from allreduce_bench.health.salvage import STOPPED, conclude
+from allreduce_bench.health.salvage import STOPPED, Watch, conclude
 
 HOSTS = [f"node{i}" for i in range(4)]
 
@@ -24,8 +25,8 @@ def _journals(out, rounds: dict[str, int], last: dict[str, str]):
         journal = Journal(out, rank, host=host, world_rank=rank, coordinator="node0")
         for k in range(1, rounds.get(host, 0) + 1):
             journal.note("round", k=k, where=f"health round {k} (pair {host}+x)")
-        if last.get(host) == "end":
-            journal.note("end")
+        if last.get(host) in ("end", "ending"):
+            journal.note(last[host])
         elif last.get(host) == "lost":
             journal.note("lost", host="node0", why="the coordinator stopped answering")
     return read_journals(out)
@@ -106,6 +107,21 @@ def test_a_cut_off_host_is_named_when_the_coordinator_side_is_larger(tmp_path):
     found = _verdicts(tmp_path)
     assert found["node2"] == "unreachable" and "node0" not in json.loads(
         (tmp_path / "health.json").read_text())["exclude"]
+
+
+def test_hosts_waiting_to_confirm_the_end_are_not_named_with_a_frozen_writer(tmp_path):
+    # rank 0 froze once the check was complete (while it wrote the figure); the others had
+    # measured their part and waited for its request to confirm (health/ending.py). Before:
+    # emulate named all four unreachable
+    from health_sim import SimCluster, names
+
+    check, _ = SimCluster(names(4), noise=0.02).run()
+    (tmp_path / "health.json").write_text(json.dumps({"schema_version": 1, **document(check, {"sizes": [4096]})}))
+    _journals(tmp_path, {h: 2 for h in HOSTS}, {"node1": "ending", "node2": "ending", "node3": "ending"})
+    config = SimpleNamespace(timeout_s=20.0, settings=SimpleNamespace(prometheus=None))
+    assert Watch(tmp_path, 0.0, config).result([None] * 4, [None] * 4) == 3
+    assert _verdicts(tmp_path) == {"node0": "unreachable", "node1": "ok", "node2": "ok", "node3": "ok"}
+    assert "health round 2" in json.loads((tmp_path / "health.json").read_text())["hosts"][0]["why"]
 
 
 def test_ranks_the_local_launcher_stopped_are_named_only_when_the_others_lost_them(tmp_path):
