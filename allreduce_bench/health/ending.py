@@ -30,6 +30,14 @@ def hold(board: Board, ranks_of: dict[str, list[int]]) -> None:
     _writer.append((board, ranks_of))
 
 
+def release() -> None:
+    """The writer with no verdict to confirm (no health.json): the waiting ranks may leave."""
+    if _writer:
+        board, _ = _writer.pop()
+        board.put(REQUEST, 1)
+        board.close()
+
+
 def confirmed(doc: dict, timeout_s: float) -> dict:
     """The writer, last: `doc` with the hosts that did not confirm within SILENT_S of silence
     (`timeout_s` at most) named unreachable; `doc` itself when all did, or nothing was held."""

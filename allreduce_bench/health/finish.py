@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from allreduce_bench.health.benchmark import say
-from allreduce_bench.health.ending import confirmed
+from allreduce_bench.health.ending import confirmed, release
 from allreduce_bench.health.verdicts import INCOMPLETE
 
 
@@ -19,7 +19,7 @@ def finish_health(config, lent=None) -> int:
 
     path = Path(config.out_dir) / HEALTH_FILE
     if not path.exists():
-        confirmed({"hosts": []}, 0.0)  # releases the ranks waiting to confirm
+        release()  # the ranks waiting to confirm
         say(f"allreduce-bench health: the check did not complete: no {path}")
         return INCOMPLETE
     doc = explain(read_health(config.out_dir, "health"), read_meta(config.out_dir).get("nccl"))

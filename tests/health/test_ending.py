@@ -68,3 +68,7 @@ def test_a_live_host_is_waited_for_and_hosts_named_before_are_not_asked():
     doc = _doc(named={"node3"})
     assert _confirmed(Board(confirmed={1, 2}), doc) is doc  # node3 already named: not waited for
     assert ending.confirmed(doc, 30.0) is doc  # nothing held: a local run's driver
+    board = Board()
+    ending.hold(board, HOSTS)
+    ending.release()  # no verdict to confirm: the ranks waiting are let go at once
+    assert board.has(ending.REQUEST) and board.closed
