@@ -4,9 +4,10 @@ doc/ddp.md defines them (per world size and bucket cap, on the slowest rank's me
 communication = step - compute; hidden share = 1 - exposed / comm, clipped to [0, 1] (noise and
 compute and communication sharing CPU cores push the raw value, kept as `hidden_share_raw`,
 outside); DDP vs wait-then-AllReduce = no_overlap / step. The model (`predicted_us`) replays
-backward and the link bucket by bucket, with the comm CPU time and DDP's own bucket work added
-on CPU; the closed form (`closed_form_us`), exact only where the link never waits for a
-bucket, bounds the overlappable part by the first and last buckets' shares.
+backward and the link bucket by bucket, with the comm CPU time (over the CPU the rank gets:
+compute's CPU time / its wall time) and DDP's own bucket work added on CPU; the closed form
+(`closed_form_us`), exact only where the link never waits for a bucket, bounds the
+overlappable part by the first and last buckets' shares.
 """
 from __future__ import annotations
 
@@ -50,9 +51,11 @@ def pipelined_step_us(compute_us: float, backward_us: float, comm_us: float,
                       sizes: list[int], comm_cpu_us: float = 0.0) -> float:
     """The step as backward and DDP's buckets pipeline it (see the module docstring).
 
-    `comm_cpu_us`: CPU time the AllReduce costs a rank where computation and communication
-    share the CPU cores (gloo on CPU); the part of it spent on the buckets sent while backward
-    runs (all but the last) lengthens backward. 0 where communication has its own engine (GPU).
+    `comm_cpu_us`: the time the AllReduce's CPU work costs a rank where computation and
+    communication share the CPU (gloo on CPU): its CPU time over the CPU seconds per second the
+    rank gets (twice its CPU time under a 50% quota); the part spent on the buckets sent while
+    backward runs (all but the last) lengthens backward. 0 where communication has its own
+    engine (GPU).
     """
     total = sum(sizes)
     if total <= 0:
@@ -96,6 +99,9 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             on_cpu = "device" not in rows.columns or (rows["device"] == "cpu").all()
             comm_cpu = _median(rows, "comm_cpu", bucket_mb=bucket_mb).median() if on_cpu else 0.0
             comm_cpu = 0.0 if pd.isna(comm_cpu) else comm_cpu
+            # the CPU seconds per second compute got: gloo's CPU time costs backward that over it
+            cpu_rate = _median(rows, "compute_cpu", bucket_mb=bucket_mb).median() / compute
+            cpu_rate = 1.0 if pd.isna(cpu_rate) or cpu_rate <= 0 else cpu_rate
             no_comm = _median(rows, "ddp_no_comm", bucket_mb=bucket_mb).median()
             ddp_cost = 0.0 if pd.isna(no_comm) else max(0.0, no_comm - compute)
             if comm_rows.empty or pd.isna(compute):
@@ -106,15 +112,15 @@ def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
             raw = 1 - exposed / comm if comm > 0 else float("nan")
             share = min(1.0, max(0.0, raw))
             overlap = overlappable_us(backward, comm, sizes)
-            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu) + ddp_cost
+            predicted = pipelined_step_us(compute, backward, comm, sizes, comm_cpu / cpu_rate) + ddp_cost
             closed = predicted_step_us(compute, comm, overlap)
             out.append({
                 "world_size": int(world_size), "bucket_mb": float(bucket_mb), "buckets": len(sizes),
                 "compute_us": compute, "backward_us": backward, "comm_us": comm,
-                "comm_cpu_us": comm_cpu, "ddp_cost_us": ddp_cost, "step_us": step,
+                "comm_cpu_us": comm_cpu, "cpu_rate": cpu_rate, "ddp_cost_us": ddp_cost, "step_us": step,
                 "exposed_us": max(0.0, exposed), "hidden_us": share * comm,
                 "hidden_share": share, "hidden_share_raw": raw, "clipped": raw != share,
-                "cpu_bound": raw <= 0 and comm_cpu >= CPU_BOUND * comm,
+                "cpu_bound": raw <= 0 and comm_cpu / cpu_rate >= CPU_BOUND * comm,
                 "no_overlap_us": no_overlap,
                 "speedup_vs_no_overlap": no_overlap / step if step > 0 else float("nan"),
                 "overlappable_us": overlap, "predicted_us": predicted,

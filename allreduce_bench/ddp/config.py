@@ -45,8 +45,9 @@ def layer_width(params: int, layers: int) -> int:
 
 
 # rows ddp/benchmark.py's measure_world records per world size: per bucket cap compute,
-# backward, ddp_no_comm, comm, step, comm_cpu and no_overlap; then accum_sync and accum_no_sync
-ROWS_PER_BUCKET_CAP, ACCUMULATION_ROWS = 7, 2
+# backward, ddp_no_comm, comm, step, comm_cpu, compute_cpu and no_overlap; then accum_sync and
+# accum_no_sync
+ROWS_PER_BUCKET_CAP, ACCUMULATION_ROWS = 8, 2
 
 
 @dataclass(frozen=True)

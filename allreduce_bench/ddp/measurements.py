@@ -243,9 +243,11 @@ def measure_world(config, world: World, on_row: Callable[[dict], None],
             on_row(ddp_row(config, world, measure, times[measure], bucket_bytes=layout,
                            calls=len(layout), sent=sum(layout),
                            wrong=found["wrong"] if measure == "step" else 0, **common))
-        # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores
+        # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores;
+        # compute's CPU time says how much CPU the rank gets (less than its wall time under a quota)
         on_row(ddp_row(config, world, "comm_cpu", times["comm_cpu"], bucket_bytes=layout,
                        calls=len(layout), sent=sum(layout), **common))
+        on_row(ddp_row(config, world, "compute_cpu", times["compute_cpu"], calls=0, sent=0, **common))
         on_row(ddp_row(config, world, "no_overlap", times["no_overlap"], bucket_bytes=[grad_bytes],
                        calls=1, sent=grad_bytes, **common))
         on_timeline([dict(row, run_id=config.run_id) for row in found["timeline"]])

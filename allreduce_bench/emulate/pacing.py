@@ -1,14 +1,18 @@
 """`emulate --benchmarks ddp`: the link paced so the overlap shows, on a fast CPU as on a slow one.
 
 DDP hides its AllReduce behind backward only where the AllReduce waits on the link. gloo's
-AllReduce also costs CPU time (its threads copy and add every byte), taken from the cores
-backward runs on: on a 2-core machine at a rate where gloo keeps the CPU busy for half the
+AllReduce also costs CPU time (its threads copy and add every byte), taken from the CPU the
+rank's backward runs on: on a 2-core machine at a rate where gloo keeps the CPU busy for half the
 AllReduce, nothing is hidden (issue 43: 0-10% at 4.97 Gbit/s, paced to backward alone). So
 with --inter-bandwidth auto the rate is calibrated on the emulated hosts themselves
 (`choose_rate`): the AllReduce should take the longer of COMM_PER_BACKWARD x backward and its
-CPU time / CPU_SHARE, i.e. its CPU time at most CPU_SHARE of it. Each probe (emulate/probe.py
-`ddp`) runs at a candidate rate where `ddp` will run (namespaces, shaped link, --host-cpu's
-cgroups) and measures backward, the AllReduce alone and its CPU time; the next candidate
+CPU time / (CPU_SHARE x the CPU a rank gets), i.e. its CPU time at most CPU_SHARE of what the
+rank can run in that time. The CPU a rank gets is measured, as its backward's CPU seconds per
+second: about 1 with a core per rank, 0.5 under `--host-cpu node0=50%`, whose quota backward
+and gloo's threads share (judged against a whole CPU, that run's 87 ms of gloo CPU in a 186 ms
+AllReduce looked like 47% but was 94% of the rank's). Each probe (emulate/probe.py `ddp`) runs
+at a candidate rate where `ddp` will run (namespaces, shaped link, --host-cpu's cgroups) and
+measures backward, the CPU it got, the AllReduce alone and its CPU time; the next candidate
 scales the rate by how far the AllReduce is from its target (its time goes as 1 / rate).
 """
 from __future__ import annotations
@@ -23,9 +27,11 @@ DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link com
 # background load that halves or doubles the compute between the probe and the run should
 # still leave about half of the AllReduce or more hidden.
 COMM_PER_BACKWARD = 1.0
-# gloo's CPU time at most this share of the AllReduce: at 2 Gbit/s on the 2-core VM (about
-# 21%) 35% was hidden, at 4.97 Gbit/s (about 50%) nothing (issue 43).
-CPU_SHARE = 0.3
+# gloo's CPU time at most this share of the AllReduce, of the CPU the rank gets: at 2 Gbit/s on
+# the 2-core VM (about 21%) 35% was hidden, at 4.97 Gbit/s (about 50%) nothing (issue 43); with
+# both hosts at 50% of a CPU, 31% hid 40% (1.31x), as gloo's CPU time, taken from backward, is
+# a fixed cost that a longer AllReduce leaves a smaller part of.
+CPU_SHARE = 0.25
 # Past this, the AllReduce is so much longer than backward that little of it can hide: the
 # run says so (`overlap_warning`).
 MOST_COMM_PER_BACKWARD = 2.5
@@ -42,24 +48,26 @@ def ddp_rate_bps(settings, nodes: int, ranks_per_node: int, backward_s: float) -
 
 
 def target_comm_s(probes: list[dict]) -> float:
-    """How long the AllReduce should take, from the probes' backward and CPU time: medians over
-    every probe so far, as neither depends on the rate (one probe's backward moved 2x under load)."""
+    """How long the AllReduce should take, from the probes' backward, CPU time and CPU per rank:
+    medians over every probe so far, as none depends on the rate (one probe's backward moved 2x
+    under load)."""
     def median(key: str) -> float:
-        return statistics.median(p[key] for p in probes)
-    return max(COMM_PER_BACKWARD * median("backward_s"), median("comm_cpu_s") / CPU_SHARE)
+        return statistics.median(p.get(key, 1.0) for p in probes)
+    return max(COMM_PER_BACKWARD * median("backward_s"),
+               median("comm_cpu_s") / (CPU_SHARE * median("cpu_rate")))
 
 
 def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float, list[dict]]:
     """(the rate, every probe with its rate and CPU share): `probe(rate)` shapes the link to
-    `rate` and returns {backward_s, comm_s, comm_cpu_s}; up to PROBES candidates, each scaled
+    `rate` and returns {backward_s, comm_s, comm_cpu_s, cpu_rate}; up to PROBES candidates, each scaled
     from the one before by comm / target (its target from every probe so far), stopping at one
     within WITHIN of its target."""
     rate, tried = first_bps, []
     for _ in range(PROBES):
         found = probe(rate)
         target = target_comm_s([*tried, found])
-        tried.append({"rate_bps": rate, **found, "cpu_share": found["comm_cpu_s"] / found["comm_s"],
-                      "target_comm_s": target})
+        share = found["comm_cpu_s"] / (found["comm_s"] * found.get("cpu_rate", 1.0))
+        tried.append({"rate_bps": rate, **found, "cpu_share": share, "target_comm_s": target})
         ratio = found["comm_s"] / target
         if abs(ratio - 1) <= WITHIN or not math.isfinite(ratio):
             return rate, tried
@@ -69,7 +77,8 @@ def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float
 
 def calibration_meta(tried: list[dict]) -> dict:
     """meta.json's emulation.calibration: the rule and every probe behind the rate."""
-    return {"rule": f"AllReduce = max({COMM_PER_BACKWARD:g} x backward, its CPU time / {CPU_SHARE:g}); "
+    return {"rule": f"AllReduce = max({COMM_PER_BACKWARD:g} x backward, its CPU time / ({CPU_SHARE:g} x "
+                    "the CPU seconds per second a rank's backward got)); "
                     "each candidate rate scaled by comm / target, from the rate that paces the link "
                     "alone to backward timed on host 0",
             "comm_per_backward": COMM_PER_BACKWARD, "cpu_share": CPU_SHARE, "within": WITHIN,

@@ -10,7 +10,8 @@
   every emulated host as `ddp` will be (namespaces, shaped link, --host-cpu's cgroups): writes
   to OUT, as JSON, the slowest rank's median backward pass, AllReduce of the gradients in
   DDP's default buckets alone, and that AllReduce's process CPU time (gloo's threads included),
-  so emulate/pacing.py can check a candidate rate against what gloo needs of the CPU.
+  and the least CPU a rank's backward got (CPU seconds per second: 0.5 under a 50% quota), so
+  emulate/pacing.py can check a candidate rate against what gloo needs of the CPU the rank has.
 """
 from __future__ import annotations
 
@@ -40,6 +41,12 @@ def _probe_rank(size_bytes: int, iters: int) -> float:
 
 def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> float:
     """Median seconds of one backward pass of ddp's synthetic model on this rank."""
+    return _backward_times(params, layers, batch_size, iters)[0]
+
+
+def _backward_times(params: int, layers: int, batch_size: int, iters: int) -> tuple[float, float]:
+    """(median seconds of one backward pass of ddp's synthetic model on this rank, the CPU
+    seconds per second it got: its process CPU time over its wall time)."""
     import time
 
     import torch
@@ -49,14 +56,15 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
     from allreduce_bench.ddp.net import build_model, synthetic_batch
     model = build_model(params, layers, torch.device("cpu"))
     x, y = synthetic_batch(model, batch_size, launcher_env().rank, torch.device("cpu"))
-    times = []
+    times, cpu = [], []
     for _ in range(iters + 2):  # the first two are a warm-up (allocations, the other rank starting)
         loss = nn.functional.mse_loss(model(x), y)
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         loss.backward()
         times.append(time.perf_counter() - start)
-    times = sorted(times[2:])
-    return times[len(times) // 2]
+        cpu.append(time.process_time() - start_cpu)
+    rates = sorted(c / t for c, t in zip(cpu[2:], times[2:]))  # medians: one pass stalled by load
+    return sorted(times[2:])[iters // 2], rates[iters // 2]
 
 
 def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_bytes: int,
@@ -74,7 +82,7 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
     from allreduce_bench.ddp.measurements import comm_alone
 
     dist.init_process_group("gloo")
-    backward = _backward_rank(params, layers, batch_size, iters)
+    backward, cpu_rate = _backward_times(params, layers, batch_size, iters)
     world = make_world(dist.get_world_size(), launcher_env().local_world_size, Device(), PROBE_TIMEOUT_S)
     total, cap = gradient_bytes, DDP_BUCKET_BYTES
     body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
@@ -87,9 +95,12 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
     found = torch.tensor([backward, sorted(wall[1:])[iters // 2], sorted(cpu[1:])[iters // 2]],
                          dtype=torch.float64)
     dist.all_reduce(found, op=dist.ReduceOp.MAX)
+    least_cpu = torch.tensor([cpu_rate], dtype=torch.float64)
+    dist.all_reduce(least_cpu, op=dist.ReduceOp.MIN)
     if dist.get_rank() == 0:
         with open(out, "w") as f:
-            json.dump(dict(zip(("backward_s", "comm_s", "comm_cpu_s"), found.tolist())), f)
+            json.dump(dict(zip(("backward_s", "comm_s", "comm_cpu_s", "cpu_rate"),
+                               found.tolist() + least_cpu.tolist())), f)
     dist.destroy_process_group()
 
 

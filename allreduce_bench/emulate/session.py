@@ -89,7 +89,8 @@ def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
             cluster.shape(rate_bps, plan.latency_s, plan.host_rates)
             found = cluster.probe_ddp(settings, rate_bps, cpu.procs)
             _say(f"  at {units.format_tc_rate(rate_bps)}: AllReduce {found['comm_s'] * 1e3:.0f} ms, "
-                 f"{found['comm_cpu_s'] * 1e3:.0f} ms of it CPU; backward {found['backward_s'] * 1e3:.0f} ms")
+                 f"{found['comm_cpu_s'] * 1e3:.0f} ms of it CPU; backward {found['backward_s'] * 1e3:.0f} ms "
+                 f"at {found['cpu_rate']:.2f} CPU")
             return found
 
         rate, tried = choose_rate(ddp_rate_bps(settings, plan.nodes, plan.ranks_per_node, backward),

@@ -283,7 +283,7 @@ def test_ddp_command_end_to_end(tmp_path):
     frame = load_results(out)
     assert set(frame["benchmark"]) == {"ddp"}
     assert set(frame["measure"]) == {"compute", "backward", "ddp_no_comm", "step", "comm", "comm_cpu",
-                                     "no_overlap", "accum_sync", "accum_no_sync"}
+                                     "compute_cpu", "no_overlap", "accum_sync", "accum_no_sync"}
     # the progress bar counts DdpConfig.rows_expected: every row the run records
     settings = ddp_settings(params="40K", layers=4, batch_size=None, bucket_mb="0.0625,25",
                             accum=2, iters=2, warmup=0, device="cpu")
@@ -302,6 +302,25 @@ def test_ddp_command_end_to_end(tmp_path):
     section = ddp_parts(load_results(out), out / "plots")[0]
     assert "ddp_overlap.png" in section and "| 2 | 25 |" in section
     assert "ddp_timeline.png" in section and "wait-then-AllReduce" in section
+
+
+def test_gloo_cpu_time_costs_backward_more_where_the_rank_gets_less_cpu():
+    """Under a 50% quota (compute got 0.5 CPU seconds per second) gloo's 20 us of CPU take 40 us
+    from backward: the model counts it so (issue 43: it predicted 20% short at --host-cpu 50%)."""
+    base = _frame(step_us=400.0)
+    cpu = dict(base.iloc[3], measure="comm_cpu", time_us_median=20.0)
+
+    def compute_cpu(us: float) -> dict:
+        return dict(base.iloc[0], measure="compute_cpu", time_us_median=us)
+    whole = overlap_table(pd.concat([base, pd.DataFrame([cpu, compute_cpu(300.0)])], ignore_index=True)).iloc[0]
+    half = overlap_table(pd.concat([base, pd.DataFrame([cpu, compute_cpu(150.0)])], ignore_index=True)).iloc[0]
+    assert whole["cpu_rate"] == pytest.approx(1.0) and half["cpu_rate"] == pytest.approx(0.5)
+    # backward 200 + 10 (or 20) of CPU, the second bucket's 50 us of link after it: step = compute + 10 (20) + 50
+    assert whole["predicted_us"] == pytest.approx(360.0) and half["predicted_us"] == pytest.approx(370.0)
+    # 25 us of CPU in 100 us is CPU-bound at half a CPU (50 us of the rank's time), not at a whole one
+    bound = [pd.concat([_frame(step_us=500.0), pd.DataFrame([dict(cpu, time_us_median=25.0), compute_cpu(us)])],
+                       ignore_index=True) for us in (300.0, 150.0)]
+    assert [overlap_table(f).iloc[0]["cpu_bound"] for f in bound] == [False, True]
 
 
 def test_a_cpu_bound_allreduce_gets_one_line_instead_of_a_hidden_share_of_0():
