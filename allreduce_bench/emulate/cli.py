@@ -200,7 +200,8 @@ BEFORE_BENCHMARKS = [
                  help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
                       "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
                       "with --benchmarks ddp alone, calibrated on the hosts so DDP's AllReduce takes "
-                      f"the longer of {COMM_PER_BACKWARD:g} x backward and its CPU time / {CPU_SHARE:g}."),
+                      f"the longer of {COMM_PER_BACKWARD:g} x backward and its CPU time / ({CPU_SHARE:g} x "
+                      "the CPU a rank gets)."),
     click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
                  help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB)."),
     click.option("--inter-latency", default="0", show_default=True,

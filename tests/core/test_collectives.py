@@ -267,6 +267,38 @@ def test_run_collectives_writes_rows_report_and_figures_and_resumes(tmp_path):
 
 
 
+def test_the_pipelined_ring_receives_a_window_ahead_into_slice_buffers(monkeypatch):
+    """At most `window` receives are posted at a time, across steps, and the ReduceScatter's
+    land in `window` slice buffers: the AllReduce holds no chunk-sized scratch (it received a
+    64M AllReduce's steps into a 32M one). The schedule only: sends and receives are fakes."""
+    import torch
+    import torch.distributed as dist
+
+    from allreduce_bench.core.algorithms import ring
+    from allreduce_bench.core.measure.world import CommGroup
+
+    posted, most, storages = set(), [0], set()
+
+    class Request:
+        def wait(self):
+            posted.discard(self)
+
+    def irecv(view, peer, group=None):
+        request = Request()
+        posted.add(request)
+        most[0] = max(most[0], len(posted))
+        storages.add((view.untyped_storage().data_ptr(), view.untyped_storage().nbytes()))
+        return request
+
+    monkeypatch.setattr(dist, "irecv", irecv)
+    monkeypatch.setattr(dist, "isend", lambda view, peer, group=None: Request())
+    tensor = torch.zeros(1 << 16)  # 256 KiB: two chunks of 32 slices of 4 KiB
+    ring.PipelinedRing(tensor, CommGroup(None, (0, 1), 0), slice_bytes=4096, window=4).all_reduce()
+    assert most[0] == 4
+    buffers = storages - {(tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes())}
+    assert len(buffers) == 4 and {size for _, size in buffers} == {4096}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 def test_pipelined_ring_is_exact_at_awkward_sizes_and_slices():

@@ -14,9 +14,10 @@ Two ways to run those steps:
   left as it is (an out-of-place ReduceScatter) unless the output is its chunk r.
 * `ring` (`Pipeline`), as NCCL's ring runs: every chunk is cut into slices of about
   SLICE_BYTES, and slice k goes on to the next step as soon as it has been received and added,
-  while slice k+1 is still in flight. Receives are posted two steps ahead (gloo sends only to
-  a posted receive), sends are non-blocking. Needs one request per send and receive (gloo);
-  under NCCL, whose separate point-to-point calls can deadlock, `ring` runs the steps plan.
+  while the next ones are still in flight. Receives are posted WINDOW slices ahead (gloo sends
+  only to a posted receive), a reducing step's into WINDOW slice buffers reused in turn; sends
+  are non-blocking. Needs one request per send and receive (gloo); under NCCL, whose separate
+  point-to-point calls can deadlock, `ring` runs the steps plan.
 
 The AllReduce is the two phases on one tensor, in place (`RingPlan`, `PipelinedRing`); the
 hierarchical scheme reuses their phases inside a node.
@@ -117,30 +118,30 @@ class RingPlan:
         self.all_reduce = p2p.in_order([self.reduce_scatter, self.all_gather])
 
 
-# The pipelined ring's slice: `scripts/perf_ring.py --slices` timed a 64M AllReduce at N=2 on
-# the shared 2-core VM (load 5): slices of 256K-8M took 49-94 ms, their order within the noise
-# (it changed from pass to pass), one slice per chunk (32M, no pipelining) 146 ms. 1 MiB, the
-# segment p2p.py's reducing steps use, is kept.
+# The pipelined ring's slice, and how many slices' receives are posted ahead (a reducing step
+# receives into that many slice buffers, reused in turn). `scripts/perf_ring.py --slices`,
+# ranks SCHED_FIFO as `run` has them, 64M at N=2 on the shared 2-core VM: see doc/algorithms.md.
 SLICE_BYTES = 1 << 20
+WINDOW = 8
 
-# (send, receive into, None or (addend, out): out = addend + what arrived) of one ring step
+# (send, chunk, partial) of one ring step: the chunk arriving is received into `chunk` when
+# `partial` is None (AllGather), else added to `chunk` (this rank's part) into `partial`
 RingStep = tuple
 
 
 def reduce_scatter_steps(chunks: list[torch.Tensor], out: torch.Tensor, group: CommGroup,
                          keep_input: bool) -> list[RingStep]:
-    """The ReduceScatter's steps into `out`. Partial sums go through scratch chunks (one per
-    step) when `keep_input`, else into the chunks themselves (the AllReduce, whose chunks the
-    AllGather overwrites), through two alternating receive buffers."""
+    """The ReduceScatter's steps into `out`. Partial sums go into the chunks themselves (the
+    AllReduce, whose chunks the AllGather overwrites), or into scratch chunks (one per step but
+    the last) when `keep_input`."""
     n, r = group.size, group.rank
     longest = max(c.numel() for c in chunks)
-    scratch = [chunks[0].new_empty(longest) for _ in range(n - 1 if keep_input else min(2, n - 1))]
+    scratch = [chunks[0].new_empty(longest) for _ in range(n - 2)] if keep_input else []
     steps, outgoing = [], chunks[(r - 1) % n]
     for t in range(n - 1):
         mine = chunks[(r - t - 2) % n]
-        buffer = scratch[t % len(scratch)][:mine.numel()]
-        partial = out if t == n - 2 else buffer if keep_input else mine
-        steps.append((outgoing, buffer, (mine, partial)))
+        partial = out if t == n - 2 else scratch[t][:mine.numel()] if keep_input else mine
+        steps.append((outgoing, mine, partial))
         outgoing = partial
     return steps
 
@@ -154,55 +155,65 @@ def all_gather_steps(send: torch.Tensor, chunks: list[torch.Tensor], group: Comm
 
 class Pipeline:
     """Ring steps run slice by slice: step t's slice k is sent on (step t+1) as soon as it has
-    arrived and been added, while slice k+1 is still on its way. Every view is cut into the
+    arrived and been added, while the next slices are on their way. Every view is cut into the
     same number of slices, so a sender's slices and its receiver's match one to one, in the
-    order gloo matches them. `copy` (to, from) runs while the first slices are in flight."""
+    order gloo matches them. Receives are posted `window` slices ahead, across steps (gloo
+    sends only to a posted receive); a reducing step receives into `window` slice buffers used
+    in turn, which stay in cache for the add (a chunk-sized receive buffer cost 5-10% at 64M).
+    `copy` (to, from) runs while the first slices are in flight."""
 
     def __init__(self, group: CommGroup, steps: list[RingStep], slice_bytes: int = SLICE_BYTES,
-                 copy: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 copy: tuple[torch.Tensor, torch.Tensor] | None = None, window: int = WINDOW):
         import torch
         import torch.distributed as dist
 
         self._torch, self._dist, self._pg = torch, dist, group.pg
-        self._next, self._prev, self._copy = group.peer(1), group.peer(-1), copy
+        self._next, self._prev, self._copy, self._window = group.peer(1), group.peer(-1), copy, window
         longest = max((v.numel() * v.element_size() for step in steps for v in step[:2]), default=0)
         count = max(1, -(-longest // max(1, slice_bytes)))
 
         def cut(view: torch.Tensor) -> list[torch.Tensor]:
             return [view[a:b] for a, b in chunk_bounds(view.numel(), count)]
 
-        self._steps = [(cut(send), cut(into), add and (cut(add[0]), cut(add[1])))
-                       for send, into, add in steps]
+        self._first = [v for v in cut(steps[0][0]) if v.numel()] if steps else []
+        reducing = [step[1] for step in steps if step[2] is not None]
+        buffers = [reducing[0].new_empty(max(v.numel() for c in reducing for v in cut(c)))
+                   for _ in range(window)] if reducing else []
+        # (receive into, None or (addend, out), None or the onward send) of every non-empty slice
+        # of every step, in order; an empty slice's chunk is empty at both ends
+        self._slices: list[tuple] = []
+        added = 0
+        for t, (_, chunk, partial) in enumerate(steps):
+            onward = cut(steps[t + 1][0]) if t + 1 < len(steps) else [None] * count
+            outs = cut(partial) if partial is not None else [None] * count
+            for view, out, send in zip(cut(chunk), outs, onward):
+                if not view.numel():
+                    continue
+                if out is None:
+                    self._slices.append((view, None, send))
+                else:
+                    self._slices.append((buffers[added % window][:view.numel()], (view, out), send))
+                    added += 1
 
-    def _post(self, t: int) -> list:
-        """Step t's receives (None for an empty slice), or nothing past the last step."""
-        if t >= len(self._steps):
-            return []
-        return [self._dist.irecv(x, self._prev, group=self._pg) if x.numel() else None
-                for x in self._steps[t][1]]
+    def _receive(self, i: int):
+        return self._dist.irecv(self._slices[i][0], self._prev, group=self._pg)
 
-    def _send(self, view: torch.Tensor) -> list:
-        return [self._dist.isend(view, self._next, group=self._pg)] if view.numel() else []
+    def _send(self, view: torch.Tensor):
+        return self._dist.isend(view, self._next, group=self._pg)
 
     def __call__(self) -> None:
-        steps = self._steps
-        sends = [request for view in (steps[0][0] if steps else []) for request in self._send(view)]
-        posted = [self._post(0), self._post(1)]
+        sends = [self._send(view) for view in self._first]
+        posted = [self._receive(i) for i in range(min(self._window, len(self._slices)))]
         if self._copy:
             self._copy[0].copy_(self._copy[1])
-        for t, (_, into, add) in enumerate(steps):
-            onward = steps[t + 1][0] if t + 1 < len(steps) else None
-            for k, request in enumerate(posted[t]):
-                if request is None:
-                    continue
-                request.wait()
-                if add:
-                    self._torch.add(add[0][k], into[k], out=add[1][k])
-                if onward:
-                    sends += self._send(onward[k])
-            # step t's buffers are free now: a receive buffer's slices move when chunk lengths
-            # differ by an element, so step t+2 (which reuses it) is posted only now
-            posted.append(self._post(t + 2))
+        for i, (into, add, onward) in enumerate(self._slices):
+            posted[i].wait()
+            if add:
+                self._torch.add(add[0], into, out=add[1])
+            if onward is not None:
+                sends.append(self._send(onward))
+            if i + self._window < len(self._slices):  # slice i's buffer is free again
+                posted.append(self._receive(i + self._window))
         for request in sends:
             request.wait()
 
@@ -211,26 +222,29 @@ class PipelinedRing:
     """The pipelined ring AllReduce of one tensor on one group, in place, with its two phases
     also on their own (the hierarchical scheme runs them inside a node)."""
 
-    def __init__(self, tensor: torch.Tensor, group: CommGroup, slice_bytes: int = SLICE_BYTES):
+    def __init__(self, tensor: torch.Tensor, group: CommGroup, slice_bytes: int = SLICE_BYTES,
+                 window: int = WINDOW):
         _, _, chunks = flat_parts(tensor, group.size)
         self.owned = chunks[group.rank]
         reduce_scatter = reduce_scatter_steps(chunks, self.owned, group, keep_input=False)
         all_gather = all_gather_steps(self.owned, chunks, group)
-        self.reduce_scatter = Pipeline(group, reduce_scatter, slice_bytes)
-        self.all_gather = Pipeline(group, all_gather, slice_bytes)
-        self.all_reduce = Pipeline(group, reduce_scatter + all_gather, slice_bytes)
+        self.reduce_scatter = Pipeline(group, reduce_scatter, slice_bytes, window=window)
+        self.all_gather = Pipeline(group, all_gather, slice_bytes, window=window)
+        self.all_reduce = Pipeline(group, reduce_scatter + all_gather, slice_bytes, window=window)
 
 
-def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES):
+def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES,
+         window: int = WINDOW):
     """The pipelined ring where the backend has one request per send and receive (gloo, CPU
     tensors), the steps plan otherwise (NCCL)."""
     if world.device.kind == "cpu":
-        return PipelinedRing(tensor, group, slice_bytes)
+        return PipelinedRing(tensor, group, slice_bytes, window)
     return RingPlan(tensor, group)
 
 
-def build(tensor: torch.Tensor, world: World, slice_bytes: int = SLICE_BYTES) -> Callable[[], None]:
-    return plan(tensor, world.group, world, slice_bytes).all_reduce
+def build(tensor: torch.Tensor, world: World, slice_bytes: int = SLICE_BYTES,
+          window: int = WINDOW) -> Callable[[], None]:
+    return plan(tensor, world.group, world, slice_bytes, window).all_reduce
 
 
 def build_steps(tensor: torch.Tensor, world: World) -> Callable[[], None]:
