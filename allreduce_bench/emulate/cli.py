@@ -20,7 +20,7 @@ from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed
 from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import Runnable
-from allreduce_bench.emulate.pacing import COMM_PER_BACKWARD, CPU_SHARE, DDP_RANKS_PER_NODE
+from allreduce_bench.emulate.pacing import CPU_SHARE, DDP_RANKS_PER_NODE
 
 NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
 
@@ -200,8 +200,8 @@ BEFORE_BENCHMARKS = [
                  help="Each host's outgoing inter-node rate in tc units (500mbit, 2gbit, 50mbps), or "
                       "auto: the intra-node point-to-point bandwidth measured here / --inter-ratio; "
                       "with --benchmarks ddp alone, calibrated on the hosts so DDP's AllReduce takes "
-                      f"the longer of {COMM_PER_BACKWARD:g} x backward and its CPU time / ({CPU_SHARE:g} x "
-                      "the CPU a rank gets)."),
+                      "the longer of backward + its CPU time and its CPU time / "
+                      f"{CPU_SHARE:g}, that CPU time over the CPU a rank gets."),
     click.option("--inter-ratio", type=float, default=NVLINK_OVER_IB, show_default=True,
                  help="With auto: how many times slower inter-node is (900 GB/s NVLink / 25 GB/s IB)."),
     click.option("--inter-latency", default="0", show_default=True,

@@ -5,15 +5,17 @@ AllReduce also costs CPU time (its threads copy and add every byte), taken from 
 rank's backward runs on: on a 2-core machine at a rate where gloo keeps the CPU busy for half the
 AllReduce, nothing is hidden (issue 43: 0-10% at 4.97 Gbit/s, paced to backward alone). So
 with --inter-bandwidth auto the rate is calibrated on the emulated hosts themselves
-(`choose_rate`): the AllReduce should take the longer of COMM_PER_BACKWARD x backward and its
-CPU time / (CPU_SHARE x the CPU a rank gets), i.e. its CPU time at most CPU_SHARE of what the
-rank can run in that time. The CPU a rank gets is measured, as its backward's CPU seconds per
-second: about 1 with a core per rank, 0.5 under `--host-cpu node0=50%`, whose quota backward
-and gloo's threads share (judged against a whole CPU, that run's 87 ms of gloo CPU in a 186 ms
-AllReduce looked like 47% but was 94% of the rank's). Each probe (emulate/probe.py `ddp`) runs
-at a candidate rate where `ddp` will run (namespaces, shaped link, --host-cpu's cgroups) and
-measures backward, the CPU it got, the AllReduce alone and its CPU time; the next candidate
-scales the rate by how far the AllReduce is from its target (its time goes as 1 / rate).
+(`choose_rate`): the AllReduce should take the longer of backward lengthened by gloo's CPU
+time (the link is then busy as long as backward runs, which the bucket-pipeline model of
+ddp/analysis.py finds hides the most) and that CPU time / CPU_SHARE, i.e. gloo's CPU time at
+most CPU_SHARE of the AllReduce. gloo's CPU time counts over the CPU a rank gets, measured as
+its backward's CPU seconds per second: about 1 with a core per rank, 0.5 under `--host-cpu
+node0=50%`, whose quota backward and gloo's threads share (judged against a whole CPU, that
+run's 87 ms of gloo CPU in a 186 ms AllReduce looked like 47% but was 94% of the rank's).
+Each probe (emulate/probe.py `ddp`) runs at a candidate rate where `ddp` will run (namespaces,
+shaped link, --host-cpu's cgroups) and measures backward, the CPU it got, the AllReduce alone
+and its CPU time; the next candidate scales the rate by how far the AllReduce is from its
+target (its time goes as 1 / rate).
 """
 from __future__ import annotations
 
@@ -22,16 +24,11 @@ import statistics
 from collections.abc import Callable
 
 DDP_RANKS_PER_NODE = 1  # one rank per host: the CPU cores compute, the link communicates
-# The AllReduce at least as long as backward (ddp's model: its defaults for emulate in
-# ddp/config.py): by the bucket-pipeline model (ddp/analysis.py),
-# background load that halves or doubles the compute between the probe and the run should
-# still leave about half of the AllReduce or more hidden.
+# The first candidate: the AllReduce as long as backward on the link alone.
 COMM_PER_BACKWARD = 1.0
 # gloo's CPU time at most this share of the AllReduce, of the CPU the rank gets: at 2 Gbit/s on
-# the 2-core VM (about 21%) 35% was hidden, at 4.97 Gbit/s (about 50%) nothing (issue 43); with
-# both hosts at 50% of a CPU, 31% hid 40% (1.31x), as gloo's CPU time, taken from backward, is
-# a fixed cost that a longer AllReduce leaves a smaller part of.
-CPU_SHARE = 0.25
+# the 2-core VM (about 21%) 35% was hidden, at 4.97 Gbit/s (about 50%) nothing (issue 43).
+CPU_SHARE = 0.3
 # Past this, the AllReduce is so much longer than backward that little of it can hide: the
 # run says so (`overlap_warning`).
 MOST_COMM_PER_BACKWARD = 2.5
@@ -53,8 +50,8 @@ def target_comm_s(probes: list[dict]) -> float:
     under load)."""
     def median(key: str) -> float:
         return statistics.median(p.get(key, 1.0) for p in probes)
-    return max(COMM_PER_BACKWARD * median("backward_s"),
-               median("comm_cpu_s") / (CPU_SHARE * median("cpu_rate")))
+    cpu = median("comm_cpu_s") / median("cpu_rate")  # what gloo's CPU time costs the rank
+    return max(median("backward_s") + cpu, cpu / CPU_SHARE)
 
 
 def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float, list[dict]]:
@@ -77,11 +74,11 @@ def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float
 
 def calibration_meta(tried: list[dict]) -> dict:
     """meta.json's emulation.calibration: the rule and every probe behind the rate."""
-    return {"rule": f"AllReduce = max({COMM_PER_BACKWARD:g} x backward, its CPU time / ({CPU_SHARE:g} x "
-                    "the CPU seconds per second a rank's backward got)); "
+    return {"rule": f"AllReduce = max(backward + its CPU time / c, its CPU time / ({CPU_SHARE:g} x c)), c "
+                    "the CPU seconds per second a rank's backward got; "
                     "each candidate rate scaled by comm / target, from the rate that paces the link "
                     "alone to backward timed on host 0",
-            "comm_per_backward": COMM_PER_BACKWARD, "cpu_share": CPU_SHARE, "within": WITHIN,
+            "cpu_share": CPU_SHARE, "within": WITHIN,
             "probes": tried}
 
 

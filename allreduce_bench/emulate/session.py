@@ -116,8 +116,8 @@ def describe(cluster: EmulatedCluster, emulation: Emulation, out_dir: Path) -> s
                if measured else "")
             + (f" (calibrated on the hosts: DDP's AllReduce "
                f"{emulation.calibration['probes'][-1]['target_comm_s'] * 1e3:.0f} ms, the longer of "
-               f"{COMM_PER_BACKWARD:g} x backward and gloo's CPU time / ({CPU_SHARE:g} x the "
-               f"{emulation.calibration['probes'][-1].get('cpu_rate', 1.0):.2f} CPU a rank gets))"
+               f"backward + gloo's CPU time and gloo's CPU time / {CPU_SHARE:g}, that CPU time over the "
+               f"{emulation.calibration['probes'][-1].get('cpu_rate', 1.0):.2f} CPU a rank gets)"
                if emulation.calibration else "")
             + (f", +{emulation.inter_latency_s * 1e3:g} ms" if emulation.inter_latency_s else "")
             + f" -> {out_dir}")
