@@ -288,7 +288,7 @@ def test_ddp_command_end_to_end(tmp_path):
     settings = ddp_settings(params="40K", layers=4, batch_size=None, bucket_mb="0.0625,25",
                             accum=2, iters=2, warmup=0, device="cpu")
     launch = LaunchConfig((2,), "gloo", "cpu", None, "", out, 60.0)
-    assert len(frame) == DdpConfig(launch, settings).rows_expected == 16
+    assert len(frame) == DdpConfig(launch, settings).rows_expected == 18
     assert int(frame["wrong"].sum()) == 0
     table = overlap_table(frame)
     assert list(table["bucket_mb"]) == [0.0625, 25.0]
