@@ -74,6 +74,16 @@ def flagged(out: Path) -> tuple[set[str] | None, dict]:
     return {h["host"] for h in doc["hosts"] if h["verdict"] != "ok"}, doc
 
 
+def ended(out: Path, reader: threading.Thread, lines: list[str], what: str):
+    """A background trial's end: its output read to the end and kept beside it (`what` first),
+    then (the output, the hosts not ok or None, each host's verdict)."""
+    reader.join(timeout=5)
+    output = "".join(lines)
+    out.with_suffix(".log").write_text(f"{what}\n{output}")
+    bad, doc = flagged(out)
+    return output, bad, {h["host"]: h["verdict"] for h in doc["hosts"]}
+
+
 def default_rate(work: Path, layout: str, timeout_s: float) -> tuple[str, float]:
     """The emulator's default link (auto: 1/36 of intra p2p measured here), from a clean run."""
     out = work / "probe"
@@ -128,10 +138,7 @@ def freeze_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int)
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     final_at = final_verdict_at(proc, out)
-    reader.join(timeout=5)
-    out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + "".join(lines))
-    _, doc = flagged(out)
-    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    _, _, verdicts = ended(out, reader, lines, f"froze node{host}'s pid {pids[-1]}")
     return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,
             "hit": verdicts.get(f"node{host}") == "unreachable"
                    and sum(v == "unreachable" for v in verdicts.values()) == 1}
@@ -154,11 +161,7 @@ def startup_trial(layout: str, out: Path, rate: str, timeout_s: float, host: int
     os.kill(pids[-1], signal.SIGSTOP)
     frozen_at = time.monotonic()
     final_at = final_verdict_at(proc, out)
-    reader.join(timeout=5)
-    output = "".join(lines)
-    out.with_suffix(".log").write_text(f"froze node{host}'s pid {pids[-1]}\n" + output)
-    bad, doc = flagged(out)
-    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    output, bad, verdicts = ended(out, reader, lines, f"froze node{host}'s pid {pids[-1]}")
     target = f"node{host}"
     return {"code": proc.returncode, "seconds": final_at - frozen_at, "verdicts": verdicts,
             "joined_before_freeze": "never joined" not in output,
@@ -228,11 +231,7 @@ def matrix_trial(layout: str, out: Path, rate: str, timeout_s: float, kind: str,
         proc.kill()
         proc.wait()
     seconds = time.monotonic() - faulted_at
-    reader.join(timeout=5)
-    output = "".join(lines)
-    out.with_suffix(".log").write_text(f"{kind} node{host} at {phase} (landed: {landed})\n" + output)
-    bad, doc = flagged(out)
-    verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
+    output, bad, verdicts = ended(out, reader, lines, f"{kind} node{host} at {phase} (landed: {landed})")
     target = f"node{host}"
     return {"kind": kind, "role": role, "phase": phase, "host": host, "landed": landed,
             "code": proc.returncode, "seconds": seconds, "verdicts": verdicts, "written": bad is not None,

@@ -52,7 +52,7 @@ class Emulation:
     intra_p2p_GBps: float | None = None  # measured before shaping, when the rate is 'auto'
     inter_ratio: float | None = None  # intra p2p / inter rate asked for, when 'auto'
     backward_s: float | None = None  # ddp's backward pass measured before shaping ('auto', ddp)
-    comm_per_backward: float | None = None  # AllReduce time / backward the rate was set for
+    comm_per_backward: float | None = None  # AllReduce time / backward of the first candidate rate
     calibration: dict | None = None  # ddp's: how the rate was chosen (emulate/pacing.py)
 
     @property
@@ -279,7 +279,8 @@ class EmulatedCluster:
 
     def probe_ddp(self, settings, rate_bps: float, cgroup_procs) -> dict:
         """emulate/probe.py `ddp` on every host as `ddp` will run there, the link shaped to
-        `rate_bps` (shaped already): {backward_s, comm_s, comm_cpu_s}, the slowest rank's."""
+        `rate_bps` (shaped already): {backward_s, comm_s, comm_cpu_s, cpu_rate}, the slowest rank's
+        (cpu_rate: the least)."""
         with tempfile.TemporaryDirectory(prefix="allreduce-bench-probe-") as tmp:
             out = Path(tmp) / "probe.json"
             code = run_on_hosts(self, ["ddp", str(out), str(settings.params), str(settings.layers),
