@@ -133,18 +133,17 @@ def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensio
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
                       f"rank had finished: killed them", file=sys.stderr)
                 return None
+            failures = getattr(error, "failures", {}) or {}
             if benchmark.salvage is not None:  # its verdict, from what survived
-                return benchmark.salvage(config, {rank: failure.exitcode for rank, failure
-                                                  in (getattr(error, "failures", {}) or {}).items()}, started)
+                return benchmark.salvage(config, {rank: f.exitcode for rank, f in failures.items()}, started)
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
             record = stopped_record(error, reasons)
             if (Path(config.out_dir) / META_FILE).exists():
                 update_meta(config.out_dir, stopped=record)
-            if record["rank"] not in (getattr(error, "failures", {}) or {}):  # frozen: the others gave up
+            if record["rank"] not in failures:  # frozen: the others gave up on it
                 why = f"rank {record['rank']} {record['how']}"
-            killed = not found and any(f.exitcode == -signal.SIGKILL
-                                       for f in (getattr(error, "failures", {}) or {}).values())
+            killed = not found and any(f.exitcode == -signal.SIGKILL for f in failures.values())
             print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"
                   + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
                      if killed else ""), file=sys.stderr)
