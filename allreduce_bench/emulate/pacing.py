@@ -49,7 +49,7 @@ def target_comm_s(probes: list[dict]) -> float:
     medians over every probe so far, as none depends on the rate (one probe's backward moved 2x
     under load)."""
     def median(key: str) -> float:
-        return statistics.median(p.get(key, 1.0) for p in probes)
+        return statistics.median(p[key] for p in probes)
     cpu = median("comm_cpu_s") / median("cpu_rate")  # what gloo's CPU time costs the rank
     return max(median("backward_s") + cpu, cpu / CPU_SHARE)
 
@@ -63,7 +63,7 @@ def choose_rate(first_bps: float, probe: Callable[[float], dict]) -> tuple[float
     for _ in range(PROBES):
         found = probe(rate)
         target = target_comm_s([*tried, found])
-        share = found["comm_cpu_s"] / (found["comm_s"] * found.get("cpu_rate", 1.0))
+        share = found["comm_cpu_s"] / (found["comm_s"] * found["cpu_rate"])
         tried.append({"rate_bps": rate, **found, "cpu_share": share, "target_comm_s": target})
         ratio = found["comm_s"] / target
         if abs(ratio - 1) <= WITHIN or not math.isfinite(ratio):

@@ -117,7 +117,7 @@ def describe(cluster: EmulatedCluster, emulation: Emulation, out_dir: Path) -> s
             + (f" (calibrated on the hosts: DDP's AllReduce "
                f"{emulation.calibration['probes'][-1]['target_comm_s'] * 1e3:.0f} ms, the longer of "
                f"backward + gloo's CPU time and gloo's CPU time / {CPU_SHARE:g}, that CPU time over the "
-               f"{emulation.calibration['probes'][-1].get('cpu_rate', 1.0):.2f} CPU a rank gets)"
+               f"{emulation.calibration['probes'][-1]['cpu_rate']:.2f} CPU a rank gets)"
                if emulation.calibration else "")
             + (f", +{emulation.inter_latency_s * 1e3:g} ms" if emulation.inter_latency_s else "")
             + f" -> {out_dir}")

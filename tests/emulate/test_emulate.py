@@ -126,7 +126,7 @@ def test_the_target_pools_backward_over_the_probes():
     backwards = iter([0.6, 1.4, 0.6])
 
     def probe(rate_bps):
-        return {"backward_s": next(backwards), "comm_s": 1e9 / rate_bps, "comm_cpu_s": 0.01}
+        return {"backward_s": next(backwards), "comm_s": 1e9 / rate_bps, "comm_cpu_s": 0.01, "cpu_rate": 1.0}
     _, tried = pacing.choose_rate(1e9 / 0.3, probe)
     assert [t["target_comm_s"] for t in tried] == pytest.approx([0.61, 1.01, 0.61])
 
