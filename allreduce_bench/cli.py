@@ -74,55 +74,27 @@ def main(context):
 
     Start with `allreduce-bench run` (a local sweep on this machine), then `run --help`.
     """
-    context.obj = extensions()  # every command finds it (core/extensions.py `current`)
-
-
-def extensions():
-    """What the features lend the core (core/extensions.py): report.md's sections in order,
-    the Flight Recorder's verdict line, NCCL's log read into meta.json after the ranks, the
-    summary's "is this normal?" lines, `run --expect`'s line, and their rows as results/ reads
-    them (also `allreduce_bench.load_results`')."""
-    from allreduce_bench.core.extensions import Extensions
-    from allreduce_bench.ddp import sections as ddp_sections
-    from allreduce_bench.expect import sections as expect_sections
-    from allreduce_bench.expect.cli import run_headline
-    from allreduce_bench.hang.dump_verdict import verdict_line
-    from allreduce_bench.links import sections as links_sections
-    from allreduce_bench.model import sections as model_sections
-    from allreduce_bench.nccl_log import record
-    from allreduce_bench.nccl_log import sections as nccl_sections
-
-    return Extensions(sections=(links_sections.SECTION, model_sections.WINNERS,
-                                model_sections.COLLECTIVES, ddp_sections.SECTION,
-                                nccl_sections.SECTION, expect_sections.SECTION),
-                      dump_verdict=verdict_line, after_ranks=(record.after_ranks,),
-                      summaries=(expect_sections.summary_lines,), expect=run_headline,
-                      rows=(links_sections.ROWS, ddp_sections.ROWS))
+    context.obj = HOOKS  # every command finds the features' hooks (core/cli/options.py)
 
 
 # One module per command; a new command is a module and one line here. The modules are bound
 # by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
 from allreduce_bench.core.cli import report as analysis  # noqa: E402
 from allreduce_bench.core.cli import run  # noqa: E402
-from allreduce_bench.core.config import run as run_config  # noqa: E402
 from allreduce_bench.ddp import cli as ddp  # noqa: E402
-from allreduce_bench.ddp import config as ddp_config  # noqa: E402
 from allreduce_bench.emulate import cli as emulate  # noqa: E402
 from allreduce_bench.expect import cli as expect  # noqa: E402
 from allreduce_bench.hang import cli as hang  # noqa: E402
 from allreduce_bench.health import cli as health  # noqa: E402
-from allreduce_bench.health import config as health_config  # noqa: E402
 from allreduce_bench.interop import cli as interop  # noqa: E402
 from allreduce_bench.links import cli as links  # noqa: E402
-from allreduce_bench.links import config as links_config  # noqa: E402
 from allreduce_bench.model import cli as model  # noqa: E402
 from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
+from allreduce_bench.plugins import hooks  # noqa: E402
 
-# what `emulate` can start: each feature's own declaration (core/extensions.py Runnable)
-RUNNABLES = (run_config.RUNNABLE, links_config.RUNNABLE, ddp_config.RUNNABLE,
-             health_config.RUNNABLE)
+HOOKS = hooks()  # the features' and the user's plugins (allreduce_bench/plugins.py)
 COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model,
-            emulate.emulate_command(RUNNABLES),
+            emulate.emulate_command(tuple(HOOKS.joined("emulate_runnables"))),
             links.links, health.health, interop.import_command, interop.export_command,
             interop.compare_command,
             nccl_log.nccl_log_command, hang.hang, expect.expect_command)

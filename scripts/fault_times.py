@@ -3,7 +3,7 @@
 
     python scripts/fault_times.py [--ranks 4] [--timeout 5]
 
-Runs the real CLI three times with the test-only fault hook (ALLREDUCE_BENCH_FAULT):
+Runs the real CLI three times with the tests' fault plugin (tests/support/fault_plugin.py):
   kill   rank 1 SIGKILLs itself after 2 rows     -> seconds from the kill to the run's exit
   stall  rank 1 sleeps after 2 rows (--timeout)  -> seconds from the stall to the run's exit
   ctrl-c SIGINT to the whole process group       -> seconds from the signal to the run's exit
@@ -27,9 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start(out: Path, ranks: int, timeout: float, fault: str | None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("ALLREDUCE_BENCH_FAULT", None)
     if fault:
-        env["ALLREDUCE_BENCH_FAULT"] = fault
+        sys.path.insert(0, str(ROOT / "tests" / "support"))
+        from fault_plugin import fault_env
+        env = fault_env(fault, env)
     return subprocess.Popen(
         [sys.executable, "-m", "allreduce_bench", "run", "--world-sizes", str(ranks),
          "--algos", "ring,native", "--sizes", "4K,8K,16K", "--iters", "1", "--warmup", "0",

@@ -35,6 +35,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from allreduce_bench.core import units  # noqa: E402
+from allreduce_bench.emulate import rates  # noqa: E402
 from allreduce_bench.emulate.slurm import slurm_cluster  # noqa: E402
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
@@ -64,7 +65,7 @@ def measure_speedups(args, work: Path) -> None:
     options = ["--algos", "ring,hierarchical", "--sizes", args.size, "--samples", str(args.samples),
                "--no-plot"]
     found = {"srun": [], "emulate": []}
-    rate = units.parse_tc_rate(args.rate)
+    rate = rates.parse_tc_rate(args.rate)
     for pair in range(args.pairs):
         with slurm_cluster(2, rate) as slurm:
             out = work / f"srun-{pair}"
@@ -133,7 +134,7 @@ def batch_on_the_rest(slurm, exclude: str, out: Path) -> bool:
 
 
 def measure_health_loop(args, work: Path) -> None:
-    rate = units.parse_tc_rate(args.rate)
+    rate = rates.parse_tc_rate(args.rate)
     results = []
     with slurm_cluster(4, rate) as slurm:
         for trial in range(args.trials):

@@ -10,6 +10,7 @@ This is the one module that reads what a process was started with (doc/architect
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator, Mapping, MutableMapping
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from allreduce_bench.core.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
-# `emulate` starts every host's processes with it: the emulated cluster's label, the `emulation` column
+# `emulate` starts every host's processes with it: JSON {"label": the rows' `emulation` column,
+# "link_peaks": {link class: GB/s}}, the cluster's facts as data
 EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"
 
 
@@ -223,17 +225,24 @@ def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | N
 @dataclass(frozen=True)
 class Started:
     """How this process was started, read once by its command and handed to the config
-    builders: the launcher's rank layout (None: a local run, whose driver starts the ranks) and
-    the emulated cluster's label ("" on real hardware). `emulate` validates its hosts' options
-    with the Started of their rank 0."""
+    builders: the launcher's rank layout (None: a local run, whose driver starts the ranks),
+    the emulated cluster's label ("" on real hardware) and the link rates it set, and the
+    command line."""
 
     env: RankEnv | None = None
     emulation: str = ""
+    command: str = ""
+    link_peaks: tuple[tuple[str, float], ...] = ()
 
 
-def started(environ: Mapping | None = None) -> Started:
+def how_started(environ: Mapping | None = None) -> Started:
+    import shlex
+    import sys
+
     environ = os.environ if environ is None else environ
-    return Started(launcher_env(environ), environ.get(EMULATION_ENV, ""))
+    emulated = json.loads(environ.get(EMULATION_ENV) or "{}")
+    return Started(launcher_env(environ), emulated.get("label", ""), shlex.join(sys.argv),
+                   tuple(sorted(emulated.get("link_peaks", {}).items())))
 
 
 def master_of(env: RankEnv) -> tuple[str | None, int | None]:

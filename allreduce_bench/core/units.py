@@ -5,7 +5,7 @@ bytes/s, 7B parameters = 7e9 (so 7B bf16 gradients are 14 GB and 28 GB / 25 GB/s
 seed's arithmetic). KiB/MiB/GiB are binary; a lower-case b is bits (200Gb/s = 25 GB/s).
 Tensor sizes of the benchmark itself (--sizes, --min-bytes, --size 1G) read a bare K/M/G as
 binary, as nccl-tests' -b/-e do, and KB/MB/GB as decimal, as here (`parse_size` below); the
-emulator's tc rates use tc's own units (`parse_tc_rate`). This is the one module that turns
+emulator's tc rates use tc's own units (emulate/cluster.py). This is the one module that turns
 text into quantities. Every parser raises `UsageError` naming the option and showing a good
 example.
 """
@@ -248,19 +248,3 @@ def parse_size_list(text: str, option: str = "--sizes") -> list[int]:
 
 
 # --- link rates in tc's units (the emulator's --inter-bandwidth) -----------------------------
-TC_RATE_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-                 "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9}
-
-
-def parse_tc_rate(text: str) -> float:
-    """'500mbit' -> 5e8 bits/s, with tc's units (mbit = megabit/s, mbps = megabyte/s)."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]+)\s*", text)
-    unit = TC_RATE_UNITS.get(match.group(2).lower()) if match else None
-    if match is None or not unit or not 0 < float(match.group(1)) * unit < 1e15:
-        raise UsageError(f"--inter-bandwidth {text!r} is not a rate; write e.g. 500mbit, 2gbit or "
-                         f"50mbps (tc units: {', '.join(TC_RATE_UNITS)}), or auto")
-    return float(match.group(1)) * unit
-
-
-def format_tc_rate(bits_per_s: float) -> str:
-    return f"{bits_per_s / 1e9:.3g}Gbit" if bits_per_s >= 1e9 else f"{bits_per_s / 1e6:.3g}Mbit"

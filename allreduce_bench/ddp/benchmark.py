@@ -6,10 +6,11 @@ import sys
 from dataclasses import asdict
 
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure.rank import Benchmark, Session
+from allreduce_bench.core.measure.context import Benchmark
+from allreduce_bench.core.measure.rank import Session
 from allreduce_bench.core.measure.world import end_phase, make_world
 from allreduce_bench.core.results.store import start_meta_unless_launched
-from allreduce_bench.ddp.config import layer_width
+from allreduce_bench.ddp.config import DdpConfig, layer_width, rows_expected
 from allreduce_bench.ddp.measurements import measure_world
 from allreduce_bench.ddp.timeline_store import append_timeline
 
@@ -26,21 +27,21 @@ def measure_ddp(session: Session) -> int:
 
     session.show = show
     wrong = 0
-    rpn = config.ranks_per_node or env.local_world_size
-    for phase, world_size in enumerate(config.world_sizes, start=1):
+    rpn = config.launch.ranks_per_node or env.local_world_size
+    for phase, world_size in enumerate(config.launch.world_sizes, start=1):
         session.progress.at(phase, 1, f"ddp, world size {world_size}", tuple(range(env.world_size)))
         session.bind_phase(world_size)
-        world = make_world(world_size, rpn, device, config.timeout_s)
+        world = make_world(world_size, rpn, device, config.launch.timeout_s)
         if world is not None:
             wrong += measure_world(config, world, session.record,
-                                   lambda rows: append_timeline(config.out_dir, rows)
-                                   if session.lead else None)
+                                   lambda rows: append_timeline(config.launch.out_dir, rows)
+                                   if session.writer else None)
         end_phase(world, f"ddp-{world_size}", device)
     return wrong
 
 
 
-def ddp_meta(config) -> dict:
+def ddp_meta(config: DdpConfig) -> dict:
     """host_meta plus the model's settings."""
     width = layer_width(config.settings.params, config.settings.layers)
     meta = run_meta.host_meta(config)
@@ -49,8 +50,8 @@ def ddp_meta(config) -> dict:
     return meta
 
 
-def prepare(config) -> None:
+def prepare(config: DdpConfig) -> None:
     start_meta_unless_launched(config, ddp_meta)
 
 
-BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp, prepare=prepare)
+BENCHMARK = Benchmark("ddp", ddp_meta, measure_ddp, prepare=prepare, rows=rows_expected)

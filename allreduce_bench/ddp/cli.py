@@ -1,12 +1,11 @@
 """`allreduce-bench ddp`: DDP's bucketed overlap, no_sync and set_epoch, measured."""
 from __future__ import annotations
 
-import shlex
 import sys
 
 import click
 
-from allreduce_bench.core.cli.options import measuring_options
+from allreduce_bench.core.cli.options import command_hooks, measuring_options
 
 
 @click.command()
@@ -36,17 +35,18 @@ def ddp(**options):
     On an emulated cluster: `allreduce-bench emulate --benchmarks ddp`.
     """
     from allreduce_bench.core.cli.finish import measure_then_finish
-    from allreduce_bench.core.environment import started
-    from allreduce_bench.core.extensions import current as extensions
+    from allreduce_bench.core.config.launch import from_params
+    from allreduce_bench.core.environment import how_started
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.ddp.benchmark import BENCHMARK
-    from allreduce_bench.ddp.config import ddp_config
+    from allreduce_bench.ddp.config import DdpOptions, ddp_config
     from allreduce_bench.ddp.finish import finish_ddp
 
-    config = ddp_config(command=shlex.join(sys.argv), started=started(), host=this_host(), **options)
+    config = ddp_config(from_params(DdpOptions, options), how_started(), this_host())
     settings = config.settings
-    announce(f"allreduce-bench ddp: backend {config.backend} on {config.device}, world sizes "
-             f"{','.join(map(str, config.world_sizes))}, {settings.params:,} parameters, bucket caps "
-             f"{','.join(f'{b:g}' for b in settings.bucket_mbs)} MiB, K={settings.accum} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, finish_ddp, extensions()))
+    announce(f"allreduce-bench ddp: backend {config.launch.backend} on {config.launch.device}, world sizes "
+             f"{','.join(map(str, config.launch.world_sizes))}, {settings.params:,} parameters, bucket caps "
+             f"{','.join(f'{b:g}' for b in settings.bucket_mbs)} MiB, K={settings.accum} -> {config.launch.out_dir}")
+    sys.exit(measure_then_finish(Run(config, BENCHMARK, command_hooks()), finish_ddp))

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from allreduce_bench.core import units
 from allreduce_bench.core.config.checks import Host, check_finite, check_memory
-from allreduce_bench.core.config.launch import LaunchConfig, Launched
+from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions, from_params
 from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Hooks, Runnable
 
 # With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
 CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
@@ -51,15 +51,29 @@ ROWS_PER_BUCKET_CAP, ACCUMULATION_ROWS = 8, 2
 
 
 @dataclass(frozen=True)
-class DdpConfig(Launched):
+class DdpConfig:
     launch: LaunchConfig
     settings: DdpSettings
 
-    @property
-    def rows_expected(self) -> int:
-        """The rows the run records (its progress bar counts them)."""
-        per_world = ROWS_PER_BUCKET_CAP * len(self.settings.bucket_mbs) + ACCUMULATION_ROWS
-        return per_world * len(self.world_sizes)
+
+@dataclass(frozen=True)
+class DdpOptions:
+    """`ddp`'s options, as click parsed them."""
+
+    launch: LaunchOptions
+    params: str = "10M"
+    layers: int = 8
+    batch_size: int | None = None
+    bucket_mb: str = "1,5,25,100"
+    accum: int = 4
+    iters: int | None = None
+    warmup: int | None = None
+
+
+def rows_expected(config: DdpConfig) -> int:
+    """The rows the run records (its progress bar counts them)."""
+    per_world = ROWS_PER_BUCKET_CAP * len(config.settings.bucket_mbs) + ACCUMULATION_ROWS
+    return per_world * len(config.launch.world_sizes)
 
 
 def parse_bucket_mbs(text: str) -> tuple[float, ...]:
@@ -82,39 +96,36 @@ def _at_least(name: str, value: int, low: int) -> int:
     return value
 
 
-def ddp_settings(*, params, layers, batch_size, bucket_mb, accum, iters, warmup,
-                 device: str) -> DdpSettings:
+def ddp_settings(options: DdpOptions, device: str) -> DdpSettings:
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
-    params = units.parse_whole_count(params, "--params")
-    layers = _at_least("--layers", layers, 1)
+    params = units.parse_whole_count(options.params, "--params")
+    layers = _at_least("--layers", options.layers, 1)
     if params < layers * 2:
         raise UsageError(f"--params {params} is too small for {layers} layers; give at least "
                          f"{layers * 2} or fewer --layers")
+    batch_size, iters, warmup = options.batch_size, options.iters, options.warmup
     return DdpSettings(
         params=params, layers=layers,
         batch_size=_at_least("--batch-size", defaults["batch_size"] if batch_size is None
                              else batch_size, 1),
-        bucket_mbs=parse_bucket_mbs(bucket_mb), accum=_at_least("--accum", accum, 1),
+        bucket_mbs=parse_bucket_mbs(options.bucket_mb), accum=_at_least("--accum", options.accum, 1),
         iters=_at_least("--iters", iters if iters is not None else defaults["iters"], 1),
         warmup=_at_least("--warmup", warmup if warmup is not None else defaults["warmup"], 0))
 
 
-def ddp_config(*, params, layers, batch_size, bucket_mb, accum, world_sizes, iters, warmup,
-               backend, device, ranks_per_node, tag, out_dir, timeout_s, no_plot,
-               command="", nccl_debug=False, bind="auto", flight_recorder=False,
-               started: Started, host: Host) -> DdpConfig:
+def ddp_config(options: DdpOptions, started: Started, host: Host) -> DdpConfig:
     from allreduce_bench.core.config.run import launch_config, resolve_world
 
-    world = resolve_world(world_sizes, backend, device, ranks_per_node, started.env, host)
-    check_finite(timeout_s, "--timeout")
-    settings = ddp_settings(params=params, layers=layers, batch_size=batch_size,
-                            bucket_mb=bucket_mb, accum=accum, iters=iters, warmup=warmup,
-                            device=world[2])
+    world = resolve_world(options.launch, started.env, host)
+    check_finite(options.launch.timeout_s, "--timeout")
+    settings = ddp_settings(options, device=world[2])
     check_ddp_memory(settings.params, world[0], world[2], started.env)
-    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
-                           command=command, label="ddp", nccl_debug=nccl_debug,
-                           bind=bind, flight_recorder=flight_recorder)
+    launch = launch_config(world, options.launch, started, label="ddp")
     return DdpConfig(launch=launch, settings=settings)
+
+
+def emulated_ddp(params: dict, started: Started, host: Host, hooks: Hooks) -> DdpConfig:
+    return ddp_config(from_params(DdpOptions, params), started, host)
 
 
 def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None) -> None:
@@ -128,5 +139,5 @@ def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None)
 # `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's
 # default 25 MiB cap cuts into 4 buckets (24 layers of 4 MB), with a batch that makes backward
 # take a few hundred ms on a small CPU machine (emulate/pacing.py paces the link to it).
-RUNNABLE = Runnable("ddp", "ddp", ddp_config,
+RUNNABLE = Runnable("ddp", "ddp", emulated_ddp,
                     defaults=(("--params", "24M"), ("--layers", "24"), ("--batch-size", "256")))

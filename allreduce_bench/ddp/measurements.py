@@ -14,6 +14,7 @@ import gc
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ from allreduce_bench.core import metrics
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.sweep.rows import result_row
-from allreduce_bench.ddp.config import DdpSettings
+from allreduce_bench.ddp.config import DdpConfig, DdpSettings
 from allreduce_bench.ddp.net import DTYPE, param_count, synthetic_batch
 from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline
 from allreduce_bench.ddp.trainer import HookState, NoOverlapTrainer, Trainer, ddp_trainer, local_hook
@@ -201,31 +202,58 @@ def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: b
 
 # --- rows ------------------------------------------------------------------------------------
 
-def ddp_row(config, world: World, measure: str, times_us: list[float], *, size_bytes: int,
-            bucket_mb: float | None = None, accum: int = 1, bucket_bytes: list[int] | None = None,
-            calls: int | None = None, sent: int | None = None, wrong: int = 0) -> dict:
-    """One results row with benchmark = ddp; `measure` says which time it holds. A step is
-    timed alone (one sample of one call, the slowest rank's), so the row's statistics are over
-    steps, with the same spread and unstable flag as `run`'s rows."""
-    stats = metrics.sample_stats([times_us])
-    for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
-                     "skew_share"):
-        stats.pop(per_rank)  # the times are already the slowest rank's per step
-    return result_row(
-        config, world, stats, benchmark="ddp", collective="", algorithm="ddp", dtype="float32",
-        size_bytes=size_bytes, count=size_bytes // 4, timing="per-step", samples=len(times_us),
-        loops=1, warmup=config.settings.warmup, wrong=wrong,
-        bandwidth_of="all_reduce" if measure == "comm" else None, measure=measure,
-        bucket_mb=math.nan if bucket_mb is None else bucket_mb, accum=accum,
-        bucket_sizes=";".join(map(str, bucket_bytes)) if bucket_bytes else "",
-        allreduce_calls=math.nan if calls is None else calls,
-        allreduce_bytes=math.nan if sent is None else sent)
+@dataclass(frozen=True)
+class Traffic:
+    """What a measured step sent: the buckets reduced (bytes each), its AllReduce calls and bytes
+    (None: not counted)."""
+
+    buckets: tuple[int, ...] = ()
+    calls: int | None = None
+    sent: int | None = None
+
+    @classmethod
+    def of(cls, buckets) -> Traffic:
+        return cls(tuple(buckets), len(buckets), sum(buckets))
 
 
-def measure_world(config, world: World, on_row: Callable[[dict], None],
+NOTHING_SENT = Traffic((), 0, 0)
+
+
+@dataclass(frozen=True)
+class DdpRows:
+    """The rows with benchmark = ddp of one (sub-)world and bucket cap (None: no cap)."""
+
+    config: DdpConfig
+    world: World
+    size_bytes: int
+    bucket_mb: float | None = None
+    accum: int = 1
+
+    def row(self, measure: str, times_us: list[float], traffic: Traffic = Traffic(),
+            wrong: int = 0) -> dict:
+        """One row; `measure` says which time it holds. A step is timed alone (one sample of one
+        call, the slowest rank's), so the row's statistics are over steps, with the same spread
+        and unstable flag as `run`'s rows."""
+        stats = metrics.sample_stats([times_us])
+        for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
+                         "skew_share"):
+            stats.pop(per_rank)  # the times are already the slowest rank's per step
+        return result_row(self.config.launch, self.world, stats, {
+            "benchmark": "ddp", "collective": "", "algorithm": "ddp", "dtype": "float32",
+            "size_bytes": self.size_bytes, "count": self.size_bytes // 4, "timing": "per-step",
+            "samples": len(times_us), "loops": 1, "warmup": self.config.settings.warmup,
+            "wrong": wrong, "measure": measure,
+            "bucket_mb": math.nan if self.bucket_mb is None else self.bucket_mb, "accum": self.accum,
+            "bucket_sizes": ";".join(map(str, traffic.buckets)),
+            "allreduce_calls": math.nan if traffic.calls is None else traffic.calls,
+            "allreduce_bytes": math.nan if traffic.sent is None else traffic.sent},
+            "all_reduce" if measure == "comm" else None)
+
+
+def measure_world(config: DdpConfig, world: World, on_row: Callable[[dict], None],
                   on_timeline: Callable[[list[dict]], None] = lambda rows: None) -> int:
-    """Every DDP measurement on one (sub-)world (`config`: ddp's); rows go to `on_row`, the
-    timeline of each bucket cap to `on_timeline`. Returns #wrong."""
+    """Every DDP measurement on one (sub-)world; rows go to `on_row`, the timeline of each bucket
+    cap to `on_timeline`. Returns #wrong."""
     settings = config.settings
     bare = Trainer.make(settings, world)
     grad_bytes = param_count(bare.model) * DTYPE.itemsize
@@ -233,25 +261,21 @@ def measure_world(config, world: World, on_row: Callable[[dict], None],
     for bucket_mb in settings.bucket_mbs:
         found = measure_bucket_cap(settings, world, bare, bucket_mb)
         gc.collect()  # free this cap's models (hooks make reference cycles) before the next
-        times, layout = found["times"], found["layout"]
+        times, layout = found["times"], Traffic.of(found["layout"])
         wrong_total += found["wrong"]
-        common = dict(size_bytes=grad_bytes, bucket_mb=bucket_mb)
-        on_row(ddp_row(config, world, "compute", times["compute"], calls=0, sent=0, **common))
-        on_row(ddp_row(config, world, "backward", times["backward"], **common))
-        on_row(ddp_row(config, world, "ddp_no_comm", times["ddp_no_comm"], calls=0, sent=0, **common))
-        for measure in ("comm", "step"):
-            on_row(ddp_row(config, world, measure, times[measure], bucket_bytes=layout,
-                           calls=len(layout), sent=sum(layout),
-                           wrong=found["wrong"] if measure == "step" else 0, **common))
+        rows = DdpRows(config, world, grad_bytes, bucket_mb)
+        on_row(rows.row("compute", times["compute"], NOTHING_SENT))
+        on_row(rows.row("backward", times["backward"]))
+        on_row(rows.row("ddp_no_comm", times["ddp_no_comm"], NOTHING_SENT))
+        on_row(rows.row("comm", times["comm"], layout))
+        on_row(rows.row("step", times["step"], layout, wrong=found["wrong"]))
         # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores;
         # compute's CPU time says how much CPU the rank gets (less than its wall time under a quota)
-        on_row(ddp_row(config, world, "comm_cpu", times["comm_cpu"], bucket_bytes=layout,
-                       calls=len(layout), sent=sum(layout), **common))
-        on_row(ddp_row(config, world, "compute_cpu", times["compute_cpu"], calls=0, sent=0, **common))
-        on_row(ddp_row(config, world, "no_overlap", times["no_overlap"], bucket_bytes=[grad_bytes],
-                       calls=1, sent=grad_bytes, **common))
-        on_timeline([dict(row, run_id=config.run_id) for row in found["timeline"]])
+        on_row(rows.row("comm_cpu", times["comm_cpu"], layout))
+        on_row(rows.row("compute_cpu", times["compute_cpu"], NOTHING_SENT))
+        on_row(rows.row("no_overlap", times["no_overlap"], Traffic.of([grad_bytes])))
+        on_timeline([dict(row, run_id=config.launch.run_id) for row in found["timeline"]])
+    accumulating = DdpRows(config, world, grad_bytes, accum=settings.accum)
     for mode, (times, sent) in measure_accumulation(settings, world).items():
-        on_row(ddp_row(config, world, f"accum_{mode}", times, size_bytes=grad_bytes,
-                       accum=settings.accum, bucket_bytes=sent, calls=len(sent), sent=sum(sent)))
+        on_row(accumulating.row(f"accum_{mode}", times, Traffic.of(sent)))
     return wrong_total

@@ -1,4 +1,4 @@
-"""DDP's section of report.md and its figures (lent to the core as Extensions.sections): the
+"""DDP's section of report.md and its figures (its `report_sections` hook): the
 step split, the measured timeline and the accumulation comparison, from `benchmark = ddp` rows."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.tables import run_metas
-from allreduce_bench.core.extensions import Rows, Section
+from allreduce_bench.core.hooks import Section
 from allreduce_bench.ddp.analysis import ddp_markdown, ddp_rows
 
 FIGURES = ("ddp_overlap", "ddp_timeline", "ddp_accumulation")
@@ -49,5 +49,4 @@ def embedded(name: str) -> bool:
 
 
 # its rows are read by what `measure` each timed; its meta.json's `ddp` block marks its runs
-ROWS = Rows("ddp", needs=("measure",), meta_block=True)
 SECTION = Section("ddp", ddp_parts, draw_ddp, embedded, benchmarks=("ddp",))

@@ -13,13 +13,14 @@ from pathlib import Path
 import click
 
 from allreduce_bench.core import units
-from allreduce_bench.core.cli.options import with_options
+from allreduce_bench.core.cli.options import command_hooks, with_options
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
-from allreduce_bench.core.config.resume_checks import note_earlier_runs, resumed_dir, same_emulation
+from allreduce_bench.core.config.resume_checks import note_earlier_runs
 from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Runnable
+from allreduce_bench.emulate import rates
 from allreduce_bench.emulate.pacing import CPU_SHARE, DDP_RANKS_PER_NODE
 
 NVLINK_OVER_IB = 36  # the seed's 900 GB/s NVLink vs 25 GB/s InfiniBand
@@ -96,8 +97,8 @@ def check_benchmark_args(forwarded: dict[str, list[str]], chosen: dict[str, Runn
         name = chosen[benchmark].command
         command = root.get_command(click.get_current_context(), name)
         with command.make_context(name, list(args)) as ctx:
-            config = chosen[benchmark].config(**ctx.params, started=as_rank0, host=host)
-        if config.backend != "gloo" or config.device != "cpu":
+            config = chosen[benchmark].config(ctx.params, as_rank0, host, command_hooks())
+        if config.launch.backend != "gloo" or config.launch.device != "cpu":
             raise UsageError("emulate shapes TCP traffic between namespaces, which only gloo on CPU "
                              "uses (NCCL would take shared memory and bypass it); drop --backend/"
                              "--device")
@@ -115,7 +116,7 @@ def parse_links(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_rat
     if nodes > 200:
         raise UsageError(f"--nodes {nodes} is more than this emulation's subnet holds; use <= 200")
     check_finite(inter_ratio, "--inter-ratio")
-    rate = None if inter_bandwidth.strip().lower() == "auto" else units.parse_tc_rate(inter_bandwidth)
+    rate = None if inter_bandwidth.strip().lower() == "auto" else rates.parse_tc_rate(inter_bandwidth)
     latency = units.parse_seconds(inter_latency, "--inter-latency")
     if not 0 <= latency < 60:
         raise UsageError(f"--inter-latency must be between 0 and 60 s, got {inter_latency!r}")
@@ -132,10 +133,10 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
 
     rate, latency = parse_links(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency)
     host_rates, host_cpu = parse_host_rates(faults[0], nodes), parse_host_cpu(faults[1], nodes)
-    resumed = resumed_dir(args)
+    resumed = rates.resumed_dir(args)
     if resumed is not None:
         out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
-        rate = same_emulation(resumed, nodes, ranks_per_node, rate, latency)
+        rate = rates.same_emulation(resumed, nodes, ranks_per_node, rate, latency)
     claimed = out_dir is None
     out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
     if resumed is None:

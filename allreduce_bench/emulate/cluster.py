@@ -29,9 +29,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from allreduce_bench.core import units
 from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.emulate import rates
 from allreduce_bench.emulate.faults import cgroup_mount_script
 from allreduce_bench.emulate.processes import die_with_parent, run_on_hosts
 
@@ -58,7 +58,7 @@ class Emulation:
     @property
     def label(self) -> str:
         delay = f"+{self.inter_latency_s * 1e3:g}ms" if self.inter_latency_s else ""
-        return f"{self.nodes}x{self.ranks_per_node}@{units.format_tc_rate(self.inter_rate_bps)}{delay}"
+        return f"{self.nodes}x{self.ranks_per_node}@{rates.format_tc_rate(self.inter_rate_bps)}{delay}"
 
     @property
     def inter_GBps(self) -> float:
@@ -227,7 +227,8 @@ class EmulatedCluster:
     def host_env(self, i: int, emulation: Emulation) -> dict:
         env = dict(os.environ)
         env.update(GLOO_SOCKET_IFNAME=f"node{i}", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
-                   **{EMULATION_ENV: emulation.label})
+                   **{EMULATION_ENV: json.dumps({"label": emulation.label,
+                                                 "link_peaks": {"inter_GBps": emulation.inter_GBps}})})
         # the hosts' names in node-rank order, as Slurm gives them: what health calls a host whose
         # ranks never came (health/benchmark.py `_nodelist`)
         env["ALLREDUCE_BENCH_NODELIST"] = ",".join(f"node{n}" for n in range(self.nodes))
@@ -289,7 +290,7 @@ class EmulatedCluster:
                                 module="allreduce_bench.emulate.probe")
             if code or not out.exists():
                 raise UsageError(f"emulate could not probe ddp's AllReduce at "
-                                 f"{units.format_tc_rate(rate_bps)} (exit code {code}); give "
+                                 f"{rates.format_tc_rate(rate_bps)} (exit code {code}); give "
                                  "--inter-bandwidth explicitly, e.g. 2gbit")
             return json.loads(out.read_text())
 

@@ -9,8 +9,8 @@ import re
 import time
 from pathlib import Path
 
-from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.emulate import rates
 
 CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
 CGROUP_V2 = Path("/sys/fs/cgroup")
@@ -71,7 +71,7 @@ def _pairs(items, nodes: int, option: str):
 
 def parse_host_rates(items, nodes: int) -> dict[int, float]:
     """['node2=100mbit'] -> {2: 1e8} (bit/s)."""
-    return {i: units.parse_tc_rate(v) for i, v in _pairs(items, nodes, "--host-bandwidth")}
+    return {i: rates.parse_tc_rate(v) for i, v in _pairs(items, nodes, "--host-bandwidth")}
 
 
 def parse_host_cpu(items, nodes: int) -> dict[int, float]:

@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from allreduce_bench.core import units
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Runnable
 from allreduce_bench.core.results.resume import kept
 from allreduce_bench.core.results.store import update_meta
+from allreduce_bench.emulate import rates
 from allreduce_bench.emulate.cluster import (
     PREFIX,
     EmulatedCluster,
@@ -52,7 +52,7 @@ class Plan:
     host_cpu: dict[int, float] = field(default_factory=dict)  # host -> share of a CPU (--host-cpu)
 
     def faults_meta(self) -> dict:
-        return {"host_bandwidth": {f"node{i}": units.format_tc_rate(r) for i, r in self.host_rates.items()},
+        return {"host_bandwidth": {f"node{i}": rates.format_tc_rate(r) for i, r in self.host_rates.items()},
                 "host_cpu": {f"node{i}": f"{share:.0%}" for i, share in self.host_cpu.items()}}
 
 
@@ -88,7 +88,7 @@ def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
         def probe(rate_bps: float) -> dict:
             cluster.shape(rate_bps, plan.latency_s, plan.host_rates)
             found = cluster.probe_ddp(settings, rate_bps, cpu.procs)
-            _say(f"  at {units.format_tc_rate(rate_bps)}: AllReduce {found['comm_s'] * 1e3:.0f} ms, "
+            _say(f"  at {rates.format_tc_rate(rate_bps)}: AllReduce {found['comm_s'] * 1e3:.0f} ms, "
                  f"{found['comm_cpu_s'] * 1e3:.0f} ms of it CPU; backward {found['backward_s'] * 1e3:.0f} ms "
                  f"at {found['cpu_rate']:.2f} CPU")
             return found
@@ -111,7 +111,7 @@ def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
 def describe(cluster: EmulatedCluster, emulation: Emulation, out_dir: Path) -> str:
     measured = emulation.intra_p2p_GBps
     return (f"{emulation.nodes} hosts x {emulation.ranks_per_node} ranks in namespaces "
-            f"{cluster.hosts[0]}..; inter-node link {units.format_tc_rate(emulation.inter_rate_bps)}"
+            f"{cluster.hosts[0]}..; inter-node link {rates.format_tc_rate(emulation.inter_rate_bps)}"
             + (f" (1/{emulation.inter_ratio:g} of the {measured:.3f} GB/s measured intra-node p2p)"
                if measured else "")
             + (f" (calibrated on the hosts: DDP's AllReduce "
@@ -177,7 +177,7 @@ def _run_one(cluster, runnable: Runnable, args: list[str], config, out_dir: Path
 
 
 def _faults(plan: Plan) -> str:
-    said = [f"node{i} at {units.format_tc_rate(r)}" for i, r in plan.host_rates.items()]
+    said = [f"node{i} at {rates.format_tc_rate(r)}" for i, r in plan.host_rates.items()]
     said += [f"node{i} at {share:.0%} of a CPU" for i, share in plan.host_cpu.items()]
     return f"; faults put in: {', '.join(said)}" if said else ""
 
@@ -197,9 +197,9 @@ def hold_slurm(nodes: int, rate_bps: float | None, latency_s: float, inter_ratio
             with slurm_cluster(nodes, rate_bps, latency_s, host_rates, cpus) as slurm:
                 env_file = slurm.root / "env.sh"
                 env_file.write_text(slurm.exports())
-                slowed = "".join(f", node{i} at {units.format_tc_rate(r)}" for i, r in host_rates.items())
+                slowed = "".join(f", node{i} at {rates.format_tc_rate(r)}" for i, r in host_rates.items())
                 _say(f"Slurm cluster node[0-{nodes - 1}] up: {nodes} hosts in namespaces "
-                     f"{slurm.cluster.hosts[0]}.., inter-node link {units.format_tc_rate(rate_bps)}"
+                     f"{slurm.cluster.hosts[0]}.., inter-node link {rates.format_tc_rate(rate_bps)}"
                      f"{slowed}; slurmctld on {slurm.control_host}")
                 print(slurm.exports(), flush=True)
                 _say(f"in another shell: source {env_file}; srun -N {nodes} allreduce-bench run "

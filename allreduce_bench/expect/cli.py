@@ -1,6 +1,6 @@
 """`allreduce-bench expect`: before a run, what busbw to expect from a system, with sources: the
 catalogue's figures that match it, its link limit, and the NCCL settings that change the answer.
-`run --expect` prints its first line (`headline`) at the top of a run (lent as Extensions.expect)."""
+`run --expect` prints its first line (`headline`) at the top of a run (its `expect_line` hook)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -41,11 +41,12 @@ def run_headline(config) -> str:
     from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.expect.system import detect
 
-    if config.device != "cuda":
+    launch = config.launch
+    if launch.device != "cuda":
         return ("expect: a gloo run on CPU: no published figure applies; the report holds busbw against "
                 "the run's own link peak (a point-to-point probe)")
-    launched, per_node = launcher_env(), config.launch.ranks_per_node
-    nodes = launched.nodes if launched else -(-max(config.world_sizes) // per_node) if per_node else 1
+    launched, per_node = launcher_env(), launch.ranks_per_node
+    nodes = launched.nodes if launched else -(-max(launch.world_sizes) // per_node) if per_node else 1
     system = detect(nodes)
     ranks = launched.local_world_size if launched else per_node
     if system and ranks:

@@ -34,13 +34,13 @@ from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import launcher_hosts
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.collective import measure
+from allreduce_bench.core.measure.context import Benchmark
 from allreduce_bench.core.measure.device import torch_dtype
-from allreduce_bench.core.measure.rank import Benchmark
 from allreduce_bench.core.measure.timing import Measured
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
-from allreduce_bench.core.sweep.rows import make_row
+from allreduce_bench.core.sweep.rows import Point, make_row
 from allreduce_bench.health import ending, pairing, throttle
 from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
 from allreduce_bench.health.decide import Measurement
@@ -98,7 +98,7 @@ class Rank:
         # every launched host in launch order: those of ranks_of, and those that never came
         self.hosts = hosts or list(ranks_of)
         self.me = session.env.rank
-        self.groups = Groups(session.config.timeout_s)
+        self.groups = Groups(session.config.launch.timeout_s)
         self.cpu_at_start = throttle.cpu_throttle()
 
     def held_back(self) -> dict:
@@ -213,7 +213,7 @@ def rows_of(session, k: int, group: Group, result: dict):
     view = World(comm, comm, comm, len(group.ranks) // len(group.hosts), session.device)
     for size in result["sizes"]:
         measured = Measured(size["per_rank_us"], size["loops"], size["samples"])
-        row = make_row(config, view, "native", size["count"], measured, size["wrong"])
+        row = make_row(config, view, Point("native", size["count"]), measured, size["wrong"])
         row.update(benchmark="health", link="intra" if group.check == "intra" else "inter",
                    operation="allreduce", nodes=len(group.hosts),
                    measure=f"{group.check} round {k} {'+'.join(group.hosts)}"
@@ -264,16 +264,16 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
                         settings.pairs, settings.bisect)
     absent = [h for h in hosts if h not in rank.ranks_of]
     layout = {"hosts": len(hosts), "ranks_per_node": L, "sizes": list(config.sizes),
-              "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.backend,
-              "device": session.device.kind, "timeout_s": config.timeout_s}
+              "pairs": settings.pairs, "bisect": settings.bisect, "backend": config.launch.backend,
+              "device": session.device.kind, "timeout_s": config.launch.timeout_s}
     if absent:
         check.never_came(absent)
         layout["never_joined"] = absent
         say(f"health: {', '.join(absent)} never joined (not every rank of {'it' if len(absent) == 1 else 'them'} "
-            f"came within --timeout {config.timeout_s:g} s): unreachable; the {len(rank.ranks_of)} "
+            f"came within --timeout {config.launch.timeout_s:g} s): unreachable; the {len(rank.ranks_of)} "
             f"host(s) that came are checked among themselves")
     slot_base = k = 0
-    write_health(config.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
+    write_health(config.launch.out_dir, document(check, layout, complete=False, note="in progress: no round yet"))
     while (planned := check.next_round()) is not None:
         k += 1
         groups = [list(g) for g in planned.groups]
@@ -294,7 +294,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
         lost = sorted({rank.host_of(r) for r in silent})
         if lost:
             say(f"health: round {k}: {', '.join(lost)} stopped answering (no heartbeat for "
-                f"{config.timeout_s + MARGIN_S:g} s): unreachable")
+                f"{config.launch.timeout_s + MARGIN_S:g} s): unreachable")
         check.record(planned, collect(session, board, k, slots), lost)
         for member in members:
             if member not in silent and board.has(f"r{k}/done/{member}"):
@@ -302,10 +302,10 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
                                 board.get(f"r{k}/done/{member}").get("held_back"))
         check.seconds[planned.index] = round(time.monotonic() - started, 3)
         slot_base += len(slots)
-        write_health(config.out_dir, document(check, layout, complete=False,
+        write_health(config.launch.out_dir, document(check, layout, complete=False,
                                               note=f"in progress: {k} round(s) measured"))
     board.put(f"r{k + 1}/plan", {"end": True})
-    write_health(config.out_dir, document(check, layout, note=_note(check)))
+    write_health(config.launch.out_dir, document(check, layout, note=_note(check)))
 
 
 def lead(session, rank: Rank, board: Board) -> None:
@@ -344,10 +344,8 @@ def _note(check) -> str:
 
 def measure_health(session) -> int:
     """Every rank: the hosts from the gathered hostnames, then coordinate (rank 0) or follow."""
-    from allreduce_bench.core.measure.faults import exit_now
-
-    config, env = session.config, session.env
-    L = config.ranks_per_node or env.local_world_size
+    config, env, end = session.config, session.env, session.progress.end
+    L = config.launch.ranks_per_node or env.local_world_size
     came = session.presence  # health's world: the ranks that came (measure/world.py)
     launched = pairing.launched_host_names(came.hostnames, L, launcher_hosts(NODELIST_ENV),
                                            local=session.local)
@@ -355,24 +353,24 @@ def measure_health(session) -> int:
     ranks_of = pairing.host_ranks(names)
     problem = pairing.layout_problem(ranks_of, L)
     if problem:  # the same on every rank; rank 0 says it
-        if session.lead:
-            exit_now(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
+        if session.writer:
+            end.exit(f"allreduce-bench health: error: {problem}", code=BAD_INPUT)
         os._exit(BAD_INPUT)
     session.hosts = names
-    journal = Journal(config.out_dir, came.members[env.rank], host=names[env.rank], world_rank=env.rank,
+    journal = Journal(config.launch.out_dir, came.members[env.rank], host=names[env.rank], world_rank=env.rank,
                       coordinator=names[0])
     board = Board("health", env.rank)
-    rank = Rank(session, board, Liveness(board, config.timeout_s + MARGIN_S), ranks_of, L,
+    rank = Rank(session, board, Liveness(board, config.launch.timeout_s + MARGIN_S), ranks_of, L,
                 list(dict.fromkeys(launched)), journal)
     def lost(said: str) -> None:
         journal.note("lost", host=names[0], why=said)
         code = None
-        if not (session.local or config.emulation):  # no process of ours outlives the ranks
-            code = survivor_writes(config, list(dict.fromkeys(launched)), journal.started - config.timeout_s)
-        exit_now(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
-                 f"{config.out_dir}", code=1 if code is None else code)
+        if not (session.local or config.launch.emulation):  # no process of ours outlives the ranks
+            code = survivor_writes(config, list(dict.fromkeys(launched)), journal.started - config.launch.timeout_s)
+        end.exit(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
+                 f"{config.launch.out_dir}", code=1 if code is None else code)
 
-    limit_s = config.timeout_s + MARGIN_S
+    limit_s = config.launch.timeout_s + MARGIN_S
     threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, limit_s),
                      daemon=True, name="store-watch").start()
     if env.rank != 0:
@@ -380,18 +378,18 @@ def measure_health(session) -> int:
                          daemon=True, name="coordinator-watch").start()
     held = False
     try:
-        if session.lead:
+        if session.writer:
             lead(session, rank, board)
         else:
             rank.follow()
         if not session.local:  # the confirmation at the end of the check (health/ending.py)
             session.progress.at(0, 0, "the end of the check (confirming it is still there)", (0,))
             journal.note("ending")
-            if session.lead:
-                ending.hold(board, ranks_of)
+            if session.writer:
+                ending.hold(session.run, board, ranks_of)
             else:
                 ending.answer(board)
-            held = session.lead
+            held = session.writer
     except (CoordinatorLost, RuntimeError) as error:  # RuntimeError: the store (its host) is gone
         lost(str(error) if isinstance(error, CoordinatorLost) else
              f"lost the coordinator (rank 0 on {names[0]}) and the launcher's store at {session.progress.where}: "
@@ -434,7 +432,7 @@ def prepare(config) -> None:
 
 def whole_world(config) -> list[int]:
     """health measures one world: --hosts x --ranks-per-node ranks."""
-    return [max(config.world_sizes)]
+    return [max(config.launch.world_sizes)]
 
 
 BENCHMARK = Benchmark("health", run_meta.host_meta, measure_health, prepare=prepare,

@@ -2,15 +2,14 @@
 health/benchmark.py, the decisions in health/decide.py (imported when a run starts)."""
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
 import click
 
-from allreduce_bench.core.cli.options import measuring_options, with_options
+from allreduce_bench.core.cli.options import command_hooks, measuring_options, with_options
 from allreduce_bench.core.cli.types import DTYPE
-from allreduce_bench.core.environment import started
+from allreduce_bench.core.environment import how_started
 from allreduce_bench.core.errors import UsageError
 
 health_options = with_options([
@@ -99,19 +98,20 @@ def health(**options):
     if options.pop("dry_run"):
         sys.exit(dry_run(options))
     from allreduce_bench.core.cli.finish import measure_then_finish
-    from allreduce_bench.core.extensions import current as extensions
+    from allreduce_bench.core.config.launch import from_params
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.health.benchmark import BENCHMARK
-    from allreduce_bench.health.config import health_config
+    from allreduce_bench.health.config import HealthOptions, health_config
     from allreduce_bench.health.finish import finish_health
 
-    how = started()
-    config = health_config(command=shlex.join(sys.argv), started=how, host=this_host(), **options)
+    how = how_started()
+    config = health_config(from_params(HealthOptions, options), how, this_host())
     env = how.env
-    L = config.ranks_per_node or (env.local_world_size if env else 1)
-    world = env.world_size if env else max(config.world_sizes)
-    announce(f"allreduce-bench health: backend {config.backend} on {config.device}, pairs "
-             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.out_dir}"
+    L = config.launch.ranks_per_node or (env.local_world_size if env else 1)
+    world = env.world_size if env else max(config.launch.world_sizes)
+    announce(f"allreduce-bench health: backend {config.launch.backend} on {config.launch.device}, pairs "
+             f"{config.settings.pairs}, sizes {','.join(map(str, config.sizes))} -> {config.launch.out_dir}"
              + estimate(options, world // L, L))
-    sys.exit(measure_then_finish(config, BENCHMARK, finish_health, extensions()))
+    sys.exit(measure_then_finish(Run(config, BENCHMARK, command_hooks()), finish_health))

@@ -3,11 +3,14 @@ each check measures, and the health settings (pairing, thresholds, outputs). No 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from allreduce_bench.core.config import CPU_DEFAULTS, GPU_DEFAULTS, RunConfig, parse_dtype, resolve_sampling
+from allreduce_bench.core.config import CPU_DEFAULTS, DTYPES, GPU_DEFAULTS, Sampling, parse_dtype, resolve_sampling
 from allreduce_bench.core.config.checks import Host
+from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions, from_params
+from allreduce_bench.core.environment import Started
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Hooks, Runnable
 from allreduce_bench.core.units import parse_size_list
 from allreduce_bench.health.salvage import Watch
 
@@ -27,10 +30,37 @@ class HealthSettings:
 
 
 @dataclass(frozen=True)
-class HealthConfig(RunConfig):
-    """`health`: what `run` carries (the backend's AllReduce only) and the health settings."""
+class HealthConfig:
+    """`health`: where it launches, the sizes and sampling each check measures (the backend's
+    AllReduce), and the health settings."""
 
+    launch: LaunchConfig
+    sizes: tuple[int, ...]
+    dtype: str
+    sampling: Sampling
     settings: HealthSettings = field(default_factory=HealthSettings)
+
+    @property
+    def itemsize(self) -> int:
+        return DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class HealthOptions:
+    """`health`'s options, as click parsed them."""
+
+    launch: LaunchOptions
+    hosts: int | None = None
+    pairs: str = "quick"
+    bisect: bool = False
+    expect: str | None = None
+    baseline: Path | None = None
+    prometheus: Path | None = None
+    sizes: str | None = None
+    dtype: str = "float32"
+    samples: int | None = None
+    budget: float | None = None
+    dry_run: bool = False
 
 
 def parse_pairs(text: str) -> str:
@@ -40,18 +70,18 @@ def parse_pairs(text: str) -> str:
     return text
 
 
-def health_settings(*, pairs: str, bisect: bool, expect: str | None, baseline, prometheus,
-                    ranks_per_node: int, sizes) -> HealthSettings:
+def health_settings(options: HealthOptions, ranks_per_node: int, sizes: tuple[int, ...]) -> HealthSettings:
     """Validated settings; a --baseline of another layout is refused here, before any process."""
     from allreduce_bench.health.outputs import baseline_thresholds
     from allreduce_bench.health.reference import parse_expect
     from allreduce_bench.health.store import read_health
 
     rows = ()
-    if baseline is not None:
-        rows = tuple(baseline_thresholds(read_health(baseline), ranks_per_node, sizes, baseline))
-    return HealthSettings(parse_pairs(pairs), bisect, parse_expect(expect), rows,
-                          None if prometheus is None else str(prometheus))
+    if options.baseline is not None:
+        rows = tuple(baseline_thresholds(read_health(options.baseline), ranks_per_node, sizes,
+                                         options.baseline))
+    return HealthSettings(parse_pairs(options.pairs), options.bisect, parse_expect(options.expect),
+                          rows, None if options.prometheus is None else str(options.prometheus))
 
 
 def local_world(hosts: int | None, world_sizes: str | None, ranks_per_node: int,
@@ -78,28 +108,28 @@ def health_sizes(sizes: str | None, device: str) -> tuple[int, ...]:
     return tuple(sorted(parse_size_list(sizes))) if sizes else GPU_SIZES if device == "cuda" else CPU_SIZES
 
 
-def health_config(*, hosts=None, pairs="quick", bisect=False, expect=None, baseline=None,
-                  prometheus=None, sizes=None, dtype="float32", samples=None, budget=None,
-                  world_sizes=None, backend, device, ranks_per_node, tag, out_dir, timeout_s,
-                  no_plot, command="", dry_run=False, nccl_debug=False, bind="auto",
-                  flight_recorder=False, started, host: Host) -> HealthConfig:
+def health_config(options: HealthOptions, started: Started, host: Host) -> HealthConfig:
+    from dataclasses import replace
+
     from allreduce_bench.core.config.run import launch_config, resolve_world
 
-    if dry_run:
+    if options.dry_run:
         raise UsageError("--dry-run plans without starting anything: run `allreduce-bench health "
                          "--dry-run --hosts N` on its own")
-    env = started.env
-    per_host = ranks_per_node or (env.local_world_size if env else CPU_DEFAULTS["ranks_per_node"])
-    world = resolve_world(local_world(hosts, world_sizes, per_host, env), backend, device, per_host,
-                          env, host)
-    chosen = health_sizes(sizes, world[2])
-    settings = health_settings(pairs=pairs, bisect=bisect, expect=expect, baseline=baseline,
-                               prometheus=prometheus, ranks_per_node=per_host, sizes=chosen)
-    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
-                           command=command, label="health", nccl_debug=nccl_debug, bind=bind,
-                           flight_recorder=flight_recorder)
-    return HealthConfig(launch=launch, algorithms=("native",), sizes=chosen, dtype=parse_dtype(dtype),
-                        sampling=health_sampling(world[2], samples, budget), settings=settings)
+    env, launch = started.env, options.launch
+    per_host = launch.ranks_per_node or (env.local_world_size if env else CPU_DEFAULTS["ranks_per_node"])
+    world_sizes = local_world(options.hosts, launch.world_sizes, per_host, env)
+    world = resolve_world(replace(launch, world_sizes=world_sizes, ranks_per_node=per_host), env, host)
+    chosen = health_sizes(options.sizes, world[2])
+    settings = health_settings(options, ranks_per_node=per_host, sizes=chosen)
+    return HealthConfig(launch=launch_config(world, launch, started, label="health"),
+                        sizes=chosen, dtype=parse_dtype(options.dtype),
+                        sampling=health_sampling(world[2], options.samples, options.budget),
+                        settings=settings)
 
 
-RUNNABLE = Runnable("health", "health", health_config, Watch)  # its own exit code: 0/3/1
+def emulated_health(params: dict, started: Started, host: Host, hooks: Hooks) -> HealthConfig:
+    return health_config(from_params(HealthOptions, params), started, host)
+
+
+RUNNABLE = Runnable("health", "health", emulated_health, Watch)  # its own exit code: 0/3/1

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import time
 
+from allreduce_bench.core.measure.context import Run
 from allreduce_bench.health.coordination import HEARTBEAT_S, POLL_S, Board, Liveness
 
 REQUEST = "confirm"
 SILENT_S = 5 * HEARTBEAT_S  # heartbeats missed before a rank is not confirming (a cut stops them)
-_writer: list[tuple[Board, dict[str, list[int]]]] = []  # held from the rounds' end to finish_health
+HELD = "health: confirming"  # the writer's board and hosts, in Run.kept from the rounds' end to finish_health
 
 
 def answer(board: Board) -> None:
@@ -25,25 +26,26 @@ def answer(board: Board) -> None:
     board.put(f"confirmed/{board.rank}", 1)
 
 
-def hold(board: Board, ranks_of: dict[str, list[int]]) -> None:
+def hold(run: Run, board: Board, ranks_of: dict[str, list[int]]) -> None:
     """The writer, once the rounds ended: its board (and heartbeat) stays open for `confirmed`."""
-    _writer.append((board, ranks_of))
+    run.kept[HELD] = (board, ranks_of)
 
 
-def release() -> None:
+def release(run: Run) -> None:
     """The writer with no verdict to confirm (no health.json): the waiting ranks may leave."""
-    if _writer:
-        board, _ = _writer.pop()
+    if HELD in run.kept:
+        board, _ = run.kept.pop(HELD)
         board.put(REQUEST, 1)
         board.close()
 
 
-def confirmed(doc: dict, timeout_s: float) -> dict:
+def confirmed(run: Run, doc: dict) -> dict:
     """The writer, last: `doc` with the hosts that did not confirm within SILENT_S of silence
-    (`timeout_s` at most) named unreachable; `doc` itself when all did, or nothing was held."""
-    if not _writer:
+    (--timeout at most) named unreachable; `doc` itself when all did, or nothing was held."""
+    if HELD not in run.kept:
         return doc
-    board, ranks_of = _writer.pop()
+    board, ranks_of = run.kept.pop(HELD)
+    timeout_s = run.launch.timeout_s
     named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
     asked = [h for h in ranks_of if h not in named]
     try:

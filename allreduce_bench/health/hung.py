@@ -7,19 +7,19 @@ from allreduce_bench.core.measure.flight_recorder import folder
 from allreduce_bench.core.results.store import read_meta
 from allreduce_bench.hang import dumps as reader
 from allreduce_bench.hang.verdict import annotate_unreachable, verdict
+from allreduce_bench.health.config import HealthConfig
 from allreduce_bench.health.pairing import host_names
 
 
-def name_collectives(doc: dict, config) -> dict:
+def name_collectives(doc: dict, config: HealthConfig) -> dict:
     """health.json's document with each unreachable host's verdict saying on which collective
     its rank hung, from the dumps (with --flight-recorder; else unchanged)."""
-    if not getattr(config, "flight_recorder", False):
+    if not config.launch.flight_recorder:
         return doc
     try:
-        dumps = reader.read([folder(config)])
+        dumps = reader.read([folder(config.launch)])
     except UsageError:
         return doc  # no dumps (the check never started), said by health itself
-    settings = getattr(config, "settings", None)
-    per_host = getattr(settings, "ranks_per_node", None) or config.ranks_per_node or 1
-    names = host_names(read_meta(config.out_dir).get("hostnames", []), per_host)
+    per_host = config.launch.ranks_per_node or 1
+    names = host_names(read_meta(config.launch.out_dir).get("hostnames", []), per_host)
     return annotate_unreachable(doc, verdict(dumps, names, world_size=len(names) or None))

@@ -20,10 +20,14 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from allreduce_bench.health.journal import CLAIM, JOURNAL_DIR, read_journals
 from allreduce_bench.health.store import HEALTH_FILE, outcome, write_health
 from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.measure.context import Run
 
 FINAL_GRACE_S = 5.0  # beyond --timeout after the verdict, for the others to end or give up
 LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed and the check stopped moving
@@ -36,21 +40,23 @@ def _fates(codes: list[int | None], worker_exits: list[int | None]) -> dict[str,
 STOPPED = "stopped by its launcher"  # a local world's rank ended by torch's launcher (SIGTERM)
 
 
-def after_local_failure(config, exits: dict[int, int], since: float) -> int:
+def after_local_failure(run: Run, exits: dict[int, int], since: float) -> int:
     """The local driver's verdict once torch's launcher stopped a local world because a rank
     died or gave up: `exits`, launched rank -> exit code of each rank failed by then (the
     launcher stopped the others: their journals say whether they had ended their part). The
     simulated hosts are node0, node1, ... of --ranks-per-node ranks each."""
-    per_node = config.ranks_per_node or 1
+    config = run.config
+    per_node = config.launch.ranks_per_node or 1
     worst = ("ended", STOPPED, "lost")  # then a signal: dead
     fates: dict[str, str] = {}
-    for rank in range(max(config.world_sizes)):
+    for rank in range(max(config.launch.world_sizes)):
         code = exits.get(rank, -signal.SIGTERM)
         fate = STOPPED if code == -signal.SIGTERM else _ended_how(None, code) if code < 0 else "lost"
         host = f"node{rank // per_node}"
         was = fates.get(host, "ended")
         fates[host] = fate if fate not in worst or was in worst and worst.index(fate) > worst.index(was) else was
-    return conclude(config.out_dir, fates, read_journals(config.out_dir, since), since, config.settings.prometheus)
+    out_dir = config.launch.out_dir
+    return conclude(out_dir, fates, read_journals(out_dir, since), since, config.settings.prometheus)
 
 
 SURVIVOR_WAIT_S = 3.0  # for the other survivors' journals to say they lost the coordinator too
@@ -64,18 +70,18 @@ def survivor_writes(config, hosts: list[str], since: float) -> int | None:
     `not judged`. The exit code, or None where another survivor claimed it."""
     import os
 
-    claim = Path(config.out_dir) / JOURNAL_DIR / CLAIM
+    claim = Path(config.launch.out_dir) / JOURNAL_DIR / CLAIM
     try:
         os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except OSError:
         return None
     time.sleep(SURVIVOR_WAIT_S)
-    journals = read_journals(config.out_dir, since)
+    journals = read_journals(config.launch.out_dir, since)
     by_host = _by_host(journals)
     lost = {h for h, ranks in by_host.items() if any(e["event"] == "lost" for events in ranks for e in events)}
     fates = {h: "lost" if h in lost else "ended" if _finished_part(by_host.get(h, []), False) else STOPPED
              for h in hosts}
-    return conclude(config.out_dir, fates, journals, since, config.settings.prometheus)
+    return conclude(config.launch.out_dir, fates, journals, since, config.settings.prometheus)
 
 
 def _ended_how(code: int | None, worker_exit: int | None) -> str:
@@ -128,7 +134,7 @@ class Watch:
 
     def __init__(self, out_dir, since: float, config, store_host: str = "node0"):
         self.out_dir, self.since, self.store_host = Path(out_dir), since, store_host
-        self.timeout_s, self.prometheus = config.timeout_s, config.settings.prometheus
+        self.timeout_s, self.prometheus = config.launch.timeout_s, config.settings.prometheus
         self._first: dict[str, float] = {}  # when each state was first seen: failed, final, complete
 
     def _seen(self, what: str) -> float:

@@ -178,7 +178,7 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 def _verdict(target: Path) -> None:
     """Is this normal? The run's peak busbw against published figures and its link limit."""
     from allreduce_bench.core.results.load import load_results
-    from allreduce_bench.expect.sections import summary_lines
+    from allreduce_bench.expect.verdict import summary_lines
 
     for line in summary_lines(load_results(target, explain_skips=False)):
         _echo(f"  {line}")

@@ -19,12 +19,13 @@ from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure import patterns, timing
 from allreduce_bench.core.measure.console import HEADER, format_row
+from allreduce_bench.core.measure.context import Benchmark
 from allreduce_bench.core.measure.device import Device, torch_dtype
-from allreduce_bench.core.measure.rank import Benchmark, Session
+from allreduce_bench.core.measure.rank import Session
 from allreduce_bench.core.measure.world import CommGroup, World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
-from allreduce_bench.core.sweep.rows import make_row
+from allreduce_bench.core.sweep.rows import Point, make_row
 
 
 def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
@@ -68,7 +69,7 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
     # torch wants every rank in every new_group call; each pair gets its own group.
-    timeout = group_timeout(device, config.timeout_s)
+    timeout = group_timeout(device, config.launch.timeout_s)
     pair_groups = {link: dist.new_group(list(ranks), timeout=timeout) for link, ranks in pairs.items()}
     wrong_total = 0
     for size in config.sizes:
@@ -82,10 +83,9 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
             wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
             wrong_total += wrong
             collective = config.collectives[0][0] if config.collectives else "all_reduce"
-            row = _row(config, view, world, counted, measured, wrong, "native", link,
-                       "allreduce" if collective == "all_reduce" else collective,
-                       ranks=range(dist.get_world_size()), collective=collective,
-                       size_bytes=size_bytes)
+            operation = "allreduce" if collective == "all_reduce" else collective
+            row = _links(make_row(config, view, Point("native", counted, collective, size_bytes),
+                                  measured, wrong, range(dist.get_world_size())), world, link, operation)
             on_row(row, samples_frame(row, measured.per_rank_us, range(dist.get_world_size()),
                                       hosts))
         for link, (src, dst) in pairs.items():
@@ -96,8 +96,8 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
                                               config.sampling)
                 if me == 0:
                     wrong_total += wrong
-                    row = _row(config, _view(pair, device), world, count, measured, wrong, "send",
-                               link, "p2p")
+                    row = _links(make_row(config, _view(pair, device), Point("send", count), measured,
+                                          wrong), world, link, "p2p")
                     on_row(row, samples_frame(row, measured.per_rank_us, (src, dst), hosts))
         device.barrier(None)
     return wrong_total
@@ -117,9 +117,8 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     return measured, wrong, count, size_bytes
 
 
-def _row(config, view, world, count, measured, wrong, algorithm, link, operation,
-         ranks=None, **collective) -> dict:
-    row = make_row(config, view, algorithm, count, measured, wrong, ranks, **collective)
+def _links(row: dict, world: World, link: str, operation: str) -> dict:
+    """A row of a group of `world` as a links row: the whole world's nodes, its link and operation."""
     row.update(benchmark="links", nodes=world.nodes, ranks_per_node=world.ranks_per_node,
                link=link, operation=operation)
     return row
@@ -139,9 +138,9 @@ LINKS_HEADER = "\n".join(f"#{first:>6} {second:>9} {line[1:]}" for (first, secon
 def measure_links(session: Session) -> int:
     """The links sweep on the whole world (nodes of the launcher's or --ranks-per-node)."""
     config, env, device = session.config, session.env, session.device
-    world = make_world(env.world_size, config.ranks_per_node or env.local_world_size, device,
-                       config.timeout_s)
-    if session.lead:
+    world = make_world(env.world_size, config.launch.ranks_per_node or env.local_world_size, device,
+                       config.launch.timeout_s)
+    if session.writer:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
               f"local rank, p2p = one-way send\n{LINKS_HEADER}", flush=True)
@@ -160,7 +159,7 @@ def prepare(config: RunConfig) -> None:
 
 def whole_world(config: RunConfig) -> list[int]:
     """links measures one world: the largest world size, split into its nodes."""
-    return [max(config.world_sizes)]
+    return [max(config.launch.world_sizes)]
 
 
 BENCHMARK = Benchmark("links", run_meta.host_meta, measure_links, prepare=prepare,

@@ -2,16 +2,20 @@
 (imported only when a run starts, so --help needs no torch)."""
 from __future__ import annotations
 
-import shlex
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from allreduce_bench.core.cli.floor import MIN_BUSBW_OPTION, checked_floor, judged
-from allreduce_bench.core.cli.options import measuring_options
+from allreduce_bench.core.cli.options import command_hooks, measuring_options
 from allreduce_bench.core.cli.run import sweep_options
+from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.measure.context import Run
 
 HOW_TO_GET_NODES = ("start it on >= 2 nodes (torchrun --nnodes 2 ..., srun, mpirun), emulate them "
                     "on this machine with `allreduce-bench emulate --benchmarks links`, or "
@@ -27,15 +31,15 @@ def check_nodes(world_size: int, ranks_per_node: int) -> None:
                          f"{ranks_per_node}; {HOW_TO_GET_NODES}")
 
 
-def check_world(config, ranks_per_node_given: bool) -> None:
+def check_world(launch: LaunchConfig, ranks_per_node_given: bool) -> None:
     """Bad layouts fail here, before any process starts."""
     env = launcher_env()
     if env is not None:
-        check_nodes(env.world_size, config.ranks_per_node or env.local_world_size)
+        check_nodes(env.world_size, launch.ranks_per_node or env.local_world_size)
     elif not ranks_per_node_given:
         raise UsageError(f"links needs >= 2 nodes and this is a single node; {HOW_TO_GET_NODES}")
     else:
-        check_nodes(max(config.world_sizes), config.ranks_per_node)
+        check_nodes(max(launch.world_sizes), launch.ranks_per_node or 0)
 
 
 @click.command("links", short_help="Intra-node vs inter-node bandwidth (NVLink vs InfiniBand) "
@@ -46,7 +50,7 @@ def check_world(config, ranks_per_node_given: bool) -> None:
 @sweep_options
 @measuring_options()
 @MIN_BUSBW_OPTION
-def links(collective, **options):
+def links(**options):
     """Intra-node vs inter-node bandwidth (NVLink vs InfiniBand), on a world of >= 2 nodes.
 
     \b
@@ -58,37 +62,34 @@ def links(collective, **options):
     loopback: both links are then the same), or use `emulate --benchmarks links`.
     """
     from allreduce_bench.core.cli.finish import measure_then_finish
-    from allreduce_bench.core.environment import started
-    from allreduce_bench.core.extensions import current as extensions
+    from allreduce_bench.core.environment import how_started
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.units import byte_list
     from allreduce_bench.links.benchmark import BENCHMARK
     from allreduce_bench.links.config import links_config
 
-    given = options["ranks_per_node"] is not None
-    floor = checked_floor(options)
-    config = links_config(collective, command=shlex.join(sys.argv), started=started(), host=this_host(),
-                          **options)
-    check_world(config, given)
-    announce(f"allreduce-bench links: backend {config.backend} on {config.device}, "
-             f"sizes {byte_list(config.sizes)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_links, floor, _links_rows),
-                                 extensions()))
+    floor, hooks = checked_floor(options), command_hooks()
+    config = links_config(options, how_started(), this_host(), hooks)
+    check_world(config.launch, options["ranks_per_node"] is not None)
+    announce(f"allreduce-bench links: backend {config.launch.backend} on {config.launch.device}, "
+             f"sizes {byte_list(config.sizes)} -> {config.launch.out_dir}")
+    sys.exit(measure_then_finish(Run(config, BENCHMARK, hooks), judged(finish_links, floor, _links_rows)))
 
 
 def _links_rows(frame):
     return frame[frame["benchmark"] == "links"]
 
 
-def finish_links(config, lent) -> int:
+def finish_links(run: Run) -> int:
     """The intra/inter summary and plots/links.png once the ranks have ended (not the whole
     report: an emulated run's allreduce report in the same directory stays)."""
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.links.summary import draw_links, links_summary
 
     def summarize(frame) -> str:  # only its figure: an emulated run's allreduce report stays
-        figure = draw_links(frame, config.out_dir / "plots") if config.plot else {}
+        figure = draw_links(frame, run.launch.out_dir / "plots") if run.launch.plot else {}
         return links_summary(frame) + "".join(f"\nfigure: {path}" for path in figure.values())
 
-    return finish(config, summarize, draw=False, lent=lent)
+    return finish(run, summarize, draw=False)

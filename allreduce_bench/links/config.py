@@ -2,18 +2,23 @@
 options as the command)."""
 from __future__ import annotations
 
-from allreduce_bench.core.config import RunConfig
+from allreduce_bench.core.config import RunConfig, RunOptions
+from allreduce_bench.core.config.checks import Host
+from allreduce_bench.core.config.launch import from_params
 from allreduce_bench.core.config.run import run_config
+from allreduce_bench.core.environment import Started
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Hooks, Runnable
 
 
-def links_config(collective: str = "all_reduce", **options) -> RunConfig:
+def links_config(params: dict, started: Started, host: Host, hooks: Hooks) -> RunConfig:
     """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
     backend's call of --collective (exactly one)."""
+    collective = params.get("collective", "all_reduce")
     if "," in collective or collective == "all":
         raise UsageError(f"--collective {collective!r}: links measures one collective; name one")
-    return run_config(algos="native", collectives=collective, **options)
+    options = from_params(RunOptions, {**params, "algos": "native", "collectives": collective})
+    return run_config(options, started, host, hooks)
 
 
 RUNNABLE = Runnable("links", "links", links_config, without=("--algos",))  # always the backend's

@@ -1,5 +1,5 @@
 """The links benchmark's numbers and figure from rows alone: intra- vs inter-node busbw, the
-table it lends report.md and the figure it lends plots/ (links/sections.py)."""
+table it lends report.md and the figure it lends plots/ (links/hooks.py)."""
 from __future__ import annotations
 
 from pathlib import Path

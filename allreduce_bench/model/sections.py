@@ -1,4 +1,4 @@
-"""The cost model's sections of report.md (lent to the core as Extensions.sections): which
+"""The cost model's sections of report.md (its `report_sections` hook): which
 algorithm wins where, measured beside what a fitted model.json predicts, and the alpha-beta-gamma
 fit per collective and algorithm."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 
 from allreduce_bench.core.analysis.collective_tables import collective_rows
 from allreduce_bench.core.analysis.html_markdown import markdown_table
-from allreduce_bench.core.extensions import Section
+from allreduce_bench.core.hooks import Section
 from allreduce_bench.core.units import format_size
 from allreduce_bench.model import collectives as collective_model
 from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compare, crossovers

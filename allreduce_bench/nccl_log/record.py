@@ -1,6 +1,5 @@
 """`--nccl-debug`'s files read into meta.json's `nccl` block, by the writer once every rank has
-ended (lent to the core as Extensions.after_ranks; the ranks only collect the files:
-core/measure/nccl_debug.py)."""
+ended (the `after_ranks` hook; the ranks only collect the files: core/measure/nccl_debug.py)."""
 from __future__ import annotations
 
 import sys
@@ -9,11 +8,6 @@ from pathlib import Path
 from allreduce_bench.core.measure.nccl_debug import DEBUG_DIR
 from allreduce_bench.core.results.store import read_meta, write_meta
 from allreduce_bench.nccl_log import parse as nccl_log
-
-
-def after_ranks(config) -> None:
-    if getattr(config, "nccl_debug", False):
-        record(config.out_dir)
 
 
 def record(out_dir: Path | str) -> dict | None:

@@ -144,10 +144,9 @@ def test_ranks_sitting_out_a_sub_world_outwait_the_timeout(tmp_path):
 def test_sizes_are_whole_elements(monkeypatch):
     """A size given by hand that is no whole number of elements is refused (above); a point of
     a sweep between the given ends is rounded down to whole elements."""
-    from allreduce_bench.core.config.run import run_config
+    from configs import run_config_of
+
     from allreduce_bench.core.environment import Started
-    config = run_config(algos="ring", world_sizes="2", sizes=None, min_bytes="4K",
-                        max_bytes="400000", factor=1.5, dtype="float32", warmup=None,
-                        backend="gloo", device=None, ranks_per_node=None, tag="", out_dir=None,
-                        timeout_s=60.0, quick=False, no_plot=True, started=Started(), host=Host(cpus=2))
+    config = run_config_of(Started(), Host(cpus=2), algos="ring", world_sizes="2", min_bytes="4K",
+                           max_bytes="400000", factor=1.5, backend="gloo", timeout_s=60.0, no_plot=True)
     assert 4096 * 1.5 ** 11 == 354294 and config.sizes[-1] == 354292

@@ -6,9 +6,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from configs import run_config_of
 
-from allreduce_bench.core.config.run import resolve_backend, run_config
-from allreduce_bench.core.environment import RankEnv, started
+from allreduce_bench.core.config.run import resolve_backend
+from allreduce_bench.core.environment import RankEnv
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure import meta
 from allreduce_bench.core.measure.device import (
@@ -18,7 +19,6 @@ from allreduce_bench.core.measure.device import (
     gpu_index,
     make_device,
     process_group_options,
-    this_host,
 )
 
 
@@ -125,8 +125,8 @@ def test_auto_backend_under_a_launcher(fake_gpus, monkeypatch, gpus, visible, ex
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for name, value in {**OMPI_2, **({"CUDA_VISIBLE_DEVICES": visible} if visible else {})}.items():
         monkeypatch.setenv(name, value)
-    config = run_config(**CLI_DEFAULTS, started=started(), host=this_host())  # the probe counts torch's GPUs
-    assert config.backend == expected and config.world_sizes == (2,)
+    config = run_config_of(**CLI_DEFAULTS)  # the probe counts torch's GPUs
+    assert config.launch.backend == expected and config.launch.world_sizes == (2,)
 
 
 def test_meta_records_gpus_and_topology(fake_gpus, monkeypatch, tmp_path):

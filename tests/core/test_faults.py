@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from fault_plugin import FAULT_ENV, fault_env
 
 from allreduce_bench.cli import main
-from allreduce_bench.core.measure.faults import FAULT_ENV
 from allreduce_bench.core.results.resume import repair_tail
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def start(out: Path, world_sizes: str, *extra: str, fault: str | None = None) ->
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop(FAULT_ENV, None)
     if fault:
-        env[FAULT_ENV] = fault
+        env = fault_env(fault, env)
     return subprocess.Popen([sys.executable, "-m", "allreduce_bench", "run", "--world-sizes",
                              world_sizes, "--out", str(out), *SWEEP, *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -148,7 +148,7 @@ def test_ddp_and_links_say_which_rank_stopped(tmp_path, command, fault, rank, ho
     """The local driver's `stopped` for every command it runs: meta.json has the rank, its host,
     how and when; one line says so, the rows before are kept, and no summary table follows."""
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), FAULT_ENV: fault}
+    env = fault_env(fault, {**os.environ, "PYTHONPATH": str(ROOT)})
     proc = subprocess.Popen([sys.executable, "-m", "allreduce_bench", *command, "--world-sizes", "4",
                              "--timeout", "5", "--no-plot", "--out", str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -205,15 +205,16 @@ def test_repair_tail_drops_half_a_row(tmp_path):
     ("shape mismatch: [4] vs [8]\nmore", "shape mismatch: [4] vs [8]"),
 ])
 def test_failures_are_explained_in_words(message, expected):
-    from allreduce_bench.core.measure.faults import explain
+    from allreduce_bench.core.measure.progress import explain
     assert explain(RuntimeError(message), 5) == expected
 
 
 def test_fault_hook_and_failure_description():
     from types import SimpleNamespace
 
+    from fault_plugin import Fault
+
     from allreduce_bench.core.launch.environments import describe_failure
-    from allreduce_bench.core.measure.faults import Fault
     assert Fault.from_env({}) is None
     assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
         Fault(1, 2, "stall", 9.0)

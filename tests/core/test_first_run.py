@@ -32,15 +32,18 @@ def test_default_world_sizes_fit_the_cpus_allowed(cpus, chosen, left):
 
 
 def test_a_two_cpu_run_measures_n2_and_names_what_it_left_out(monkeypatch):
+    from allreduce_bench.core.config.launch import LaunchOptions
+
     two = Host(cpus=2)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
-    world = run_options.resolve_world(None, "auto", "cpu", None, None, two)
+    cpu = LaunchOptions(device="cpu")
+    world = run_options.resolve_world(cpu, None, two)
     assert world[0] == (2,) and world[3] == 2  # one node of two ranks
     assert run_options.left_out_world_sizes(None, "cpu", None, two) == (4,)
     assert run_options.left_out_world_sizes("2,4", "cpu", None, two) == ()  # asked for: nothing left out
-    assert run_options.resolve_world("2,4", "auto", "cpu", None, None, two)[0] == (2, 4)
-    assert run_options.resolve_world(None, "auto", "cpu", None, None, Host(cpus=8))[0] == (2, 4)
+    assert run_options.resolve_world(LaunchOptions(world_sizes="2,4", device="cpu"), None, two)[0] == (2, 4)
+    assert run_options.resolve_world(cpu, None, Host(cpus=8))[0] == (2, 4)
 
 
 def test_the_summary_says_which_world_sizes_were_left_out_and_how_to_ask(tmp_path):

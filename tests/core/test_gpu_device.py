@@ -163,12 +163,11 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     before it chooses its GPU, so no CUDA call may come first (it would open a context on GPU
     0 in every rank); the free memory checked is that of the GPUs the ranks use (2 and 3, by
     nvidia-smi), and physical GPU 1, full, is not one of them."""
+    from configs import run_config_of
     from test_device_selection import CLI_DEFAULTS
 
-    from allreduce_bench.core.config.run import run_config
-    from allreduce_bench.core.environment import started
     from allreduce_bench.core.errors import UsageError
-    from allreduce_bench.core.measure.device import make_device, this_host
+    from allreduce_bench.core.measure.device import make_device
 
     cuda = CudaCalls()
     monkeypatch.setattr(torch, "cuda", cuda)
@@ -178,8 +177,8 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     _fake_nvidia_smi(tmp_path, monkeypatch, FREE)
     options = {**CLI_DEFAULTS, "device": "cuda", "backend": "nccl", "sizes": "64M"}
-    config = run_config(**options, started=started(), host=this_host())
-    make_device(config.device, 1, 2)
+    config = run_config_of(**options)
+    make_device(config.launch.device, 1, 2)
     first = cuda.calls.index("set_device")
     assert set(cuda.calls[:first]) <= {"is_available", "device_count"}, cuda.calls
     assert "mem_get_info" not in cuda.calls
@@ -187,7 +186,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
     for visible in ("3,1", "GPU-dddd,GPU-bb"):  # now the full GPU is rank 1's
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
         with pytest.raises(UsageError, match="needs 288 MiB on one GPU but it has 200 MiB free"):
-            run_config(**options, started=started(), host=this_host())
+            run_config_of(**options)
 
 
 def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_path):

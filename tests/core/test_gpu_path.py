@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
+from allreduce_bench.core.config.launch import LaunchOptions
 from allreduce_bench.core.config.run import resolve_world
 from allreduce_bench.core.environment import launcher_env
 from allreduce_bench.core.errors import UsageError
@@ -90,14 +91,14 @@ class FakeTorchNccl:
 
 
 def _session(algos, world_sizes, ranks_per_node, rank, world_size):
-    config = SimpleNamespace(world_sizes=world_sizes, ranks_per_node=ranks_per_node,
-                             algorithms=algos, sizes=(1024,), itemsize=4, rounds=1, collectives=(),
-                             measurements_per_size=len(algos), timeout_s=TIMEOUT_S, out_dir=None,
-                             run_id="fake")
-    return SimpleNamespace(config=config, lead=False, hosts=None, device=Device(),
+    launch = SimpleNamespace(world_sizes=world_sizes, ranks_per_node=ranks_per_node,
+                             timeout_s=TIMEOUT_S, out_dir=None, run_id="fake")
+    config = SimpleNamespace(launch=launch, algorithms=algos, sizes=(1024,), itemsize=4, rounds=1,
+                             collectives=(), measurements_per_size=len(algos))
+    return SimpleNamespace(config=config, launch=launch, writer=False, hosts=None, device=Device(),
                            env=SimpleNamespace(world_size=world_size, local_world_size=world_size),
                            progress=SimpleNamespace(at=lambda *a: None), record=None,
-                           bind_phase=lambda k: None, before_clock=lambda: None)
+                           bind_phase=lambda k: None)
 
 
 def _run_every_rank(monkeypatch, fake: FakeTorchNccl, algos, world_sizes, ranks_per_node=2):
@@ -231,8 +232,8 @@ def test_torchrun_ranks_sharing_one_gpu_do_not_get_nccl(one_gpu, monkeypatch, ba
     --backend gloo runs."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # one environment for every torchrun worker
     with pytest.raises(UsageError, match="local rank 1 of 2 sees one GPU.*srun --gpus-per-task=1"):
-        resolve_world(None, backend, None, None, launcher_env(), this_host())
-    assert resolve_world(None, "gloo", None, None, launcher_env(), this_host())[1:3] == ("gloo", "cpu")
+        resolve_world(LaunchOptions(backend=backend), launcher_env(), this_host())
+    assert resolve_world(LaunchOptions(backend="gloo"), launcher_env(), this_host())[1:3] == ("gloo", "cpu")
 
 
 def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
@@ -244,4 +245,4 @@ def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
                         "SLURM_NTASKS_PER_NODE": "2", "SLURM_NODEID": "0", "SLURM_STEP_ID": "0",
                         "CUDA_VISIBLE_DEVICES": "1"}.items():
         monkeypatch.setenv(name, value)
-    assert resolve_world(None, "auto", None, None, launcher_env(), this_host())[1:3] == ("nccl", "cuda")
+    assert resolve_world(LaunchOptions(), launcher_env(), this_host())[1:3] == ("nccl", "cuda")

@@ -82,8 +82,8 @@ class Stub:
     def __init__(self):
         self.configs = []
 
-    def __call__(self, config, *args, **kwargs):
-        self.configs.append(config)
+    def __call__(self, run, *args, **kwargs):
+        self.configs.append(run.config)
         return 0
 
 
@@ -184,10 +184,11 @@ def check_valid_config(config) -> None:
         sampling = config.sampling
         assert sampling.warmup >= 0 and 0 < sampling.budget_s < 3600
         assert (sampling.loops or 1) >= 1 and (sampling.samples or 1) >= 1
-    assert config.world_sizes and min(config.world_sizes) >= 1
-    assert math.isfinite(config.timeout_s) and config.timeout_s > 0
-    assert config.ranks_per_node is None or config.ranks_per_node >= 1
-    assert str(config.out_dir) not in ("", ".") and Path(config.out_dir).is_dir()
+    launch = config.launch
+    assert launch.world_sizes and min(launch.world_sizes) >= 1
+    assert math.isfinite(launch.timeout_s) and launch.timeout_s > 0
+    assert launch.ranks_per_node is None or launch.ranks_per_node >= 1
+    assert str(launch.out_dir) not in ("", ".") and Path(launch.out_dir).is_dir()
 
 
 @settings(max_examples=100, deadline=None,
@@ -296,7 +297,7 @@ def test_unwritable_outputs_are_one_line(cli, tmp_path, where, command):
 def test_a_long_tag_never_makes_a_too_long_directory_name(cli):
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", "--tag", "x" * 100])
     assert code == 0, stderr
-    assert len(cli.stub.configs[-1].out_dir.name) < 100
+    assert len(cli.stub.configs[-1].launch.out_dir.name) < 100
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--tag", "x" * 300])
     assert code == 2 and "--tag is 300 characters" in stderr
 
@@ -428,8 +429,9 @@ def test_naive_root_memory_counts_every_peer_buffer():
 def test_out_of_memory_in_a_rank_is_named(tmp_path):
     """A rank that runs out of memory leaves "out of memory" for the driver's line, exit 1."""
     code = ("import os, sys; sys.path.insert(0, %r)\n"
-            "from allreduce_bench.core.launch.reasons import LocalRun, guarded\n"
-            "def entry(config):\n    raise MemoryError('cannot allocate 1 TB')\n"
+            "from allreduce_bench.core.launch.reasons import guarded\n"
+            "from allreduce_bench.core.measure.context import LocalRun\n"
+            "def entry(run, env, local):\n    raise MemoryError('cannot allocate 1 TB')\n"
             "guarded(LocalRun(%r, os.getppid()), entry, None)\n") % (str(ROOT), str(tmp_path))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
@@ -601,7 +603,7 @@ def test_silent_surprises_are_said_or_refused(cli, tmp_path):
 
 
 def test_emulate_resume_keeps_its_links(tmp_path):
-    from allreduce_bench.core.config.resume_checks import resumed_dir, same_emulation
+    from allreduce_bench.emulate.rates import resumed_dir, same_emulation
     run = write_run(tmp_path / "e", meta={**GOOD_META, "emulation": {
         "nodes": 2, "ranks_per_node": 2, "inter_rate_bps": 2e7, "inter_latency_s": 0.0,
         "label": "2x2@20Mbit"}})

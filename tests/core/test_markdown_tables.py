@@ -13,10 +13,10 @@ import pytest
 import synthetic_runs
 from markdown_tables import cell_count, mismatched, mismatched_in
 
-from allreduce_bench.cli import extensions
 from allreduce_bench.core.analysis.html_markdown import markdown_html, markdown_table
 from allreduce_bench.core.analysis.report import write_report
 from allreduce_bench.core.results.load import load_results
+from allreduce_bench.plugins import hooks
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -62,7 +62,7 @@ def test_a_pipe_or_nan_in_a_cell_keeps_the_row_one_cell_per_heading():
 
 def test_the_cost_model_sections_tables_have_one_cell_per_heading(tmp_path):
     run = synthetic_runs.write_run(tmp_path / "run", synthetic_runs.rows(synthetic_runs.default_states()))
-    write_report(load_results(run), run / "plots", sections=extensions().sections)
+    write_report(load_results(run), run / "plots", sections=hooks().sections)
     text = (run / "plots" / "report.md").read_text()
     assert "## Cost model per collective" in text and "median error (%, absolute)" in text
     assert "nan" not in text.split("## Cost model per collective")[1]

@@ -1,6 +1,7 @@
 """Link peaks: parsing what NVML-less hosts print, the world's peak per link class, the row
 columns (the report's "is this normal?" against published figures: tests/expect/)."""
 import os
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -65,9 +66,10 @@ def test_world_peaks_per_link_class():
     assert world["intra_GBps"] == world["inter_GBps"] == 3.0
 
 
-def _session(peak_values):
+def _session(peak_values, launcher_knows=()):
     session = Session.__new__(Session)
     session.peaks = peak_values
+    session.launch = SimpleNamespace(link_peaks=launcher_knows)
     return session
 
 
@@ -77,7 +79,9 @@ def test_rows_get_the_peak_of_the_link_bounding_their_world():
     assert one_node["link_peak_GBps"] == 400.0 and one_node["busbw_pct_of_peak"] == 75.0
     two_nodes = session.with_peak({"busbw_GBps": 40.0, "nodes": 2})
     assert two_nodes["link_peak_GBps"] == 50.0 and two_nodes["busbw_pct_of_peak"] == 80.0
-    emulated = session.with_peak({"busbw_GBps": 0.0175, "nodes": 2, "emulation": "2x2@350Mbit"})
+    # a link rate the launcher knows (emulate's shaped 350 Mbit/s) wins over a measured one
+    emulated = _session({"inter_GBps": 50.0}, (("inter_GBps", 0.04375),)).with_peak(
+        {"busbw_GBps": 0.0175, "nodes": 2, "emulation": "2x2@350Mbit"})
     assert emulated["link_peak_GBps"] == pytest.approx(0.04375, abs=1e-3)
     assert "link_peak_GBps" not in _session({}).with_peak({"busbw_GBps": 1.0, "nodes": 1})
     assert _session({"intra_GBps": 1.0}).with_peak({"measure": "step"}) == {"measure": "step"}

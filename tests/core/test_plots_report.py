@@ -177,10 +177,11 @@ def test_report_numbers_equal_hand_computed_ones():
 
 
 def test_links_figure_and_ratio_from_link_rows(tmp_path):
-    """links lends the report its table and plots/ its figure (links/sections.py); the core's
+    """links lends the report its table and plots/ its figure (links/hooks.py); the core's
     own tables and figures know no link."""
     from allreduce_bench.links import summary
-    from allreduce_bench.links.sections import SECTION
+    from allreduce_bench.links.hooks import report_sections
+    SECTION, = report_sections()
 
     frame = model_frame(world_sizes=(4,))
     intra = frame[frame["algorithm"] == "native"].assign(link="intra")

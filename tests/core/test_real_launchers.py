@@ -4,7 +4,7 @@ a private one-node Slurm started for these tests (see launcher_services.py).
 Each launcher must give checked rows for world sizes 2 and 4; `links` and `ddp` must join its
 world; a rank killed (rank 0, the store's host, or another) or frozen (SIGSTOP) must end the run
 within --timeout plus a few seconds, be named, and leave the finished rows. Ranks fail on
-purpose through the test-only hook ALLREDUCE_BENCH_FAULT, between two measurements.
+purpose through the tests' fault plugin (tests/support/fault_plugin.py), between two measurements.
 
 Marked `launchers` (deselect with `-m "not launchers"`); skipped, with the reason, where a
 launcher is not installed (.ci/run installs them all).
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fault_plugin import FAULT_ENV, fault_env
 from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
-
-from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.launchers, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -42,9 +41,7 @@ def rank_environment(base: dict | None = None, fault: str | None = None) -> dict
            and k != FAULT_ENV}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
                PYTHONUNBUFFERED="1")
-    if fault:
-        env[FAULT_ENV] = fault
-    return env
+    return fault_env(fault, env) if fault else env
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +54,7 @@ def openmpi_launch():
         env = rank_environment(fault=fault)
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         passed = [arg for name in ("PYTHONPATH", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME",
-                                   "PYTHONUNBUFFERED", *([FAULT_ENV] if fault else []))
+                                   "PYTHONUNBUFFERED", *([FAULT_ENV, "ALLREDUCE_BENCH_PLUGINS"] if fault else []))
                   for arg in ("-x", name)]
         return [path, "--oversubscribe", "-np", str(n), *passed], env
     return command

@@ -18,9 +18,10 @@ import pytest
 import synthetic_runs
 from click.testing import CliRunner
 
-from allreduce_bench.cli import extensions, main
+from allreduce_bench.cli import main
 from allreduce_bench.core.analysis.report import HTML_FILE, write_report
 from allreduce_bench.core.results.load import load_results
+from allreduce_bench.plugins import hooks
 
 MEASURED = ("time_us_median", "busbw_GBps", "time_us_ci_low", "time_us_ci_high", "slow_share")
 
@@ -169,7 +170,7 @@ def test_report_html_in_a_headless_browser(run_dir, tmp_path):
     from PIL import Image
 
     # with the features' sections: the cost model's tables are on the page too
-    figures, path = write_report(load_results(run_dir), run_dir / "plots", sections=extensions().sections)
+    figures, path = write_report(load_results(run_dir), run_dir / "plots", sections=hooks().sections)
     page = path.parent / HTML_FILE
     seen = probe(page)
     assert seen["resources"] == []  # offline: the page loads nothing

@@ -116,12 +116,13 @@ def _fake_sweep(settle_after: dict, extra_budget_s: float, call_s: float = 0.1):
         return passes.Item(label, 1, measure, row)
 
     config = SimpleNamespace(rounds=2, sampling=Sampling(budget_s=0.02, warmup=0),
-                             extra_budget_s=extra_budget_s, world_sizes=(2,), algorithms=("x",),
-                             collectives=())
-    passes.run(config, None, [item(label) for label in settle_after],
-               on_row=lambda row, samples: emitted.append((row["label"], row["rounds"], row["unstable"])),
-               on_algorithm=lambda label, world: headers.append(label),
-               should_measure=lambda label, size: True)
+                             extra_budget_s=extra_budget_s, launch=SimpleNamespace(world_sizes=(2,)),
+                             algorithms=("x",), collectives=())
+    phase = SimpleNamespace(
+        wanted=lambda label, size: True, measuring=lambda label, size, index: None,
+        record=lambda label, row, samples: emitted.append((row["label"], row["rounds"], row["unstable"])),
+        settled=lambda label, world: headers.append(label))
+    passes.run(config, None, [item(label) for label in settle_after], phase)
     return measured, emitted, headers
 
 
@@ -130,7 +131,7 @@ def test_unstable_rows_get_extra_rounds_until_they_settle():
     # planned: 2 passes over a-d; then extra passes, alternating direction, over b and c only
     assert measured == list("dcba") + list("abcd") + ["c", "b", "b"]
     assert emitted == [("a", 2, False), ("d", 2, False), ("c", 3, False), ("b", 4, False)]
-    assert headers == ["a", "d", "c", "b"]  # a row after another label's gets its header
+    assert headers == ["a", "d", "c", "b"]  # each label's table once its rows are settled
 
 
 def test_extra_rounds_stop_when_the_budget_is_spent():

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fault_plugin import FAULT_ENV, fault_env
 
 from allreduce_bench.core.errors import TERMINATED_EXIT
-from allreduce_bench.core.measure.faults import FAULT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(120)
@@ -38,11 +38,12 @@ def start_ranks(tmp_path: Path, fault: str, *options: str) -> list[tuple[subproc
     for rank in range(2):
         log = tmp_path / f"rank{rank}.log"
         env = {**base, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-               "GLOO_SOCKET_IFNAME": "lo", FAULT_ENV: fault,
+               "GLOO_SOCKET_IFNAME": "lo",
                "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "9", "SLURM_PROCID": str(rank),
                "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
                "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_STEP_NODELIST": "localhost",
                "MASTER_PORT": str(port)}
+        env = fault_env(fault, env)
         with open(log, "w") as out:
             started.append((subprocess.Popen(
                 [sys.executable, "-m", "allreduce_bench", "run", "--world-sizes", "2", *SMALL,
@@ -134,17 +135,18 @@ def test_a_scancel_reaches_every_rank_and_none_blames_the_store_host(tmp_path):
 
 def test_one_end_line_per_process():
     """The watcher and the main thread never both write: the first to claim writes, and
-    exit_now from the other thread waits for the process to end."""
+    the other thread's exit waits for the process to end."""
     code = """if True:
         import threading, time
-        from allreduce_bench.core.measure import faults
+        from allreduce_bench.core.measure.progress import EndLine
+        end = EndLine()
         def watcher():
-            faults.claim_report()
+            end.claim()
             time.sleep(0.3)
-            faults.exit_now("from the watcher", 5)
+            end.exit("from the watcher", 5)
         threading.Thread(target=watcher).start()
         time.sleep(0.1)
-        faults.exit_now("from the main thread", 7)
+        end.exit("from the main thread", 7)
     """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -163,7 +165,7 @@ def test_a_finished_rank_no_longer_catches_sigterm():
         where = "start-up"
 
     before = signal.getsignal(signal.SIGTERM)
-    with stopped.watch(0, 1, Quiet(), None):
+    with stopped.watch(None, Quiet(), 1):
         assert signal.getsignal(signal.SIGTERM) is not before
         assert [t for t in threading.enumerate() if t.name == "allreduce-bench-signals"]
     assert signal.getsignal(signal.SIGTERM) is before

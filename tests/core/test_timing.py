@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from fault_plugin import fault_env
 
 from allreduce_bench.core import metrics
 from allreduce_bench.core.analysis import ranks
@@ -155,7 +156,7 @@ def test_each_sample_is_aligned_then_timed_around_loops_calls_only():
     events = []
     device = RecordingDevice(events)
     times = timing.take_samples(lambda: events.append("call"), device, None, loops=3, count=2,
-                                before_clock=lambda: events.append("late"))
+                                before_clock=lambda: events.append("late"))  # the hooks' (Device.before_clock)
     assert times == [100.0 / 3] * 2
     one = [("align", 0.003), "late", ("start", 0), "call", "call", "call", ("stop", 0), ("launched", 3)]
     assert events[:8] == one and events[8] == ("align", 0.003) and len(events) == 16
@@ -212,7 +213,7 @@ def test_samples_are_kept_per_rank_and_name_a_delayed_rank(tmp_path):
     delay = "rank=2,action=delay,seconds=0.02"
     done = _run(tmp_path, "--world-sizes", "4", "--ranks-per-node", "2", "--sizes", "4K,64K",
                 "--algos", "native,ring", "--samples", "6", "--loops", "2",
-                env={"ALLREDUCE_BENCH_FAULT": delay})
+                env=fault_env(delay))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = load_results(tmp_path)
     samples = load_samples(tmp_path)

@@ -24,7 +24,7 @@ from allreduce_bench.ddp.analysis import (
     timeline_of,
     timeline_overlap,
 )
-from allreduce_bench.ddp.config import parse_bucket_mbs
+from allreduce_bench.ddp.config import DdpConfig, DdpOptions, ddp_settings, parse_bucket_mbs, rows_expected
 from allreduce_bench.ddp.net import layer_width
 from allreduce_bench.ddp.plots import timeline_plot
 from allreduce_bench.ddp.sampler import set_epoch_check
@@ -272,8 +272,7 @@ def test_overlap_table_hidden_share_and_clipping():
 @pytest.mark.timeout(240)
 def test_ddp_command_end_to_end(tmp_path):
     """The CLI on a local world of 2: rows, figures, meta with the set_epoch check, a section."""
-    from allreduce_bench.core.config.launch import LaunchConfig
-    from allreduce_bench.ddp.config import DdpConfig, ddp_settings
+    from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions
 
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["ddp", "--world-sizes", "2", "--params", "40K", "--layers",
@@ -284,11 +283,11 @@ def test_ddp_command_end_to_end(tmp_path):
     assert set(frame["benchmark"]) == {"ddp"}
     assert set(frame["measure"]) == {"compute", "backward", "ddp_no_comm", "step", "comm", "comm_cpu",
                                      "compute_cpu", "no_overlap", "accum_sync", "accum_no_sync"}
-    # the progress bar counts DdpConfig.rows_expected: every row the run records
-    settings = ddp_settings(params="40K", layers=4, batch_size=None, bucket_mb="0.0625,25",
-                            accum=2, iters=2, warmup=0, device="cpu")
+    # the progress bar counts rows_expected: every row the run records
+    settings = ddp_settings(DdpOptions(LaunchOptions(), params="40K", layers=4, bucket_mb="0.0625,25",
+                                       accum=2, iters=2, warmup=0), device="cpu")
     launch = LaunchConfig((2,), "gloo", "cpu", None, "", out, 60.0)
-    assert len(frame) == DdpConfig(launch, settings).rows_expected == 18
+    assert len(frame) == rows_expected(DdpConfig(launch, settings)) == 18
     assert int(frame["wrong"].sum()) == 0
     table = overlap_table(frame)
     assert list(table["bucket_mb"]) == [0.0625, 25.0]

@@ -22,7 +22,7 @@ from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.emulate import cli as emulate_command  # the module
 from allreduce_bench.emulate import cluster as em
-from allreduce_bench.emulate import pacing
+from allreduce_bench.emulate import pacing, rates
 
 CLI = [sys.executable, "-m", "allreduce_bench"]
 
@@ -36,13 +36,13 @@ def ours(pid: int) -> list[str]:
 @pytest.mark.parametrize("text, bits", [("500mbit", 5e8), ("2Gbit", 2e9), ("50mbps", 4e8),
                                         ("1.5kbit", 1500)])
 def test_rates_use_tc_units(text, bits):
-    assert units.parse_tc_rate(text) == pytest.approx(bits)
+    assert rates.parse_tc_rate(text) == pytest.approx(bits)
 
 
 @pytest.mark.parametrize("text", ["fast", "500", "0mbit", "-1mbit", "5 furlongs"])
 def test_bad_rate_is_a_usage_error(text):
     with pytest.raises(UsageError, match="--inter-bandwidth"):
-        units.parse_tc_rate(text)
+        rates.parse_tc_rate(text)
 
 
 def test_times_and_labels():
@@ -54,9 +54,9 @@ def test_times_and_labels():
 
 
 def test_each_benchmark_gets_the_options_its_command_has():
-    from allreduce_bench.cli import RUNNABLES
+    from allreduce_bench.cli import HOOKS
     from allreduce_bench.cli import main as root
-    chosen = {r.name: r for r in RUNNABLES if r.name in ("allreduce", "links", "ddp")}
+    chosen = {r.name: r for r in HOOKS.joined("emulate_runnables") if r.name in ("allreduce", "links", "ddp")}
     with root.make_context("allreduce-bench", ["emulate"]) as ctx, ctx.scope():
         split = emulate_command.per_benchmark_args(chosen,
                                       ["--sizes", "1M", "--algos", "ring", "--params=40K",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from fault_plugin import fault_env
 from launcher_services import mpich, open_mpi
 
 from allreduce_bench.core.errors import UsageError
@@ -249,7 +250,7 @@ def test_srun_health_with_a_host_frozen_at_start_up(slurm, tmp_path):
     rc, output = launch(["srun", "-N", "4", "--kill-on-bad-exit=1", *BENCH, "health",
                          "--sizes", "4K,256K", "--budget", "0.05", "--no-plot", "--timeout",
                          "10", "--out", str(out)],
-                        rank_env(slurm, ALLREDUCE_BENCH_FAULT="rank=2,action=stop,at=start"),
+                        fault_env("rank=2,action=stop,at=start", rank_env(slurm)),
                         timeout=120)
     doc = json.loads((out / "health.json").read_text())
     assert {h["host"]: h["verdict"] for h in doc["hosts"]} == {

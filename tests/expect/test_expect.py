@@ -192,12 +192,13 @@ def test_run_expect_line_on_cpu_and_on_a_gpu_host(tmp_path, monkeypatch):
 
     from allreduce_bench.expect.cli import run_headline
 
-    assert run_headline(SimpleNamespace(device="cpu")).startswith("expect: a gloo run on CPU")
+    assert run_headline(SimpleNamespace(launch=SimpleNamespace(device="cpu"))).startswith(
+        "expect: a gloo run on CPU")
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", str(tmp_path))
-    line = run_headline(SimpleNamespace(device="cuda", world_sizes=(16,), launch=SimpleNamespace(ranks_per_node=8)))
+    line = run_headline(SimpleNamespace(launch=SimpleNamespace(device="cuda", world_sizes=(16,), ranks_per_node=8)))
     assert line.startswith("expect: all_reduce on 2 node(s) x 8 H100") and "closest published figure" in line
 
 

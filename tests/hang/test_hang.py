@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fault_plugin import fault_env
 from hang_ranks import KINDS, SEQ, make_dumps, named_correctly
 
-from allreduce_bench.core.measure.faults import FAULT_ENV
 from allreduce_bench.hang import dumps as flight_recorder
 from allreduce_bench.hang.verdict import verdict
 
@@ -140,7 +140,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
 @pytest.mark.timeout(200)
 def test_a_run_stopped_by_a_stalled_rank_names_it_from_the_dumps(tmp_path):
     out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), FAULT_ENV: "rank=1,after_rows=1,action=stall,seconds=120"}
+    env = fault_env("rank=1,after_rows=1,action=stall,seconds=120", {**os.environ, "PYTHONPATH": str(ROOT)})
     done = subprocess.run([sys.executable, "-m", "allreduce_bench", "run", "--world-sizes", "2",
                            "--algos", "native", "--sizes", "4K,8K", "--iters", "1", "--warmup", "0",
                            "--no-plot", "--timeout", "3", "--flight-recorder", "--out", str(out)],

@@ -3,6 +3,8 @@ does not is `unreachable`, and when most do not, the writer's own host is the on
 fake board here; the link cut on the emulated cluster: test_fault_matrix.py's writing cases."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from allreduce_bench.health import ending
@@ -41,9 +43,14 @@ def _short_silence(monkeypatch):
     monkeypatch.setattr(ending, "SILENT_S", 0.2)
 
 
+def _run(timeout_s=30.0):
+    return SimpleNamespace(kept={}, launch=SimpleNamespace(timeout_s=timeout_s))
+
+
 def _confirmed(board, doc, timeout_s=30.0):
-    ending.hold(board, HOSTS)
-    return ending.confirmed(doc, timeout_s)
+    run = _run(timeout_s)
+    ending.hold(run, board, HOSTS)
+    return ending.confirmed(run, doc)
 
 
 def test_a_host_that_does_not_confirm_at_the_end_is_unreachable():
@@ -67,8 +74,8 @@ def test_a_live_host_is_waited_for_and_hosts_named_before_are_not_asked():
     assert _confirmed(board, _doc(), timeout_s=0.5)["hosts"][3]["verdict"] == "unreachable"
     doc = _doc(named={"node3"})
     assert _confirmed(Board(confirmed={1, 2}), doc) is doc  # node3 already named: not waited for
-    assert ending.confirmed(doc, 30.0) is doc  # nothing held: a local run's driver
-    board = Board()
-    ending.hold(board, HOSTS)
-    ending.release()  # no verdict to confirm: the ranks waiting are let go at once
+    assert ending.confirmed(_run(), doc) is doc  # nothing held: a local run's driver
+    board, run = Board(), _run()
+    ending.hold(run, board, HOSTS)
+    ending.release(run)  # no verdict to confirm: the ranks waiting are let go at once
     assert board.has(ending.REQUEST) and board.closed

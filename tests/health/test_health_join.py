@@ -15,9 +15,9 @@ import sys
 import time
 
 import pytest
+from fault_plugin import FAULT_ENV, Fault, fault_env
 from namespaces import needs_namespaces
 
-from allreduce_bench.core.measure.faults import Fault
 from allreduce_bench.core.measure.world import whole_hosts
 from allreduce_bench.emulate import cluster as em
 from allreduce_bench.health.pairing import launched_host_names
@@ -40,9 +40,9 @@ def test_whole_hosts_and_names_of_hosts_that_never_came():
     assert launched_host_names(["a", "a", None], 1) == ["node0", "node1", "node2"]  # one machine
     assert launched_host_names(["x", "y", None], 1, ["x", "y", "z"]) == ["x", "y", "z"]  # Slurm's list
     assert launched_host_names(["x", "y", None], 1) == ["x", "y", "host-of-rank2"]
-    assert Fault.from_env({"ALLREDUCE_BENCH_FAULT": "rank=2,action=stop,at=start"}).at == "start"
+    assert Fault.from_env({FAULT_ENV: "rank=2,action=stop,at=start"}).at == "start"
     with pytest.raises(ValueError, match="at must be row or start"):
-        Fault.from_env({"ALLREDUCE_BENCH_FAULT": "rank=2,action=delay,at=start"})
+        Fault.from_env({FAULT_ENV: "rank=2,action=delay,at=start"})
 
 
 @pytest.mark.slow
@@ -52,7 +52,7 @@ def test_a_rank_0_frozen_at_start_up_in_a_local_run_is_unreachable_the_others_ar
     started = time.monotonic()
     done = subprocess.run([*CLI, *HEALTH, "--hosts", "3", "--ranks-per-node", "1", "--out", str(out)],
                           capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "ALLREDUCE_BENCH_FAULT": "rank=0,action=stop,at=start"})
+                          env=fault_env("rank=0,action=stop,at=start"))
     assert done.returncode == 3, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     assert "health: node0 never joined" in done.stderr
@@ -77,10 +77,10 @@ def _mpirun_like(n: int, out, frozen: int, per_host: int = 1, timeout_s: float =
     procs = []
     command = [*CLI, *HEALTH, "--out", str(out), "--ranks-per-node", str(per_host)]
     for rank in range(n):
-        env = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(n),
-               "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(n),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo",
-               "ALLREDUCE_BENCH_FAULT": f"rank={frozen},action=stop,at=start"}
+        env = fault_env(f"rank={frozen},action=stop,at=start", {
+            **os.environ, "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(n),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(n),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
         procs.append(subprocess.Popen(command, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     try:
@@ -131,7 +131,7 @@ def test_emulated_host_frozen_at_start_up_is_unreachable_no_traceback_exit_3(tmp
     driver = subprocess.Popen([*CLI, "emulate", "--nodes", "4", "--ranks-per-node", "1", "--inter-bandwidth",
                                "100mbit", "--benchmarks", "health", "--sizes", "1M", "--timeout", "8",
                                "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "ALLREDUCE_BENCH_FAULT": "rank=2,action=stop,at=start"})
+                              env=fault_env("rank=2,action=stop,at=start"))
     try:
         _, stderr = driver.communicate(timeout=300)
     finally:

@@ -118,7 +118,7 @@ def test_hosts_waiting_to_confirm_the_end_are_not_named_with_a_frozen_writer(tmp
     check, _ = SimCluster(names(4), noise=0.02).run()
     (tmp_path / "health.json").write_text(json.dumps({"schema_version": 1, **document(check, {"sizes": [4096]})}))
     _journals(tmp_path, {h: 2 for h in HOSTS}, {"node1": "ending", "node2": "ending", "node3": "ending"})
-    config = SimpleNamespace(timeout_s=20.0, settings=SimpleNamespace(prometheus=None))
+    config = SimpleNamespace(launch=SimpleNamespace(timeout_s=20.0), settings=SimpleNamespace(prometheus=None))
     assert Watch(tmp_path, 0.0, config).result([None] * 4, [None] * 4) == 3
     assert _verdicts(tmp_path) == {"node0": "unreachable", "node1": "ok", "node2": "ok", "node3": "ok"}
     assert "health round 2" in json.loads((tmp_path / "health.json").read_text())["hosts"][0]["why"]

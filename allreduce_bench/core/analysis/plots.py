@@ -267,7 +267,7 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None, sections=()) -> dict[str, Path]:
     """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
-    (core/extensions.py); name -> path."""
+    (core/hooks.py); name -> path."""
     out_dir = Path(out_dir)
     size_bytes = chosen_size(frame, None, sections) if size_bytes is None else size_bytes
     drawn = {name: save(fig, out_dir / f"{name}.{fmt}")

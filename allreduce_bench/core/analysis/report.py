@@ -210,7 +210,7 @@ TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_ra
 
 def report_tables(frame: pd.DataFrame, size_bytes: int, sections=()) -> list[Table]:
     """(title, how to read it, table of strings) for the terminal and report.md: the sweep's,
-    then those the features' `sections` lend (core/extensions.py)."""
+    then those the features' `sections` lend (core/hooks.py)."""
     lent = tuple(section.tables for section in sections if section.tables is not None)
     return [table for build in TABLES + lent
             for table in build(frame, size_bytes)]
@@ -231,7 +231,7 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
                     out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
-    """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
+    """The sweep's report, then each of the features' `sections` (core/hooks.py) that the
     rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
     where the caller has it already."""
     parts = ["# AllReduce benchmark report", "",
@@ -271,7 +271,7 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
                  fmt: str = "png", sections=()) -> tuple[dict[str, Path], Path]:
     """Every figure plus report.md (tables, figures embedded by relative path) and report.html
     (the same, one self-contained page) into out_dir, with the features' `sections`
-    (core/extensions.py; none: the sweep's own only)."""
+    (core/hooks.py; none: the sweep's own only)."""
     from allreduce_bench.core.analysis.html import report_html
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
     from allreduce_bench.core.analysis.style import svg_copies

@@ -1,7 +1,7 @@
 """What every measuring command does once its ranks have ended (the driver returns first): the
-features' `after_ranks`, then the command's own finish: the summary from the stored rows,
-figures and report.md (with the features' sections), `finished` in meta.json, and the exit
-code from #wrong."""
+hooks' `after_ranks`, then the command's own finish: the summary from the stored rows, figures
+and report.md (with the features' sections), `finished` in meta.json, and the exit code from
+#wrong."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -9,48 +9,55 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from allreduce_bench.core.extensions import NONE, Extensions
+import pandas as pd
+
+from allreduce_bench.core.measure.context import Run
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.core.results.schema import RESULTS_FILE
 from allreduce_bench.core.results.store import update_meta
 
 
-def measure_then_finish(config, benchmark, finish: Callable, lent: Extensions) -> int:
-    """The ranks of `benchmark` through the driver; then, where this process writes and every
-    rank has ended, `lent.after_ranks` and `finish(config, lent) -> exit code`, with the output
-    directory locked throughout."""
+def measure_then_finish(run: Run, finish: Callable[[Run], int]) -> int:
+    """The ranks of `run` through the driver; then, where this process writes and every rank has
+    ended, the hooks' `after_ranks` and `finish(run) -> exit code`, with the output directory
+    locked throughout."""
     from allreduce_bench.core.launch.driver import drive, writer_lock  # torch: not for `report`
 
-    with writer_lock(config):
-        code = drive(config, benchmark, lent)
+    with writer_lock(run.launch):
+        code = drive(run)
         if code is not None:
             return code
-        for after in lent.after_ranks:
-            after(config)
-        return finish(config, lent)
+        run.hooks.call.after_ranks(config=run.config)
+        return finish(run)
 
 
-def finish(config, summarize: Callable, *, select: Callable | None = None, draw: bool = True,
-           wrong_means: str = "element(s) wrong; the results above are not to be trusted",
-           lent: Extensions = NONE) -> int:
-    """`summarize(frame) -> text` of this run's rows (`select(frame)` first, e.g. ddp's rows);
-    figures when `draw` and the run plots (with `lent.sections`); exit code 1 when any element
-    was wrong."""
-    frame = load_results(config.out_dir)
+def run_rows(run: Run, select: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+             explain_skips: bool = True) -> pd.DataFrame:
+    """This run's stored rows (`select(frame)` first, e.g. ddp's rows)."""
+    frame = load_results(run.launch.out_dir, explain_skips, run.hooks.row_kinds)
     if select is not None:
         frame = select(frame)
-    frame = frame[frame["run_id"] == config.run_id]
+    return frame[frame["run_id"] == run.launch.run_id]
+
+
+def finish(run: Run, summarize: Callable[[pd.DataFrame], str], *,
+           select: Callable[[pd.DataFrame], pd.DataFrame] | None = None, draw: bool = True,
+           wrong_means: str = "element(s) wrong; the results above are not to be trusted") -> int:
+    """`summarize(frame) -> text` of this run's rows; figures when `draw` and the run plots
+    (with the hooks' sections); exit code 1 when any element was wrong."""
     from allreduce_bench.core.analysis.terminal import wrapped
 
+    launch = run.launch
+    frame = run_rows(run, select)
     print("\n" + wrapped(summarize(frame)))  # every line within a terminal's width
-    if config.plot and draw:
+    if launch.plot and draw:
         from allreduce_bench.core.analysis.report import write_report
-        figures, report = write_report(frame, Path(config.out_dir) / "plots", sections=lent.sections)
+        figures, report = write_report(frame, Path(launch.out_dir) / "plots", sections=run.hooks.sections)
         print(wrapped(f"figures: {', '.join(map(str, figures.values()))}\nreport: {report} "
                       f"(one page to open in a browser: {report.with_name('report.html')})"))
-    update_meta(config.out_dir,
+    update_meta(launch.out_dir,
                 finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    print(f"results: {Path(config.out_dir) / RESULTS_FILE}")
+    print(f"results: {Path(launch.out_dir) / RESULTS_FILE}")
     wrong = int(frame["wrong"].sum())
     if wrong:
         print(f"FAILED: {wrong} {wrong_means}", file=sys.stderr)

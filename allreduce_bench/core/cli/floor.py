@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from allreduce_bench.core.analysis.floor import footer_lines, table_averages, verdict_lines
 from allreduce_bench.core.config.checks import parse_floor
+from allreduce_bench.core.measure.context import Run
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MIN_BUSBW_OPTION = click.option(
     "--min-busbw", "min_busbw", default=None, metavar="BANDWIDTH",
@@ -26,28 +31,25 @@ def checked_floor(options: dict) -> float | None:
     return None if text is None else parse_floor(text)
 
 
-def judged(finish: Callable, floor_GBps: float | None, select: Callable | None = None) -> Callable:
-    """`finish(config, lent) -> code` followed by the floor's judgement of this run's rows
-    (`select(frame)` first: links judges its own rows)."""
+def judged(finish: Callable[[Run], int], floor_GBps: float | None,
+           select: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> Callable[[Run], int]:
+    """`finish(run) -> code` followed by the floor's judgement of this run's rows (`select(frame)`
+    first: links judges its own rows)."""
     if floor_GBps is None:
         return finish
 
-    def finish_then_judge(config, lent) -> int:
-        code = finish(config, lent)
-        return max(code, judge(config, floor_GBps, select))
+    def finish_then_judge(run: Run) -> int:
+        code = finish(run)
+        return max(code, judge(run, floor_GBps, select))
 
     return finish_then_judge
 
 
-def judge(config, floor_GBps: float, select: Callable | None = None) -> int:
+def judge(run: Run, floor_GBps: float, select: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> int:
     """Print every table's footer and a line per table that fails; 1 when any does."""
-    from allreduce_bench.core.results.load import load_results
+    from allreduce_bench.core.cli.finish import run_rows
 
-    frame = load_results(config.out_dir, explain_skips=False)
-    frame = frame[frame["run_id"] == config.run_id]
-    if select is not None:
-        frame = select(frame)
-    averages = table_averages(frame)
+    averages = table_averages(run_rows(run, select, explain_skips=False))
     print("\n".join(["#", *footer_lines(averages, floor_GBps), "#"]))
     failed = verdict_lines(averages, floor_GBps)
     for line in failed:

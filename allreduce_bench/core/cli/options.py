@@ -6,6 +6,7 @@ import click
 
 from allreduce_bench.core.cli.types import BACKEND, DEVICE
 from allreduce_bench.core.config.checks import OUTPUT_PATH
+from allreduce_bench.core.hooks import NONE, Hooks
 from allreduce_bench.core.measure.binding import MODES as BIND_MODES
 
 
@@ -56,3 +57,9 @@ def with_options(options: list):
         return command
 
     return decorate
+
+
+def command_hooks() -> Hooks:
+    """The features' hooks, as the command group (allreduce_bench/cli.py) put them in the
+    command's context; the core alone for a command run outside the group."""
+    return click.get_current_context().find_object(Hooks) or NONE

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from allreduce_bench.core.cli.options import command_hooks
 from allreduce_bench.core.config.checks import OUTPUT_PATH
 from allreduce_bench.core.results.load import load_results
 
@@ -32,9 +33,9 @@ def _load(paths: tuple[Path, ...], out_dir: Path | None):
     to write figures."""
     from allreduce_bench.core.analysis.report import chosen_size
     from allreduce_bench.core.config.checks import check_writable_dir
-    from allreduce_bench.core.extensions import current as extensions
-    frame = load_results(paths)
-    chosen_size(frame, None, extensions().sections)  # nothing to report: say so before drawing
+    hooks = command_hooks()
+    frame = load_results(paths, kinds=hooks.row_kinds)
+    chosen_size(frame, None, hooks.sections)  # nothing to report: say so before drawing
     check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
     return frame
 
@@ -52,9 +53,7 @@ def plot(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.plots import draw_all
     from allreduce_bench.core.analysis.report import chosen_size
-    from allreduce_bench.core.extensions import current as extensions
-
-    frame, sections = _load(paths, out_dir), extensions().sections
+    frame, sections = _load(paths, out_dir), command_hooks().sections
     figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
                        size_bytes=chosen_size(frame, size, sections), sections=sections)
     for path in figures.values():
@@ -74,9 +73,7 @@ def report(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
     from allreduce_bench.core.analysis.terminal import wrapped
-    from allreduce_bench.core.extensions import current as extensions
-
-    frame, sections = _load(paths, out_dir), extensions().sections
+    frame, sections = _load(paths, out_dir), command_hooks().sections
     size_bytes = chosen_size(frame, size, sections)
     print_tables(frame, size_bytes, echo=click.echo, sections=sections)
     figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,

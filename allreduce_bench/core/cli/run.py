@@ -1,14 +1,13 @@
 """`allreduce-bench run`: the AllReduce sweep."""
 from __future__ import annotations
 
-import shlex
 import sys
 
 import click
 
 from allreduce_bench.core.algorithms import help_text as algorithms_help
 from allreduce_bench.core.cli.floor import MIN_BUSBW_OPTION, checked_floor, judged
-from allreduce_bench.core.cli.options import measuring_options
+from allreduce_bench.core.cli.options import command_hooks, measuring_options
 from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import EXTRA_BUDGET_S, ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
@@ -111,32 +110,35 @@ def run(**options):
     if a table's average busbw is below 90% of --min-busbw.
     """
     from allreduce_bench.core.cli.finish import measure_then_finish
+    from allreduce_bench.core.config import RunOptions
+    from allreduce_bench.core.config.launch import from_params
     from allreduce_bench.core.config.run import run_config
-    from allreduce_bench.core.environment import started
-    from allreduce_bench.core.extensions import current as extensions
+    from allreduce_bench.core.environment import how_started
     from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
     from allreduce_bench.core.units import byte_list
 
     floor = checked_floor(options)
-    config = run_config(command=shlex.join(sys.argv), started=started(), host=this_host(), **options)
-    lent = extensions()
-    if click.get_current_context().meta.get("expect") and lent.expect:
-        announce(lent.expect(config))
-    announce(f"allreduce-bench: backend {config.backend} on {config.device}, world sizes "
-             f"{','.join(map(str, config.world_sizes))}, sizes {byte_list(config.sizes)}, "
-             f"algorithms {describe(config)} -> {config.out_dir}")
-    sys.exit(measure_then_finish(config, BENCHMARK, judged(finish_run, floor), lent))
+    hooks = command_hooks()
+    config = run_config(from_params(RunOptions, options), how_started(), this_host(), hooks)
+    if click.get_current_context().meta.get("expect") and (line := hooks.call.expect_line(config=config)):
+        announce(line)
+    launch = config.launch
+    announce(f"allreduce-bench: backend {launch.backend} on {launch.device}, world sizes "
+             f"{','.join(map(str, launch.world_sizes))}, sizes {byte_list(config.sizes)}, "
+             f"algorithms {describe(config)} -> {launch.out_dir}")
+    sys.exit(measure_then_finish(Run(config, BENCHMARK, hooks), judged(finish_run, floor)))
 
 
-def finish_run(config, lent) -> int:
+def finish_run(run) -> int:
     """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.core.measure.meta import close_machine_facts
 
-    close_machine_facts(config.out_dir, ranks_are_children=launcher_env() is None)
-    return finish(config, lambda frame: "\n".join([terminal_summary(frame), *(
-        line for lines in lent.summaries for line in lines(frame))]), lent=lent)
+    close_machine_facts(run.launch.out_dir, ranks_are_children=launcher_env() is None)
+    return finish(run, lambda frame: "\n".join([terminal_summary(frame),
+                                                *run.hooks.joined("summary_lines", frame=frame)]))

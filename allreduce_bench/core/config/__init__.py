@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from allreduce_bench.core.config.checks import check_finite, check_writable_dir
-from allreduce_bench.core.config.launch import LaunchConfig, Launched
+from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import parse_size, parse_size_list, size_sweep
@@ -72,7 +72,41 @@ def cpu_world_sizes(cpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 @dataclass(frozen=True)
-class RunConfig(Launched):
+class SweepOptions:
+    """What `run` and `links` sweep and how each size is sampled (core/cli/run.py
+    `sweep_options`), as click parsed them."""
+
+    sizes: str | None = None
+    min_bytes: str | None = None
+    max_bytes: str | None = None
+    factor: float | None = None
+    dtype: str = "float32"
+    loops: int | None = None
+    samples: int | None = None
+    budget: float | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    host_launch: bool = False
+    quick: bool = False
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`run`'s options as given (`links` builds them from its own: links/config.py)."""
+
+    launch: LaunchOptions
+    sweep: SweepOptions
+    algos: str | None = None
+    collectives: str = "all_reduce"
+    in_place: bool = False
+    rounds: int | None = None  # None: the device's default
+    extra_budget: float | None = None  # None: EXTRA_BUDGET_S, 0 with --quick
+    resume_dir: Path | None = None
+    min_busbw: str | None = None  # checked here, judged after the run (core/cli/floor.py)
+
+
+@dataclass(frozen=True)
+class RunConfig:
     """`run` and `links`: where and how they launch, and what each rank sweeps."""
 
     launch: LaunchConfig
@@ -102,10 +136,6 @@ class RunConfig(Launched):
     def itemsize(self) -> int:
         return DTYPES[self.dtype]
 
-    @property
-    def timing(self) -> str:
-        """The timing method, written in every row: model fits refuse to pool methods."""
-        return "samples"
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:

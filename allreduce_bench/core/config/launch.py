@@ -1,12 +1,34 @@
-"""How and where a measuring command runs: one LaunchConfig that run, links, ddp (and every
-measuring command added later) carry as their `launch` field. No torch."""
+"""How and where a measuring command runs: the options every measuring command shares, as given
+(`LaunchOptions`) and resolved (`LaunchConfig`, every command's config's `launch`). No torch."""
 from __future__ import annotations
 
+import typing
 import uuid
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 POLICIES = ("auto", "fifo", "other")  # --sched (measure/scheduling.py sets it on each rank)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The shared options of core/cli/options.py, as click parsed them."""
+
+    world_sizes: str | None = None
+    backend: str = "auto"
+    device: str | None = None
+    ranks_per_node: int | None = None
+    tag: str = ""
+    out_dir: Path | None = None
+    timeout_s: float = 300.0
+    no_plot: bool = False
+    bind: str = "auto"
+    nccl_debug: bool = False
+    flight_recorder: bool = False
+    sched: str = "other"  # `run` and `links` have --sched (default auto)
 
 
 @dataclass(frozen=True)
@@ -20,50 +42,33 @@ class LaunchConfig:
     timeout_s: float
     plot: bool = True
     bind: str = "auto"  # --bind: where each rank runs (measure/binding.py)
-    # --sched resolved: fifo | other, the policy each rank's threads ask for (measure/scheduling.py)
-    sched: str = "other"
-    nccl_debug: bool = False  # NCCL's log per rank into OUT/nccl-debug and meta.json (measure/nccl_debug.py)
-    # every rank dumps torch's Flight Recorder to OUT/flight-recorder (measure/flight_recorder.py)
-    flight_recorder: bool = False
+    sched: str = "other"  # --sched resolved: fifo | other
+    nccl_debug: bool = False  # NCCL's log per rank into OUT/nccl-debug and meta.json
+    flight_recorder: bool = False  # every rank dumps torch's Flight Recorder to OUT/flight-recorder
     # default world sizes left out because this process may use fewer CPUs than they have ranks
-    # (config.cpu_world_sizes); the summary names them and how to ask for them
     world_sizes_left_out: tuple[int, ...] = ()
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     command: str = ""
-    # the emulated cluster's label (environment.Started): every row's `emulation`, "" on real
-    # hardware; meta.json's own `emulation` block describes the cluster
-    emulation: str = ""
+    emulation: str = ""  # the emulated cluster's label in every row ("" on real hardware)
+    # link class -> GB/s the launcher knows (an emulated cluster's shaped link), before measured peaks
+    link_peaks: tuple[tuple[str, float], ...] = ()
 
 
-class Launched:
-    """A command's config composed of a `launch: LaunchConfig` and its own fields; the launch's
-    fields read as the config's own (config.out_dir), so the driver and ranks take any command's
-    config alike. Composition rather than inheritance: a dataclass inheriting LaunchConfig's
-    defaulted fields could not add required ones before Python 3.10's kw_only."""
-
-    def __getattr__(self, name: str):
-        # Only reached for names the config itself lacks. Dunder lookups (pickle's
-        # __setstate__, copy's __deepcopy__) must not recurse into a `launch` not yet set.
-        if name.startswith("__") or name == "launch":
-            raise AttributeError(name)
-        return getattr(self.launch, name)
-
-    # A Launched is always a dataclass (RunConfig, DdpConfig, ...), which the class cannot say.
-    def with_world_sizes(self, sizes: tuple[int, ...]):
-        return replace(self, launch=replace(self.launch, world_sizes=tuple(sizes)))  # type: ignore[type-var]
-
-    def flat(self) -> dict:
-        """Every field, the launch's included, in one mapping (meta.json's `config`)."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "launch"}  # type: ignore[arg-type]
-        return {**{f.name: getattr(self.launch, f.name) for f in fields(self.launch)
-                   if f.name != "emulation"}, **own}
+def from_params(cls: type[T], params: Mapping[str, Any]) -> T:
+    """`cls`, an options dataclass, from a click command's flat params: fields that are option
+    dataclasses themselves (a command's LaunchOptions) are built from the same params; params no
+    field names are left out."""
+    hints = typing.get_type_hints(cls)
+    values = {f.name: from_params(hints[f.name], params) if is_dataclass(hints[f.name])
+              else params[f.name] for f in fields(cls)  # type: ignore[arg-type]
+              if is_dataclass(hints[f.name]) or f.name in params}
+    return cls(**values)
 
 
 def wanted(option: str, device: str, times_collectives: bool = True, emulated: bool = False) -> str:
     """fifo or other from --sched: auto means fifo on a CPU run that times collectives (run,
-    links), as started elsewhere (GPU: NCCL's own threads; ddp: training compute would hold the
-    CPUs; an emulated cluster: its hosts' CPU shares are CFS quotas, which real-time threads
-    escape)."""
+    links), not where its threads would escape what is measured (GPU: NCCL's own threads;
+    ddp: training compute; an emulated cluster: its hosts' CPU quotas)."""
     if option not in POLICIES:
         raise ValueError(f"unknown scheduling policy {option!r}")
     if option == "auto":

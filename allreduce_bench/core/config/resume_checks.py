@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import csv
 import sys
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
-from allreduce_bench.core import units
+from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import current
+from allreduce_bench.core.hooks import RowKind
 from allreduce_bench.core.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
 from allreduce_bench.core.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.core.results.store import read_meta
@@ -28,7 +28,7 @@ MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budge
                       "sched": "--sched"}
 
 
-def stored_run(resume_dir: Path, emulated: bool) -> dict:
+def stored_run(resume_dir: Path, emulated: bool, kinds: tuple[RowKind, ...]) -> dict:
     """meta.json of the run to resume (by a host of `emulate`: `emulated`); a clear error when
     there is none."""
     if not (Path(resume_dir) / META_FILE).exists():
@@ -38,20 +38,20 @@ def stored_run(resume_dir: Path, emulated: bool) -> dict:
     if "run_id" not in meta or not isinstance(meta.get("config"), dict):
         raise UsageError(f"--resume {resume_dir}: {META_FILE} has no run_id/config; it was not "
                          "written by allreduce-bench run")
-    check_is_allreduce_run(meta, resume_dir, emulated)
+    check_is_allreduce_run(meta, resume_dir, emulated, kinds)
     return meta
 
 
-def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool) -> None:
+def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool,
+                           kinds: tuple[RowKind, ...]) -> None:
     """`run --resume` continues `run`'s runs only: another command's run has other rows or a
-    meta.json block of its own (Extensions.rows, as the command lends them); an emulated run
-    only under `emulate` (`emulated`)."""
+    meta.json block of its own (the features' `kinds`); an emulated run only under `emulate`."""
     try:
         others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
     except (UnicodeDecodeError, csv.Error):
         raise UsageError(f"--resume {resume_dir}: {Path(resume_dir) / RESULTS_FILE} is not a "
                          "readable CSV file; resume only a directory written by allreduce-bench") from None
-    marked = [rows.benchmark for rows in current().rows if rows.meta_block and rows.benchmark in meta]
+    marked = [kind.benchmark for kind in kinds if kind.meta_block and kind.benchmark in meta]
     if marked or others:
         kind = (marked or sorted(others))[0]
         raise UsageError(f"--resume {resume_dir} is a `{kind}` run, not one of `run`; rerun "
@@ -77,14 +77,20 @@ def _plain(value):
     return asdict(value) if is_dataclass(value) else value
 
 
-def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
+def measurement_fields(config: RunConfig) -> dict:
+    """MEASUREMENT_FIELDS of `config` as meta.json stores them (its launch's fields included)."""
+    flat = {**asdict(config.launch), **{f.name: getattr(config, f.name) for f in fields(config)}}
+    return {field: _plain(flat[field]) for field in MEASUREMENT_FIELDS}
+
+
+def check_same_measurement(stored: dict, config: RunConfig, resume_dir: Path) -> None:
     """Refuse to mix rows measured differently into one run."""
     old = stored.get("config", {})
     if "sampling" not in old:
         raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (one call "
                          "per timed iteration); its rows and new ones would mix timing methods. "
                          "Start a new --out (plot and report still read the old run)")
-    now_fields = {field: _plain(getattr(config, field)) for field in MEASUREMENT_FIELDS}
+    now_fields = measurement_fields(config)
     if isinstance(old.get("sampling"), dict) and set(now_fields["sampling"]) - set(old["sampling"]):
         raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (before "
                          "schema 4 its loops ignored the barrier's exit skew); its rows and new "
@@ -98,34 +104,3 @@ def check_same_measurement(stored: dict, config, resume_dir: Path) -> None:
         now = " ".join(f"{flag} {value!r}" for flag, _, value in differ)
         raise UsageError(f"--resume {resume_dir} was measured with {was} but this run has {now}; "
                          "rerun with the original options or write to a new --out")
-
-
-# --- emulated runs ---------------------------------------------------------------------------
-
-def resumed_dir(args: list[str]) -> Path | None:
-    """The --resume DIR among the options passed on to `run`, if any."""
-    for i, arg in enumerate(args):
-        if arg == "--resume" and i + 1 < len(args):
-            return Path(args[i + 1])
-        if arg.startswith("--resume="):
-            return Path(arg.split("=", 1)[1])
-    return None
-
-
-def same_emulation(resume_dir: Path, nodes: int, ranks_per_node: int, rate: float | None,
-                   latency: float) -> float | None:
-    """A resumed emulated run continues on the same links: refuse other ones; with auto, reuse
-    the stored rate (a new measurement would differ a little and mix rows of two rates)."""
-    stored = read_meta(resume_dir).get("emulation")
-    if not isinstance(stored, dict):
-        raise UsageError(f"--resume {resume_dir} is not an emulated run (its meta.json has no "
-                         "emulation); continue it with `allreduce-bench run --resume` instead")
-    was = (stored.get("nodes"), stored.get("ranks_per_node"), stored.get("inter_rate_bps"),
-           stored.get("inter_latency_s", 0.0))
-    now = (nodes, ranks_per_node, was[2] if rate is None else rate, latency)
-    if was != now:
-        raise UsageError(f"--resume {resume_dir} was emulated as {stored.get('label', was)}; give "
-                         f"the same --nodes {was[0]} --ranks-per-node {was[1]} --inter-bandwidth "
-                         f"{units.format_tc_rate(was[2] or 0).lower()} --inter-latency "
-                         f"{(was[3] or 0) * 1e3:g}ms, or write to a new --out")
-    return was[2]

@@ -1,6 +1,7 @@
 """From raw CLI options to a validated RunConfig: defaults depend on what this host has."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from allreduce_bench.core import algorithms
@@ -11,6 +12,9 @@ from allreduce_bench.core.config import (
     GPU_DEFAULTS,
     QUICK,
     RunConfig,
+    RunOptions,
+    Sampling,
+    SweepOptions,
     check_sizes_fit_dtype,
     check_timeout,
     cpu_world_sizes,
@@ -31,10 +35,10 @@ from allreduce_bench.core.config.checks import (
     check_writable_dir,
     parse_floor,
 )
-from allreduce_bench.core.config.launch import LaunchConfig, wanted
+from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions, from_params, wanted
 from allreduce_bench.core.environment import RankEnv, Started, is_writer, visible_gpus
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Runnable
+from allreduce_bench.core.hooks import Hooks, RowKind, Runnable
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
 from allreduce_bench.core.units import format_size
@@ -87,21 +91,18 @@ def own_gpu(env) -> bool:
     return env.launcher != "torchrun" and bool(visible) and "," not in visible
 
 
-def resolve_world(world_sizes: str | None, backend: str, device: str | None,
-                  ranks_per_node: int | None, env: RankEnv | None, host: Host
+def resolve_world(options: LaunchOptions, env: RankEnv | None, host: Host
                   ) -> tuple[tuple[int, ...], str, str, int | None]:
-    """(world sizes, backend, device, ranks per node) from the options and this host.
-
-    Shared by every command that starts worlds (`run`, `ddp`): the launcher's world or a local
-    one per world size, nccl when every local rank has a GPU, two ranks per simulated node on a
-    local CPU run where every world size splits that way. `env`: the launcher's layout
-    (Started.env).
-    """
+    """(world sizes, backend, device, ranks per node) from the options and this host, for every
+    command that starts worlds: the launcher's world (`env`) or a local one per world size, nccl
+    when every local rank has a GPU, two ranks per simulated node on a local CPU run where every
+    world size splits that way."""
+    backend, device, ranks_per_node = options.backend, options.device, options.ranks_per_node
     check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
     gpus = host.gpus
     wants_gpu = device != "cpu" and backend in ("auto", "nccl")
-    if world_sizes is not None:
-        chosen = parse_world_sizes(world_sizes)
+    if options.world_sizes is not None:
+        chosen = parse_world_sizes(options.world_sizes)
     elif env is not None:
         chosen = (env.world_size,)
     elif wants_gpu and gpus >= 2:
@@ -145,58 +146,57 @@ def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | No
     return cpu_world_sizes(host.cpus)[1]
 
 
-def launch_config(world: tuple, started: Started, *, tag: str, out_dir: Path | None,
-                  timeout_s: float, no_plot: bool, command: str = "", label: str = "",
-                  run_id: str | None = None,
-                  check_out: bool = True, nccl_debug: bool = False, bind: str = "auto",
-                  flight_recorder: bool = False, left_out: tuple[int, ...] = (),
-                  sched: str = "other") -> LaunchConfig:
-    """The LaunchConfig every measuring command shares, from `resolve_world`'s answer and the
-    shared options. The writer (the driver, or rank 0) checks --out and claims the default
-    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it.
-    `left_out`: `left_out_world_sizes`' answer; `sched`: fifo or other (scheduling.wanted)."""
+def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
+                  label: str = "", run_id: str | None = None, check_out: bool = True) -> LaunchConfig:
+    """The LaunchConfig of every measuring command, from `resolve_world`'s answer and the shared
+    options. The writer (the driver, or rank 0) checks --out and claims the default
+    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
     chosen, backend, device, ranks_per_node = world
-    check_timeout(timeout_s)
-    tag = check_tag(tag)
+    check_timeout(options.timeout_s)
+    tag = check_tag(options.tag)
     writer = is_writer(started.env)
+    out_dir = options.out_dir
     if out_dir is not None and writer and check_out:
         check_writable_dir(out_dir, "--out")
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
     return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
-                        timeout_s=timeout_s, plot=not no_plot, command=command, bind=bind,
-                        nccl_debug=nccl_debug, flight_recorder=flight_recorder,
-                        world_sizes_left_out=tuple(left_out), sched=sched,
-                        emulation=started.emulation, **({"run_id": run_id} if run_id else {}))
+                        timeout_s=options.timeout_s, plot=not options.no_plot,
+                        command=started.command, bind=options.bind,
+                        nccl_debug=options.nccl_debug, flight_recorder=options.flight_recorder,
+                        sched=wanted(options.sched, device, emulated=bool(started.emulation)),
+                        emulation=started.emulation, link_peaks=started.link_peaks,
+                        **({"run_id": run_id} if run_id else {}))
 
 
-def run_sizes(sizes, min_bytes, max_bytes, factor, dtype: str, quick: bool, device: str) -> tuple[int, ...]:
+def run_sizes(sweep: SweepOptions, device: str) -> tuple[int, ...]:
     """The sweep's sizes in whole elements: a size given must be one (resolve_sizes); a point
-    of a sweep between them is rounded down to one (4K x 1.5^11 = 354294 B of float32 is
-    measured as 354292 B), and the run's first line says the bytes."""
+    of a sweep between them is rounded down to one, and the run's first line says the bytes."""
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
-    if quick and not (sizes or min_bytes or max_bytes or factor):
+    if sweep.quick and not (sweep.sizes or sweep.min_bytes or sweep.max_bytes or sweep.factor):
         swept = QUICK["sizes"]
     else:
-        swept = resolve_sizes(sizes, min_bytes, max_bytes, factor, defaults, dtype)
-    check_sizes_fit_dtype(swept, dtype)
-    itemsize = DTYPES[dtype]
+        swept = resolve_sizes(sweep.sizes, sweep.min_bytes, sweep.max_bytes, sweep.factor, defaults,
+                              sweep.dtype)
+    check_sizes_fit_dtype(swept, sweep.dtype)
+    itemsize = DTYPES[sweep.dtype]
     return tuple(sorted({size // itemsize * itemsize for size in swept}))
 
 
-def run_sampling(device: str, quick: bool, loops, samples, budget, warmup, host_launch, iters):
+def run_sampling(sweep: SweepOptions, device: str) -> Sampling:
     """The Sampling of `run`: the device's or --quick's defaults and what was given by hand;
     --iters N is the old spelling of --samples N --loops 1."""
-    if iters is not None:
+    loops, samples = sweep.loops, sweep.samples
+    if sweep.iters is not None:
         if loops is not None or samples is not None:
             raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
                              "--samples/--loops")
-        if iters < 1:
-            raise UsageError(f"--iters must be at least 1, got {iters}")
-        loops, samples = 1, iters
+        if sweep.iters < 1:
+            raise UsageError(f"--iters must be at least 1, got {sweep.iters}")
+        loops, samples = 1, sweep.iters
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
-    return resolve_sampling((QUICK if quick else defaults)["sampling"], loops, samples, budget,
-                            warmup, host_launch)
+    return resolve_sampling((QUICK if sweep.quick else defaults)["sampling"], loops, samples,
+                            sweep.budget, sweep.warmup, sweep.host_launch)
 
 
 def extra_seconds(extra_budget: float | None, quick: bool) -> float:
@@ -217,14 +217,14 @@ def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
     return rounds
 
 
-def resumed_run(resume_dir: Path | None, out_dir: Path | None,
-                started: Started) -> tuple[Path | None, dict]:
+def resumed_run(resume_dir: Path | None, out_dir: Path | None, started: Started,
+                kinds: tuple[RowKind, ...]) -> tuple[Path | None, dict]:
     """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
     if resume_dir is None:
         return out_dir, {}
     if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
         raise UsageError(f"--resume {resume_dir} writes to that directory; drop --out {out_dir}")
-    stored = resume.stored_run(resume_dir, bool(started.emulation)) if is_writer(started.env) else {}
+    stored = resume.stored_run(resume_dir, bool(started.emulation), kinds) if is_writer(started.env) else {}
     return Path(resume_dir), stored
 
 
@@ -239,56 +239,44 @@ def collective_plan(algos: str | None, collectives: str, backend: str):
     return tuple(allreduce), tuple(plan.items())
 
 
-def run_config(*, algos, world_sizes, sizes, min_bytes, max_bytes, factor, dtype, loops=None,
-               samples=None, budget=None, warmup=None, host_launch=False, iters=None, backend, device,
-               ranks_per_node, tag, out_dir, timeout_s, quick, no_plot,
-               command="", resume_dir=None, nccl_debug=False, bind="auto", flight_recorder=False,
-               rounds: int | None = 1, collectives="all_reduce", in_place=False,
-               sched: str = "auto", min_busbw: str | None = None,
-               started: Started, host: Host, extra_budget: float | None = 0.0) -> RunConfig:
-    """`run`'s (and `links`') config; `rounds` None: the device's default (`run`); `in_place`:
-    AllGather's and ReduceScatter's in-place halves too (`run --in-place`); `sched`: --sched
-    (auto: SCHED_FIFO ranks on CPU, measure/scheduling.py); `extra_budget` None: --extra-budget's
-    default (EXTRA_BUDGET_S, 0 with --quick); `min_busbw` is only checked here
-    (emulate validates every host's options up front): the command judges it after the run
-    (core/cli/floor.py). `started`: how this process was started (environment.started);
-    `host`: what this host has (the command probes it)."""
-    if min_busbw is not None:
-        parse_floor(min_busbw)
-    env = started.env
-    world = resolve_world(world_sizes, backend, device, ranks_per_node, env, host)
+def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) -> RunConfig:
+    """`run`'s (and `links`') config, checked before any process starts. `started`: how this
+    process was started; `host`: what this host has (the command probes it); `hooks`: the
+    features' (their rows, which `--resume` must not continue)."""
+    if options.min_busbw is not None:
+        parse_floor(options.min_busbw)
+    env, sweep = started.env, options.sweep
+    world = resolve_world(options.launch, env, host)
     chosen, backend, device, ranks_per_node = world
-    dtype = parse_dtype(dtype)
-    swept = run_sizes(sizes, min_bytes, max_bytes, factor, dtype, quick, device)
-    sampling = run_sampling(device, quick, loops, samples, budget, warmup, host_launch, iters)
-    check_timeout(timeout_s)
-    names, others = collective_plan(algos, collectives, backend)
+    dtype = parse_dtype(sweep.dtype)
+    swept = run_sizes(sweep, device)
+    sampling = run_sampling(sweep, device)
+    check_timeout(options.launch.timeout_s)
+    names, others = collective_plan(options.algos, options.collectives, backend)
     check_gloo_on_gpu(names, others, backend, device)
-    if in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
+    if options.in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
         raise UsageError(f"--in-place measures the in-place half of {' and '.join(IN_PLACE_HALVES)}, "
-                         f"and --collectives {collectives} has neither; add them (e.g. --collectives "
-                         "all_reduce,reduce_scatter,all_gather) or drop --in-place")
+                         f"and --collectives {options.collectives} has neither; add them (e.g. "
+                         "--collectives all_reduce,reduce_scatter,all_gather) or drop --in-place")
     if names:
         check_allreduce_memory(names, chosen, swept, device, env)
-    out_dir, stored = resumed_run(resume_dir, out_dir, started)
+    out_dir, stored = resumed_run(options.resume_dir, options.launch.out_dir, started, hooks.row_kinds)
     if out_dir is not None and is_writer(env):
-        check_writable_dir(out_dir, "--resume" if resume_dir is not None else "--out")
-        if resume_dir is None and not started.emulation:  # emulate says it once for all
+        check_writable_dir(out_dir, "--resume" if options.resume_dir is not None else "--out")
+        if options.resume_dir is None and not started.emulation:  # emulate says it once for all
             resume.note_earlier_runs(out_dir)
-    launch = launch_config(world, started, tag=tag, out_dir=out_dir, timeout_s=timeout_s, no_plot=no_plot,
-                           command=command, run_id=stored.get("run_id"), check_out=False,
-                           nccl_debug=nccl_debug, bind=bind, flight_recorder=flight_recorder,
-                           left_out=left_out_world_sizes(world_sizes, device, env, host),
-                           sched=wanted(sched, device, emulated=bool(started.emulation)))
+    launch = replace(launch_config(world, replace(options.launch, out_dir=out_dir), started,
+                                   run_id=stored.get("run_id"), check_out=False),
+                     world_sizes_left_out=left_out_world_sizes(options.launch.world_sizes, device, env, host))
     config = RunConfig(launch=launch, algorithms=names, sizes=swept, dtype=dtype, sampling=sampling,
-                       rounds=run_rounds(rounds, device, quick),
-                       extra_budget_s=extra_seconds(extra_budget, quick), collectives=others,
-                       in_place=bool(in_place))
+                       rounds=run_rounds(options.rounds, device, sweep.quick),
+                       extra_budget_s=extra_seconds(options.extra_budget, sweep.quick),
+                       collectives=others, in_place=bool(options.in_place))
     per_node = ranks_per_node or (env.local_world_size if env else None)
     for collective, listed in (("all_reduce", names), *others):  # before any process starts
         algorithms.check_supported(listed, chosen, per_node, backend, collective)
     if stored:
-        resume.check_same_measurement(stored, config, resume_dir)
+        resume.check_same_measurement(stored, config, options.resume_dir)
     return config
 
 
@@ -317,4 +305,9 @@ def check_allreduce_memory(algorithms, world_sizes, sizes, device, env) -> None:
                  "(its root holds (N-1) x size)")
 
 
-RUNNABLE = Runnable("allreduce", "run", run_config)  # `emulate --benchmarks allreduce`
+def emulated_run(params: dict, started: Started, host: Host, hooks: Hooks) -> RunConfig:
+    """`emulate --benchmarks allreduce`: each host's `run`, from its command's params."""
+    return run_config(from_params(RunOptions, params), started, host, hooks)
+
+
+RUNNABLE = Runnable("allreduce", "run", emulated_run)

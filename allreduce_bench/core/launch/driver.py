@@ -1,7 +1,6 @@
-"""The driver every measuring command shares: it is handed a benchmark's declaration and runs its
-ranks on a launcher's world or on local worlds, then returns; what comes after the ranks
-(summary, figures, verdicts, exit code) is the command's (core/cli/finish.py). It names no
-benchmark and no feature: what a feature lends (the hang verdict) comes in `extensions`."""
+"""The driver every measuring command shares: it is handed a run's context and runs its ranks on a
+launcher's world or on local worlds, then returns; what comes after the ranks (summary, figures,
+verdicts, exit code) is the command's (core/cli/finish.py). It names no benchmark and no feature."""
 from __future__ import annotations
 
 import os
@@ -9,16 +8,18 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
+from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
-from allreduce_bench.core.extensions import NONE, Extensions
 from allreduce_bench.core.launch.environments import describe_failure, launch_local, stopped_record
-from allreduce_bench.core.launch.flight import flight_recorder_line
-from allreduce_bench.core.launch.reasons import LocalRun, first_reason, guarded
-from allreduce_bench.core.measure import stopped
-from allreduce_bench.core.measure.rank import Benchmark, rank_main
+from allreduce_bench.core.launch.reasons import first_reason, guarded
+from allreduce_bench.core.measure import flight_recorder, stopped
+from allreduce_bench.core.measure.context import LocalRun, Run
+from allreduce_bench.core.measure.rank import rank_main
 from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.resume import kept
 from allreduce_bench.core.results.schema import META_FILE
@@ -73,10 +74,10 @@ def spawned_ranks(parent: int | None = None) -> list[int]:
 
 
 @contextmanager
-def writer_lock(config):
+def writer_lock(launch: LaunchConfig) -> Iterator[None]:
     """The output directory locked for the whole command where this process writes (the local
     driver, rank 0 under a launcher): one run per directory."""
-    lock = DirectoryLock(config.out_dir).acquire() if is_writer(launcher_env()) else None
+    lock = DirectoryLock(launch.out_dir).acquire() if is_writer(launcher_env()) else None
     try:
         yield
     finally:
@@ -84,25 +85,23 @@ def writer_lock(config):
             lock.release()
 
 
-def drive(config, benchmark: Benchmark, extensions: Extensions = NONE) -> int | None:
-    """Run `benchmark`'s ranks: under a launcher on this rank of its world; else on one local
+def drive(run: Run) -> int | None:
+    """Run the benchmark's ranks: under a launcher on this rank of its world; else on one local
     world of the largest world size `benchmark.world_sizes(config)` leaves to do, whose first k
     ranks measure world size k, as under a launcher: one start of ranks and torch instead of
     one per world size. The writer runs `benchmark.prepare(config)` first (call it inside
     `writer_lock`). None when every rank finished and this process writes: the command then
     finishes the run; else the exit code (0 for a rank that does not write). A rank that dies
     or Ctrl-C ends a local run with one line, the rows kept."""
-    env = launcher_env()
-    writer = is_writer(env)
-    if benchmark.prepare is not None and writer:
-        benchmark.prepare(config)
+    env, benchmark = launcher_env(), run.benchmark
+    if benchmark.prepare is not None and is_writer(env):
+        benchmark.prepare(run.config)
     if env is not None:
         # a world of the ranks that came (health) is finished by its first rank
-        finishes = guarded(None, rank_main, config, benchmark, env, extensions.dump_verdict)
-        return None if finishes else 0
-    world_sizes = (benchmark.world_sizes(config) if benchmark.world_sizes is not None
-                   else config.world_sizes)
-    return _drive_local(config, benchmark, world_sizes, extensions)
+        return None if guarded(None, rank_main, run, env) else 0
+    world_sizes = (benchmark.world_sizes(run.config) if benchmark.world_sizes is not None
+                   else run.launch.world_sizes)
+    return _drive_local(run, tuple(world_sizes))
 
 
 def _abandoned_ranks(error) -> str:
@@ -113,47 +112,47 @@ def _abandoned_ranks(error) -> str:
                     if getattr(failure, "pid", None) in pids)
 
 
-def _drive_local(config, benchmark: Benchmark, world_sizes, extensions: Extensions) -> int | None:
+def _drive_local(run: Run, world_sizes: tuple[int, ...]) -> int | None:
     """None when every world finished, else the exit code after the one line saying why not."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    how_to_continue = f"--resume {config.out_dir}" if benchmark.resumable else None
-    started = time.time()
+    launch = run.launch
+    how_to_continue = f"--resume {launch.out_dir}" if run.benchmark.resumable else None
+    started_at = time.time()
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as reasons:
         local = LocalRun(reasons, os.getpid())  # every rank gets it
+        local_run = replace(run, config=replace(run.config, launch=replace(launch, world_sizes=world_sizes)))
         try:
             with _ranks_ignore_ctrl_c(reasons):
                 if world_sizes:
-                    launch_local(max(world_sizes), guarded, local, rank_main,
-                                 config.with_world_sizes(tuple(world_sizes)), benchmark, None,
-                                 extensions.dump_verdict, local, marks=reasons)
+                    launch_local(max(world_sizes), guarded, local, rank_main, local_run, marks=reasons)
         except ChildFailedError as error:
             if stopped := _abandoned_ranks(error):
                 print(f"allreduce-bench: rank(s) {stopped} stayed stopped (SIGSTOP) after every other "
                       f"rank had finished: killed them", file=sys.stderr)
                 return None
             failures = getattr(error, "failures", {}) or {}
-            if benchmark.salvage is not None:  # its verdict, from what survived
-                return benchmark.salvage(config, {rank: f.exitcode for rank, f in failures.items()}, started)
+            if run.benchmark.salvage is not None:  # its verdict, from what survived
+                return run.benchmark.salvage(run, {rank: f.exitcode for rank, f in failures.items()},
+                                             started_at)
             found = first_reason(reasons)
             why = f"rank {found[0]}: {found[1]}" if found else describe_failure(error)
             record = stopped_record(error, reasons)
-            if (Path(config.out_dir) / META_FILE).exists():
-                update_meta(config.out_dir, stopped=record)
+            if (Path(launch.out_dir) / META_FILE).exists():
+                update_meta(launch.out_dir, stopped=record)
             if record["rank"] not in failures:  # frozen: the others gave up on it
                 why = f"rank {record['rank']} {record['how']}"
             killed = not found and any(f.exitcode == -signal.SIGKILL for f in failures.values())
-            print(f"allreduce-bench: run stopped: {why}; {kept(config.out_dir, how_to_continue)}"
+            print(f"allreduce-bench: run stopped: {why}; {kept(launch.out_dir, how_to_continue)}"
                   + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
                      if killed else ""), file=sys.stderr)
-            # --flight-recorder: who hung, on what
-            if recorded := flight_recorder_line(config, extensions.dump_verdict):
+            if recorded := flight_recorder.stopped_line(run):  # --flight-recorder: who hung, on what
                 print(recorded, file=sys.stderr)
             return 1
         except (SignalException, KeyboardInterrupt) as error:
             sig = getattr(error, "sigval", signal.SIGINT)
             print(f"allreduce-bench: interrupted ({sig.name}); "
-                  f"{kept(config.out_dir, how_to_continue)}", file=sys.stderr)
+                  f"{kept(launch.out_dir, how_to_continue)}", file=sys.stderr)
             return 128 + int(sig)  # 130 for Ctrl-C, as shells report it
     return None

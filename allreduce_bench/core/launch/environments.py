@@ -170,8 +170,8 @@ def stopped_record(error: BaseException, reason_dir) -> dict:
     """meta.json's `stopped` for a local world a rank stopped: which rank, on which host, how and
     when. A rank killed by a signal is the cause; else one that failed with a reason (out of
     memory, a bug: launch/reasons.py); else the rank the others gave up on (frozen or stalled:
-    their marks, measure/faults.py `leave_lost`); else the first that failed."""
-    from allreduce_bench.core.measure.faults import LOST_MARK  # torch: not for the shell scripts' _main
+    their marks, measure/progress.py `leave_lost`); else the first that failed."""
+    from allreduce_bench.core.measure.progress import LOST_MARK  # torch: not for the shell scripts' _main
 
     ordered = _ordered(error)
     rank, failure = ordered[0] if ordered else (None, None)

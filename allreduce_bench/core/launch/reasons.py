@@ -9,22 +9,16 @@ import errno
 import os
 import sys
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
-from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.environment import RankEnv, launcher_env
 from allreduce_bench.core.errors import UsageError, is_out_of_memory
+from allreduce_bench.core.measure.context import LocalRun
 
 FAILED_EXIT = 1
-
-
-@dataclass(frozen=True)
-class LocalRun:
-    """What a local world's driver hands each rank it starts: the folder where ranks leave
-    their reasons and marks, and its own pid (the rank dies with it)."""
-
-    reasons: str
-    driver_pid: int
+T = TypeVar("T")
 
 
 def reason(error: BaseException, rank: int) -> str:
@@ -61,12 +55,13 @@ def _die_with_driver(local: LocalRun | None) -> None:
         os._exit(130)
 
 
-def guarded(local: LocalRun | None, entry, config, *args):
-    """Run one rank's `entry(config, *args)`; an exception ends the rank with one line (in
+def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalRun | None], T],
+            run: Any, env: RankEnv | None = None) -> T:
+    """Run one rank's `entry(run, env, local)`; an exception ends the rank with one line (in
     `local`'s folder for a local world's driver, else on stderr)."""
     _die_with_driver(local)
     try:
-        returned = entry(config, *args)
+        returned = entry(run, env, local)
         _leave_mark(local, f"returned-{os.getpid()}", "")
         return returned
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)

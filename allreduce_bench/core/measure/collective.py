@@ -60,8 +60,8 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
 
 
 def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
-            sampling: timing.Sampling, in_place: bool = False, before_clock=None,
-            agree_over=None, check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
+            sampling: timing.Sampling, in_place: bool = False, agree_over=None,
+            check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
     `check` (a round before a row's last) nothing is checked and #wrong is 0; `agree_over` and
     `lockstep` as in timing.sample."""
@@ -70,8 +70,7 @@ def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
     # AllReduce's algorithms build on one buffer (in place), the others' on send and receive
     call = algorithm.build(send, world) if collective == "all_reduce" else \
         algorithm.build(send, recv, world)
-    measured = timing.sample(call, world.device, world.group.pg, sampling, before_clock, agree_over,
-                             lockstep)
+    measured = timing.sample(call, world.device, world.group.pg, sampling, agree_over, lockstep)
     if not check:
         return measured, 0
     wrong = count_wrong(collective, call, send, recv, count, world)

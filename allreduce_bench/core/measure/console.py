@@ -57,17 +57,22 @@ def progress_bar(total: int, unit: str, enabled: bool, description: str = "") ->
 
 class Console:
     """Progress over every measurement (each (world size, algorithm, size) once per round) and
-    a table per (algorithm, world size)."""
+    one table per (collective, algorithm, world size), its rows in size order, once they are
+    all settled (nccl-tests prints one table per run)."""
 
     def __init__(self, total: int, enabled: bool = True, rounds: int = 1):
         self.enabled, self.rounds = enabled, rounds
         self.bar = progress_bar(total * rounds, "measurements", enabled)
         self._started = 0  # the measurement under way, counted once the next one starts
+        self._rows: dict[str, list[dict]] = {}  # recorded, not yet shown
 
-    def algorithm(self, name: str, world) -> None:
-        if self.enabled:
-            tqdm.write(f"\n# {name}: world size {world.size} ({world.nodes} node(s) x "
-                       f"{world.ranks_per_node} ranks), {world.device.kind}\n{HEADER}")
+    def table(self, label: str, world) -> None:
+        """The rows of `label`, as its table."""
+        rows = sorted(self._rows.pop(label, []), key=lambda row: row["size_bytes"])
+        if self.enabled and rows:
+            tqdm.write(f"\n# {label}: world size {world.size} ({world.nodes} node(s) x "
+                       f"{world.ranks_per_node} ranks), {world.device.kind}\n{HEADER}\n"
+                       + "\n".join(map(format_row, rows)))
 
     def measuring(self, label: str, world_size: int, size_bytes: int, round_index: int) -> None:
         """One measurement starts: the one before it is done."""
@@ -84,9 +89,8 @@ class Console:
         """A resumed run's finished row: none of its rounds is measured."""
         self.bar.update(self.rounds)
 
-    def row(self, row: dict) -> None:
-        if self.enabled:
-            tqdm.write(format_row(row))
+    def row(self, label: str, row: dict) -> None:
+        self._rows.setdefault(label, []).append(row)
 
     def close(self) -> None:
         self.bar.update(self._started)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import inspect
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -42,6 +43,8 @@ class Device:
 
     kind = "cpu"
     stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
+    # run after each sample's alignment, before its clock starts (the hooks' `before_clock`)
+    before_clock: Callable[[], None] | None = None
 
     def __init__(self) -> None:
         self.torch_device = torch.device("cpu")

@@ -17,7 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import user_setting
+from allreduce_bench.core.measure.context import Run
 
 DUMP_DIR = "flight-recorder"
 ENTRIES = 2000  # per rank: a few KB each in memory, torch's usual advice
@@ -28,10 +30,10 @@ PREFIX = "rank"
 WAIT_S = 0.5
 
 
-def folder(config) -> Path:
+def folder(launch: LaunchConfig) -> Path:
     """OUT/flight-recorder where OUT is here (a local run, rank 0, a shared file system), else
     a scratch folder on this host (said in the rank's failure line)."""
-    out = Path(config.out_dir)
+    out = Path(launch.out_dir)
     if out.is_dir():
         return out / DUMP_DIR
     return Path(tempfile.gettempdir()) / f"allreduce-bench-{DUMP_DIR}-{os.getuid()}"
@@ -61,13 +63,13 @@ def recording_environment(where: Path, backend: str) -> dict[str, str]:
     return variables
 
 
-def enable(config) -> None:
+def enable(launch: LaunchConfig) -> None:
     """Before this rank's process group is created, with --flight-recorder."""
-    if not getattr(config, "flight_recorder", False):
+    if not launch.flight_recorder:
         return
-    where = folder(config)
+    where = folder(launch)
     where.mkdir(parents=True, exist_ok=True)
-    os.environ.update(recording_environment(where, config.backend))
+    os.environ.update(recording_environment(where, launch.backend))
 
 
 def described(ranks) -> dict:
@@ -101,11 +103,11 @@ def _dump_api():
     return None
 
 
-def dump(config, rank: int) -> Path | None:
+def dump(launch: LaunchConfig, rank: int) -> Path | None:
     """This rank's Flight Recorder buffer to OUT/flight-recorder/rank<R> (written whole, then
     renamed: a reader never sees half a dump). None without --flight-recorder; a torch without
     the dump call, or a write that fails, is one line on stderr, never an error."""
-    if not getattr(config, "flight_recorder", False):
+    if not launch.flight_recorder:
         return None
     call = _dump_api()
     if call is None:
@@ -115,7 +117,7 @@ def dump(config, rank: int) -> Path | None:
         return None
     try:
         data = call(True, True, False)  # collectives, stack traces, every entry (not only active)
-        where = folder(config)
+        where = folder(launch)
         where.mkdir(parents=True, exist_ok=True)
         path = where / f"{PREFIX}{rank}"
         scratch = path.with_name(f".{path.name}.{os.getpid()}")
@@ -140,17 +142,25 @@ def wait_for_dumps(where: Path, world_size: int, wait_s: float) -> int:
         time.sleep(0.1)
 
 
-def after_failure(config, rank: int, world_size: int, local: bool, dump_verdict=None) -> str:
+def after_failure(run: Run, rank: int, world_size: int, local: bool) -> str:
     """On a rank whose collective failed or timed out: dump; under a launcher, rank 0 then
-    waits WAIT_S for the other survivors' dumps and returns `dump_verdict`'s line on them (the
-    hang feature's, handed in by the command) to add to its line (a local run's driver reads
-    the dumps itself, once every rank has ended)."""
-    path = dump(config, rank)
-    if path is None or local or rank != 0 or dump_verdict is None:
+    waits WAIT_S for the other survivors' dumps and adds the hooks' verdict on them to its line
+    (a local run's driver reads the dumps itself, once every rank has ended)."""
+    path = dump(run.launch, rank)
+    if path is None or local or rank != 0:
         return f"; flight recorder dump {path}" if path is not None and not local else ""
     wait_for_dumps(path.parent, world_size, wait_s=WAIT_S)
-    line = dump_verdict(path.parent, world_size=world_size)
+    line = run.hooks.call.dump_verdict(folder=path.parent, world_size=world_size)
     return f"; {line}" if line else ""
+
+
+def stopped_line(run: Run) -> str | None:
+    """A stopped local run's last line: who hung, on what, from the dumps (None without
+    --flight-recorder, or a verdict)."""
+    if not run.launch.flight_recorder:
+        return None
+    line = run.hooks.call.dump_verdict(folder=folder(run.launch), world_size=max(run.launch.world_sizes))
+    return f"allreduce-bench: {line}" if line else None
 
 
 def _say(line: str) -> None:

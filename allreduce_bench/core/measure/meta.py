@@ -8,13 +8,14 @@ import shutil
 import socket
 import subprocess
 import sys
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 
 import torch
 
 from allreduce_bench.core.environment import variables, visible_gpus
 from allreduce_bench.core.measure import machine
+from allreduce_bench.core.measure.context import Measuring
 from allreduce_bench.core.measure.device import cpu_model
 
 ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_THREADS",
@@ -93,18 +94,27 @@ def environment() -> dict:
     return variables(*ENV_PREFIXES)
 
 
-def host_meta(config) -> dict:
+def config_meta(config: Measuring) -> dict:
+    """Every field of a command's config, its launch's included, in one mapping (meta.json's
+    `config`: resume compares them)."""
+    launch = {f.name: getattr(config.launch, f.name) for f in fields(config.launch)
+              if f.name not in ("emulation", "link_peaks")}
+    own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "launch"}  # type: ignore[arg-type]
+    # a config's fields hold dataclass instances, never classes (which is_dataclass allows)
+    return {k: list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v  # type: ignore[arg-type]
+            for k, v in {**launch, **own}.items()}
+
+
+def host_meta(config: Measuring) -> dict:
     """Facts about the run and the host rank 0 runs on."""
     return {
-        "run_id": config.run_id,
-        "tag": config.tag,
+        "run_id": config.launch.run_id,
+        "tag": config.launch.tag,
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": config.command,
-        # a config's fields hold dataclass instances, never classes (which is_dataclass allows)
-        "config": {k: (list(v) if isinstance(v, tuple) else asdict(v) if is_dataclass(v) else v)  # type: ignore[arg-type]
-                   for k, v in config.flat().items()},
-        "backend": config.backend,
-        "device": config.device,
+        "command": config.launch.command,
+        "config": config_meta(config),
+        "backend": config.launch.backend,
+        "device": config.launch.device,
         "versions": versions(),
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),

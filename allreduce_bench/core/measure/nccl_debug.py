@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from allreduce_bench.core.config.launch import LaunchConfig
+
 DEBUG_DIR = "nccl-debug"
 SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
 
@@ -24,11 +26,11 @@ def debug_environment(folder: Path | str) -> dict[str, str]:
             "NCCL_DEBUG_FILE": str(Path(folder).resolve() / "%h.%p.log")}
 
 
-def _folder(config) -> Path:
+def _folder(launch: LaunchConfig) -> Path:
     """OUT/nccl-debug where OUT is here (rank 0, a local run, a shared file system); else a
     scratch folder, whose files are sent to rank 0 (a rank under a launcher that named its
     own default OUT, or whose OUT is not created yet on this host)."""
-    out = Path(config.out_dir)
+    out = Path(launch.out_dir)
     return out / DEBUG_DIR if out.is_dir() else _scratch()
 
 
@@ -36,32 +38,32 @@ def _scratch() -> Path:
     return Path(tempfile.gettempdir()) / f"allreduce-bench-{DEBUG_DIR}-{os.getuid()}"
 
 
-def enable(config) -> None:
+def enable(launch: LaunchConfig) -> None:
     """Before this rank's first NCCL call: the variables above, with --nccl-debug."""
-    if not getattr(config, "nccl_debug", False):
+    if not launch.nccl_debug:
         return
-    folder = _folder(config)
+    folder = _folder(launch)
     folder.mkdir(parents=True, exist_ok=True)
     os.environ.update(debug_environment(folder))
 
 
-def own_files(config, pid: int | None = None) -> list[Path]:
+def own_files(launch: LaunchConfig, pid: int | None = None) -> list[Path]:
     """This process's debug file(s) (`<host>.<pid>.log`) in either folder `enable` may have
     chosen (OUT/nccl-debug or the scratch one: OUT may have appeared since)."""
     pid = os.getpid() if pid is None else pid
-    return sorted(path for folder in (Path(config.out_dir) / DEBUG_DIR, _scratch())
+    return sorted(path for folder in (Path(launch.out_dir) / DEBUG_DIR, _scratch())
                   for path in folder.glob(f"*.{pid}.log"))
 
 
-def collect(config, rank: int, world_size: int) -> None:
+def collect(launch: LaunchConfig, rank: int, world_size: int) -> None:
     """Collective on the default group, after a world's measurements: rank 0 gets every rank's
     debug file (those it cannot see in its OUT are sent to it) and records the block."""
-    if not getattr(config, "nccl_debug", False):
+    if not launch.nccl_debug:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch
 
-    mine = own_files(config)
-    folder = Path(config.out_dir) / DEBUG_DIR
+    mine = own_files(launch)
+    folder = Path(launch.out_dir) / DEBUG_DIR
     names: list = [None] * world_size
     dist.all_gather_object(names, [p.name for p in mine])
     missing = [[i for i, files in enumerate(names) if not all((folder / f).exists() for f in files)]]

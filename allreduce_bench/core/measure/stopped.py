@@ -11,7 +11,7 @@ collective returns. On SIGTERM the watcher first gives the main thread GRACE_S t
 failure of its own, which is the truer cause. Otherwise it writes one line,
 `stopped at <step>: ended by its launcher (SIGTERM); missing ...`, dumps the Flight Recorder
 (with --flight-recorder), and exits with 143. Each rank writes one end line: the main thread
-and the watcher claim it through faults.claim_report. A local run's ranks are not watched,
+and the watcher claim it through the Progress's EndLine. A local run's ranks are not watched,
 because the local driver reports their end itself. The driver watches its own signals the
 same way (`signals_seen`): Ctrl-C must reach ranks that still ignore it while they start.
 """
@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from allreduce_bench.core.errors import TERMINATED_EXIT
-from allreduce_bench.core.measure import faults, flight_recorder
+from allreduce_bench.core.measure import flight_recorder
+from allreduce_bench.core.measure.context import Run
+from allreduce_bench.core.measure.progress import Progress
 
 GRACE_S = 0.5  # the main thread's own failure, already on its way, goes first
 
@@ -64,8 +66,7 @@ def _relay(read_fd: int, handle: Callable[[int], None]) -> None:
 
 
 @contextmanager
-def watch(rank: int, world_size: int, progress: faults.Progress, config,
-          dump_verdict=None) -> Iterator[None]:
+def watch(run: Run, progress: Progress, world_size: int) -> Iterator[None]:
     """Within the block, report this rank's end on SIGTERM (see the module's text). Call it
     from the main thread. Nothing where SIGTERM is ignored on purpose."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
@@ -75,7 +76,7 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config,
     def on_signal(signum: int) -> None:
         if signum == signal.SIGTERM:
             try:
-                _end(rank, world_size, progress, config, dump_verdict)
+                _end(run, progress, world_size)
             finally:  # whatever went wrong, the launcher asked this rank to end
                 os._exit(TERMINATED_EXIT)
 
@@ -88,17 +89,17 @@ def watch(rank: int, world_size: int, progress: faults.Progress, config,
             signal.signal(signal.SIGTERM, previous)  # before the wakeup fd goes: none is lost
 
 
-def _end(rank: int, world_size: int, progress: faults.Progress, config, dump_verdict=None) -> None:
-    if faults.report_claimed(GRACE_S) or not faults.claim_report():
+def _end(run: Run, progress: Progress, world_size: int) -> None:
+    rank, end = progress.rank, progress.end
+    if end.claimed(GRACE_S) or not end.claim():
         # the main thread is writing its own line: let it out, then leave without lingering
-        faults.report_written()
+        end.wait_written()
         os._exit(TERMINATED_EXIT)
     line = f"allreduce-bench: rank {rank}: stopped at {progress.where}: ended by its launcher (SIGTERM)"
     who = progress.missing()
     if who != "missing rank unknown":  # a time limit or scancel: nobody is missing
         line += f"; {who}"
-    line += flight_recorder.after_failure(config, rank, world_size, local=False,
-                                          dump_verdict=dump_verdict)
+    line += flight_recorder.after_failure(run, rank, world_size, local=False)
     # lingers like any rank that gives up: on a scancel every rank got the signal at once, and
     # under srun and mpirun the others still ask rank 0's store who is missing
-    faults.exit_now(line, TERMINATED_EXIT)
+    end.exit(line, TERMINATED_EXIT)

@@ -124,8 +124,8 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
     """This rank's time per call (us) in each of `count` samples of `loops` calls, each
     sample started after an alignment over `group`.
 
-    `before_clock` runs on this rank after the alignment and before its clock starts (the
-    test hook that makes a rank late on purpose)."""
+    `before_clock` runs on this rank after the alignment and before its clock starts (a hook
+    that makes a rank late on purpose)."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
     for i in range(count):
@@ -158,8 +158,7 @@ class Measured:
 
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
-           before_clock: Callable[[], None] | None = None, agree_over=None,
-           lockstep=None) -> Measured:
+           agree_over=None, lockstep=None) -> Measured:
     """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
 
     `agree_over`: None for `group` itself; or a larger group (e.g. dist.group.WORLD) whose ranks
@@ -200,7 +199,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
                                                  sampling.max_samples)
         return take_samples(call, device, aligned, loops, count, sampling.host_launch,
-                            before_clock), count
+                            device.before_clock), count
 
     mine, count = take(loops, took)
     again = recalibrated(slowest(mine, agree, device), loops, sampling) if sampling.loops is None else None

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import Extensions, current
+from allreduce_bench.core.hooks import RowKind
 from allreduce_bench.core.metrics import COLLECTIVES
 from allreduce_bench.core.results.schema import (
     PARQUET_FILE,
@@ -66,14 +66,14 @@ def _read(path: Path) -> pd.DataFrame:
 
 
 def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool = True,
-                 lent: Extensions | None = None) -> pd.DataFrame:
+                 kinds: tuple[RowKind, ...] = ()) -> pd.DataFrame:
     """The rows of one or more runs (directories, results.csv / results.parquet files, folders
     of runs) as one DataFrame, with `source` naming each row's run directory.
 
     With `explain_skips`, rows no analysis reads (unknown benchmarks) and the in-place half of an
-    imported nccl-tests AllReduce table are counted in one note on stderr. `lent`: the features'
-    rows (Extensions.rows); None: the command's (extensions.current)."""
-    lent = lent or current()
+    imported nccl-tests AllReduce table are counted in one note on stderr. `kinds`: the
+    features' rows (their hooks' `row_kinds`; allreduce_bench.load_results passes every
+    built-in feature's)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames = []
@@ -86,7 +86,7 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
                                  f"{', '.join(missing)}")
             if frame.empty:
                 raise UsageError(f"{file} has no rows; run a benchmark first")
-            frame = check_results(frame, file, lent)  # torn last row dropped; damage is one line
+            frame = check_results(frame, file, kinds)  # torn last row dropped; damage is one line
             frame["source"] = str(file.parent)
             frames.append(upgrade(frame))
     if not frames:
@@ -94,7 +94,7 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
     frame = pd.concat(frames, ignore_index=True)
     if "tag" in frame.columns:
         frame["tag"] = frame["tag"].astype("object").where(frame["tag"].notna(), "").astype(str)
-    if explain_skips and (note := skipped_note(frame, lent)):
+    if explain_skips and (note := skipped_note(frame, kinds)):
         print(f"allreduce-bench: note: {note}", file=sys.stderr)
     return frame
 
@@ -125,14 +125,14 @@ def upgrade(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def skipped_note(frame: pd.DataFrame, lent: Extensions | None = None) -> str | None:
+def skipped_note(frame: pd.DataFrame, kinds: tuple[RowKind, ...] = ()) -> str | None:
     """Why the AllReduce-only analyses (report, plots, model) leave some rows out, or None;
-    `lent` as in load_results."""
+    `kinds` as in load_results."""
     if "benchmark" not in frame.columns:
         return None
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
     # other collectives' out-of-place rows have their own report section and figures
-    read = ["allreduce", *COLLECTIVES, *(rows.benchmark for rows in (lent or current()).rows)]
+    read = ["allreduce", *COLLECTIVES, *(kind.benchmark for kind in kinds)]
     known = benchmark.isin(read) | benchmark.str.endswith("-in-place")
     parts = []
     for name, count in benchmark[~known].value_counts().items():

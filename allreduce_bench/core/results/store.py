@@ -224,4 +224,4 @@ def start_meta_unless_launched(config, meta: Callable) -> None:
     from allreduce_bench.core.environment import launcher_env
 
     if launcher_env() is None:
-        start_meta(config.out_dir, meta(config))
+        start_meta(config.launch.out_dir, meta(config))

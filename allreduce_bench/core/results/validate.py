@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.errors import UsageError
-from allreduce_bench.core.extensions import NONE, Extensions
+from allreduce_bench.core.hooks import RowKind
 
 # Every row of every benchmark has these, as numbers.
 ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
@@ -38,9 +38,9 @@ def ends_torn(csv_path: Path) -> bool:
         return False
 
 
-def check_results(frame: pd.DataFrame, csv_path: Path, lent: Extensions = NONE) -> pd.DataFrame:
-    """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file,
-    `lent.rows` without a column they need included."""
+def check_results(frame: pd.DataFrame, csv_path: Path, kinds: tuple[RowKind, ...] = ()) -> pd.DataFrame:
+    """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file, a
+    feature's rows (`kinds`) without a column they need included."""
     if csv_path.suffix == ".csv" and ends_torn(csv_path) and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
@@ -69,10 +69,10 @@ def check_results(frame: pd.DataFrame, csv_path: Path, lent: Extensions = NONE) 
             at = endless[endless].index[0]
             raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {float(frame[column][at]):g}, "
                              f"not a finite number; {hint}")
-    for rows in lent.rows:
-        missing = [c for c in rows.needs if c not in frame.columns]
-        if missing and "benchmark" in frame.columns and (frame["benchmark"] == rows.benchmark).any():
-            raise UsageError(f"{csv_path} has benchmark={rows.benchmark} rows but no {missing[0]} "
+    for kind in kinds:
+        missing = [c for c in kind.needs if c not in frame.columns]
+        if missing and "benchmark" in frame.columns and (frame["benchmark"] == kind.benchmark).any():
+            raise UsageError(f"{csv_path} has benchmark={kind.benchmark} rows but no {missing[0]} "
                              f"column; {hint}")
     # nccl-tests prints zero-byte rows (imported as they are); no run has a world of 0 ranks
     for column, least in (("world_size", 1), ("size_bytes", 0)):

@@ -7,7 +7,6 @@ each rank's time per call kept per sample.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
@@ -19,93 +18,93 @@ from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure import machine, timing
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import Console
+from allreduce_bench.core.measure.context import Benchmark
 from allreduce_bench.core.measure.device import torch_dtype
-from allreduce_bench.core.measure.faults import DONE
-from allreduce_bench.core.measure.rank import Benchmark, Session
+from allreduce_bench.core.measure.progress import DONE
+from allreduce_bench.core.measure.rank import Session
 from allreduce_bench.core.measure.world import World, end_phase, group_timeout, make_world
 from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.store import read_meta, start_meta, update_meta
 from allreduce_bench.core.sweep import collectives, passes
-from allreduce_bench.core.sweep.rows import pooled_row
+from allreduce_bench.core.sweep.rows import Point, pooled_row
 
 
-def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts,
-                   before_clock) -> passes.Item:
-    """One AllReduce measurement; sizes are whole elements (options.run_config)."""
+def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
+    """One AllReduce measurement; sizes are whole elements (config/run.py run_sizes)."""
     def measure_once(sampling: timing.Sampling, check: bool):
         return measuring.measure(algorithms.lookup(name), world, count, torch_dtype(config.dtype),
-                                  sampling, before_clock=before_clock, check=check)
+                                 sampling, check=check)
 
     return passes.Item(name, count * config.itemsize, measure_once,
-                       lambda taken, wrong: pooled_row(config, world, name, count, taken, wrong, hosts))
+                       lambda taken, wrong: pooled_row(config, world, Point(name, count), taken, wrong, hosts))
 
 
-def sweep(config: RunConfig, world: World, on_row: Callable[..., None],
-          on_algorithm: Callable[[str, World], None] = lambda a, w: None,
-          should_measure: Callable[[str, int], bool] = lambda algorithm, size_bytes: True,
-          hosts: list[str] | None = None, before_clock=None,
-          on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
-    """Measure every algorithm at every size, in `config.rounds` interleaved passes
-    (sweep/passes.py); `on_row(row, samples)` gets each row, after its last round, and its
-    raw samples (only rank 0's matter); `on_measure(label, size_bytes, round)` runs before each
-    measurement (the progress bar).
-
-    `should_measure(algorithm, size_bytes)` runs ahead of each measurement, outside any timing; it
-    returns False to skip one (a resumed run's finished rows; the same answer on every rank).
-    A pinned NCCL variant that NCCL refuses on this machine is left out, in one line
-    (algorithms/nccl.py `refused`).
-    """
+def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]) -> int:
+    """Measure every algorithm at every size, then every other collective's, each in
+    `config.rounds` interleaved passes (sweep/passes.py); #wrong summed. A pinned NCCL variant
+    that NCCL refuses on this machine is left out, in one line (algorithms/nccl.py `refused`)."""
     accepted = [name for name in config.algorithms if not nccl.refused(name, world)]
-    items = [allreduce_item(config, world, name, size // config.itemsize, hosts, before_clock)
+    items = [allreduce_item(config, world, name, size // config.itemsize, hosts)
              for name in accepted for size in config.sizes]
-    wrong_total = passes.run(config, world, items, on_row, on_algorithm, should_measure,
-                             on_measure)
+    wrong_total = passes.run(config, world, items, phase)
     for collective, names in config.collectives:  # --collectives beyond AllReduce
-        wrong_total += collectives.sweep(config, world, collective, names, on_row, on_algorithm,
-                                         should_measure, hosts, before_clock, on_measure)
+        wrong_total += collectives.sweep(config, world, collective, names, phase, hosts)
     return wrong_total
 
 
 # --- the per-rank entry point ----------------------------------------------------------------
 
+class Phase:
+    """One world size's sweep as this rank reports it: which rows a resumed run has, where the
+    rank is (a failure names it), progress, the rows recorded, and on rank 0 one table per
+    (collective, algorithm) once its rows are settled, in size order."""
+
+    def __init__(self, session: Session, console: Console, world_size: int, index: int, done: set):
+        self.session, self.console, self.done = session, console, done
+        self.world_size, self.index = world_size, index
+        self.steps = iter(range(1, DONE))
+
+    def wanted(self, label: str, size_bytes: int) -> bool:
+        if (label, self.world_size, size_bytes) in self.done:
+            self.console.skipped()
+            return False
+        self.session.progress.at(self.index, next(self.steps), f"{label}, world size "
+                                 f"{self.world_size}, {size_bytes} B", tuple(range(self.world_size)))
+        return True
+
+    def measuring(self, label: str, size_bytes: int, round_index: int) -> None:
+        self.console.measuring(label, self.world_size, size_bytes, round_index)
+
+    def record(self, label: str, row: dict, samples) -> None:
+        self.session.record(row, samples)
+        self.console.row(label, row)
+
+    def settled(self, label: str, world: World) -> None:
+        self.console.table(label, world)
+
+
 def measure_phases(session: Session) -> int:
     """Every world size of the run, one phase each: the sub-world of its first k ranks measures
     the sweep while the other ranks wait; a resumed run's finished rows are skipped."""
     config, env, device, progress = session.config, session.env, session.device, session.progress
-    ranks_per_node = config.ranks_per_node or env.local_world_size
-    done: list[Any] = [resume.done_keys(config.out_dir, config.run_id) if session.lead else None]
+    launch = session.launch
+    ranks_per_node = launch.ranks_per_node or env.local_world_size
+    done: list[Any] = [resume.done_keys(launch.out_dir, launch.run_id) if session.writer else None]
     dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
-    done = done[0]
-    total = config.measurements_per_size * len(config.sizes) * len(config.world_sizes)
-    console = Console(total, enabled=session.lead, rounds=config.rounds)
-    session.show = console.row
+    total = config.measurements_per_size * len(config.sizes) * len(launch.world_sizes)
+    console = Console(total, enabled=session.writer, rounds=config.rounds)
     wrong = 0
+    everyone = tuple(range(env.world_size))
     try:
-        for phase, world_size in enumerate(config.world_sizes, start=1):
-            members = tuple(range(world_size))
-            progress.at(phase, 0, f"building the groups of world size {world_size}",
-                        tuple(range(env.world_size)))
+        for index, world_size in enumerate(launch.world_sizes, start=1):
+            progress.at(index, 0, f"building the groups of world size {world_size}", everyone)
             session.bind_phase(world_size)
-            world = make_world(world_size, ranks_per_node, device, config.timeout_s)
-            nccl.create(config.algorithms, world_size, group_timeout(device, config.timeout_s))
-            steps = iter(range(1, DONE))
-
-            def should_measure(algorithm: str, size_bytes: int) -> bool:
-                if (algorithm, world_size, size_bytes) in done:
-                    console.skipped()
-                    return False
-                progress.at(phase, next(steps), f"{algorithm}, world size {world_size}, "
-                            f"{size_bytes} B", members)
-                return True
-
+            world = make_world(world_size, ranks_per_node, device, launch.timeout_s)
+            nccl.create(config.algorithms, world_size, group_timeout(device, launch.timeout_s))
             if world is not None:
-                wrong += sweep(config, world, on_row=session.record, on_algorithm=console.algorithm,
-                               should_measure=should_measure, hosts=session.hosts,
-                               before_clock=session.before_clock(),
-                               on_measure=lambda label, size, index: console.measuring(
-                                   label, world_size, size, index))
-            progress.at(phase, DONE, f"the end of world size {world_size}",
-                        tuple(range(env.world_size)))
+                phase = Phase(session, console, world_size, index, done[0])
+                wrong += sweep(config, world, phase, session.hosts)
+            progress.at(index, DONE, f"the end of world size {world_size}", everyone)
             end_phase(world, f"run-{world_size}", device)
     finally:
         console.close()
@@ -117,22 +116,22 @@ def measure_phases(session: Session) -> int:
 def prepare(config: RunConfig) -> None:
     """A fresh meta.json, or a resumed run's with this restart noted; a torn last row dropped
     before anything reads which rows are done."""
-    stored = read_meta(config.out_dir)
-    if stored.get("run_id") == config.run_id:
+    stored = read_meta(config.launch.out_dir)
+    if stored.get("run_id") == config.launch.run_id:
         restarts = stored.get("resumed", []) + [{
             "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": config.command}]
+            "command": config.launch.command}]
         # the machine's facts from this restart on: the steal of the time in between is not the run's
-        update_meta(config.out_dir, resumed=restarts, machine=machine.facts_at_start())
+        update_meta(config.launch.out_dir, resumed=restarts, machine=machine.facts_at_start())
     else:
-        start_meta(config.out_dir, run_meta.host_meta(config))
-    resume.repair_tail(config.out_dir)
+        start_meta(config.launch.out_dir, run_meta.host_meta(config))
+    resume.repair_tail(config.launch.out_dir)
 
 
 def world_sizes_to_do(config: RunConfig) -> list[int]:
     """The world sizes with a row still missing (all of them, unless the run is resumed)."""
-    done = resume.done_keys(config.out_dir, config.run_id)
-    return [k for k in config.world_sizes
+    done = resume.done_keys(config.launch.out_dir, config.launch.run_id)
+    return [k for k in config.launch.world_sizes
             if any(key not in done for key in collectives.measurement_keys(config, k))]
 
 

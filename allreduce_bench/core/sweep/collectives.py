@@ -15,15 +15,16 @@ saw one round).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from allreduce_bench.core import algorithms, metrics
+from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.config import RunConfig
 from allreduce_bench.core.measure import collective as measuring
 from allreduce_bench.core.measure.device import torch_dtype
 from allreduce_bench.core.measure.world import World
 from allreduce_bench.core.sweep import passes
-from allreduce_bench.core.sweep.rows import pooled_row
+from allreduce_bench.core.sweep.rows import Point, pooled_row
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:
@@ -49,14 +50,10 @@ def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int,
 
 
 def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
-          on_row: Callable[..., None], on_algorithm: Callable[[str, World], None],
-          should_measure: Callable[[str, int], bool], hosts: list[str] | None = None,
-          before_clock=None,
-          on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
+          phase: passes.Phase, hosts: list[str]) -> int:
     """Measure each named algorithm of `collective` at every size, in each of its halves
     (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
-    AllReduce's sweep does (sweep/passes.py: a row pools its rounds' samples, and only the
-    last round's call is checked); #wrong summed."""
+    AllReduce's sweep does; #wrong summed."""
     items = []  # in the order rows come
     for name in names:
         algorithm = algorithms.lookup(name, collective)
@@ -65,30 +62,39 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
                 count, size_bytes = metrics.collective_counts(collective, size, config.itemsize,
                                                               world.size)
                 if count:
-                    items.append(collective_item(config, world, collective, name, algorithm,
-                                                 in_place_half, count, size_bytes, hosts,
-                                                 before_clock))
-    return passes.run(config, world, items, on_row, on_algorithm, should_measure, on_measure)
+                    items.append(collective_item(config, world, Measurement(
+                        collective, name, algorithm, in_place_half, count, size_bytes), hosts))
+    return passes.run(config, world, items, phase)
 
 
-def collective_item(config: RunConfig, world: World, collective: str, name: str, algorithm,
-                    in_place_half: bool, count: int, size_bytes: int, hosts,
-                    before_clock) -> passes.Item:
-    """One measurement of `collective` by `algorithm` in one half."""
+@dataclass(frozen=True)
+class Measurement:
+    """One (collective, algorithm, half, size) of the sweep."""
+
+    collective: str
+    name: str
+    algorithm: Algorithm
+    in_place_half: bool
+    count: int
+    size_bytes: int
+
+
+def collective_item(config: RunConfig, world: World, m: Measurement, hosts: list[str]) -> passes.Item:
+    """One measurement of a collective by an algorithm in one half."""
     # the first half is out of place where the collective has it (Broadcast and Reduce are in
     # place, as torch's calls are); the second is in place
-    in_place = in_place_half or measuring.MODES[collective][0]
+    in_place = m.in_place_half or measuring.MODES[m.collective][0]
 
     def measure_once(sampling, check: bool):
-        return measuring.measure(algorithm, world, count, torch_dtype(config.dtype), sampling, in_place,
-                                 before_clock, check=check)
+        return measuring.measure(m.algorithm, world, m.count, torch_dtype(config.dtype), sampling,
+                                 in_place, check=check)
 
     def row(taken, wrong: int):
-        made, samples = pooled_row(config, world, name, count, taken, wrong, hosts,
-                                   collective=collective, size_bytes=size_bytes,
-                                   in_place=in_place_half)
-        ran = algorithm.ran_as(config.backend)
-        made["runs_as"] = "" if ran == collective else ran
+        made, samples = pooled_row(config, world, Point(m.name, m.count, m.collective,
+                                                        m.size_bytes, m.in_place_half),
+                                   taken, wrong, hosts)
+        ran = m.algorithm.ran_as(config.launch.backend)
+        made["runs_as"] = "" if ran == m.collective else ran
         return made, samples
 
-    return passes.Item(label(collective, name, in_place_half), size_bytes, measure_once, row)
+    return passes.Item(label(m.collective, m.name, m.in_place_half), m.size_bytes, measure_once, row)

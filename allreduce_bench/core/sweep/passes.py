@@ -7,8 +7,10 @@ A sweep hands over its measurements as `Item`s: what resume and progress call it
 measure it once, and how to make its row from its rounds."""
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -30,31 +32,41 @@ class Item:
     row: Callable[[list[timing.Measured], int], tuple[dict, pd.DataFrame]]
 
 
-def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[..., None],
-        on_algorithm: Callable[[str, World], None],
-        should_measure: Callable[[str, int], bool],
-        on_measure: Callable[[str, int, int], None] = lambda label, size, index: None) -> int:
-    """Measure `items` in the rounds' order; `on_algorithm(label, world)` before a label's
-    first row and before a row that comes after another label's; `on_row(row, samples)` once a
-    row is done: after its last round, or, for a row flagged `unstable` there, after the extra
-    round that settles it or the last one the extra budget allows (`extra_rounds`); so rows
-    come in the order of `items`, the unsettled ones after the others. `on_measure(label,
-    size_bytes, round)` before every measurement (progress). `should_measure(label,
-    size_bytes)` returns False to skip an item (a resumed run's finished rows), asked once and
-    remembered. #wrong summed over the rows."""
-    wrong_total, last = 0, config.rounds - 1
-    skipped, unsettled, current = set(), [], None
-    taken: dict[tuple[str, int], list] = {}
+class Phase(Protocol):
+    """What a sweep reports to (sweep/allreduce.py's one per world size)."""
 
-    def emit(item: Item, row_and_samples: tuple[dict, pd.DataFrame]) -> None:
-        nonlocal current
-        if item.label != current:
-            on_algorithm(item.label, world)
-            current = item.label
-        on_row(*row_and_samples)
+    def wanted(self, label: str, size_bytes: int) -> bool:
+        """False to skip a measurement (a resumed run's finished row); the same on every rank."""
+
+    def measuring(self, label: str, size_bytes: int, round_index: int) -> None:
+        """Before every measurement (progress)."""
+
+    def record(self, label: str, row: dict, samples: pd.DataFrame) -> None:
+        """A row is done: after its last round, or the extra round that settles it."""
+
+    def settled(self, label: str, world: World) -> None:
+        """Every row of `label` is done (its table can be shown)."""
+
+
+def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int:
+    """Measure `items` in the rounds' order and record each row once it is done: after its last
+    round, or, for a row flagged `unstable` there, after the extra round that settles it or the
+    last one the extra budget allows (`extra_rounds`). Whether to measure an item is asked once
+    and remembered. #wrong summed over the rows."""
+    wrong_total, last = 0, config.rounds - 1
+    skipped, unsettled = set(), []
+    taken: dict[tuple[str, int], list] = {}
+    left = Counter(item.label for item in items)  # rows still to come, per label
+
+    def emit(item: Item, row_and_samples: tuple[dict, pd.DataFrame] | None) -> None:
+        if row_and_samples is not None:
+            phase.record(item.label, *row_and_samples)
+        left[item.label] -= 1
+        if not left[item.label]:
+            phase.settled(item.label, world)
 
     def measure(item: Item, index: int, check: bool) -> tuple[timing.Measured, int]:
-        on_measure(item.label, item.size_bytes, index)
+        phase.measuring(item.label, item.size_bytes, index)
         earlier = taken.setdefault((item.label, item.size_bytes), [])
         sampling = rounds.round_sampling(config.sampling, config.rounds, index,
                                          earlier[0] if earlier else None)
@@ -64,8 +76,11 @@ def run(config: RunConfig, world: World, items: list[Item], on_row: Callable[...
 
     for index, item in rounds.order(items, config.rounds):
         key = (item.label, item.size_bytes)
-        if key in skipped or not should_measure(item.label, item.size_bytes):
+        if key in skipped:
+            continue
+        if not phase.wanted(item.label, item.size_bytes):
             skipped.add(key)
+            emit(item, None)
             continue
         _, wrong = measure(item, index, index == last)
         if index == last:
@@ -116,5 +131,5 @@ def extra_share(config: RunConfig) -> float:
     and collectives (each a sweep of its own); none where --samples fixed the total."""
     if config.sampling.samples is not None:
         return 0.0
-    sweeps = len(config.world_sizes) * (bool(config.algorithms) + len(config.collectives))
+    sweeps = len(config.launch.world_sizes) * (bool(config.algorithms) + len(config.collectives))
     return config.extra_budget_s / max(1, sweeps)

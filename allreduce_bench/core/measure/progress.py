@@ -1,5 +1,5 @@
-"""Where each rank is in the sweep, so a failure names the step and the rank that fell behind;
-and the test-only fault hook that makes ranks fail on purpose.
+"""Where each rank is in the sweep, so a failure names the step and the rank that fell behind,
+in one end line per process.
 
 Every rank publishes a (phase, step) counter, with its pid and host, in the rendezvous store
 before each measurement (outside the timed region). When a collective fails or times out, a
@@ -14,22 +14,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import process_state, under_elastic_agent, user_setting
+from allreduce_bench.core.environment import process_state, under_elastic_agent
 from allreduce_bench.core.errors import PEER_LOST_EXIT, TERMINATED_EXIT
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
-FAULT_ENV = "ALLREDUCE_BENCH_FAULT"
 STORE_WAIT_S = 2.0  # how long a failed rank waits on the store before it gives up on it
 # A rank that gives up stays this long before it exits, so that peers can still read the store
 # it may host (rank 0 under srun/mpirun) before the launcher kills the job.
@@ -66,6 +62,7 @@ class Progress:
         self.phase, self.step, self.where = 0, 0, "start-up"
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.lost: dict[int, str] = {}  # what `missing` found: rank -> its state ('' when only behind)
+        self.end = EndLine()  # this process's one end line
         try:  # private but long-standing; without it only the missing rank goes unnamed
             self.store: dist.PrefixStore | None = dist.PrefixStore("allreduce_bench/progress",
                                           dist.distributed_c10d._get_default_store())
@@ -186,128 +183,59 @@ def peer_silent(error: BaseException) -> bool:
     return explain(error, 0).startswith("no answer within")
 
 
-# One end line per process: the main thread's own failure, or the SIGTERM watcher's (stopped.py),
-# whichever claims it first; the other waits for that line and leaves.
-_claim_lock = threading.Lock()
-_claimed = threading.Event()
-_written = threading.Event()
-_owner: int | None = None  # the thread that claimed
+class EndLine:
+    """One end line per process: the main thread's own failure, or the SIGTERM watcher's
+    (stopped.py), whichever claims it first; the other waits for that line and leaves."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claimed, self._written = threading.Event(), threading.Event()
+        self._owner: int | None = None  # the thread that claimed
+
+    def claim(self) -> bool:
+        """True for the thread that claims first (and on its later calls)."""
+        with self._lock:
+            if self._owner is None:
+                self._owner = threading.get_ident()
+                self._claimed.set()
+            return self._owner == threading.get_ident()
+
+    def claim_or_wait(self) -> None:
+        """Claim the end line; lost, the other thread is writing it and ends the process."""
+        if not self.claim():
+            time.sleep(60)
+            os._exit(PEER_LOST_EXIT)
+
+    def claimed(self, within_s: float) -> bool:
+        return self._claimed.wait(within_s)
+
+    def wait_written(self) -> None:
+        """Until the claimed line is out (the launcher's SIGKILL bounds the wait)."""
+        self._written.wait()
+
+    def exit(self, line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
+        """Print one line and leave at once: after a failed collective, tearing the process
+        group down cleanly can itself block. `linger_s`: when a peer died, stay a moment, so a
+        launcher that watches every rank reports the rank that died first, not this one."""
+        self.claim_or_wait()
+        leave(line, code, linger_s, written=self._written)
 
 
-def claim_report() -> bool:
-    """True for the thread that claims first (and on its later calls): it writes this
-    process's end line (exit_now)."""
-    global _owner
-    with _claim_lock:
-        if _owner is None:
-            _owner = threading.get_ident()
-            _claimed.set()
-        return _owner == threading.get_ident()
-
-
-def claim_or_wait() -> None:
-    """Claim the end line; lost, the other thread is writing it and ends the process."""
-    if not claim_report():
-        time.sleep(60)
-        os._exit(PEER_LOST_EXIT)
-
-
-def report_claimed(within_s: float) -> bool:
-    return _claimed.wait(within_s)
-
-
-def report_written() -> None:
-    """Until the claimed line is out (the launcher's SIGKILL bounds the wait)."""
-    _written.wait()
-
-
-def exit_now(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
-    """Print one line and leave at once: after a failed collective, tearing the process group
-    down cleanly can itself block. One line per process: a second thread's call waits.
-
-    `linger_s`: when a peer died, stay a moment before exiting, so a launcher that watches every
-    rank (torchrun, a local run) sees the rank that died first and reports it, rather than
-    this one; it stops us itself in the meantime.
-    """
-    claim_or_wait()
+def leave(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0,
+          written: threading.Event | None = None) -> None:
+    """Print `line` in one write (lines of several ranks never interleave) and exit; a rank that
+    gave up (or was ended) stays MIN_LINGER_S, as it may serve the store its peers still read."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: the line below still goes to fd 2
             pass
     try:
-        os.write(2, (line + "\n").encode())  # one write: lines of several ranks never interleave
+        os.write(2, (line + "\n").encode())
     except OSError:
         pass
-    _written.set()
-    # a rank that gave up (or was ended) may serve the store its peers still read
+    if written is not None:
+        written.set()
     gave_up = code in (PEER_LOST_EXIT, TERMINATED_EXIT)
     time.sleep(max(linger_s, MIN_LINGER_S) if gave_up else linger_s)
     os._exit(code)
-
-
-# ---- test-only fault hook ------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fault:
-    """ALLREDUCE_BENCH_FAULT='rank=1,after_rows=2,action=kill|stall|stop|delay[,seconds=600]
-    [,at=row|start]' (tests only): global rank `rank` SIGKILLs itself, sleeps `seconds`, or
-    SIGSTOPs itself (frozen, as a debugger or a hung kernel would leave it) after it has
-    finished `after_rows` measurements, between two measurements (never inside the timed
-    region), or with `at=start` as it starts, before it joins the world (a host that hangs
-    while it starts: no rank has heard of it); `delay` instead
-    makes the rank start every sample `seconds` late (after the alignment, before its clock
-    starts): a straggler the slowest-rank analysis must name."""
-
-    rank: int
-    after_rows: int
-    action: str
-    seconds: float = 600.0
-    at: str = "row"  # row: after `after_rows` measurements; start: before the rank joins the world
-
-    @classmethod
-    def from_env(cls, environ=None) -> Fault | None:
-        text = user_setting(FAULT_ENV, environ=environ)
-        if not text:
-            return None
-        fields = dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-        fault = cls(int(fields["rank"]), int(fields.get("after_rows", 0)), fields["action"],
-                    float(fields.get("seconds", 600)), fields.get("at", "row"))
-        if fault.action not in ("kill", "stall", "stop", "delay"):
-            raise ValueError(f"{FAULT_ENV}: action must be kill, stall, stop or delay, not "
-                             f"{fault.action!r}")
-        if fault.at not in ("row", "start") or (fault.at == "start" and fault.action == "delay"):
-            raise ValueError(f"{FAULT_ENV}: at must be row or start (start: kill, stall or stop), "
-                             f"not {fault.at!r}")
-        return fault
-
-    def before_clock(self, rank: int):
-        """The delay to run before every sample's clock on `rank` (None: not this rank)."""
-        if self.action != "delay" or rank != self.rank:
-            return None
-        return lambda: time.sleep(self.seconds)
-
-    def at_start(self, rank: int) -> None:
-        if self.at == "start" and rank == self.rank:
-            self._act(rank, "as it starts")
-
-    def after_row(self, rank: int, rows_done: int, on_disk: Callable[[], int] | None = None) -> None:
-        """`on_disk()`: the rows the writer has kept so far. The writer records the same row at
-        about the same time as this rank; waiting (10 s at most) until it has lets a test count
-        the rows kept exactly (on a loaded machine the launcher's SIGTERM otherwise beat the
-        writer's last row now and then)."""
-        if self.at != "row" or rank != self.rank or rows_done != self.after_rows or self.action == "delay":
-            return
-        deadline = time.monotonic() + 10
-        while on_disk is not None and on_disk() < rows_done and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self._act(rank, f"after {rows_done} rows")
-
-    def _act(self, rank: int, when: str) -> None:
-        print(f"allreduce-bench: test fault: rank {rank} {self.action}s {when} "
-              f"at t={time.time():.3f}", file=sys.stderr, flush=True)
-        if self.action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.action == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-        time.sleep(self.seconds)
