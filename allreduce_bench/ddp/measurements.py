@@ -63,8 +63,8 @@ def timed(world: World, iters: int, warmup: int,
     cpu_ns = {name: [0] * iters for name in bodies}
     for i in range(iters):
         for name, body in bodies.items():
-            timing.take_sample(_counting_cpu(body, i, cpu_ns[name]), device, world.group.pg,
-                               timers[name], i)
+            timing.take_sample(_counting_cpu(body, i, cpu_ns[name]), device, timers[name], i, 1,
+                               lambda: device.align(world.group.pg))
     device.synchronize()
     own = {name: timer.times_us() for name, timer in timers.items()}
     own.update({f"{name}_cpu": [ns / 1e3 for ns in cpu] for name, cpu in cpu_ns.items()})

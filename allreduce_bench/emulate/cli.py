@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -16,6 +17,7 @@ from allreduce_bench.core import units
 from allreduce_bench.core.cli.options import command_hooks, with_options
 from allreduce_bench.core.config import default_out_dir
 from allreduce_bench.core.config.checks import OUTPUT_PATH, check_finite
+from allreduce_bench.core.config.launch import from_params
 from allreduce_bench.core.config.resume_checks import note_earlier_runs
 from allreduce_bench.core.environment import RankEnv, Started
 from allreduce_bench.core.errors import UsageError
@@ -106,34 +108,53 @@ def check_benchmark_args(forwarded: dict[str, list[str]], chosen: dict[str, Runn
     return configs
 
 
-def parse_links(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
-                inter_latency: str) -> tuple[float | None, float]:
+@dataclass(frozen=True)
+class EmulateOptions:
+    """`emulate`'s options, as click parsed them; `benchmark_args` go to each host's command."""
+
+    nodes: int = 2
+    ranks_per_node: int | None = None
+    inter_bandwidth: str = "auto"
+    inter_ratio: float = NVLINK_OVER_IB
+    inter_latency: str = "0"
+    benchmarks: str = "allreduce"
+    host_bandwidth: tuple[str, ...] = ()
+    host_cpu: tuple[str, ...] = ()
+    out_dir: Path | None = None
+    slurm: bool = False
+    cleanup: bool = False
+    benchmark_args: tuple[str, ...] = ()
+
+
+def parse_links(options: EmulateOptions, ranks_per_node: int) -> tuple[float | None, float]:
     """(rate in bit/s or None for auto, latency in s) after checking the cluster's shape."""
+    nodes = options.nodes
     if nodes < 2:
         raise UsageError(f"--nodes must be at least 2 to emulate inter-node links, got {nodes}")
     if not 1 <= ranks_per_node <= 64:
         raise UsageError(f"--ranks-per-node must be between 1 and 64, got {ranks_per_node}")
     if nodes > 200:
         raise UsageError(f"--nodes {nodes} is more than this emulation's subnet holds; use <= 200")
-    check_finite(inter_ratio, "--inter-ratio")
-    rate = None if inter_bandwidth.strip().lower() == "auto" else rates.parse_tc_rate(inter_bandwidth)
-    latency = units.parse_seconds(inter_latency, "--inter-latency")
+    check_finite(options.inter_ratio, "--inter-ratio")
+    bandwidth = options.inter_bandwidth
+    rate = None if bandwidth.strip().lower() == "auto" else rates.parse_tc_rate(bandwidth)
+    latency = units.parse_seconds(options.inter_latency, "--inter-latency")
     if not 0 <= latency < 60:
-        raise UsageError(f"--inter-latency must be between 0 and 60 s, got {inter_latency!r}")
+        raise UsageError(f"--inter-latency must be between 0 and 60 s, got {options.inter_latency!r}")
     return rate, latency
 
 
-def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio: float,
-              inter_latency: str, chosen: dict[str, Runnable], out_dir: Path | None,
-              args: list[str], faults: tuple = ((), ())):
-    """Everything checked before any namespace exists: a Plan for emulate/session.py.
-    `faults`: the --host-bandwidth and --host-cpu items."""
+def make_plan(options: EmulateOptions, ranks_per_node: int, chosen: dict[str, Runnable]):
+    """Everything checked before any namespace exists: a Plan for emulate/session.py."""
     from allreduce_bench.emulate.faults import parse_host_cpu, parse_host_rates
     from allreduce_bench.emulate.session import Plan
 
-    rate, latency = parse_links(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency)
-    host_rates, host_cpu = parse_host_rates(faults[0], nodes), parse_host_cpu(faults[1], nodes)
+    nodes, args = options.nodes, list(options.benchmark_args)
+    rate, latency = parse_links(options, ranks_per_node)
+    host_rates = parse_host_rates(options.host_bandwidth, nodes)
+    host_cpu = parse_host_cpu(options.host_cpu, nodes)
     resumed = rates.resumed_dir(args)
+    out_dir = options.out_dir
     if resumed is not None:
         out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
         rate = rates.same_emulation(resumed, nodes, ranks_per_node, rate, latency)
@@ -150,26 +171,25 @@ def make_plan(nodes: int, ranks_per_node: int, inter_bandwidth: str, inter_ratio
         if claimed:
             shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
         raise
-    return Plan(nodes, ranks_per_node, rate, latency, inter_ratio, forwarded, configs, out_dir,
+    return Plan(nodes, ranks_per_node, rate, latency, options.inter_ratio, forwarded, configs, out_dir,
                 chosen, host_rates, host_cpu)
 
 
-def slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
-                  host_bandwidth, host_cpu, out_dir, benchmark_args) -> int:
+def slurm_cluster(options: EmulateOptions) -> int:
     """`emulate --slurm`: checked here, held by emulate/session.py."""
     from allreduce_bench.emulate.faults import parse_host_rates
     from allreduce_bench.emulate.session import hold_slurm
 
-    given = [name for name, value in (("--host-cpu", host_cpu), ("--out", out_dir),
-                                      ("benchmark options", benchmark_args)) if value]
+    given = [name for name, value in (("--host-cpu", options.host_cpu), ("--out", options.out_dir),
+                                      ("benchmark options", options.benchmark_args)) if value]
     if given or click.get_current_context().get_parameter_source("benchmarks").name != "DEFAULT":
         raise UsageError(f"emulate --slurm holds a cluster for srun/sbatch and runs nothing itself; "
                          f"drop {', '.join(given) or '--benchmarks'} and give them to the command "
                          "you start with srun")
-    rate, latency = parse_links(nodes, ranks_per_node or 1, inter_bandwidth, inter_ratio,
-                                inter_latency)
-    cpus = max(8, ranks_per_node or 1)  # tasks per host Slurm may start
-    return hold_slurm(nodes, rate, latency, inter_ratio, parse_host_rates(host_bandwidth, nodes), cpus)
+    rate, latency = parse_links(options, options.ranks_per_node or 1)
+    cpus = max(8, options.ranks_per_node or 1)  # tasks per host Slurm may start
+    return hold_slurm(options.nodes, rate, latency, options.inter_ratio,
+                      parse_host_rates(options.host_bandwidth, options.nodes), cpus)
 
 
 def clean_up() -> int:
@@ -257,29 +277,26 @@ def emulate_command(runnables: tuple[Runnable, ...]) -> click.Command:
         parameters in 24 layers, batch 256, bucket caps 1,5,25,100 MiB, and a link at which DDP's
         AllReduce takes as long as the backward pass measured here, so the overlap shows.
         """
-        sys.exit(run(registry, **options))
+        sys.exit(run(registry, from_params(EmulateOptions, options)))
 
     return emulate
 
 
-def run(registry: dict[str, Runnable], nodes, ranks_per_node, inter_bandwidth, inter_ratio,
-        inter_latency, benchmarks, host_bandwidth, host_cpu, out_dir, slurm, cleanup,
-        benchmark_args) -> int:
+def run(registry: dict[str, Runnable], options: EmulateOptions) -> int:
     """What `emulate` does with its options; its exit code."""
-    if cleanup:
+    if options.cleanup:
         return clean_up()
-    if slurm:
-        return slurm_cluster(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency,
-                             host_bandwidth, host_cpu, out_dir, benchmark_args)
-    named = [b.strip() for b in benchmarks.split(",") if b.strip()]
+    if options.slurm:
+        return slurm_cluster(options)
+    named = [b.strip() for b in options.benchmarks.split(",") if b.strip()]
     unknown = [b for b in named if b not in registry]
     if unknown or not named:
-        raise UsageError(f"--benchmarks {benchmarks!r}: choose from {', '.join(registry)} "
+        raise UsageError(f"--benchmarks {options.benchmarks!r}: choose from {', '.join(registry)} "
                          "(comma-separated)")
     chosen = {b: registry[b] for b in named}
+    ranks_per_node = options.ranks_per_node
     if ranks_per_node is None:
         ranks_per_node = DDP_RANKS_PER_NODE if list(chosen) == ["ddp"] else 2
-    plan = make_plan(nodes, ranks_per_node, inter_bandwidth, inter_ratio, inter_latency, chosen,
-                     out_dir, list(benchmark_args), (host_bandwidth, host_cpu))
+    plan = make_plan(options, ranks_per_node, chosen)
     from allreduce_bench.emulate.session import run_emulated
     return run_emulated(plan)

@@ -136,9 +136,8 @@ def run_emulated(plan: Plan) -> int:
         code = 0
         for step, (benchmark, args) in enumerate(plan.forwarded.items(), start=1):
             try:
-                code = _run_one(cluster, plan.runnables[benchmark], args, plan.configs[benchmark], out_dir,
-                                emulation, cpu,
-                                f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
+                code = _run_one(Shaped(cluster, emulation, cpu, out_dir), plan.runnables[benchmark], args,
+                                plan.configs[benchmark], f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
                 code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
                     else 130
@@ -153,11 +152,21 @@ def run_emulated(plan: Plan) -> int:
         return code
 
 
-def _run_one(cluster, runnable: Runnable, args: list[str], config, out_dir: Path, emulation, cpu,
-             step: str) -> int:
+@dataclass(frozen=True)
+class Shaped:
+    """The shaped cluster the benchmarks run on, one after the other, and where they write."""
+
+    cluster: EmulatedCluster
+    emulation: Emulation
+    cpu: CpuLimits
+    out_dir: Path
+
+
+def _run_one(on: Shaped, runnable: Runnable, args: list[str], config, step: str) -> int:
     """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
     `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
     bar below says how far the benchmark is)."""
+    cluster, out_dir = on.cluster, on.out_dir
     watch, since = runnable.watch, time.time()
     command = [runnable.command, *args, "--out", str(out_dir)]
     _say(f"{step}: `allreduce-bench {shlex.join(command[:-2])}` on {cluster.nodes} hosts x "
@@ -165,7 +174,7 @@ def _run_one(cluster, runnable: Runnable, args: list[str], config, out_dir: Path
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / LAUNCHER_LOG
     watching = watch(out_dir, since, config) if watch else FirstFailure()
-    code = run_on_hosts(cluster, command, emulation, cpu.procs, watching, log)
+    code = run_on_hosts(cluster, command, on.emulation, on.cpu.procs, watching, log)
     if getattr(watching, "stopped", None):  # a benchmark without its own verdict: say who stopped it
         stopped = watching.stopped
         if (out_dir / "meta.json").exists():

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import launcher_hosts
 from allreduce_bench.core.measure import meta as run_meta
-from allreduce_bench.core.measure.collective import measure
+from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.context import Benchmark
 from allreduce_bench.core.measure.device import torch_dtype
-from allreduce_bench.core.measure.timing import Measured
+from allreduce_bench.core.measure.timing import Measured, Together
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
@@ -147,8 +147,8 @@ class Rank:
         sizes = []
         for size in config.sizes:
             count = size // config.itemsize
-            measured, wrong = measure(native.ALGORITHM, view, count, torch_dtype(config.dtype), config.sampling,
-                                      lockstep=lockstep)
+            measured, wrong = measure(native.ALGORITHM, view, Payload(count, torch_dtype(config.dtype)),
+                                      config.sampling, together=Together(lockstep=lockstep))
             sizes.append({"count": count, "per_rank_us": measured.per_rank_us, "loops": measured.loops,
                           "samples": measured.samples, "wrong": wrong})
         return {"sizes": sizes}

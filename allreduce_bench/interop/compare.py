@@ -14,6 +14,7 @@ says why), and the verdict says so. Without samples only the ratio is given.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -122,19 +123,31 @@ def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples
                          "same sizes, or compare runs of the same benchmark")
     rounds = [rounds_of(s) for s in (base_samples, other_samples)]
     loops = [loops_of(s) for s in (base_samples, other_samples)]
-    rng = np.random.default_rng(seed)
-    lines = [_line(key, row, rounds[0].get(key, []), rounds[1].get(key, []), confidence,
-                   min_effect, rng, (loops[0].get(key, np.nan), loops[1].get(key, np.nan)))
+    judging = Judging(confidence, min_effect, np.random.default_rng(seed))
+    lines = [_line(key, row, (rounds[0].get(key, []), rounds[1].get(key, [])), judging,
+                   (loops[0].get(key, np.nan), loops[1].get(key, np.nan)))
              for key, row in both.iterrows()]
     table = pd.DataFrame(lines)[COLUMNS]
     return table.sort_values(["benchmark", "algorithm", "world_size", "link", "operation",
                               "size_bytes"], ignore_index=True)
 
 
-def _line(key, row, base: significance.Side, other: significance.Side, confidence: float,
-          min_effect: float, rng: np.random.Generator, loops=(np.nan, np.nan)) -> dict:
+@dataclass(frozen=True)
+class Judging:
+    """How two runs' sizes are judged: the interval's confidence, the smallest effect that
+    counts, and the bootstrap's random numbers."""
+
+    confidence: float
+    min_effect: float
+    rng: np.random.Generator
+
+
+def _line(key, row, sides: tuple[significance.Side, significance.Side], judging: Judging,
+          loops=(np.nan, np.nan)) -> dict:
     """One size: judged from the rounds' samples (by the mean where the sides' loops are more
     than LOOPS_APART apart), or by the stored medians' ratio alone."""
+    base, other = sides
+    min_effect = judging.min_effect
     counts = [sum(len(r) for run in side for r in run) for side in (base, other)]
     line = {**dict(zip(KEY, key)), "base_samples": counts[0], "other_samples": counts[1],
             "base_rounds": sum(map(len, base)), "other_rounds": sum(map(len, other)),
@@ -147,7 +160,7 @@ def _line(key, row, base: significance.Side, other: significance.Side, confidenc
                 "verdict": ratio_only(ratio)}
     apart = min(loops) > 0 and max(loops) / min(loops) > LOOPS_APART  # False with a NaN
     statistic = np.mean if apart else np.median
-    j = significance.judge(base, other, confidence, min_effect, rng, statistic)
+    j = significance.judge(base, other, judging.confidence, min_effect, judging.rng, statistic)
     verdict = significance.verdict(j, min_effect)
     if apart:
         verdict += (f"; means per call: samples of {loops[0]:g} and {loops[1]:g} calls, whose "

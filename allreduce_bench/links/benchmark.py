@@ -111,9 +111,9 @@ def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Mea
     count, size_bytes = metrics.collective_counts(name_of, size, config.itemsize, view.size)
     if count == 0:  # too small to split: one element per rank (every group must measure)
         count, size_bytes = 1, config.itemsize * view.size
-    measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view, count,
-                                        torch_dtype(config.dtype), config.sampling,
-                                        agree_over=dist.group.WORLD)
+    measured, wrong = measuring.measure(algorithms.lookup("native", name_of), view,
+                                        measuring.Payload(count, torch_dtype(config.dtype)), config.sampling,
+                                        together=timing.Together(agree_over=dist.group.WORLD))
     return measured, wrong, count, size_bytes
 
 

@@ -73,7 +73,7 @@ def measured_wrong(world_size: int) -> dict[str, int]:
             for name, algorithm in [*algorithms.registry(name_of).items(), ("broken", broken)][
                     :None if name_of == "all_gather" else -1]:
                 _, wrong[f"{name_of}/{name}"] = collective.measure(
-                    algorithm, world, 40, torch.float32, Sampling(loops=1, samples=2, warmup=1))
+                    algorithm, world, collective.Payload(40, torch.float32), Sampling(loops=1, samples=2, warmup=1))
     end_phase(world, "measured", Device())
     dist.barrier()
     return wrong

@@ -145,10 +145,10 @@ def test_a_plugin_declares_its_collective(monkeypatch):
 
     monkeypatch.delenv(algorithms.NO_PLUGINS_ENV, raising=False)
     monkeypatch.setattr(algorithms, "_entry_points", lambda: [Point()])
-    monkeypatch.setattr(algorithms, "_plugins", None)
-    monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])
+    algorithms._loaded.cache_clear()
     assert algorithms.lookup("mine", "all_gather").collective == "all_gather"
     assert "mine" not in algorithms.registry()
+    algorithms._loaded.cache_clear()
 
 
 # ---- exact results on real worlds ----------------------------------------------------------

@@ -15,7 +15,7 @@ from fake_cuda import GPU, Ranks, cuda_device, install
 from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.config import Sampling
 from allreduce_bench.core.measure import link_peaks, timing
-from allreduce_bench.core.measure.collective import measure
+from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.device import Device, PeerTimeout
 from allreduce_bench.core.measure.world import CommGroup, World
 
@@ -87,8 +87,8 @@ def _lost_peer_reads(rank: int) -> list[str]:
             GPU.stuck = len(calls) > 2
         return call
     try:
-        measure(Algorithm("stalls", "its third call never completes", build), _world(device), 4,
-                torch.float32, Sampling(loops=1, samples=2, warmup=0))
+        measure(Algorithm("stalls", "its third call never completes", build), _world(device),
+                Payload(4, torch.float32), Sampling(loops=1, samples=2, warmup=0))
     except PeerTimeout:
         ended.append(f"the check's call (call {len(calls)})")
     return ended

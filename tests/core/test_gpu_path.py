@@ -114,8 +114,6 @@ def _run_every_rank(monkeypatch, fake: FakeTorchNccl, algos, world_sizes, ranks_
     monkeypatch.setattr(allreduce.passes, "run", build_each)
     for rank in range(fake.world_size):
         fake.rank = rank
-        monkeypatch.setattr(nccl, "_communicators", {})  # each rank is its own process
-        monkeypatch.setattr(nccl, "_world", [None], raising=False)  # (5e7e81d's cache)
         allreduce.measure_phases(_session(algos, world_sizes, ranks_per_node, rank, fake.world_size))
 
 
@@ -157,13 +155,10 @@ def test_a_variant_nccl_refuses_is_skipped_in_one_line(monkeypatch, capsys, refu
 
 def test_only_a_refusal_is_skipped(monkeypatch):
     """A lost peer while a pinned communicator connects still ends the run."""
-    monkeypatch.setattr(nccl, "_communicators", {("ring", None): "pg"})
-    monkeypatch.setattr(nccl, "_warm", set())
-
     def lost(tensor, group=None):
         raise dist.DistBackendError("NCCL error: remote process exited or there was a network error")
     monkeypatch.setattr(dist, "all_reduce", lost)
-    world = SimpleNamespace(device=Device(), rank=0, size=2)
+    world = SimpleNamespace(device=Device(), rank=0, size=2, pinned=nccl.Pinned({("ring", None): "pg"}))
     with pytest.raises(dist.DistBackendError, match="remote process"):
         nccl.refused("native:ring", world)
     assert not nccl.refused("ring", world)  # not a pinned variant: nothing to ask NCCL

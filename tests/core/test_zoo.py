@@ -114,22 +114,20 @@ def test_nccl_variant_creates_its_communicator_with_the_variables_set(monkeypatc
     seen = []
     monkeypatch.setenv("NCCL_PROTO", "Simple")
     monkeypatch.delenv("NCCL_ALGO", raising=False)
-    monkeypatch.setattr(nccl, "_communicators", {})
-    monkeypatch.setattr(nccl, "_warm", set())
     monkeypatch.setattr(dist, "get_rank", lambda: 0)
     monkeypatch.setattr(dist, "new_group", lambda *a, **k: seen.append(
         ("new_group", os.environ.get("NCCL_ALGO"), os.environ.get("NCCL_PROTO"), k.get("backend"))) or "pg")
     monkeypatch.setattr(dist, "all_reduce", lambda t, group=None: seen.append(
         ("all_reduce", os.environ.get("NCCL_ALGO"), os.environ.get("NCCL_PROTO"), group)))
     monkeypatch.setattr(dist, "destroy_process_group", lambda g: seen.append(("destroy", g)))
-    world = SimpleNamespace(device=Device())
-
-    nccl.create(["ring", "native:tree:LL"], 2, dt.timedelta(seconds=5))  # plain ring: no group
+    pinned = nccl.create(["ring", "native:tree:LL"], 2, dt.timedelta(seconds=5))  # plain ring: no group
+    world = SimpleNamespace(device=Device(), pinned=pinned)
     assert nccl.communicator(world, "tree", "LL") == "pg"
     assert nccl.communicator(world, "tree", "LL") == "pg"  # connected once
     assert seen == [("new_group", "Tree", "LL", "nccl"), ("all_reduce", "Tree", "LL", "pg")]
     assert os.environ["NCCL_PROTO"] == "Simple" and "NCCL_ALGO" not in os.environ  # restored
-    nccl.create(["native:ring"], 2, dt.timedelta(seconds=5))  # the next sub-world's: the old destroyed
+    pinned.close()  # at the end of its sub-world's phase
+    nccl.create(["native:ring"], 2, dt.timedelta(seconds=5))
     assert seen[2] == ("destroy", "pg") and seen[3][1:3] == ("Ring", "Simple")
 
 
@@ -205,10 +203,10 @@ def test_a_broken_or_clashing_plugin_is_left_out_with_a_reason(monkeypatch):
               Point("nobuild", "x:z", object()), Point("fine", "x:w", good)]
     monkeypatch.delenv(algorithms.NO_PLUGINS_ENV, raising=False)
     monkeypatch.setattr(algorithms, "_entry_points", lambda: points)
-    monkeypatch.setattr(algorithms, "_plugins", None)
-    monkeypatch.setattr(algorithms, "PLUGIN_PROBLEMS", [])
+    algorithms._loaded.cache_clear()
     assert list(algorithms.plugins()) == ["fine"]
     assert algorithms.order()[-1] == "fine" and algorithms.lookup("fine").cost is None
-    problems = "\n".join(algorithms.PLUGIN_PROBLEMS)
+    problems = "\n".join(algorithms.plugin_problems())
+    algorithms._loaded.cache_clear()  # the next test's own plug-ins
     assert "ring = x:y: the name is taken" in problems and "ImportError: no torch" in problems
     assert "has no build" in problems

@@ -8,7 +8,7 @@ from distributed import RANK_TIMEOUT_S
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.config import Sampling
 from allreduce_bench.core.measure import patterns
-from allreduce_bench.core.measure.collective import measure
+from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import end_phase, make_world
 
@@ -81,10 +81,10 @@ def _forgets_to_add(tensor, world):
 def measure_counts_wrong(count: int) -> tuple[int, int, int]:
     """#wrong of a correct and a broken algorithm, and the number of timed iterations."""
     world = make_world(dist.get_world_size(), 1, Device(), RANK_TIMEOUT_S)
-    measured, good = measure(algorithms.lookup("ring"), world, count, torch.float32,
+    measured, good = measure(algorithms.lookup("ring"), world, Payload(count, torch.float32),
                              Sampling(loops=1, samples=3, warmup=1))
     broken = algorithms.Algorithm("broken", "forgets to add", _forgets_to_add)
-    _, bad = measure(broken, world, count, torch.float32, Sampling(loops=1, samples=2, warmup=0))
+    _, bad = measure(broken, world, Payload(count, torch.float32), Sampling(loops=1, samples=2, warmup=0))
     return good, bad, measured.samples
 
 
@@ -143,7 +143,7 @@ def rails_in_lockstep(count: int) -> tuple[int, int, int, list[int]]:
     call = (lambda: (dist.all_reduce(tensor, group=group), [0 for _ in range(20000)])) if rank >= 2 \
         else (lambda: dist.all_reduce(tensor, group=group))
     measured = timing.sample(call, device, group, Sampling(budget_s=0.05, min_sample_s=0.002),
-                             lockstep=dist.group.WORLD)
+                             timing.Together(lockstep=dist.group.WORLD))
     assert len(mine) == 2
     return measured.loops, measured.samples, len(measured.per_rank_us), [sum(barriers)]
 

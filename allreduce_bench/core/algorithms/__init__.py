@@ -10,6 +10,7 @@ the collective (default all_reduce, what every AllReduce-only caller means).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 
 from allreduce_bench.core.algorithms import (
@@ -75,8 +76,6 @@ def default_names(collective: str) -> tuple[str, ...]:
 
 Builder = Callable  # (tensor, world) -> call()
 
-_plugins: dict[str, dict[str, Algorithm]] | None = None  # collective -> name -> plug-in
-PLUGIN_PROBLEMS: list[str] = []  # plug-ins that could not be loaded, one line each
 
 
 def _entry_points() -> list:
@@ -106,26 +105,34 @@ def from_object(name: str, target, origin: str) -> Algorithm:
                      collective)
 
 
+@functools.cache
+def _loaded() -> tuple[dict[str, dict[str, Algorithm]], tuple[str, ...]]:
+    """(collective -> name -> plug-in, a line per plug-in that could not be loaded), once."""
+    found: dict[str, dict[str, Algorithm]] = {c: {} for c in COLLECTIVES}
+    problems = []
+    points = [] if user_setting(NO_PLUGINS_ENV) else _entry_points()
+    for point in sorted(points, key=lambda p: p.name):
+        origin = f"plug-in {point.name} = {point.value}"
+        try:
+            algorithm = from_object(point.name, point.load(), origin)
+        except Exception as error:  # a broken plug-in must not break the benchmark
+            problems.append(f"{origin}: {type(error).__name__}: {error}")
+            continue
+        if point.name in {**BUILT_IN_BY_COLLECTIVE[algorithm.collective], **found[algorithm.collective]}:
+            problems.append(f"{origin}: the name is taken; ignored")
+        else:
+            found[algorithm.collective][point.name] = algorithm
+    return found, tuple(problems)
+
+
 def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
-    """Algorithms of installed plug-ins for this collective, all loaded once. One that fails to
-    load (say it imports torch where there is none) is left out and noted in PLUGIN_PROBLEMS."""
-    global _plugins
-    if _plugins is None:
-        _plugins = {c: {} for c in COLLECTIVES}
-        points = [] if user_setting(NO_PLUGINS_ENV) else _entry_points()
-        for point in sorted(points, key=lambda p: p.name):
-            origin = f"plug-in {point.name} = {point.value}"
-            try:
-                algorithm = from_object(point.name, point.load(), origin)
-            except Exception as error:  # a broken plug-in must not break the benchmark
-                PLUGIN_PROBLEMS.append(f"{origin}: {type(error).__name__}: {error}")
-                continue
-            taken = {**BUILT_IN_BY_COLLECTIVE[algorithm.collective], **_plugins[algorithm.collective]}
-            if point.name in taken:
-                PLUGIN_PROBLEMS.append(f"{origin}: the name is taken; ignored")
-            else:
-                _plugins[algorithm.collective][point.name] = algorithm
-    return _plugins[collective]
+    """Algorithms of installed plug-ins for this collective. One that fails to load (say it
+    imports torch where there is none) is left out, in `plugin_problems`."""
+    return _loaded()[0][collective]
+
+
+def plugin_problems() -> tuple[str, ...]:
+    return _loaded()[1]
 
 
 def registry(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:

@@ -56,28 +56,34 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
     return values
 
 
-_communicators: dict[tuple, ProcessGroup] = {}  # (algo, proto) -> this rank's group in the sub-world
-_warm: set[tuple] = set()  # those whose first AllReduce ran
+class Pinned:
+    """The pinned variants' communicators of one sub-world on this rank, (algo, proto) -> its
+    group (none on a rank outside the sub-world), and those whose first AllReduce ran."""
+
+    def __init__(self, groups: dict[tuple, ProcessGroup]):
+        self.groups, self.warm = groups, set[tuple]()
+
+    def close(self) -> None:
+        """Destroy them, in the order they were made (the same on every rank)."""
+        import torch.distributed as dist
+
+        for group in self.groups.values():
+            dist.destroy_process_group(group)
 
 
-def create(names, world_size: int, timeout: timedelta) -> None:
+def create(names, world_size: int, timeout: timedelta) -> Pinned:
     """The communicators of the pinned variants among `names` for the sub-world of ranks
-    0..world_size-1; the previous sub-world's are destroyed first, in the order they were made.
-
-    Collective: every rank of the default group calls it with the same arguments (see above),
-    including ranks outside the sub-world, which keep no group."""
+    0..world_size-1. Collective: every rank of the default group calls it with the same
+    arguments (see above), including ranks outside the sub-world, which keep no group."""
     import torch.distributed as dist
 
-    for group in _communicators.values():
-        dist.destroy_process_group(group)
-    _communicators.clear()
-    _warm.clear()
-    members = list(range(world_size))
+    groups, members = {}, list(range(world_size))
     for key in (VARIANTS[name] for name in names if name in VARIANTS):
         with overridden(nccl_environment(*key)):
             group = dist.new_group(members, timeout=timeout, backend="nccl")
         if dist.get_rank() in members:
-            _communicators[key] = group
+            groups[key] = group
+    return Pinned(groups)
 
 
 def communicator(world: World, algo: str, proto: str | None):
@@ -85,14 +91,14 @@ def communicator(world: World, algo: str, proto: str | None):
     import torch
     import torch.distributed as dist
 
-    key = (algo, proto)
-    group = _communicators[key]
-    if key not in _warm:
+    key, pinned = (algo, proto), world.pinned
+    group = pinned.groups[key]
+    if key not in pinned.warm:
         with overridden(nccl_environment(algo, proto)):
             # without the binding, NCCL connects here; the wait gives up after --timeout
             dist.all_reduce(torch.zeros(1, device=world.device.torch_device), group=group)
             world.device.synchronize()
-        _warm.add(key)
+        pinned.warm.add(key)
     return group
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms.base import chunk_bounds, fold, virtual_rank
 
@@ -20,10 +20,11 @@ if TYPE_CHECKING:
 
     from allreduce_bench.core.measure.world import CommGroup, World
 
-Ops = list  # one step's torch.distributed.P2POp operations (a cost's step is base.Step)
-_dist: Any = None  # torch.distributed and torch, bound by `step` at build time so the timed
-_torch: Any = None
-# calls import nothing
+class Ops(list):
+    """One step's torch.distributed.P2POp operations (a cost's step is base.Step), with torch's
+    batch call bound when they are built, so the timed calls import nothing."""
+
+    post: Callable[[list], list]
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
@@ -32,19 +33,17 @@ def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
 
     Built once per size, outside the timed region; `run` only posts and waits.
     """
-    global _dist, _torch
-    import torch
     import torch.distributed as dist
 
-    _dist, _torch = dist, torch
-    ops = [dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel()]
+    ops = Ops(dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel())
     ops += [dist.P2POp(dist.isend, t, peer, group=group.pg) for t, peer in sends if t.numel()]
+    ops.post = dist.batch_isend_irecv
     return ops
 
 
 def start(ops: Ops) -> list:
     """Post the ops; one request per op (gloo) or a single one for the batch (NCCL)."""
-    return _dist.batch_isend_irecv(ops) if ops else []
+    return ops.post(ops) if ops else []
 
 
 def in_order(calls: list) -> Callable[[], None]:
@@ -101,6 +100,8 @@ class ReduceStep:
                 if b.numel():
                     self.pairs.append((i, b, o))
         self.ops = step(group, [(s, peer) for view, peer in sends for s in segments(view)], recvs)
+        import torch
+        self._sum = torch.add  # bound now: the timed call imports nothing
 
     def __call__(self) -> None:
         requests = start(self.ops)
@@ -108,21 +109,20 @@ class ReduceStep:
             adding = requests[self.plain:self.plain + len(self.pairs)]
             for request, pair in zip(adding, self.pairs):
                 request.wait()
-                _add(*pair)
+                self._add(*pair)
             for request in requests[:self.plain] + requests[self.plain + len(self.pairs):]:
                 request.wait()
         else:  # one request for the whole batch (NCCL): the adds queue behind it
             for request in requests:
                 request.wait()
             for pair in self.pairs:
-                _add(*pair)
+                self._add(*pair)
 
-
-def _add(addend: torch.Tensor, buffer: torch.Tensor, out: torch.Tensor) -> None:
-    if out is addend:
-        addend.add_(buffer)
-    else:
-        _torch.add(addend, buffer, out=out)
+    def _add(self, addend: torch.Tensor, buffer: torch.Tensor, out: torch.Tensor) -> None:
+        if out is addend:
+            addend.add_(buffer)
+        else:
+            self._sum(addend, buffer, out=out)
 
 
 def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], list[Callable[[], None]]]:

@@ -12,6 +12,8 @@ once more; every element is compared and mismatches summed over ranks are `wrong
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from allreduce_bench.core.algorithms import Algorithm
@@ -59,18 +61,26 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
     return 0 if expected is None else patterns.count_wrong(recv, expected)
 
 
-def measure(algorithm: Algorithm, world: World, count: int, dtype: torch.dtype,
-            sampling: timing.Sampling, in_place: bool = False, agree_over=None,
-            check: bool = True, lockstep=None) -> tuple[timing.Measured, int]:
+@dataclass(frozen=True)
+class Payload:
+    """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or
+    not (AllReduce, Broadcast and Reduce always are)."""
+
+    count: int
+    dtype: torch.dtype
+    in_place: bool = False
+
+
+def measure(algorithm: Algorithm, world: World, payload: Payload, sampling: timing.Sampling,
+            check: bool = True, together: timing.Together = timing.ALONE) -> tuple[timing.Measured, int]:
     """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check` (a round before a row's last) nothing is checked and #wrong is 0; `agree_over` and
-    `lockstep` as in timing.sample."""
-    collective = algorithm.collective
-    send, recv = buffers(collective, count, world, dtype, in_place)
+    `check` (a round before a row's last) nothing is checked and #wrong is 0."""
+    collective, count = algorithm.collective, payload.count
+    send, recv = buffers(collective, count, world, payload.dtype, payload.in_place)
     # AllReduce's algorithms build on one buffer (in place), the others' on send and receive
     call = algorithm.build(send, world) if collective == "all_reduce" else \
         algorithm.build(send, recv, world)
-    measured = timing.sample(call, world.device, world.group.pg, sampling, agree_over, lockstep)
+    measured = timing.sample(call, world.device, world.group.pg, sampling, together)
     if not check:
         return measured, 0
     wrong = count_wrong(collective, call, send, recv, count, world)

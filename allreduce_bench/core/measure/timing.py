@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -122,30 +122,52 @@ def total(count: int | torch.Tensor, group, device: Device) -> int:
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
                  host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
     """This rank's time per call (us) in each of `count` samples of `loops` calls, each
-    sample started after an alignment over `group`.
-
-    `before_clock` runs on this rank after the alignment and before its clock starts (a hook
-    that makes a rank late on purpose)."""
+    sample started after an alignment over `group` (then a device-side spin, unless
+    `host_launch`) and `before_clock` (a hook that makes a rank late on purpose)."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
+
+    def align() -> None:
+        device.align(group, spin)
+        if before_clock is not None:
+            before_clock()
+
     for i in range(count):
-        take_sample(call, device, group, timer, i, loops, spin, before_clock)
+        take_sample(call, device, timer, i, loops, align)
     return [t / loops for t in timer.times_us()]
 
 
-def take_sample(call: Callable[[], None], device: Device, group, timer, i: int, loops: int = 1,
-                spin_s: float = 0.0, before_clock: Callable[[], None] | None = None) -> None:
-    """Sample i of `timer`: align over `group` (then `spin_s` of device-side spin), then
-    `loops` calls between the timer's start and stop; read the times once all are taken."""
-    device.align(group, spin_s)
-    if before_clock is not None:
-        before_clock()
+def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: int,
+                align: Callable[[], None]) -> None:
+    """Sample i of `timer`: `align()`, then `loops` calls between the timer's start and stop;
+    read the times once all are taken."""
+    align()
     queued = time.perf_counter()  # outside the interval: only the calls are timed
     timer.start(i)
     for _ in range(loops):
         call()
     timer.stop(i)
     device.note_launch(time.perf_counter() - queued, loops)  # sizes the next GPU spin
+
+
+@dataclass(frozen=True)
+class Together:
+    """How a group sampling beside others coordinates with them (None: it samples alone).
+
+    `agree_over`: a larger group (e.g. dist.group.WORLD) whose ranks all sample at once, in
+    several groups side by side: loops and samples are decided, and times gathered, over it, so
+    every group makes the same number of calls and the result is the slowest group's.
+    `lockstep`: a larger group whose groups side by side must overlap in every sample (the rails
+    of one host pair, which on the emulated cluster share one link): loops and samples are
+    decided over it and every sample starts after an alignment over it, while the times are this
+    group's own. Without it such groups drift apart, and a group sampling alone reads up to L
+    times the bandwidth of one sharing the link."""
+
+    agree_over: Any = None
+    lockstep: Any = None
+
+
+ALONE = Together()
 
 
 @dataclass(frozen=True)
@@ -158,22 +180,12 @@ class Measured:
 
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
-           agree_over=None, lockstep=None) -> Measured:
-    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`.
-
-    `agree_over`: None for `group` itself; or a larger group (e.g. dist.group.WORLD) whose ranks
-    all sample at once, in several groups side by side: loops and samples are then decided, and
-    times gathered, over it, so every group makes the same number of calls and the result is
-    the slowest group's.
-
-    `lockstep`: a larger group whose groups side by side must overlap in every sample (the
-    rails of one host pair, which on the emulated cluster share one link): loops and samples
-    are decided over it and every sample starts after an alignment over it, while the times
-    are this group's own. Without it such groups drift apart, and a group sampling alone
-    reads up to L times the bandwidth of one sharing the link."""
+           together: Together = ALONE) -> Measured:
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`
+    (None: the default world), coordinated with the groups beside it as `together` says."""
     # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
-    # (group may be None: the default world)
-    agree = lockstep if lockstep is not None else group if agree_over is None else agree_over
+    lockstep = together.lockstep
+    agree = lockstep if lockstep is not None else group if together.agree_over is None else together.agree_over
     aligned, kept = (group, agree) if lockstep is None else (lockstep, group)
     for _ in range(sampling.warmup):
         call()

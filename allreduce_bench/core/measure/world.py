@@ -61,6 +61,7 @@ class World:
     inter: CommGroup  # same local rank, every node
     ranks_per_node: int
     device: Device
+    pinned: Any = None  # NCCL's pinned variants' communicators (algorithms/nccl.py Pinned)
 
     @property
     def rank(self) -> int:

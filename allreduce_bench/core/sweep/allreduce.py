@@ -7,6 +7,7 @@ each rank's time per call kept per sample.
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import replace
 from typing import Any
 
 import torch.distributed as dist
@@ -32,8 +33,8 @@ from allreduce_bench.core.sweep.rows import Point, pooled_row
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
     """One AllReduce measurement; sizes are whole elements (config/run.py run_sizes)."""
     def measure_once(sampling: timing.Sampling, check: bool):
-        return measuring.measure(algorithms.lookup(name), world, count, torch_dtype(config.dtype),
-                                 sampling, check=check)
+        return measuring.measure(algorithms.lookup(name), world,
+                                 measuring.Payload(count, torch_dtype(config.dtype)), sampling, check)
 
     return passes.Item(name, count * config.itemsize, measure_once,
                        lambda taken, wrong: pooled_row(config, world, Point(name, count), taken, wrong, hosts))
@@ -100,12 +101,13 @@ def measure_phases(session: Session) -> int:
             progress.at(index, 0, f"building the groups of world size {world_size}", everyone)
             session.bind_phase(world_size)
             world = make_world(world_size, ranks_per_node, device, launch.timeout_s)
-            nccl.create(config.algorithms, world_size, group_timeout(device, launch.timeout_s))
+            pinned = nccl.create(config.algorithms, world_size, group_timeout(device, launch.timeout_s))
             if world is not None:
                 phase = Phase(session, console, world_size, index, done[0])
-                wrong += sweep(config, world, phase, session.hosts)
+                wrong += sweep(config, replace(world, pinned=pinned), phase, session.hosts)
             progress.at(index, DONE, f"the end of world size {world_size}", everyone)
             end_phase(world, f"run-{world_size}", device)
+            pinned.close()
     finally:
         console.close()
     return wrong

@@ -86,8 +86,8 @@ def collective_item(config: RunConfig, world: World, m: Measurement, hosts: list
     in_place = m.in_place_half or measuring.MODES[m.collective][0]
 
     def measure_once(sampling, check: bool):
-        return measuring.measure(m.algorithm, world, m.count, torch_dtype(config.dtype), sampling,
-                                 in_place, check=check)
+        return measuring.measure(m.algorithm, world,
+                                 measuring.Payload(m.count, torch_dtype(config.dtype), in_place), sampling, check)
 
     def row(taken, wrong: int):
         made, samples = pooled_row(config, world, Point(m.name, m.count, m.collective,
