@@ -164,7 +164,7 @@ def spread(values: list[float]) -> float:
 
 
 def harness_against_loop(out: Path, runs: int, baseline: Path | None) -> None:
-    from allreduce_bench.core.launch.environments import launch_local
+    from allreduce_bench.core.launch.local import launch_local
     from allreduce_bench.core.metrics import busbw_GBps
 
     sizes = ",".join(f"{s >> 10}K" for s in LOOP_SIZES)

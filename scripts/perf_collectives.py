@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.config import CPU_DEFAULTS
-from allreduce_bench.core.launch.environments import launch_local
+from allreduce_bench.core.launch.local import launch_local
 from allreduce_bench.core.measure import collective
 from allreduce_bench.core.measure.device import Device
 from allreduce_bench.core.measure.world import make_world

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core import algorithms, metrics
 from allreduce_bench.core.config import CPU_DEFAULTS, Sampling
-from allreduce_bench.core.launch.environments import launch_local
+from allreduce_bench.core.launch.local import launch_local
 from allreduce_bench.core.measure import timing
 from allreduce_bench.core.measure.collective import measure
 from allreduce_bench.core.measure.device import Device

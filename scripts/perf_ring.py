@@ -86,7 +86,7 @@ def main() -> None:
     options = parser.parse_args()
     root = options.out or Path(tempfile.mkdtemp(prefix="perf_ring-"))
     if options.slices:
-        from allreduce_bench.core.launch.environments import launch_local
+        from allreduce_bench.core.launch.local import launch_local
 
         slices = [(units.parse_size(s), int(w)) for s in options.slices.split(",")
                   for w in options.windows.split(",")]

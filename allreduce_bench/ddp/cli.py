@@ -37,7 +37,7 @@ def ddp(**options):
     from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.config.launch import from_params
     from allreduce_bench.core.environment import how_started
-    from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.launch.local import announce
     from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.ddp.benchmark import BENCHMARK

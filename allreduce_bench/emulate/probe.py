@@ -109,7 +109,7 @@ PROBE_TIMEOUT_S = 300.0  # as long as the driver waits for a probe (cluster._pro
 
 
 if __name__ == "__main__":
-    from allreduce_bench.core.launch.environments import launch_local
+    from allreduce_bench.core.launch.local import launch_local
     if sys.argv[1] == "ddp":  # under torchrun, one launch per emulated host
         _ddp_rank(sys.argv[2], *map(int, sys.argv[3:7]))
     elif sys.argv[1] == "backward":

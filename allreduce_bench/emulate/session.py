@@ -8,6 +8,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from allreduce_bench.core.hooks import Runnable
 from allreduce_bench.core.results.resume import kept
@@ -162,7 +163,7 @@ class Shaped:
     out_dir: Path
 
 
-def _run_one(on: Shaped, runnable: Runnable, args: list[str], config, step: str) -> int:
+def _run_one(on: Shaped, runnable: Runnable, args: list[str], config: Any, step: str) -> int:
     """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
     `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
     bar below says how far the benchmark is)."""

@@ -4,11 +4,15 @@ catalogue's figures that match it, its link limit, and the NCCL settings that ch
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.units import format_size
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.measure.context import Measuring
 
 
 def _figure(row) -> str:
@@ -35,7 +39,7 @@ def headline(system, collective: str = "all_reduce") -> str:
     return f"expect: {collective} on {system.describe()}: {bound}; {closest}"
 
 
-def run_headline(config) -> str:
+def run_headline(config: Measuring) -> str:
     """`run --expect`'s line, from this host (the run's GPUs, NICs, and its layout: the launcher's
     nodes, or the largest world over --ranks-per-node)."""
     from allreduce_bench.core.environment import launcher_env

@@ -36,13 +36,16 @@ from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.context import Benchmark
 from allreduce_bench.core.measure.device import torch_dtype
+from allreduce_bench.core.measure.progress import Board, Liveness
+from allreduce_bench.core.measure.rank import Session
 from allreduce_bench.core.measure.timing import Measured, Together
 from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import Point, make_row
 from allreduce_bench.health import ending, pairing, throttle
-from allreduce_bench.health.coordination import POLL_S, Board, Groups, Liveness, assemble
+from allreduce_bench.health.config import HealthConfig
+from allreduce_bench.health.coordination import POLL_S, Groups, assemble
 from allreduce_bench.health.decide import Measurement
 from allreduce_bench.health.journal import Journal
 from allreduce_bench.health.reference import MEDIAN_SE
@@ -90,7 +93,7 @@ def _key(k: int, group: Group) -> str:
 class Rank:
     """This rank's part in the rounds: make its groups, measure, report."""
 
-    def __init__(self, session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
+    def __init__(self, session: Session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
                  ranks_per_node: int, hosts: list[str] | None = None, journal: Journal | None = None):
         self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
         self.journal = journal
@@ -206,7 +209,7 @@ def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
     return silent
 
 
-def rows_of(session, k: int, group: Group, result: dict):
+def rows_of(session: Session, k: int, group: Group, result: dict):
     """(row, raw samples) per size of one group's result, in the schema of every benchmark."""
     config = session.config
     comm = CommGroup(None, group.ranks, 0)
@@ -227,7 +230,7 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def collect(session, board: Board, k: int, slots: list[list[Group]]) -> list:
+def collect(session: Session, board: Board, k: int, slots: list[list[Group]]) -> list:
     """Every group result of round k that came: rows and samples recorded, Measurements back."""
     found = []
     for slot in slots:
@@ -251,7 +254,7 @@ def median_noise(row: dict) -> float:
     return MEDIAN_SE * float(cv) / samples ** 0.5
 
 
-def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) -> None:
+def coordinate(session: Session, rank: Rank, board: Board, liveness: Liveness, settings) -> None:
     """Rank 0: every round from plan to verdicts; health.json after each (complete at the end)."""
     from allreduce_bench.health.outputs import document
     from allreduce_bench.health.reference import Reference
@@ -308,7 +311,7 @@ def coordinate(session, rank: Rank, board: Board, liveness: Liveness, settings) 
     write_health(config.launch.out_dir, document(check, layout, note=_note(check)))
 
 
-def lead(session, rank: Rank, board: Board) -> None:
+def run_rounds(session: Session, rank: Rank, board: Board) -> None:
     """Rank 0: coordinate on a thread (with its own Liveness: each watches from its own
     start), take part like every rank on this one; the coordinator's failure is raised here,
     after every rank was told to stop."""
@@ -342,7 +345,7 @@ def _note(check) -> str:
     return ""
 
 
-def measure_health(session) -> int:
+def measure_health(session: Session) -> int:
     """Every rank: the hosts from the gathered hostnames, then coordinate (rank 0) or follow."""
     config, env, end = session.config, session.env, session.progress.end
     L = config.launch.ranks_per_node or env.local_world_size
@@ -379,7 +382,7 @@ def measure_health(session) -> int:
     held = False
     try:
         if session.writer:
-            lead(session, rank, board)
+            run_rounds(session, rank, board)
         else:
             rank.follow()
         if not session.local:  # the confirmation at the end of the check (health/ending.py)
@@ -426,11 +429,11 @@ def _watch_store(board: Board, progress, coordinator: str, lost, limit_s: float)
          f"{limit_s:g} s at {progress.where}")
 
 
-def prepare(config) -> None:
+def prepare(config: HealthConfig) -> None:
     start_meta_unless_launched(config, run_meta.host_meta)
 
 
-def whole_world(config) -> list[int]:
+def whole_world(config: HealthConfig) -> list[int]:
     """health measures one world: --hosts x --ranks-per-node ranks."""
     return [max(config.launch.world_sizes)]
 

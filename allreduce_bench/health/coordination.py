@@ -1,5 +1,5 @@
-"""Coordinating ranks without world collectives: a key-value board on the launcher's c10d
-store, heartbeats, and sub-groups that only their members create.
+"""Coordinating ranks without world collectives: the core's Board on the launcher's c10d store
+(measure/progress.py: values and heartbeats), and sub-groups that only their members create.
 
 A world collective waits for every rank, so one frozen rank blocks all; the health check
 instead publishes each round on the store and every rank polls it with a deadline. A
@@ -28,87 +28,15 @@ it creates with the whole timeout). NCCL connects a group's members at its first
 """
 from __future__ import annotations
 
-import json
-import threading
 import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from allreduce_bench.core.measure import flight_recorder
+from allreduce_bench.core.measure.progress import Board, Liveness
 
 POLL_S = 0.05
-HEARTBEAT_S = 1.0
-
-
-def _default_store():
-    # the store every rank already shares (torchrun's agent store, or rank 0's TCPStore)
-    return dist.distributed_c10d._get_default_store()
-
-
-class Board:
-    """JSON values under one run's prefix of the shared store, and this rank's heartbeat."""
-
-    def __init__(self, run_id: str, rank: int):
-        self.store = dist.PrefixStore(f"allreduce-bench/{run_id}/", _default_store())
-        self.rank = rank
-        self._stop = threading.Event()
-        self.beaten = time.monotonic()  # when a heartbeat last went through
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat")
-        self._beat.start()
-
-    def _heartbeat(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.store.add(f"alive/{self.rank}", 1)
-            except (RuntimeError, OSError):  # the store's host is gone: the main loop says so
-                return
-            self.beaten = time.monotonic()
-            self._stop.wait(HEARTBEAT_S)
-
-    def unanswered_s(self) -> float:
-        """Seconds since the store last took a heartbeat: a store whose host was cut off leaves
-        the calls hanging far beyond any timeout (TCP retransmits), not failing."""
-        return time.monotonic() - self.beaten
-
-    def close(self) -> None:
-        self._stop.set()
-
-    @property
-    def closed(self) -> bool:
-        return self._stop.is_set()
-
-    def put(self, key: str, value) -> None:
-        self.store.set(key, json.dumps(value))
-
-    def has(self, key: str) -> bool:
-        return self.store.check([key])
-
-    def get(self, key: str):
-        return json.loads(self.store.get(key))
-
-    def add(self, key: str, amount: int = 1) -> int:
-        """The counter under `key` after adding `amount` (0 reads it)."""
-        return int(self.store.add(key, amount))
-
-    def beats(self, rank: int) -> int:
-        return self.add(f"alive/{rank}", 0)
-
-
-class Liveness:
-    """Which ranks stopped beating: a counter unchanged for `timeout_s` since first watched."""
-
-    def __init__(self, board: Board, timeout_s: float):
-        self.board, self.timeout_s = board, timeout_s
-        self._seen: dict[int, tuple[int, float]] = {}
-
-    def silent(self, rank: int) -> bool:
-        now, beats = time.monotonic(), self.board.beats(rank)
-        last = self._seen.get(rank)
-        if last is None or last[0] != beats:
-            self._seen[rank] = (beats, now)
-            return False
-        return now - last[1] > self.timeout_s
 
 
 class Absent(RuntimeError):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 
 from allreduce_bench.core.measure.context import Run
-from allreduce_bench.health.coordination import HEARTBEAT_S, POLL_S, Board, Liveness
+from allreduce_bench.core.measure.progress import HEARTBEAT_S, Board, Liveness
+from allreduce_bench.health.coordination import POLL_S
 
 REQUEST = "confirm"
 SILENT_S = 5 * HEARTBEAT_S  # heartbeats missed before a rank is not confirming (a cut stops them)

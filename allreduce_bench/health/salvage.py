@@ -28,6 +28,7 @@ from allreduce_bench.health.verdicts import NOT_JUDGED, UNHEALTHY
 
 if TYPE_CHECKING:
     from allreduce_bench.core.measure.context import Run
+    from allreduce_bench.health.config import HealthConfig
 
 FINAL_GRACE_S = 5.0  # beyond --timeout after the verdict, for the others to end or give up
 LOST_GRACE_S = 12.0  # beyond --timeout after a launch failed and the check stopped moving
@@ -62,7 +63,7 @@ def after_local_failure(run: Run, exits: dict[int, int], since: float) -> int:
 SURVIVOR_WAIT_S = 3.0  # for the other survivors' journals to say they lost the coordinator too
 
 
-def survivor_writes(config, hosts: list[str], since: float) -> int | None:
+def survivor_writes(config: HealthConfig, hosts: list[str], since: float) -> int | None:
     """Under srun, mpirun or torchrun across hosts no process of ours outlives the ranks: the
     first survivor that lost the coordinator claims the verdict (a file created exclusively
     beside the journals, on the shared results folder) and writes it from the journals alone;
@@ -132,7 +133,7 @@ class Watch:
     verdict from what survived when it cannot. The launcher's store lives in `store_host`'s
     launch (emulate's static rendezvous: host 0's torchrun)."""
 
-    def __init__(self, out_dir, since: float, config, store_host: str = "node0"):
+    def __init__(self, out_dir, since: float, config: HealthConfig, store_host: str = "node0"):
         self.out_dir, self.since, self.store_host = Path(out_dir), since, store_host
         self.timeout_s, self.prometheus = config.launch.timeout_s, config.settings.prometheus
         self._first: dict[str, float] = {}  # when each state was first seen: failed, final, complete

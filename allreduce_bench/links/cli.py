@@ -63,7 +63,7 @@ def links(**options):
     """
     from allreduce_bench.core.cli.finish import measure_then_finish
     from allreduce_bench.core.environment import how_started
-    from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.launch.local import announce
     from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.units import byte_list

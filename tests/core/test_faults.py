@@ -214,7 +214,7 @@ def test_fault_hook_and_failure_description():
 
     from fault_plugin import Fault
 
-    from allreduce_bench.core.launch.environments import describe_failure
+    from allreduce_bench.core.launch.local import describe_failure
     assert Fault.from_env({}) is None
     assert Fault.from_env({FAULT_ENV: "rank=1,after_rows=2,action=stall,seconds=9"}) == \
         Fault(1, 2, "stall", 9.0)

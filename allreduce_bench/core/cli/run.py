@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,10 @@ from allreduce_bench.core.cli.types import DTYPE
 from allreduce_bench.core.config import EXTRA_BUDGET_S, ROUNDS
 from allreduce_bench.core.config.checks import OUTPUT_PATH
 from allreduce_bench.core.config.launch import POLICIES
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.config import RunConfig
+    from allreduce_bench.core.measure.context import Run
 
 
 def sweep_options(command):
@@ -55,7 +60,7 @@ def sweep_options(command):
     return command
 
 
-def describe(config) -> str:
+def describe(config: RunConfig) -> str:
     """The algorithms of the run, per collective where there are others than AllReduce."""
     if not config.collectives:
         return ",".join(config.algorithms)
@@ -114,7 +119,7 @@ def run(**options):
     from allreduce_bench.core.config.launch import from_params
     from allreduce_bench.core.config.run import run_config
     from allreduce_bench.core.environment import how_started
-    from allreduce_bench.core.launch.environments import announce
+    from allreduce_bench.core.launch.local import announce
     from allreduce_bench.core.measure.context import Run
     from allreduce_bench.core.measure.device import this_host
     from allreduce_bench.core.sweep.allreduce import BENCHMARK
@@ -132,7 +137,7 @@ def run(**options):
     sys.exit(measure_then_finish(Run(config, BENCHMARK, hooks), judged(finish_run, floor)))
 
 
-def finish_run(run) -> int:
+def finish_run(run: Run) -> int:
     """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
-from allreduce_bench.core.launch.environments import describe_failure, launch_local, stopped_record
+from allreduce_bench.core.launch.local import describe_failure, launch_local, stopped_record
 from allreduce_bench.core.launch.reasons import first_reason, guarded
 from allreduce_bench.core.measure import flight_recorder, stopped
 from allreduce_bench.core.measure.context import LocalRun, Run

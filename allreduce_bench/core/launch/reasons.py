@@ -77,7 +77,7 @@ def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalR
 
 def _leave_mark(local: LocalRun | None, name: str, text: str) -> bool:
     """A file in the local world's reason directory, for the driver: why this rank failed
-    (`rank-R`), or that it returned (`returned-PID`, for launch/environments.py's watcher).
+    (`rank-R`), or that it returned (`returned-PID`, for launch/local.py's watcher).
     False where there is none (under a launcher) or it cannot be written."""
     if local is None:
         return False

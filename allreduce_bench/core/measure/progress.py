@@ -26,6 +26,7 @@ from allreduce_bench.core.environment import process_state, under_elastic_agent
 from allreduce_bench.core.errors import PEER_LOST_EXIT, TERMINATED_EXIT
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
+HEARTBEAT_S = 1.0  # a Board's heartbeat
 STORE_WAIT_S = 2.0  # how long a failed rank waits on the store before it gives up on it
 # A rank that gives up stays this long before it exits, so that peers can still read the store
 # it may host (rank 0 under srun/mpirun) before the launcher kills the job.
@@ -56,7 +57,77 @@ def _settled(seconds: float = 0.2) -> bool:
     return True
 
 
+class Board:
+    """The one liveness protocol over the launch's c10d store (torchrun's agent store, or rank
+    0's TCPStore): JSON values and counters under `name`'s prefix, and, with `beat`, this rank's
+    heartbeat (a counter bumped every HEARTBEAT_S: a SIGSTOPped or dead process bumps nothing)."""
+
+    def __init__(self, name: str, rank: int, beat: bool = True):
+        self.store = dist.PrefixStore(f"allreduce-bench/{name}/", dist.distributed_c10d._get_default_store())
+        self.rank = rank
+        self._stop = threading.Event()
+        self.beaten = time.monotonic()  # when a heartbeat last went through
+        if beat:
+            threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat").start()
+
+    def _heartbeat(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.store.add(f"alive/{self.rank}", 1)
+            except (RuntimeError, OSError):  # the store's host is gone: the main loop says so
+                return
+            self.beaten = time.monotonic()
+            self._stop.wait(HEARTBEAT_S)
+
+    def unanswered_s(self) -> float:
+        """Seconds since the store last took a heartbeat: a store whose host was cut off leaves
+        the calls hanging far beyond any timeout (TCP retransmits), not failing."""
+        return time.monotonic() - self.beaten
+
+    def close(self) -> None:
+        self._stop.set()
+
+    @property
+    def closed(self) -> bool:
+        return self._stop.is_set()
+
+    def put(self, key: str, value) -> None:
+        self.store.set(key, json.dumps(value))
+
+    def has(self, key: str) -> bool:
+        return self.store.check([key])
+
+    def get(self, key: str):
+        return json.loads(self.store.get(key))
+
+    def add(self, key: str, amount: int = 1) -> int:
+        """The counter under `key` after adding `amount` (0 reads it)."""
+        return int(self.store.add(key, amount))
+
+    def beats(self, rank: int) -> int:
+        return self.add(f"alive/{rank}", 0)
+
+
+class Liveness:
+    """Which ranks stopped beating: a counter unchanged for `timeout_s` since first watched."""
+
+    def __init__(self, board: Board, timeout_s: float):
+        self.board, self.timeout_s = board, timeout_s
+        self._seen: dict[int, tuple[int, float]] = {}
+
+    def silent(self, rank: int) -> bool:
+        now, beats = time.monotonic(), self.board.beats(rank)
+        last = self._seen.get(rank)
+        if last is None or last[0] != beats:
+            self._seen[rank] = (beats, now)
+            return False
+        return now - last[1] > self.timeout_s
+
+
 class Progress:
+    """Where this rank is (phase, step, pid, host) on the Board, and, once a collective failed,
+    which ranks of its world it waits on."""
+
     def __init__(self, rank: int, world_size: int, master: tuple[str | None, int | None] = (None, None)):
         self.rank, self.members, self.master = rank, tuple(range(world_size)), master
         self.phase, self.step, self.where = 0, 0, "start-up"
@@ -64,29 +135,28 @@ class Progress:
         self.lost: dict[int, str] = {}  # what `missing` found: rank -> its state ('' when only behind)
         self.end = EndLine()  # this process's one end line
         try:  # private but long-standing; without it only the missing rank goes unnamed
-            self.store: dist.PrefixStore | None = dist.PrefixStore("allreduce_bench/progress",
-                                          dist.distributed_c10d._get_default_store())
+            self.board: Board | None = Board("progress", rank, beat=False)
         except Exception:
-            self.store = None
+            self.board = None
         self._publish()
 
     def at(self, phase: int, step: int, where: str, members: tuple[int, ...]) -> None:
         self.phase, self.step, self.where, self.members = phase, step, where, members
         self._publish()
 
-    def _publish(self) -> None:
-        if self.store is not None:
+    def _publish(self, gave_up: bool = False) -> None:
+        if self.board is not None:
             try:
-                self.store.set(str(self.rank), f"{self.phase} {self.step} {self.pid} {self.host}")
+                self.board.put(str(self.rank), [self.phase, self.step, self.pid, self.host, gave_up])
             except Exception:
-                self.store = None
+                self.board = None
 
     def missing(self) -> str:
         """Which ranks of my world this rank's failure is waiting on, in words:
         'missing rank 1', 'missing ranks 1,3 (1 frozen)', 'missing rank 0 (the store's host) is
         gone', or 'missing rank unknown'."""
         host_is_rank0 = store_host() == "rank 0" and self.rank != 0 and 0 in self.members
-        if self.store is None:
+        if self.board is None:
             return "missing rank unknown"
         gone = "missing rank 0 (the store's host) is gone"
         # A killed process's sockets close one by one: the listening one may outlive, by a few
@@ -119,21 +189,21 @@ class Progress:
     def _not_here(self) -> dict[int, str] | None:
         """Ranks of my world behind my step, or on this host and stopped or dead, with that
         state ('' when only behind); None when the store cannot tell."""
-        if self.store is None:
+        board = self.board
+        if board is None:
             return None
         try:
-            self.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
+            board.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
             # Say that I gave up too: a peer that finds me gone later must not blame me.
-            self.store.set(str(self.rank), f"{self.phase} {self.step} {self.pid} {self.host} "
-                                           "gave-up")
+            board.put(str(self.rank), [self.phase, self.step, self.pid, self.host, True])
             found: dict[int, str] = {}
             for rank in self.members:
                 if rank == self.rank:
                     continue
-                if not self.store.check([str(rank)]):
+                if not board.has(str(rank)):
                     found[rank] = ""  # never got as far as start-up
                     continue
-                phase, step, pid, host, *gave_up = self.store.get(str(rank)).decode().split(" ")
+                phase, step, pid, host, gave_up = board.get(str(rank))
                 if gave_up:
                     continue  # failed like me, waiting on the same missing rank(s)
                 # A peer at my step whose process is stopped or dead froze inside it.
@@ -150,7 +220,7 @@ LOST_MARK = "lost-"  # + the rank: the ranks a rank of a local world gave up on,
 
 def leave_lost(folder: str, rank: int, progress: Progress) -> None:
     """What `progress.missing` found, as JSON in a local world's reasons folder
-    (launch/environments.py `stopped_record` names the stopped rank from it)."""
+    (launch/local.py `stopped_record` names the stopped rank from it)."""
     try:
         (Path(folder) / f"{LOST_MARK}{rank}").write_text(json.dumps(
             {"lost": progress.lost, "where": progress.where, "t": time.time()}))

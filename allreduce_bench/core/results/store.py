@@ -11,6 +11,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -219,7 +220,7 @@ def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
     return path
 
 
-def start_meta_unless_launched(config, meta: Callable) -> None:
+def start_meta_unless_launched(config: Any, meta: Callable[[Any], dict]) -> None:
     """A local run's driver starts meta.json; under a launcher rank 0 does (measure/rank.py)."""
     from allreduce_bench.core.environment import launcher_env
 
