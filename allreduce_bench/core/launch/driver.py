@@ -14,6 +14,7 @@ from pathlib import Path
 
 from allreduce_bench.core.environment import is_writer, launcher_env
 from allreduce_bench.core.extensions import NONE, Extensions
+from allreduce_bench.core.host.processes import spawned_ranks
 from allreduce_bench.core.launch.environments import describe_failure, launch_local, stopped_record
 from allreduce_bench.core.launch.flight import flight_recorder_line
 from allreduce_bench.core.launch.reasons import LocalRun, first_reason, guarded
@@ -56,20 +57,6 @@ def _stop_ranks_on_sigint(signum: int) -> None:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-
-def spawned_ranks(parent: int | None = None) -> list[int]:
-    """The children of `parent` (default: this process) started by multiprocessing's spawn
-    (not its resource tracker), in pid order (rank order: they start one after the other)."""
-    found = []
-    for children in Path(f"/proc/{parent or os.getpid()}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
-            except OSError:
-                continue
-    return sorted(found)
 
 
 @contextmanager
