@@ -69,8 +69,9 @@ def local_peaks(device) -> dict:
     found: dict[str, Any] = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
         physical = device.physical_id
-        found["gpu"] = {"index": device.torch_device.index, **(gpus.nvlinks(physical) if physical else {
-            "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"})}
+        links = gpus.nvlinks(physical) if physical else {
+            "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"}
+        found["gpu"] = {"index": device.torch_device.index, **links}
     return found
 
 
