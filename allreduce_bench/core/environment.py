@@ -310,15 +310,3 @@ def overridden(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def process_state(pid: int) -> str | None:
-    """'gone' or 'frozen' for a process of this host that cannot answer; None if it can."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            state = stat.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return "gone"
-    except (OSError, IndexError):
-        return None
-    return {"T": "frozen", "t": "frozen", "Z": "gone", "X": "gone"}.get(state)

@@ -29,10 +29,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
+
 from allreduce_bench.core.environment import EMULATION_ENV
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host.processes import send
 from allreduce_bench.emulate import rates
-from allreduce_bench.emulate.faults import cgroup_mount_script
+from allreduce_bench.emulate.faults import cgroup_mounts
 from allreduce_bench.emulate.processes import die_with_parent, run_on_hosts
 
 PREFIX = "arb-"  # every namespace this project makes, and nothing else, starts with it
@@ -107,23 +110,14 @@ def namespaces() -> list[str]:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return psutil.pid_exists(pid)
 
 
 def remove_namespaces(names: list[str]) -> None:
     """Stop every process left inside, then delete: their veths and qdiscs go with them."""
     for name in names:
-        for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)  # our own ranks, left behind in our namespace
-            except (ProcessLookupError, ValueError):
-                pass
+        # our own ranks, left behind in our namespace
+        send(map(int, _sh("ip", "netns", "pids", name, check=False).stdout.split()), signal.SIGKILL)
     for name in names:
         for attempt in range(20):
             if _sh("ip", "netns", "del", name, check=False).returncode == 0 or name not in namespaces():
@@ -247,7 +241,7 @@ class EmulatedCluster:
         hostname as on a cluster. A CPU-limited host first joins its cgroup (`cgroup_procs`),
         outside the namespace: `ip netns exec` mounts a sysfs of its own, without cgroups."""
         join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs] if cgroup_procs else []
-        mounts = cgroup_mount_script()
+        mounts = cgroup_mounts()
         visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
         return [*join, "ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
                 f'{visible}hostname node{i} && exec "$@"', "sh",

@@ -10,10 +10,9 @@ import time
 from pathlib import Path
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host import cgroups
 from allreduce_bench.emulate import rates
 
-CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
-CGROUP_V2 = Path("/sys/fs/cgroup")
 # The CFS period: a host at 50% runs 5 ms in every 10, a slower CPU rather than one stopped for
 # 50 ms in every 100 as at the kernel's default period (100 ms), in which a link shaped to a
 # few Gbit/s drains the socket buffers and idles: DDP's AllReduce then ran at half speed
@@ -23,28 +22,23 @@ PERIOD_US, LEAST_QUOTA_US = 10_000, 1_000
 _HOST = re.compile(r"^node(\d+)(:\d+)?$")
 
 
-def cgroup_mount_script(proc_cgroup: str | None = None) -> str:
-    """Shell that shows the cpu controller at /sys/fs/cgroup inside a host's `ip netns exec`,
-    whose fresh sysfs has no cgroups, so its ranks can read their quota's throttling counters
-    as a container's can (health/throttle.py). The same hierarchy, mounted again; '' without
-    one. Inside the namespace's own mount namespace: nothing changes outside it."""
-    if proc_cgroup is None:
-        try:
-            proc_cgroup = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return ""
-    if CGROUP_V1.joinpath("cpu.cfs_quota_us").exists():
-        controllers = "cpu"  # the hierarchy's own controller list, e.g. cpu,cpuacct
-        for line in proc_cgroup.splitlines():
-            parts = line.split(":", 2)
-            if len(parts) == 3 and "cpu" in parts[1].split(","):
-                controllers = parts[1]
-                break
-        return (f"mount -t tmpfs cgroup {CGROUP_V2} && mkdir -p {CGROUP_V1} && "
-                f"mount -t cgroup -o {controllers} cgroup {CGROUP_V1}")
-    if CGROUP_V2.joinpath("cgroup.controllers").exists():
-        return f"mount -t cgroup2 cgroup2 {CGROUP_V2}"
-    return ""
+def cgroup_mounts(proc_cgroup: str | None = None) -> str:
+    """Shell that mounts every cgroup v1 hierarchy of this machine again at /sys/fs/cgroup/<name>,
+    or cgroup2 there; '' without cgroups. Inside an emulated host's `ip netns exec`, whose fresh
+    sysfs has none: its ranks read their quota's throttling counters as a container's can
+    (core/host/cgroups.py), and slurmd's cgroup plugin finds the systemd one even with
+    proctrack/linuxproc. Only in the namespace's own mount namespace: nothing changes outside."""
+    proc_cgroup = cgroups.own() if proc_cgroup is None else proc_cgroup
+    v1 = [controllers for controllers in cgroups.memberships(proc_cgroup) if controllers]
+    if not v1:
+        return "mount -t cgroup2 cgroup2 /sys/fs/cgroup" if proc_cgroup.strip() else ""
+    steps = ["mount -t tmpfs cgroup /sys/fs/cgroup"]
+    for controllers in v1:
+        name = controllers.split("name=", 1)[1] if controllers.startswith("name=") else controllers
+        options = f"none,{controllers}" if controllers.startswith("name=") else controllers
+        steps.append(f"mkdir -p /sys/fs/cgroup/{name} && "
+                     f"mount -t cgroup -o {options} cgroup /sys/fs/cgroup/{name}")
+    return "; ".join(steps)
 
 
 def _host(text: str, nodes: int, option: str) -> int:
@@ -91,16 +85,17 @@ class CpuLimits:
     """One cgroup per limited host, `<prefix>-h<i>` in the cpu controller, removed at exit; each
     host's launch writes its shell's pid into `procs(i)` before it execs torchrun."""
 
-    def __init__(self, name: str, shares: dict[int, float]):
+    def __init__(self, name: str, shares: dict[int, float], root: Path = cgroups.ROOT):
         self.name, self.shares = name, shares
-        self.v1 = (CGROUP_V1 / "cpu.cfs_quota_us").exists()
+        v1 = cgroups.v1_cpu_mount(root)
+        self.v1, self.parent, self.usable = v1 is not None, v1 or root, v1 is not None or cgroups.is_v2(root)
         self.made: list[Path] = []
 
     def _dir(self, i: int) -> Path:
-        return (CGROUP_V1 if self.v1 else CGROUP_V2) / f"{self.name}-h{i}"
+        return self.parent / f"{self.name}-h{i}"
 
     def __enter__(self) -> CpuLimits:
-        if self.shares and not self.v1 and not (CGROUP_V2 / "cgroup.controllers").exists():
+        if self.shares and not self.usable:
             raise UsageError("--host-cpu needs the cgroup cpu controller (v1 /sys/fs/cgroup/cpu or "
                              "v2 /sys/fs/cgroup), which is not mounted here")
         for i, share in self.shares.items():
@@ -131,7 +126,7 @@ class CpuLimits:
 
 def stale_cgroups(alive) -> list[Path]:
     """Cgroups of emulate runs whose driver is gone (`alive(pid) -> bool`)."""
-    root = CGROUP_V1 if CGROUP_V1.exists() else CGROUP_V2
+    root = cgroups.v1_cpu_mount() or cgroups.ROOT
     found = []
     for path in root.glob("arb-*-h*"):
         match = re.match(r"^arb-(\d+)-", path.name)

@@ -13,6 +13,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from allreduce_bench.core.host.processes import send
+
 
 def namespace_pids(name: str) -> list[str]:
     done = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
@@ -133,11 +135,7 @@ def kill_quietly(cluster, procs: list[subprocess.Popen]) -> None:
     for p in procs:
         _signal_group(p, signal.SIGKILL)
     for name in cluster.hosts:  # the ranks run in sessions of their own, inside our namespaces
-        for pid in namespace_pids(name):
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
-                pass
+        send(map(int, namespace_pids(name)), signal.SIGKILL)
     for p in procs:
         p.wait()
 

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host.processes import send
 from allreduce_bench.emulate.cluster import (
     SUBNET,
     EmulatedCluster,
@@ -33,6 +34,7 @@ from allreduce_bench.emulate.cluster import (
     remove_namespaces,
     stale_namespaces,
 )
+from allreduce_bench.emulate.faults import cgroup_mounts
 
 CONTROL_ADDRESS = f"{SUBNET}.254"  # the root namespace's end of the uplink into the switch
 STATE_PREFIX = "arb-slurm-"
@@ -60,14 +62,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class SlurmDaemons:
@@ -205,13 +199,9 @@ def stop_pids(pid_files: list[Path], grace_s: float = 5) -> None:
             continue
     deadline = time.monotonic() + grace_s
     while pids and time.monotonic() < deadline:
-        pids = [pid for pid in pids if _alive(pid)]
+        pids = [pid for pid in pids if pid_alive(pid)]
         time.sleep(0.1)
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    send(pids, signal.SIGKILL)
 
 
 class EmulatedSlurm(SlurmDaemons):
@@ -327,28 +317,6 @@ def on_host(namespace: str, hostname: str) -> list[str]:
     visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
     return ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
             f'{visible}hostname {hostname} && exec "$@"', "sh"]
-
-
-def cgroup_mounts(proc_cgroup: str | None = None) -> str:
-    """Shell that mounts every cgroup v1 hierarchy of this machine again at /sys/fs/cgroup/<name>
-    (slurmd's cgroup plugin checks the systemd one even with proctrack/linuxproc), or cgroup2
-    there; '' without cgroups. Only inside the mount namespace of `ip netns exec`."""
-    if proc_cgroup is None:
-        try:
-            proc_cgroup = Path("/proc/self/cgroup").read_text()
-        except OSError:
-            return ""
-    v1 = [line.split(":", 2)[1] for line in proc_cgroup.splitlines()
-          if line.count(":") >= 2 and line.split(":", 2)[1]]
-    if not v1:
-        return "mount -t cgroup2 cgroup2 /sys/fs/cgroup" if proc_cgroup.strip() else ""
-    steps = ["mount -t tmpfs cgroup /sys/fs/cgroup"]
-    for controllers in v1:
-        name = controllers.split("name=", 1)[1] if controllers.startswith("name=") else controllers
-        options = f"none,{controllers}" if controllers.startswith("name=") else controllers
-        steps.append(f"mkdir -p /sys/fs/cgroup/{name} && "
-                     f"mount -t cgroup -o {options} cgroup /sys/fs/cgroup/{name}")
-    return "; ".join(steps)
 
 
 def agent_script(hosts: dict[str, str]) -> str:

@@ -10,12 +10,11 @@ where a node has several ranks; the limit is the lower bound.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host.gpus import inventory
 from allreduce_bench.expect.catalogue import link_row, model_of
 
 
@@ -93,24 +92,15 @@ def parse_nics(text: str | None) -> tuple[int | None, float | None]:
     return int(match.group(1)), float(match.group(2))
 
 
-def detect(nodes: int = 1, smi: str = "nvidia-smi", sys_class: Path = Path("/sys/class"),
-           timeout_s: float = 20.0) -> System | None:
-    """This host's GPUs (nvidia-smi's names; their count is the GPUs per node) and its NIC ports
+def detect(nodes: int = 1, sys_class: Path = Path("/sys/class")) -> System | None:
+    """This host's GPUs (their count is the GPUs per node; core/host/gpus.py) and its NIC ports
     (core/measure/link_peaks.py); None without an NVIDIA GPU."""
     from allreduce_bench.core.measure.link_peaks import nic_peaks
 
-    command = shutil.which(smi)
-    if command is None:
-        return None
-    try:
-        done = subprocess.run([command, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    names = [n.strip() for n in done.stdout.splitlines() if n.strip()]
-    if done.returncode != 0 or not names:
+    gpus = inventory()
+    if not gpus:
         return None
     ports = nic_peaks(sys_class)  # RDMA ports (IB or RoCE), else Ethernet ones
     rates = sorted({p["rate_GBps"] for p in ports})
-    return System(names[0], len(names), nodes, len(ports) or None, rates[-1] * 8 if rates else None,
+    return System(gpus[0].name, len(gpus), nodes, len(ports) or None, rates[-1] * 8 if rates else None,
                   said_by="detected on this host: nvidia-smi, /sys/class/infiniband")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from allreduce_bench.core.algorithms import native
 from allreduce_bench.core.environment import launcher_hosts
+from allreduce_bench.core.host import cgroups, gpus
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.context import Benchmark
@@ -43,7 +44,7 @@ from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import Point, make_row
-from allreduce_bench.health import ending, pairing, throttle
+from allreduce_bench.health import ending, pairing
 from allreduce_bench.health.config import HealthConfig
 from allreduce_bench.health.coordination import POLL_S, Groups, assemble
 from allreduce_bench.health.decide import Measurement
@@ -102,15 +103,15 @@ class Rank:
         self.hosts = hosts or list(ranks_of)
         self.me = session.env.rank
         self.groups = Groups(session.config.launch.timeout_s)
-        self.cpu_at_start = throttle.cpu_throttle()
+        self.cpu_at_start = cgroups.cpu_throttle()
 
     def held_back(self) -> dict:
         """What held this rank back since the check began: its CPU quota's throttling and, on
-        a GPU, the clock event reasons active now (health/throttle.py)."""
-        found = throttle.since(self.cpu_at_start, throttle.cpu_throttle())
+        a GPU, the clock event reasons active now (core/host/)."""
+        found = cgroups.throttled_since(self.cpu_at_start, cgroups.cpu_throttle())
         device = self.session.device
         if device.kind == "cuda":
-            found["gpu_events"] = throttle.gpu_events(device.physical_id)
+            found["gpu_events"] = gpus.clock_events(device.physical_id)
         return found
 
     def take_part(self, k: int, plan: dict) -> None:

@@ -138,7 +138,7 @@ class HealthCheck:
         return None
 
     def held_back(self, host: str, rank: int, found: dict | None) -> None:
-        """What held one rank back since the start (health/throttle.py), latest reading."""
+        """What held one rank back since the start (core/host/cgroups.py, gpus.py), latest reading."""
         if found:
             self.holdbacks.setdefault(host, {})[rank] = found
 

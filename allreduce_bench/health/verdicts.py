@@ -25,7 +25,7 @@ from allreduce_bench.health.rounds import HealthCheck
 
 VERDICTS = ("ok", "slow", "bad", "unreachable", "dead", "not judged")
 NOT_JUDGED = "not judged"  # neither healthy nor named: listed apart, for a scheduler to re-check
-# held back by the host itself (health/throttle.py): a CPU quota under MIN_CPUS_PER_RANK for
+# held back by the host itself (core/host/cgroups.py, gpus.py): a CPU quota under MIN_CPUS_PER_RANK for
 # each rank sharing it (a rank drives its collective, NCCL's proxy and its launches from a CPU),
 # or throttled in THROTTLED_PERIODS CFS periods and THROTTLED_S seconds (runnable but stopped;
 # a clean run has no quota at all); GPU clock reasons that are faults, not a power cap

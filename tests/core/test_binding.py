@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from allreduce_bench.core.host.gpus import topo_numa_node
 from allreduce_bench.core.measure import binding
 from allreduce_bench.core.measure.binding import (
     core_block,
@@ -13,7 +14,6 @@ from allreduce_bench.core.measure.binding import (
     parse_cpulist,
     plan,
     summary,
-    topo_numa_node,
 )
 
 TWO_NODES = {0: [0, 1, 2, 3, 8, 9, 10, 11], 1: [4, 5, 6, 7, 12, 13, 14, 15]}

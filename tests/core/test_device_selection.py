@@ -11,6 +11,7 @@ from configs import run_config_of
 from allreduce_bench.core.config.run import resolve_backend
 from allreduce_bench.core.environment import RankEnv
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host.gpus import smi
 from allreduce_bench.core.measure import meta
 from allreduce_bench.core.measure.device import (
     NCCL_GRACE_S,
@@ -134,11 +135,11 @@ def test_meta_records_gpus_and_topology(fake_gpus, monkeypatch, tmp_path):
     assert meta.gpus() == [{"index": i, "name": f"Fake H100 #{i}", "memory_GiB": 80.0,
                             "uuid": f"GPU-{i:04d}"} for i in range(2)]
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert meta.gpu_topology() is None  # no nvidia-smi: nothing recorded
+    assert smi("topo", "-m") is None  # no nvidia-smi: nothing recorded
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\necho \"GPU0 X NV18 args:$*\"\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    assert meta.gpu_topology().strip() == "GPU0 X NV18 args:topo -m"
+    assert smi("topo", "-m").strip() == "GPU0 X NV18 args:topo -m"
 
     device = make_device("cuda", 1, 2)
     monkeypatch.setenv("NCCL_P2P_DISABLE", "1")

@@ -147,7 +147,8 @@ class CudaCalls:
 
 
 def _fake_nvidia_smi(tmp_path, monkeypatch, text: str) -> None:
-    """nvidia-smi on PATH: prints `text`, records its arguments in tmp_path/args."""
+    """nvidia-smi on PATH, and no NVML: prints `text`, records its arguments in tmp_path/args."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
     command = tmp_path / "bin" / "nvidia-smi"
     command.parent.mkdir(exist_ok=True)
     command.write_text(f"#!/bin/sh\necho \"$*\" >> {tmp_path}/args\ncat <<'EOF'\n{text}EOF\n")
@@ -155,7 +156,8 @@ def _fake_nvidia_smi(tmp_path, monkeypatch, text: str) -> None:
     monkeypatch.setenv("PATH", f"{command.parent}:/usr/bin:/bin")
 
 
-FREE = "0, GPU-aaaa, 81000\n1, GPU-bbbb, 200\n2, GPU-cccc, 81000\n3, GPU-dddd, 81000\n"
+FREE = "".join(f"{i}, GPU-{c * 4}, {free}, Fake H100\n"  # index, UUID, MiB free, name
+               for i, (c, free) in enumerate(zip("abcd", (81000, 200, 81000, 81000))))
 
 
 def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
@@ -192,7 +194,7 @@ def test_no_cuda_call_before_the_rank_chooses_its_gpu(monkeypatch, tmp_path):
 def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_path):
     """Under srun --gpus-per-task=1 every rank's torch index is 0: NVML and nvidia-smi get
     the GPU's UUID (or, before torch 2.4, the CUDA_VISIBLE_DEVICES entry), not index 0."""
-    from allreduce_bench.health import throttle
+    from allreduce_bench.core.host.gpus import clock_events
 
     asked = []
     nvml = SimpleNamespace(
@@ -216,7 +218,7 @@ def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_pat
                      "\t Link 0: 26.562 GB/s\n\t Link 1: 26.562 GB/s\n")
     gpu = link_peaks.local_peaks(device)["gpu"]
     assert gpu["nvlink_links"] == 2 and gpu["index"] == 0
-    throttle.gpu_events(device.physical_id)
+    clock_events(device.physical_id)
     args = (tmp_path / "args").read_text().splitlines()
     assert args[0] == "nvlink -s -i GPU-dddd-0003" and args[1].endswith("--id=GPU-dddd-0003")
 

@@ -8,6 +8,7 @@ import pytest
 from distributed import run_world
 from rank_functions import link_probe
 
+from allreduce_bench.core.host.gpus import parse_nvlink_status
 from allreduce_bench.core.measure import link_peaks as peaks
 from allreduce_bench.core.measure.rank import Session
 from allreduce_bench.core.results.load import load_results
@@ -26,7 +27,7 @@ def test_parsers():
     assert peaks.parse_rate_file("400 Gb/sec (4X NDR)\n") == 50.0
     assert peaks.parse_rate_file("100 Gb/sec (4X EDR)") == 12.5
     assert peaks.parse_rate_file("garbage") is None
-    assert peaks.parse_nvlink_status(NVLINK_S) == {0: [26.562, 26.562], 1: [26.562]}
+    assert parse_nvlink_status(NVLINK_S) == {0: [26.562, 26.562], 1: [26.562]}
 
 
 def test_nic_rates_from_sysfs(tmp_path):

@@ -377,7 +377,7 @@ def test_the_rsh_agent_maps_hosts_to_namespaces_and_skips_ssh_options(tmp_path):
 
 
 def test_slurmd_sees_every_cgroup_hierarchy_of_the_machine():
-    from allreduce_bench.emulate.slurm import cgroup_mounts
+    from allreduce_bench.emulate.faults import cgroup_mounts
 
     v1 = cgroup_mounts("9:name=systemd:/\n2:cpuacct:/\n1:cpu:/\n0::/\n")
     assert v1.startswith("mount -t tmpfs cgroup /sys/fs/cgroup")
@@ -401,19 +401,20 @@ def test_host_faults_parse_and_refuse_what_cannot_be_emulated():
         parse_host_cpu(["node1=quarter"], 4)
 
 
-def test_a_cpu_share_is_a_slower_cpu_not_one_stopped_for_long_stretches(tmp_path, monkeypatch):
+def test_a_cpu_share_is_a_slower_cpu_not_one_stopped_for_long_stretches(tmp_path):
     """50% is 5 ms in every 10 (at the kernel's default 100 ms period a shaped link idled while
     the host was stopped, and DDP's overlap vanished); 5% needs the kernel's least quota, 1 ms."""
     from allreduce_bench.emulate import faults
-    (tmp_path / "cpu.cfs_quota_us").write_text("-1")
-    monkeypatch.setattr(faults, "CGROUP_V1", tmp_path)
-    with faults.CpuLimits("arb-1-x", {0: 0.5, 1: 0.05, 2: 2.0}) as limits:
-        written = {i: [(tmp_path / f"arb-1-x-h{i}" / name).read_text()
+    cpu = tmp_path / "cpu"  # a v1 cpu controller
+    cpu.mkdir()
+    (cpu / "cpu.cfs_quota_us").write_text("-1")
+    with faults.CpuLimits("arb-1-x", {0: 0.5, 1: 0.05, 2: 2.0}, root=tmp_path) as limits:
+        written = {i: [(cpu / f"arb-1-x-h{i}" / name).read_text()
                        for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")] for i in range(3)}
-        assert limits.procs(1) == str(tmp_path / "arb-1-x-h1" / "cgroup.procs")
-        for written_file in tmp_path.glob("arb-1-x-h*/*"):  # a real cgroup's files go with it
+        assert limits.procs(1) == str(cpu / "arb-1-x-h1" / "cgroup.procs")
+        for written_file in cpu.glob("arb-1-x-h*/*"):  # a real cgroup's files go with it
             written_file.unlink()
-    assert not list(tmp_path.glob("arb-*"))
+    assert not list(cpu.glob("arb-*"))
     assert written == {0: ["5000", "10000"], 1: ["1000", "20000"], 2: ["20000", "10000"]}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import stat
+import sys
 
 import pandas as pd
 import pytest
@@ -139,26 +140,35 @@ def test_expect_describes_a_system_and_refuses_without_one(tmp_path, monkeypatch
     result = CliRunner().invoke(main, ["expect", "--gpu", "B200", "--gpus-per-node", "8", "--nodes", "4",
                                        "--nics", "8x400"])
     assert "381.8 GB/s" in result.output and "x 8 NICs = 368 GB/s" in result.output  # 46 GB/s per NIC
-    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no NVML, no nvidia-smi
     for args in (["expect"], ["expect", "--gpu", "H100"], ["expect", "--gpu", "H100", "--gpus-per-node", "8",
                                                            "--nics", "eight"]):
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 2 and result.output.count("\n") == 1 and "Traceback" not in result.output
 
 
-def test_detect_reads_nvidia_smi_and_the_rdma_ports(tmp_path):
+def _eight_h100s(tmp_path, monkeypatch) -> None:
+    """nvidia-smi on PATH that lists eight H100s as core/host/gpus.py asks it, and no NVML."""
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
+    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo \"$i, GPU-$i, 81000, NVIDIA H100 80GB HBM3\"; done\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+
+def test_detect_reads_nvidia_smi_and_the_rdma_ports(tmp_path, monkeypatch):
+    _eight_h100s(tmp_path, monkeypatch)
     for i in range(8):
         port = tmp_path / "class" / "infiniband" / f"mlx5_{i}" / "ports" / "1"
         port.mkdir(parents=True)
         (port / "state").write_text("4: ACTIVE\n")
         (port / "rate").write_text("400 Gb/sec (4X NDR)\n")
-    found = detect(2, smi=str(smi), sys_class=tmp_path / "class")
+    found = detect(2, sys_class=tmp_path / "class")
     assert (found.model, found.gpus_per_node, found.nics_per_node, found.nic_Gbps) == ("H100", 8, 8, 400.0)
     assert link_limit(found).GBps == 400
-    assert detect(smi=str(tmp_path / "absent")) is None
+    (tmp_path / "nvidia-smi").unlink()
+    assert detect() is None
 
 
 def _paragraph(output: str, start: str) -> str:
@@ -194,10 +204,7 @@ def test_run_expect_line_on_cpu_and_on_a_gpu_host(tmp_path, monkeypatch):
 
     assert run_headline(SimpleNamespace(launch=SimpleNamespace(device="cpu"))).startswith(
         "expect: a gloo run on CPU")
-    smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3'; done\n")
-    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    _eight_h100s(tmp_path, monkeypatch)
     line = run_headline(SimpleNamespace(launch=SimpleNamespace(device="cuda", world_sizes=(16,), ranks_per_node=8)))
     assert line.startswith("expect: all_reduce on 2 node(s) x 8 H100") and "closest published figure" in line
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from namespaces import needs_namespaces
 
-from allreduce_bench.core.launch.driver import spawned_ranks
+from allreduce_bench.core.host.processes import spawned_ranks
 from allreduce_bench.emulate import cluster as em
 
 CLI = [sys.executable, "-m", "allreduce_bench"]

@@ -346,7 +346,7 @@ def test_a_slow_host_is_explained_by_how_its_nccl_setup_differs():
 
 
 def test_throttle_counters_are_read_from_the_cgroup_with_the_quota(tmp_path):
-    from allreduce_bench.health.throttle import cpu_throttle, since
+    from allreduce_bench.core.host.cgroups import cpu_throttle, throttled_since
 
     v1 = tmp_path / "v1"
     limited = v1 / "cpu" / "arb-1-h2"
@@ -359,7 +359,7 @@ def test_throttle_counters_are_read_from_the_cgroup_with_the_quota(tmp_path):
     found = cpu_throttle(v1, "2:cpuacct:/\n1:cpu:/arb-1-h2\n0::/\n")
     assert found["quota_cpus"] == 0.25 and found["nr_throttled"] == 7 and found["throttled_s"] == 2.0
     later = {**found, "nr_throttled": 10, "throttled_s": 2.5}
-    assert since(found, later) == {"quota_cpus": 0.25, "cgroup": str(limited), "nr_throttled": 3,
+    assert throttled_since(found, later) == {"quota_cpus": 0.25, "cgroup": str(limited), "nr_throttled": 3,
                                    "throttled_s": 0.5}
 
     v2 = tmp_path / "v2"

@@ -4,6 +4,7 @@ gathered and read into meta.json, versions and `nvidia-smi topo -m` beside the r
 import json
 import os
 import stat
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -13,6 +14,7 @@ from nccl_debug_ranks import write_like_nccl_then_collect
 from shared_data import PUBLISHED_LOGS, needs
 
 from allreduce_bench.cli import main
+from allreduce_bench.core.host.gpus import smi
 from allreduce_bench.core.measure import meta, nccl_debug
 from allreduce_bench.nccl_log import record as nccl_record
 
@@ -77,13 +79,14 @@ def test_driver_version_and_topology_beside_the_run(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # nvidia-smi's answers, not this host's NVML
     monkeypatch.setenv("PATH", str(tmp_path))
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\ncase \"$*\" in *driver_version*) echo 550.54.15;; *) echo 'GPU0 X NV18';; esac\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     found = meta.versions()
     assert found["nccl"] == "2.27.3" and found["nvidia_driver"] == "550.54.15" and "cuda" in found
-    written = meta.save_topologies(tmp_path, {"gpu-a": meta.gpu_topology(), "gpu-b": "nvidia-smi topo -m failed: x"})
+    written = meta.save_topologies(tmp_path, {"gpu-a": smi("topo", "-m"), "gpu-b": "nvidia-smi topo -m failed: x"})
     assert [p.name for p in written] == ["nvidia-smi-topo.gpu-a.txt"]
     assert written[0].read_text() == "GPU0 X NV18\n"
 

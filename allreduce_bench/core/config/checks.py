@@ -3,17 +3,17 @@ a number, does the work fit this host. Each raises UsageError (one line, exit 2)
 from __future__ import annotations
 
 import math
-import os
 import resource
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import psutil
 
 from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.host import gpus
 from allreduce_bench.core.units import format_bytes, parse_bandwidth
 
 
@@ -150,26 +150,10 @@ def check_local_world(world_sizes, option: str = "--world-sizes") -> None:
                          "choose smaller world sizes or raise ulimit -n")
 
 
-def available_memory() -> int | None:
-    """Bytes this host can still give (MemAvailable), or None where /proc/meminfo is absent."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def process_memory() -> int:
     """This process's resident memory: what each rank (the same imports, torch) costs before
     its first tensor."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    return int(psutil.Process().memory_info().rss)
 
 
 def allreduce_bytes_per_rank(algorithm: str, size: int, world_size: int) -> int:
@@ -199,36 +183,24 @@ def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, dev
             raise UsageError(f"{what} needs {format_bytes(need_rank)} on one GPU but it has "
                              f"{format_bytes(free)} free; {fix}")
         return
-    available = available_memory()
-    if available is None:
-        return
+    available = psutil.virtual_memory().available  # MemAvailable
     need = need_host + ranks_here * process_memory()
     if need > available:
         raise UsageError(f"{what} needs about {format_bytes(need)} of memory on this host "
                          f"({ranks_here} rank(s)) but {format_bytes(available)} is available; {fix}")
 
 
-def gpu_free_memory(ranks_here: int, timeout_s: float = 20.0) -> int | None:
+def gpu_free_memory(ranks_here: int) -> int | None:
     """The least free memory (bytes) of the GPUs this host's ranks use: the first `ranks_here`
-    that CUDA_VISIBLE_DEVICES shows (or its only one), as nvidia-smi reads them. No CUDA call:
-    every rank checks its options before it chooses its GPU, and a CUDA call here would open a
-    context on GPU 0 in each (EXCLUSIVE_PROCESS mode refuses the second) and read GPU 0's
-    memory. None where nvidia-smi cannot tell (missing, or a GPU named by a MIG id)."""
-    try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid,memory.free",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    gpus: list[tuple[str, str, int]] = []  # (index, UUID, free bytes)
-    for line in done.stdout.splitlines():
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) == 3 and cells[2].isdigit():
-            gpus.append((cells[0], cells[1], int(cells[2]) << 20))
+    that CUDA_VISIBLE_DEVICES shows (or its only one), as NVML or nvidia-smi read them. No CUDA
+    call: every rank checks its options before it chooses its GPU, and a CUDA call here would
+    open a context on GPU 0 in each (EXCLUSIVE_PROCESS mode refuses the second) and read GPU 0's
+    memory. None where neither can tell (missing, or a GPU named by a MIG id)."""
+    found = [gpu for gpu in gpus.inventory() if gpu.free_bytes is not None]
     visible = visible_gpus()
     used = ([n.strip() for n in visible.split(",")] if visible is not None else
-            [index for index, _, _ in gpus])[:max(ranks_here, 1)]
+            [gpu.index for gpu in found])[:max(ranks_here, 1)]
     # CUDA names a GPU by its index or by its UUID (or the UUID's first characters)
-    free = [f for name in used for index, uuid, f in gpus
-            if name and (name == index or (name.startswith("GPU-") and uuid.startswith(name)))]
+    free = [gpu.free_bytes or 0 for name in used for gpu in found
+            if name and (name == gpu.index or (name.startswith("GPU-") and gpu.uuid.startswith(name)))]
     return min(free) if free and len(free) == len(used) else None

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from allreduce_bench.core.config.launch import LaunchConfig
 from allreduce_bench.core.environment import is_writer, launcher_env
+from allreduce_bench.core.host.processes import spawned_ranks
 from allreduce_bench.core.launch.local import describe_failure, launch_local, stopped_record
 from allreduce_bench.core.launch.reasons import first_reason, guarded
 from allreduce_bench.core.measure import flight_recorder, stopped
@@ -57,20 +58,6 @@ def _stop_ranks_on_sigint(signum: int) -> None:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-
-
-def spawned_ranks(parent: int | None = None) -> list[int]:
-    """The children of `parent` (default: this process) started by multiprocessing's spawn
-    (not its resource tracker), in pid order (rank order: they start one after the other)."""
-    found = []
-    for children in Path(f"/proc/{parent or os.getpid()}/task").glob("*/children"):
-        for pid in children.read_text().split():
-            try:
-                if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(int(pid))
-            except OSError:
-                continue
-    return sorted(found)
 
 
 @contextmanager

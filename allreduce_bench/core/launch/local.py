@@ -16,8 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env, process_state
+from allreduce_bench.core.environment import expand_nodelist, is_writer, launcher_env
 from allreduce_bench.core.errors import PEER_LOST_EXIT, UsageError
+from allreduce_bench.core.host.processes import process_state, send, spawned_ranks
 from allreduce_bench.core.launch.reasons import first_reason
 
 LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM before SIGKILL
@@ -33,25 +34,6 @@ def quiet_elastic_logs() -> None:
     for name in list(logging.root.manager.loggerDict) + list(prefixes):
         if name.startswith(prefixes):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-
-
-def _rank_children(parent: int) -> set[int]:
-    """Pids of `parent`'s children that are ranks: started by multiprocessing's spawn (not its
-    resource tracker, nor any other helper a library may start)."""
-    found = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            if ppid == parent:
-                with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                    if b"spawn_main" in cmdline.read():
-                        found.add(int(name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
 
 
 def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], marks: Path) -> None:
@@ -72,26 +54,18 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], 
     left_before = False
     while not done.wait(0.5):
         if len(pids) < nprocs:
-            pids |= _rank_children(os.getpid())
+            pids.update(spawned_ranks())
         states = {pid: process_state(pid) for pid in pids}
         frozen = [pid for pid, state in states.items() if state == "frozen"]
         if frozen and "gone" in states.values():
-            _send(frozen, signal.SIGCONT)
+            send(frozen, signal.SIGCONT)
             continue
         returned = {pid for pid in pids if (marks / f"returned-{pid}").exists()}
         left = bool(frozen and returned) and len(pids) == nprocs and set(frozen) | returned == pids
         if left and left_before:  # twice in a row: not a stop that passes
             killed.extend(frozen)
-            _send(frozen, signal.SIGKILL)
+            send(frozen, signal.SIGKILL)
         left_before = left
-
-
-def _send(pids, sig) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def launch_local(nprocs: int, entrypoint: Callable, *args, marks: str | Path | None = None) -> dict[int, object]:

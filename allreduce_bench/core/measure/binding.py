@@ -9,22 +9,16 @@ out); `bind_rank` reads this host and applies the plan to every thread of the pr
 from __future__ import annotations
 
 import os
-import re
-import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from allreduce_bench.core.environment import variables, visible_gpus
+from allreduce_bench.core.host import cgroups, gpus
 
 MODES = ("auto", "none", "core", "numa")
 NODE_ROOT = Path("/sys/devices/system/node")
 PCI_ROOT = Path("/sys/bus/pci/devices")
-# The cgroup's CPUs (a container's or a Slurm job's): a rank bound more narrowly was bound by
-# its launcher. cgroup v2, then v1.
-CGROUP_CPUS = (Path("/sys/fs/cgroup/cpuset.cpus.effective"),
-               Path("/sys/fs/cgroup/cpuset/cpuset.effective_cpus"))
 ONLINE_CPUS = Path("/sys/devices/system/cpu/online")
 
 
@@ -78,12 +72,10 @@ def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
 
 
 def cgroup_cpus() -> list[int]:
-    """The CPUs the cgroup allows (else every online CPU)."""
-    for path in (*CGROUP_CPUS, ONLINE_CPUS):
-        text = _read(path)
-        if text:
-            return parse_cpulist(text)
-    return list(range(os.cpu_count() or 1))
+    """The CPUs the cgroup allows (else every online CPU): a rank bound more narrowly was bound
+    by its launcher."""
+    text = cgroups.cpuset() or _read(ONLINE_CPUS)
+    return parse_cpulist(text) if text else list(range(os.cpu_count() or 1))
 
 
 # --- the GPU's NUMA node ------------------------------------------------------------------------
@@ -97,34 +89,6 @@ def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
     """The NUMA node sysfs gives the PCI device (None where unknown: -1 or no file)."""
     text = _read(root / address.lower() / "numa_node")
     return int(text) if text and text.lstrip("-").isdigit() and int(text) >= 0 else None
-
-
-def topo_numa_node(topology: str, gpu_index: int) -> int | None:
-    """The 'NUMA Affinity' cell of GPU<index>'s line in `nvidia-smi topo -m` output."""
-    lines = topology.splitlines()
-    at = next((i for i, line in enumerate(lines) if "NUMA Affinity" in line), None)
-    if at is None:
-        return None
-    # the header has no cell for the row names: its column k is a row's cell k + 1
-    column = re.split(r"\t+|\s{2,}", lines[at].strip()).index("NUMA Affinity") + 1
-    for line in lines[at + 1:]:
-        cells = re.split(r"\t+|\s{2,}", line.strip())
-        if cells[0] == f"GPU{gpu_index}":
-            value = cells[column] if column < len(cells) else ""
-            return int(value) if value.isdigit() else None
-    return None
-
-
-def nvidia_smi_topology(timeout_s: float = 20.0) -> str:
-    command = shutil.which("nvidia-smi")
-    if command is None:
-        return ""
-    try:
-        done = subprocess.run([command, "topo", "-m"], capture_output=True, text=True,
-                              timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
 
 
 # --- what a launcher did ---------------------------------------------------------------------
@@ -248,7 +212,7 @@ class Placement:
 
 def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
     """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None
-    where it names devices by UUID: nvidia-smi's table cannot be matched then)."""
+    where it names devices by UUID)."""
     if not visible:
         return gpu_index
     names = [name.strip() for name in visible.split(",")]
@@ -259,7 +223,7 @@ def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
 
 def gpu_node_of(gpu_index: int | None) -> int | None:
     """The NUMA node of CUDA device `gpu_index` (torch's index): sysfs by the device's PCI
-    address (recent torch reports it), else the NUMA Affinity column of `nvidia-smi topo -m`."""
+    address (recent torch reports it), else NVML's or nvidia-smi's (core/host/gpus.py)."""
     if gpu_index is None:
         return None
     import torch
@@ -272,7 +236,7 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
         if node is not None:
             return node
     physical = physical_gpu(gpu_index, visible_gpus())
-    return None if physical is None else topo_numa_node(nvidia_smi_topology(), physical)
+    return None if physical is None else gpus.numa_node(str(physical))
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,11 @@
 """The peak bandwidth of the links a run crosses, as far as this machine can tell.
 
-On GPUs: the model, NVLink generation and active link count (NVML through pynvml when it is
-installed, else `nvidia-smi nvlink -s`), so intra-node peak = links x per-link rate in one
-direction (NVLink 1: 20 GB/s, 2-4: 25, 5: 50; an H100 SXM: 18 x 25 = 450 GB/s). Across nodes:
-the active NIC ports' rates (`/sys/class/infiniband/*/ports/*/rate`, e.g. "400 Gb/sec (4X
-NDR)" = 50 GB/s; Ethernet ports' /sys/class/net/*/speed when there is no InfiniBand), summed
-per node, as NCCL spreads its rings over every NIC. On CPU nothing names a peak, so rank 0 and
-rank 1 time a short point-to-point ping-pong at the start of the run (`probe`).
+On GPUs: the active NVLink count and generation (core/host/gpus.py: NVML, else `nvidia-smi
+nvlink -s`), so intra-node peak = links x per-link rate in one direction (an H100 SXM: 18 x 25 =
+450 GB/s). Across nodes: the active NIC ports' rates (`/sys/class/infiniband/*/ports/*/rate`,
+e.g. "400 Gb/sec (4X NDR)" = 50 GB/s; Ethernet ports' /sys/class/net/*/speed when there is no
+InfiniBand), summed per node, as NCCL spreads its rings over every NIC. On CPU nothing names a
+peak, so rank 0 and rank 1 time a short point-to-point ping-pong at the start of the run (`probe`).
 
 The peaks are for busbw: a bandwidth-optimal AllReduce moves busbw through each rank's link,
 so busbw / peak is how close a measurement came to what the link can do.
@@ -14,13 +13,12 @@ so busbw / peak is how close a measurement came to what the link can do.
 from __future__ import annotations
 
 import re
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
-NVLINK_GBPS_PER_LINK = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}  # one direction
+from allreduce_bench.core.host import gpus
+
 PROBE_BYTES = 8 << 20  # the largest probe message: a fast link's transfer outlasts its latency
 PROBE_ROUNDS = 5
 # The probe is sized so one transfer takes about PROBE_TARGET_S (`_agreed_size`): every other
@@ -30,78 +28,13 @@ PROBE_SIZING_BYTES = 64 << 10
 PROBE_TARGET_S = 0.05
 
 
-# ---- pure parsers (unit-tested on the tools' text) ---------------------------------------------
-
 def parse_rate_file(text: str) -> float | None:
     """'400 Gb/sec (4X NDR)' -> 50.0 GB/s."""
     match = re.match(r"\s*([\d.]+)\s*Gb/sec", text)
     return float(match.group(1)) / 8 if match else None
 
 
-def parse_nvlink_status(text: str) -> dict[int, list[float]]:
-    """`nvidia-smi nvlink -s` -> {gpu index: [GB/s of each active link]}."""
-    found: dict[int, list[float]] = {}
-    gpu = None
-    for line in text.splitlines():
-        if match := re.match(r"\s*GPU (\d+):", line):
-            gpu = int(match.group(1))
-            found[gpu] = []
-        elif gpu is not None and (match := re.match(r"\s*Link \d+:\s*([\d.]+)\s*GB/s", line)):
-            found[gpu].append(float(match.group(1)))
-    return found
-
-
 # ---- what this host can tell -------------------------------------------------------------------
-
-def _nvml(index: int, physical: str) -> dict | None:
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-        handle = (pynvml.nvmlDeviceGetHandleByUUID(physical) if physical.startswith("GPU-")
-                  else pynvml.nvmlDeviceGetHandleByIndex(int(physical)))
-        name = pynvml.nvmlDeviceGetName(handle)
-        links, version = 0, None
-        for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
-            try:
-                if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
-                    links += 1
-                    version = version or pynvml.nvmlDeviceGetNvLinkVersion(handle, link)
-            except pynvml.NVMLError:
-                break
-        return {"index": index, "name": name.decode() if isinstance(name, bytes) else name,
-                "nvlink_version": version, "nvlink_links": links,
-                "nvlink_GBps": links * NVLINK_GBPS_PER_LINK.get(version or 0, 25.0) if links else None,
-                "how": "nvml"}
-    except Exception as error:  # NVML missing or refusing: say so, measure anyway
-        return {"index": index, "how": f"nvml failed: {error}"}
-
-
-def _nvidia_smi(index: int, physical: str, timeout_s: float = 20.0) -> dict | None:
-    command = shutil.which("nvidia-smi")
-    if command is None:
-        return None
-    try:
-        done = subprocess.run([command, "nvlink", "-s", "-i", physical], capture_output=True,
-                              text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError) as error:
-        return {"index": index, "how": f"nvidia-smi failed: {error}"}
-    # the one GPU asked for, under nvidia-smi's own index
-    links = next(iter(parse_nvlink_status(done.stdout).values()), [])
-    return {"index": index, "nvlink_links": len(links),
-            "nvlink_GBps": round(sum(links), 3) if links else None, "how": "nvidia-smi nvlink -s"}
-
-
-def gpu_peak(index: int, physical: str | None) -> dict:
-    """The NVLink peak of torch's CUDA device `index`, asked of NVML or nvidia-smi by its
-    `physical` id (CudaDevice.physical_id): their indices ignore CUDA_VISIBLE_DEVICES."""
-    if physical is None:
-        return {"index": index, "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"}
-    return (_nvml(index, physical) or _nvidia_smi(index, physical)
-            or {"index": index, "how": "neither pynvml nor nvidia-smi"})
-
 
 def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
     """Active InfiniBand/RoCE ports with their rates; physical Ethernet ports when there are none."""
@@ -131,10 +64,14 @@ def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
 
 
 def local_peaks(device) -> dict:
-    """This rank's view: its GPU's NVLink and its node's NICs (gathered to rank 0)."""
+    """This rank's view: its GPU's NVLink (asked by its physical id: NVML's and nvidia-smi's
+    indices ignore CUDA_VISIBLE_DEVICES) and its node's NICs (gathered to rank 0)."""
     found: dict[str, Any] = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
-        found["gpu"] = gpu_peak(device.torch_device.index, device.physical_id)
+        physical = device.physical_id
+        links = gpus.nvlinks(physical) if physical else {
+            "how": "CUDA_VISIBLE_DEVICES names GPUs by UUID and torch < 2.4 gives none"}
+        found["gpu"] = {"index": device.torch_device.index, **links}
     return found
 
 

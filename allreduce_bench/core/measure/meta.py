@@ -4,9 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import shutil
 import socket
-import subprocess
 import sys
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
@@ -14,6 +12,7 @@ from pathlib import Path
 import torch
 
 from allreduce_bench.core.environment import variables, visible_gpus
+from allreduce_bench.core.host import gpus as host_gpus
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.context import Measuring
 from allreduce_bench.core.measure.device import cpu_model
@@ -33,9 +32,8 @@ def versions() -> dict:
             found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # torch built without NCCL
             pass
-        driver = _nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
-        if driver and not driver.startswith("nvidia-smi"):
-            found["nvidia_driver"] = driver.splitlines()[0].strip()
+        if driver := host_gpus.driver_version():
+            found["nvidia_driver"] = driver
     for name in ("pandas", "matplotlib", "numpy"):
         module = sys.modules.get(name)
         if module is not None:
@@ -54,24 +52,6 @@ def gpus() -> list[dict]:
                       "memory_GiB": round(props.total_memory / 2**30, 1),
                       "uuid": str(getattr(props, "uuid", "")) or None})
     return found
-
-
-def _nvidia_smi(*args: str, timeout_s: float = 20.0) -> str | None:
-    """nvidia-smi's output, a line saying why it failed, or None without nvidia-smi."""
-    command = shutil.which("nvidia-smi")
-    if command is None:
-        return None
-    what = " ".join(("nvidia-smi", *args))
-    try:
-        done = subprocess.run([command, *args], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.SubprocessError) as error:
-        return f"{what} failed: {error}"
-    return done.stdout if done.returncode == 0 else f"{what} failed: {done.stderr.strip()}"
-
-
-def gpu_topology() -> str | None:
-    """`nvidia-smi topo -m` (which GPUs talk over NVLink, PCIe, which NIC is near), if present."""
-    return _nvidia_smi("topo", "-m")
 
 
 TOPOLOGY_FILE = "nvidia-smi-topo.{host}.txt"
@@ -152,7 +132,8 @@ def rank_info(device, env=None) -> dict:
         info.update(gpu_index=index, gpu_memory_GiB=round(props.total_memory / 2**30, 1),
                     cuda_visible_devices=visible_gpus())
         if env is None or env.local_rank == 0:
-            info["gpu_topology"] = gpu_topology()
+            # which GPUs talk over NVLink, PCIe, which NIC is near (NVML prints no such table)
+            info["gpu_topology"] = host_gpus.smi("topo", "-m")
     return info
 
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from allreduce_bench.core.environment import process_state, under_elastic_agent
+from allreduce_bench.core.environment import under_elastic_agent
 from allreduce_bench.core.errors import PEER_LOST_EXIT, TERMINATED_EXIT
+from allreduce_bench.core.host.processes import process_state
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
 HEARTBEAT_S = 1.0  # a Board's heartbeat
