@@ -21,6 +21,8 @@ from allreduce_bench.core.errors import UsageError
 DEFAULT_MASTER_PORT = 29500
 # `emulate` starts every host's processes with it: the emulated cluster's label, the `emulation` column
 EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"
+# the Kubernetes node a rank's pod runs on (spec.nodeName): `k8s`'s manifests set it, meta.json keeps it
+KUBERNETES_NODE_ENV = "ALLREDUCE_BENCH_K8S_NODE"
 
 
 @dataclass(frozen=True)
