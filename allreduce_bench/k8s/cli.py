@@ -15,7 +15,7 @@ def _pairs(values, option: str) -> tuple[tuple[str, str], ...]:
     bad = next((v for v, pair in zip(values, found) if len(pair) != 2 or not pair[0]), None)
     if bad is not None:
         raise UsageError(f"{option} {bad!r}: give NAME=VALUE")
-    return found  # type: ignore[return-value]
+    return found
 
 
 def _toleration(text: str) -> tuple[str, str | None, str | None]:
