@@ -87,6 +87,7 @@ from allreduce_bench.expect import cli as expect  # noqa: E402
 from allreduce_bench.hang import cli as hang  # noqa: E402
 from allreduce_bench.health import cli as health  # noqa: E402
 from allreduce_bench.interop import cli as interop  # noqa: E402
+from allreduce_bench.k8s import cli as k8s  # noqa: E402
 from allreduce_bench.links import cli as links  # noqa: E402
 from allreduce_bench.model import cli as model  # noqa: E402
 from allreduce_bench.nccl_log import cli as nccl_log  # noqa: E402
@@ -97,7 +98,7 @@ COMMANDS = (run.run, analysis.plot, analysis.report, ddp.ddp, model.model,
             emulate.emulate_command(tuple(HOOKS.joined("emulate_runnables"))),
             links.links, health.health, interop.import_command, interop.export_command,
             interop.compare_command,
-            nccl_log.nccl_log_command, hang.hang, expect.expect_command)
+            nccl_log.nccl_log_command, hang.hang, expect.expect_command, k8s.k8s_command)
 for command in COMMANDS:
     main.add_command(command)
 if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:

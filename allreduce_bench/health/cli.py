@@ -87,8 +87,8 @@ def health(**options):
       bisect  with --bisect: the world, then its halves, into the slower half
     Verdicts per host, rail and pair (ok, slow, bad, unreachable: silent for
     --timeout) against --expect, --baseline or the fleet's median and MAD. Writes
-    health.json, rows and samples, plots/health.png, report.md, --prometheus FILE,
-    and ends with a ready --exclude=node[..] for Slurm.
+    health.json, rows and samples, plots/health.png, report.md, kubectl.sh (node
+    labels and taints), --prometheus FILE, and ends with a ready --exclude=node[..] for Slurm.
     \b
     Exit codes: 0 all healthy, 3 something unhealthy, 2 bad input, 1 the check
     could not complete. Runs under torchrun / srun / mpirun (one process per GPU),

@@ -1,5 +1,5 @@
 """What `health` does once its ranks have ended (the command calls it): the summary, the figure
-and report, Prometheus' file and the exit code, from health.json."""
+and report, kubectl.sh, Prometheus' file and the exit code, from health.json."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -26,13 +26,14 @@ def finish_health(run: Run) -> int:
         release(run)  # the ranks waiting to confirm
         say(f"allreduce-bench health: the check did not complete: no {path}")
         return INCOMPLETE
-    doc = explain(read_health(config.launch.out_dir, "health"), read_meta(config.launch.out_dir).get("nccl"))
+    meta = read_meta(config.launch.out_dir)
+    doc = explain(read_health(config.launch.out_dir, "health"), meta.get("nccl"))
     doc = name_collectives(doc, config)  # --flight-recorder: on which collective
-    said = _outputs(config, doc)
+    said = _outputs(config, doc, meta)
     # every rank confirms it is still there, after the outputs: the hosts' state at the end
     if (ended := confirmed(run, doc)) is not doc:
         doc = ended
-        _outputs(config, doc)
+        _outputs(config, doc, meta)
     print(said, end="")
     print(f"health: {path}\n\n{summary(doc)}", flush=True)  # last: the ready --exclude
     write_health(config.launch.out_dir, {**doc, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")})
@@ -42,11 +43,11 @@ def finish_health(run: Run) -> int:
     return int(doc["exit_code"])
 
 
-def _outputs(config: HealthConfig, doc: dict) -> str:
-    """Prometheus' file, the figure and report.md from `doc`; the lines that say where."""
-    from allreduce_bench.health.outputs import write_prometheus
+def _outputs(config: HealthConfig, doc: dict, meta: dict) -> str:
+    """kubectl.sh, Prometheus' file, the figure and report.md from `doc`; the lines that say where."""
+    from allreduce_bench.health.outputs import write_kubectl, write_prometheus
 
-    said = ""
+    said = f"kubectl: {write_kubectl(config.launch.out_dir, doc, meta)}\n"
     if config.settings.prometheus:
         write_prometheus(Path(config.settings.prometheus), doc)
         said += f"prometheus: {config.settings.prometheus}\n"

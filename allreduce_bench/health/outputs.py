@@ -1,7 +1,9 @@
 """What a health run hands on: the health.json document, the Slurm exclude string, the
-Prometheus textfile, the terminal summary, and the checks on a --baseline."""
+Kubernetes labels and taints (kubectl.sh), the Prometheus textfile, the terminal summary, and the
+checks on a --baseline."""
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +23,32 @@ def exclude(hosts: Sequence[dict], verdict=named) -> str:
 
 def not_judged(host: dict) -> bool:
     return host["verdict"] == NOT_JUDGED
+
+
+KUBECTL_FILE = "kubectl.sh"
+HEALTH_LABEL = "allreduce-bench.io/health"
+
+
+def kubectl_lines(hosts: Sequence[dict], meta: dict) -> list[str]:
+    """Per host a label with its verdict (a label value has no space: `not judged` is
+    not-judged) and, per host named unhealthy, a NoSchedule taint (--overwrite: a later check
+    replaces an earlier one's); each on its Kubernetes node (meta.json's kubernetes_nodes, by
+    rank), else its host name."""
+    nodes = {h: n for h, n in zip(meta.get("hostnames", []), meta.get("kubernetes_nodes", [])) if n}
+    lines = []
+    for h in hosts:
+        node, value = shlex.quote(nodes.get(h["host"], h["host"])), h["verdict"].replace(" ", "-")
+        lines.append(f"kubectl label node {node} {HEALTH_LABEL}={value} --overwrite")
+        if named(h):
+            lines.append(f"kubectl taint node {node} {HEALTH_LABEL}={value}:NoSchedule --overwrite")
+    return lines
+
+
+def write_kubectl(out_dir, doc: dict, meta: dict) -> Path:
+    path = Path(out_dir) / KUBECTL_FILE
+    path.write_text("#!/bin/sh\n# health's verdicts as node labels and taints (doc/cluster.md#kubernetes)\n"
+                    + "".join(line + "\n" for line in kubectl_lines(doc["hosts"], meta)))
+    return path
 
 
 def finish_document(doc: dict) -> dict:

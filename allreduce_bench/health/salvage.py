@@ -251,9 +251,11 @@ def _name(fates: dict[str, str], by_host: dict[str, list[list[dict]]]) -> tuple[
 
 def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], since: float = 0.0,
              prometheus: str | None = None) -> int:
-    """Write health.json (and `prometheus`' gauges) from what survived (see the module's text),
-    say it in one summary, and return the exit code. `fates`: host -> how its launch ended."""
-    from allreduce_bench.health.outputs import finish_document, summary, write_prometheus
+    """Write health.json, kubectl.sh (and `prometheus`' gauges) from what survived (see the
+    module's text), say it in one summary, and return the exit code. `fates`: host -> how its
+    launch ended."""
+    from allreduce_bench.core.results.store import read_meta
+    from allreduce_bench.health.outputs import finish_document, summary, write_kubectl, write_prometheus
 
     out_dir = Path(out_dir)
     by_host = _by_host(journals)
@@ -287,7 +289,8 @@ def conclude(out_dir, fates: dict[str, str], journals: dict[int, list[dict]], si
     write_health(out_dir, doc)
     if prometheus:
         write_prometheus(Path(prometheus), doc)
-    print(f"health: {out_dir / HEALTH_FILE} (written from what survived)\n\n"
+    print(f"kubectl: {write_kubectl(out_dir, doc, read_meta(out_dir))}\n"
+          f"health: {out_dir / HEALTH_FILE} (written from what survived)\n\n"
           f"{summary(doc)}", flush=True)
     write_health(out_dir, {**doc, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return int(doc["exit_code"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from allreduce_bench.core.environment import variables, visible_gpus
+from allreduce_bench.core.environment import KUBERNETES_NODE_ENV, user_setting, variables, visible_gpus
 from allreduce_bench.core.host import gpus as host_gpus
 from allreduce_bench.core.measure import machine
 from allreduce_bench.core.measure.context import Measuring
@@ -126,6 +126,8 @@ def rank_info(device, env=None) -> dict:
     if env is not None:
         info.update(rank=env.rank, local_rank=env.local_rank, node_rank=env.node_rank,
                     launcher=env.launcher)
+    if node := user_setting(KUBERNETES_NODE_ENV):
+        info["kubernetes_node"] = node
     if device.kind == "cuda":
         index = device.torch_device.index
         props = torch.cuda.get_device_properties(index)
@@ -145,6 +147,8 @@ def world_meta(infos: list[dict]) -> dict:
              "nodes_seen": len(dict.fromkeys(i["hostname"] for i in infos))}
     if infos[0].get("launcher"):
         found["launcher"] = infos[0]["launcher"]
+    if any(i.get("kubernetes_node") for i in infos):
+        found["kubernetes_nodes"] = [i.get("kubernetes_node") for i in infos]
     if "gpu_index" in infos[0]:
         found["gpu_per_rank"] = [{k: i.get(k) for k in ("hostname", "gpu_index", "gpu_memory_GiB",
                                                          "cuda_visible_devices")} for i in infos]
