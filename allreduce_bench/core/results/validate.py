@@ -9,6 +9,7 @@ import pandas as pd
 
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.extensions import NONE, Extensions
+from allreduce_bench.core.results.store import whole_rows
 
 # Every row of every benchmark has these, as numbers.
 ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
@@ -25,23 +26,10 @@ NUMERIC = ALWAYS_NUMERIC + [
 WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loops"]
 
 
-def ends_torn(csv_path: Path) -> bool:
-    """The file's last line has no newline: a writer stopped mid-row (killed, disk full)."""
-    try:
-        with open(csv_path, "rb") as f:
-            f.seek(0, 2)
-            if f.tell() == 0:
-                return False
-            f.seek(-1, 2)
-            return f.read(1) != b"\n"
-    except OSError:
-        return False
-
-
 def check_results(frame: pd.DataFrame, csv_path: Path, lent: Extensions = NONE) -> pd.DataFrame:
     """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file,
     `lent.rows` without a column they need included."""
-    if csv_path.suffix == ".csv" and ends_torn(csv_path) and len(frame):  # Parquet is whole
+    if csv_path.suffix == ".csv" and whole_rows(csv_path)[1] and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
         frame = frame.iloc[:-1]
