@@ -308,7 +308,7 @@ def _metas(path: Path, read_meta) -> list[dict]:
 
 
 @click.command("export")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["nccl-tests-json"]), default="nccl-tests-json",
               show_default=True, help="nccl-tests-json: what nccl-tests 2.19's `-J FILE -I 1` writes "
               "(JSON version 3).")
@@ -317,11 +317,13 @@ def _metas(path: Path, read_meta) -> list[dict]:
 @click.option("--min-busbw", default=None, metavar="BANDWIDTH", help="Judge each file's "
               "average_bus_bandwidth as NCCL_TESTS_MIN_BW would (okay \"true\" when >= 90% of it); "
               "without it okay is \"unchecked\", as nccl-tests writes without the variable.")
-def export_command(run_dir, fmt, out_dir, min_busbw):
+@click.option("--force", is_flag=True, help="Write into a folder that is not empty: the nccl-tests "
+              "files an earlier export left there go first; other files stay.")
+def export_command(paths, fmt, out_dir, min_busbw, force):
     """Write a run as nccl-tests' JSON files, for the tools that read them.
 
     \b
-    RUN_DIR: a run directory (or a folder of runs). One file per (collective, algorithm, world
+    PATHS: run directories or folders of runs. One file per (collective, algorithm, world
     size, dtype), named <collective>_perf-<algorithm>-n<N>-<dtype>.json, holding every key
     nccl-tests 2.19's writer emits with -I 1, with its meanings: time = each rank's mean time
     per call averaged over ranks (nccl-tests' -a 1), algbw/busbw from it, per-iteration blocks
@@ -332,20 +334,22 @@ def export_command(run_dir, fmt, out_dir, min_busbw):
     """
     from allreduce_bench.core.config.checks import parse_floor
     from allreduce_bench.core.results.load import load_results, load_samples
-    from allreduce_bench.core.results.store import read_meta
+    from allreduce_bench.core.results.store import read_meta, replace_own
     from allreduce_bench.interop import export_nccl_tests as export
 
     floor = None if min_busbw is None else parse_floor(min_busbw)
-    rows = load_results(run_dir, explain_skips=False)
+    rows = load_results(paths, explain_skips=False)
     chosen = export.exportable(rows)
     if chosen.empty:
-        raise UsageError(f"{run_dir} holds no collective rows to export (links, ddp, health and job "
-                         "rows have no nccl-tests program); give a run of `run`")
+        raise UsageError(f"{', '.join(map(str, paths))} holds no collective rows to export (links, ddp, "
+                         "health and job rows have no nccl-tests program); give a run of `run`")
+    metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
+    found = export.documents(chosen, load_samples(paths), metas, floor)
+    replace_own(out_dir, export.is_own, force, "--out", any_file=True)
     left = sorted(set(rows["benchmark"].astype(str)) - set(chosen["benchmark"].astype(str)))
     if left:
         _echo(f"note: {len(rows) - len(chosen)} rows of {', '.join(left)} are not collectives "
-                   "nccl-tests measures; not exported")
-    metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
-    for name, document in export.documents(chosen, load_samples(run_dir), metas, floor):
+              "nccl-tests measures; not exported")
+    for name, document in found:
         path = export.write(out_dir, name, document)
         _echo(f"{path}: {export.describe(document)}")

@@ -66,6 +66,7 @@ class MissingLink(UsageError):
     the message adds what to give (a command that knows better replaces that part)."""
 
     def __init__(self, link_class: str, algorithm: str, world_size: int, ranks_per_node: int):
+        self.layout = (world_size, ranks_per_node)
         self.missing = (f"no {link_class}-node link parameters for {algorithm} at world size "
                         f"{world_size} ({ranks_per_node} ranks per node)")
         span = "more than one node" if link_class == INTER else "one node"

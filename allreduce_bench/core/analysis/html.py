@@ -7,12 +7,17 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from allreduce_bench.core.analysis.html_markdown import markdown_html, markdown_table
-from allreduce_bench.core.analysis.report import TWO_STATES, UNSTABLE, Report, algorithm_rank
+from allreduce_bench.core.analysis.noise import TWO_STATES, UNSTABLE
+from allreduce_bench.core.analysis.tables import algorithm_rank
 from allreduce_bench.core.results.schema import allreduce_rows
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.analysis.report import Report
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em;

@@ -9,7 +9,7 @@ import pandas as pd
 from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
 from allreduce_bench.core.analysis.html_markdown import markdown_table
-from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
+from allreduce_bench.core.analysis.noise import TWO_STATES, UNSTABLE, two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table
 from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported for callers)
@@ -26,7 +26,6 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     scaling_efficiency,
 )
 from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -171,23 +170,6 @@ def _late_rank_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
             "share of samples": late["share_of_samples"].map(_ratio),
             "late by (us)": late["lag_us"].map(lambda x: f"{x:.0f}"),
             "stands out": late["stands_out"].map({True: "yes", False: "no"})}), WORLD))]
-
-
-# what the flags mean: each table's note, and the page's list of flags (html.FLAGS)
-UNSTABLE = (
-    f"Rows whose median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
-    f"{100 * CONFIDENCE:.0f}% confidence interval (from the order statistics of the samples) "
-    f"reaches further from it, or the interleaved rounds' medians spread by more than "
-    f"{100 * ROUNDS_DISAGREE:.0f}% and their samples differ by more than their own spread explains "
-    f"(Kruskal-Wallis p < {ROUNDS_ALPHA:g}: the machine changed between them). How much single "
-    "samples vary does not decide it: on a machine whose calls switch between two states "
-    "they always vary.")
-TWO_STATES = (
-    "Rows whose samples fell into a fast and a slow state (split at a gap of > 25% between "
-    "neighbouring samples, each state >= 10% of them, their medians >= 1.5x apart): each "
-    "state's median and share, beside the row's median, which lies in one of them or "
-    "between. The fast state is the collective's own cost; the slow one is the machine "
-    "getting in the way (a vCPU waking up, a descheduled rank).")
 
 
 def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:

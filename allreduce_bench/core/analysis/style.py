@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
+from contextlib import contextmanager
 from pathlib import Path, PosixPath
 
 import matplotlib
@@ -56,6 +58,15 @@ def legend(ax, **options) -> None:
         ax.legend(**options)
 
 
+@contextmanager
+def quiet_layout():
+    """No "Tight layout not applied" on the console: where many runs' legends leave no room the
+    figure is saved as laid out, and the warning would only alarm."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        yield
+
+
 class SavedFigure(PosixPath):
     """A figure's file as `save` returns it: the path, holding its figure, so report.html
     inlines the very figures report.md links to, drawn once, without a copy kept aside."""
@@ -92,7 +103,8 @@ def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) 
     out above it (and left of `right`, where a legend stands outside)."""
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, right, 1))
+    with quiet_layout():
+        fig.tight_layout(rect=(0, 0.04, right, 1))
     return save(fig, path)
 
 

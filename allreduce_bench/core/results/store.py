@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.schema import (
     COLUMNS,
     META_FILE,
@@ -222,3 +223,18 @@ def start_meta_unless_launched(config, meta: Callable) -> None:
 
     if launcher_env() is None:
         start_meta(config.out_dir, meta(config))
+
+
+def replace_own(folder: Path, own: Callable[[Path], bool], force: bool, option: str,
+                any_file: bool = False) -> None:
+    """Refuse, in one line, to write into `folder` where it holds what an earlier run of the
+    command left (the files `own` names; with `any_file`, anything), so two outputs never mix;
+    with `force`, first remove the files `own` names, and never another."""
+    entries = sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []
+    held = entries if any_file else [p for p in entries if own(p)]
+    if held and not force:
+        raise UsageError(f"{folder} is not empty ({len(held)} file(s)); give a new {option}, or "
+                         "--force to replace the earlier output")
+    for path in entries if force else ():
+        if path.is_file() and own(path):
+            path.unlink()

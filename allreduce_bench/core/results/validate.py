@@ -27,14 +27,14 @@ WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loop
 
 
 def check_results(frame: pd.DataFrame, csv_path: Path, lent: Extensions = NONE) -> pd.DataFrame:
-    """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file,
-    `lent.rows` without a column they need included."""
+    """The rows of `csv_path` with a torn last row dropped (none left: empty); UsageError for
+    a damaged file, `lent.rows` without a column they need included."""
     if csv_path.suffix == ".csv" and whole_rows(csv_path)[1] and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
         frame = frame.iloc[:-1]
         if frame.empty:
-            raise UsageError(f"{csv_path} has no whole rows; run a benchmark first")
+            return frame
     frame = frame.copy()
     hint = "the file is damaged or was edited: remove that row (or restore the file)"
     if frame["algorithm"].isna().any() or (frame["algorithm"].astype(str).str.strip() == "").any():
