@@ -117,18 +117,12 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
     import uuid
 
     from allreduce_bench import interop
-    from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
     from allreduce_bench.interop import job
 
     tag = tag if tag is not None else _job_name(paths[0])
     run_id = uuid.uuid5(uuid.NAMESPACE_URL, ":".join(interop.digest(f) for f in read.files)).hex
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
     frame = job.rows(read.frame, run_id, tag, ",".join(map(str, paths)))
-    frame.to_csv(target / "results.csv", index=False)
-    write_parquet(target, frame)
-    write_meta(target, job.meta(read, run_id, tag, read.files))
-    SamplesWriter(target).append(job.samples(read.frame, run_id))
+    _write(target, frame, job.meta(read, run_id, tag, read.files), job.samples(read.frame, run_id))
     for line in job.describe(read, frame, target):
         _echo(line)
 
@@ -136,18 +130,23 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
 def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
     """results.csv, results.parquet, meta.json (and samples.parquet) of one imported run."""
     from allreduce_bench import interop
+
+    frame, samples = interop.run_frame(run, run_id, tag, str(path)), interop.samples_frame(run, run_id)
+    _write(target, frame, interop.run_meta(run, run_id, tag, str(path)), samples)
+    return frame, samples
+
+
+def _write(target: Path, frame, meta: dict, samples) -> None:
+    """One imported run's files; a re-import replaces all of them."""
     from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
 
     target.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
-    frame = interop.run_frame(run, run_id, tag, str(path))
+    shutil.rmtree(target / "samples.parquet", ignore_errors=True)
     frame.to_csv(target / "results.csv", index=False)
     write_parquet(target, frame)
-    write_meta(target, interop.run_meta(run, run_id, tag, str(path)))
-    samples = interop.samples_frame(run, run_id)
+    write_meta(target, meta)
     if samples is not None:
         SamplesWriter(target).append(samples)
-    return frame, samples
 
 
 def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:

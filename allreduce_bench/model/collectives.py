@@ -1,14 +1,10 @@
 """The alpha-beta-gamma model per collective and algorithm: fit, predict, best algorithm.
 
-Each (collective, algorithm) declares its steps (`cost` in its module); a row's time is taken as
-sum over steps of repeat x (m alpha + b / B + reduced / B_reduce) along the critical path, the
-inter-node link where a step uses both classes (as model/cost.py does for AllReduce). One
-link (alpha, B) per (collective, algorithm) is fitted, plus gamma where the rows tell it apart
-from B: the detailed two-link AllReduce model stays in cost.py; this
-one puts every collective on the same footing for "which algorithm wins where", fitted by the
-same cost.fit_steps with one link. A row whose
-backend ran another collective in its place (`runs_as`: gloo's ReduceScatter is an AllReduce)
-is modelled with that collective's native cost.
+One link (alpha, B) per (collective, algorithm), plus gamma where the rows tell it from B,
+fitted over the declared steps' critical path by cost.fit_steps (the fit of the two-link
+AllReduce model too), so every collective stands on the same footing for "which algorithm wins
+where". A row whose backend ran another collective in its place (`runs_as`: gloo's
+ReduceScatter is an AllReduce) is modelled with that collective's native cost.
 """
 from __future__ import annotations
 

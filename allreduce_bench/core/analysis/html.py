@@ -13,6 +13,7 @@ import pandas as pd
 
 from allreduce_bench.core.analysis.html_markdown import markdown_html, markdown_table
 from allreduce_bench.core.analysis.noise import TWO_STATES, UNSTABLE
+from allreduce_bench.core.analysis.style import SavedFigure
 from allreduce_bench.core.analysis.tables import algorithm_rank
 from allreduce_bench.core.results.schema import allreduce_rows
 
@@ -103,7 +104,7 @@ def report_html(report: Report, frame: pd.DataFrame, figures: dict[str, Path]) -
 
     def image(alt: str, target: str) -> str:
         name, path = by_file.get(Path(target).name, (alt, None))
-        svg = path.svg(f"{name}-") if hasattr(path, "svg") else None
+        svg = path.svg(f"{name}-") if isinstance(path, SavedFigure) else None
         if svg is None:
             return f"<p>{html.escape(alt)}</p>"
         return f'<figure id="figure-{html.escape(name)}">{svg}<figcaption>{html.escape(name)}</figcaption></figure>'

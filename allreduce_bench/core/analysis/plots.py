@@ -275,7 +275,7 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
 
 def _draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str, size_bytes: int | None, sections) -> dict[str, Path]:
     size_bytes = chosen_size(frame, None, sections) if size_bytes is None else size_bytes
-    drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
+    drawn: dict[str, Path] = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
     if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)
         from allreduce_bench.core.results.load import load_samples

@@ -226,10 +226,9 @@ class Report:
 
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
-                    out_dir: Path, sections=(), tables: list[Table] | None = None) -> Report:
+                    out_dir: Path, sections=()) -> Report:
     """The sweep's report, then each of the features' `sections` (core/extensions.py) that the
-    rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
-    where the caller has it already."""
+    rows concern, then every figure no section embedded itself."""
     head = ["# AllReduce benchmark report", "",
             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
             "the median over samples of the slowest rank's time per call (a sample times `loops` "
@@ -237,9 +236,7 @@ def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[s
     body = ["## Runs", "", markdown_table(runs_table(frame)), ""]
     for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
         body += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
-    if tables is None:
-        tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []
-    for title, note, table in tables:
+    for title, note, table in report_tables(frame, size_bytes, sections) if size_bytes is not None else []:
         body += [f"## {title}", "", note, ""] + ([markdown_table(table), ""] if table is not None else [])
     body += markdown_parts(frame, markdown_table)
     for section in sections:

@@ -135,8 +135,6 @@ def start_meta(out_dir: Path, meta: dict) -> None:
 
 def read_meta(run_dir: Path | str) -> dict:
     """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
-    from allreduce_bench.core.errors import UsageError
-
     path = Path(run_dir) / META_FILE
     if not path.exists():
         return {}

@@ -36,37 +36,31 @@ def check_results(frame: pd.DataFrame, csv_path: Path, lent: Extensions = NONE) 
         if frame.empty:
             return frame
     frame = frame.copy()
-    hint = "the file is damaged or was edited: remove that row (or restore the file)"
-    if frame["algorithm"].isna().any() or (frame["algorithm"].astype(str).str.strip() == "").any():
-        line = int(frame.index[frame["algorithm"].isna()
-                               | (frame["algorithm"].astype(str).str.strip() == "")][0]) + 1
-        raise UsageError(f"{csv_path} row {line} has no algorithm; {hint}")
-    for column in [c for c in NUMERIC if c in frame.columns]:
-        raw = frame[column]
-        numbers = pd.to_numeric(raw, errors="coerce")
-        bad = numbers.isna() & (raw.notna() if column not in ALWAYS_NUMERIC else True)
+
+    def refuse(bad: pd.Series, what) -> None:
+        """One line on the first row `bad` marks, `what(index)` saying what is wrong with it."""
         if bad.any():
             at = bad[bad].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {raw[at]!r}, not a "
-                             f"number; {hint}")
+            raise UsageError(f"{csv_path} row {int(at) + 1}{what(at)}; the file is damaged or was "
+                             "edited: remove that row (or restore the file)")
+
+    refuse(frame["algorithm"].isna() | (frame["algorithm"].astype(str).str.strip() == ""),
+           lambda at: " has no algorithm")
+    for column in [c for c in NUMERIC if c in frame.columns]:
+        raw, numbers = frame[column], pd.to_numeric(frame[column], errors="coerce")
+        refuse(numbers.isna() & (raw.notna() if column not in ALWAYS_NUMERIC else True),
+               lambda at: f": {column} is {raw[at]!r}, not a number")
         frame[column] = numbers
     # counted things and times are finite: `1e400` parses as infinity, and no run has it
     for column in [c for c in ALWAYS_NUMERIC + WHOLE if c in frame.columns]:
-        endless = frame[column].abs() == float("inf")
-        if endless.any():
-            at = endless[endless].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {float(frame[column][at]):g}, "
-                             f"not a finite number; {hint}")
+        refuse(frame[column].abs() == float("inf"),
+               lambda at: f": {column} is {float(frame[column][at]):g}, not a finite number")
     for rows in lent.rows:
         missing = [c for c in rows.needs if c not in frame.columns]
         if missing and "benchmark" in frame.columns and (frame["benchmark"] == rows.benchmark).any():
             raise UsageError(f"{csv_path} has benchmark={rows.benchmark} rows but no {missing[0]} "
-                             f"column; {hint}")
+                             "column; the file is damaged or was edited: remove that row (or restore the file)")
     # nccl-tests prints zero-byte rows (imported as they are); no run has a world of 0 ranks
     for column, least in (("world_size", 1), ("size_bytes", 0)):
-        low = frame[column] < least
-        if low.any():
-            at = low[low].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {frame[column][at]!r}, "
-                             f"below {least}; {hint}")
+        refuse(frame[column] < least, lambda at: f": {column} is {frame[column][at]!r}, below {least}")
     return frame
