@@ -77,7 +77,7 @@ def test_model_fit_and_predict_all_run_without_torch(tmp_path):
         return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                               env=env, timeout=100)
 
-    fitted = blocked("model", "fit", str(run_dir), "--no-plot")
+    fitted = blocked("model", "fit", str(run_dir), "--no-plot", "--out", str(run_dir))
     assert fitted.returncode == 0, fitted.stderr
     best = pd.read_csv(run_dir / "model_best.csv")
     assert list(best.columns[:4]) == ["world_size", "size_bytes", "measured", "predicted"]
