@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 for run in results/*/; do
     [ -f "$run/results.csv" ] || continue
     # the model first: report.md has a section from model.json
-    if [ -f "$run/model.json" ]; then python -m allreduce_bench model fit "$run" >/dev/null; fi
-    python -m allreduce_bench report "$run" --out-dir "${run}plots" >/dev/null
+    if [ -f "$run/model.json" ]; then python -m allreduce_bench model fit "$run" --out "$run" >/dev/null; fi
+    python -m allreduce_bench report "$run" --out-dir "${run}plots" --force >/dev/null
     echo "redrawn: ${run}plots/"
 done

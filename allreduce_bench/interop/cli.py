@@ -117,18 +117,12 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
     import uuid
 
     from allreduce_bench import interop
-    from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
     from allreduce_bench.interop import job
 
     tag = tag if tag is not None else _job_name(paths[0])
     run_id = uuid.uuid5(uuid.NAMESPACE_URL, ":".join(interop.digest(f) for f in read.files)).hex
-    target.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
     frame = job.rows(read.frame, run_id, tag, ",".join(map(str, paths)))
-    frame.to_csv(target / "results.csv", index=False)
-    write_parquet(target, frame)
-    write_meta(target, job.meta(read, run_id, tag, read.files))
-    SamplesWriter(target).append(job.samples(read.frame, run_id))
+    _write(target, frame, job.meta(read, run_id, tag, read.files), job.samples(read.frame, run_id))
     for line in job.describe(read, frame, target):
         _echo(line)
 
@@ -136,18 +130,23 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
 def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
     """results.csv, results.parquet, meta.json (and samples.parquet) of one imported run."""
     from allreduce_bench import interop
+
+    frame, samples = interop.run_frame(run, run_id, tag, str(path)), interop.samples_frame(run, run_id)
+    _write(target, frame, interop.run_meta(run, run_id, tag, str(path)), samples)
+    return frame, samples
+
+
+def _write(target: Path, frame, meta: dict, samples) -> None:
+    """One imported run's files; a re-import replaces all of them."""
     from allreduce_bench.core.results.store import SamplesWriter, write_meta, write_parquet
 
     target.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(target / "samples.parquet", ignore_errors=True)  # a re-import replaces all
-    frame = interop.run_frame(run, run_id, tag, str(path))
+    shutil.rmtree(target / "samples.parquet", ignore_errors=True)
     frame.to_csv(target / "results.csv", index=False)
     write_parquet(target, frame)
-    write_meta(target, interop.run_meta(run, run_id, tag, str(path)))
-    samples = interop.samples_frame(run, run_id)
+    write_meta(target, meta)
     if samples is not None:
         SamplesWriter(target).append(samples)
-    return frame, samples
 
 
 def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
@@ -308,7 +307,7 @@ def _metas(path: Path, read_meta) -> list[dict]:
 
 
 @click.command("export")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["nccl-tests-json"]), default="nccl-tests-json",
               show_default=True, help="nccl-tests-json: what nccl-tests 2.19's `-J FILE -I 1` writes "
               "(JSON version 3).")
@@ -317,11 +316,13 @@ def _metas(path: Path, read_meta) -> list[dict]:
 @click.option("--min-busbw", default=None, metavar="BANDWIDTH", help="Judge each file's "
               "average_bus_bandwidth as NCCL_TESTS_MIN_BW would (okay \"true\" when >= 90% of it); "
               "without it okay is \"unchecked\", as nccl-tests writes without the variable.")
-def export_command(run_dir, fmt, out_dir, min_busbw):
+@click.option("--force", is_flag=True, help="Write into a folder that is not empty: the nccl-tests "
+              "files an earlier export left there go first; other files stay.")
+def export_command(paths, fmt, out_dir, min_busbw, force):
     """Write a run as nccl-tests' JSON files, for the tools that read them.
 
     \b
-    RUN_DIR: a run directory (or a folder of runs). One file per (collective, algorithm, world
+    PATHS: run directories or folders of runs. One file per (collective, algorithm, world
     size, dtype), named <collective>_perf-<algorithm>-n<N>-<dtype>.json, holding every key
     nccl-tests 2.19's writer emits with -I 1, with its meanings: time = each rank's mean time
     per call averaged over ranks (nccl-tests' -a 1), algbw/busbw from it, per-iteration blocks
@@ -332,20 +333,22 @@ def export_command(run_dir, fmt, out_dir, min_busbw):
     """
     from allreduce_bench.core.config.checks import parse_floor
     from allreduce_bench.core.results.load import load_results, load_samples
-    from allreduce_bench.core.results.store import read_meta
+    from allreduce_bench.core.results.store import read_meta, replace_own
     from allreduce_bench.interop import export_nccl_tests as export
 
     floor = None if min_busbw is None else parse_floor(min_busbw)
-    rows = load_results(run_dir, explain_skips=False)
+    rows = load_results(paths, explain_skips=False)
     chosen = export.exportable(rows)
     if chosen.empty:
-        raise UsageError(f"{run_dir} holds no collective rows to export (links, ddp, health and job "
-                         "rows have no nccl-tests program); give a run of `run`")
+        raise UsageError(f"{', '.join(map(str, paths))} holds no collective rows to export (links, ddp, "
+                         "health and job rows have no nccl-tests program); give a run of `run`")
+    metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
+    found = export.documents(chosen, load_samples(paths), metas, floor)
+    replace_own(out_dir, export.is_own, force, "--out", any_file=True)
     left = sorted(set(rows["benchmark"].astype(str)) - set(chosen["benchmark"].astype(str)))
     if left:
         _echo(f"note: {len(rows) - len(chosen)} rows of {', '.join(left)} are not collectives "
-                   "nccl-tests measures; not exported")
-    metas = {source: read_meta(Path(source)) for source in chosen["source"].unique()}
-    for name, document in export.documents(chosen, load_samples(run_dir), metas, floor):
+              "nccl-tests measures; not exported")
+    for name, document in found:
         path = export.write(out_dir, name, document)
         _echo(f"{path}: {export.describe(document)}")

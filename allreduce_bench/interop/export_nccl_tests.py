@@ -9,6 +9,7 @@ variables and the ALLREDUCE_BENCH_* lines `import` reads back.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -136,6 +137,14 @@ def exportable(rows: pd.DataFrame) -> pd.DataFrame:
     benchmark = rows["benchmark"].fillna("allreduce").astype(str).str.removesuffix(IN_PLACE)
     known = benchmark.isin(["allreduce", *COLLECTIVES]) & rows["collective"].isin(COLLECTIVES)
     return rows[known]
+
+
+OWN = re.compile(r"\.?(.+-)?[a-z_]+_perf-.+-n\d+-.*\.json(\.tmp)?")  # file_name's, and write's temporary
+
+
+def is_own(path: Path) -> bool:
+    """Whether `path` is named as an export's file (`export --force` removes only those)."""
+    return bool(OWN.fullmatch(path.name))
 
 
 def file_name(key: dict, several_runs: bool) -> str:

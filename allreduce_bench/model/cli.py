@@ -83,7 +83,9 @@ def model():
 @model.command("fit")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=OUTPUT_PATH,
-              help="Where model.json and plots/model.png go. [the first PATH (its directory)]")
+              help="Where model.json and plots/model.png go; a run's folder to keep them there. "
+              "[plots/<first run's name>[+N] under the current directory, where `report` finds "
+              "them: not into the runs read]")
 @click.option("--native-as", default="ring", show_default=True,
               help="How to model the backend's own AllReduce: another algorithm with a cost.")
 @click.option("--loss", default="absolute", show_default=True, type=click.Choice(["absolute", "squares"]),
@@ -102,15 +104,17 @@ def fit_command(paths, out_dir, native_as, loss, min_size, fit_min_size, tag, po
 
     Prints the fitted link parameters per algorithm, measured against predicted time per
     algorithm, world size and size with the error, and the median |error| over sizes >=
-    --min-size; writes model.json and plots/model.png. Results of one node layout only
+    --min-size; writes model.json and plots/model.png (where `plot` and `report` write, unless
+    --out says otherwise). Results of one node layout only
     (an imported 2 x 8 nccl-tests log) get one effective link for that layout, and the
     output says which run would separate intra- from inter-node links.
     """
+    from allreduce_bench.core.cli.report import default_out_dir
     from allreduce_bench.core.config.checks import check_writable_dir
     from allreduce_bench.model import fitting
     from allreduce_bench.model.cost import best_table, fit
 
-    out_dir = Path(out_dir or (paths[0] if paths[0].is_dir() else paths[0].parent))
+    out_dir = Path(out_dir or default_out_dir(paths))
     check_writable_dir(out_dir, "--out")
     frame, note = fitting.loaded(paths)
     if note:

@@ -1,25 +1,21 @@
 """The alpha-beta-gamma model per collective and algorithm: fit, predict, best algorithm.
 
-Each (collective, algorithm) declares its steps (`cost` in its module); a row's time is taken as
-sum over steps of repeat x (m alpha + b / B + reduced / B_reduce) along the critical path, the
-inter-node link where a step uses both classes (as model/cost.py does for AllReduce). One
-link (alpha, B) per (collective, algorithm) is fitted, plus gamma where the rows tell it apart
-from B, with model.solve_relative: the detailed two-link AllReduce model stays in model.py; this
-one puts every collective on the same footing for "which algorithm wins where". A row whose
-backend ran another collective in its place (`runs_as`: gloo's ReduceScatter is an AllReduce)
-is modelled with that collective's native cost.
+One link (alpha, B) per (collective, algorithm), plus gamma where the rows tell it from B,
+fitted over the declared steps' critical path by cost.fit_steps (the fit of the two-link
+AllReduce model too), so every collective stands on the same footing for "which algorithm wins
+where". A row whose backend ran another collective in its place (`runs_as`: gloo's
+ReduceScatter is an AllReduce) is modelled with that collective's native cost.
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from allreduce_bench.core import algorithms as registry
-from allreduce_bench.core.algorithms.base import INTER, Step
+from allreduce_bench.core.algorithms.base import Step
 from allreduce_bench.core.layout import node_layout
-from allreduce_bench.model.cost import _rank, fastest, solve_relative
+from allreduce_bench.model.cost import critical_path, fastest, fit_steps
 
 KEYS = ["collective", "algorithm", "world_size", "ranks_per_node", "size_bytes"]
 
@@ -48,23 +44,6 @@ def steps(collective: str, algorithm: str, runs_as: str, size_bytes: float, worl
     return known[name].cost(float(size_bytes), world_size, node_layout(world_size, ranks_per_node))
 
 
-def critical_path(found: list[Step]) -> np.ndarray:
-    """[messages, bytes, reduced] along the critical path: T = this . [alpha, 1/B, 1/B_reduce]."""
-    out = np.zeros(3)
-    for step in found:
-        out[2] += step.repeat * step.reduced
-        if step.paths:
-            messages, size = step.paths[INTER if INTER in step.paths else next(iter(step.paths))]
-            out[:2] += step.repeat * np.array([messages, size])
-    return out
-
-
-def _design(group: pd.DataFrame) -> np.ndarray | None:
-    rows = [steps(r.collective, r.algorithm, r.runs_as, r.size_bytes, r.world_size, r.ranks_per_node)
-            for r in group.itertuples()]
-    return None if any(s is None for s in rows) else np.array([critical_path(s) for s in rows])
-
-
 def fit(frame: pd.DataFrame) -> pd.DataFrame:
     """Per (collective, algorithm): alpha_us, bandwidth_GBps, reduce_GBps (NaN: folded into B),
     rows; algorithms without a cost, or with too few sizes, are left out."""
@@ -72,22 +51,24 @@ def fit(frame: pd.DataFrame) -> pd.DataFrame:
     rows = with_collective(frame)
     rows = rows[rows["time_us_median"] > 0]
     for (collective, algorithm), group in rows.groupby(["collective", "algorithm"], sort=False):
-        design = _design(group)
-        if design is None or _rank(design[:, :2]) < 2:
+        found = [steps(r.collective, r.algorithm, r.runs_as, r.size_bytes, r.world_size, r.ranks_per_node)
+                 for r in group.itertuples()]
+        fitted = None if any(f is None for f in found) else fit_steps(
+            found, group["time_us_median"].to_numpy(dtype=float) * 1e-6, one_link=True)
+        if fitted is None:
             continue
-        with_reduce = bool(design[:, 2].any()) and _rank(design) > 2
-        x = solve_relative(design if with_reduce else design[:, :2],
-                           group["time_us_median"].to_numpy(dtype=float) * 1e-6)
-        out.append({"collective": collective, "algorithm": algorithm, "alpha_us": x[0] * 1e6,
-                    "bandwidth_GBps": 1e-9 / x[1] if x[1] > 0 else math.inf,
-                    "reduce_GBps": 1e-9 / x[2] if with_reduce and x[2] > 0 else math.nan,
+        link, reduce_Bps = fitted.links.intra or fitted.links.inter, fitted.links.reduce_Bps
+        out.append({"collective": collective, "algorithm": algorithm, "alpha_us": link.alpha_s * 1e6,
+                    "bandwidth_GBps": link.bandwidth_Bps / 1e9,
+                    "reduce_GBps": reduce_Bps / 1e9 if math.isfinite(reduce_Bps) else math.nan,
                     "rows": len(group)})
     return pd.DataFrame(out, columns=["collective", "algorithm", "alpha_us", "bandwidth_GBps",
                                       "reduce_GBps", "rows"])
 
 
 def predict_us(fitted: pd.Series, found: list[Step]) -> float:
-    messages, size, reduced = critical_path(found)
+    m_intra, b_intra, m_inter, b_inter, reduced = critical_path(found)
+    messages, size = m_intra + m_inter, b_intra + b_inter
     gamma = 0.0 if math.isnan(fitted["reduce_GBps"]) else reduced / (fitted["reduce_GBps"] * 1e9)
     return (messages * fitted["alpha_us"] * 1e-6 + size / (fitted["bandwidth_GBps"] * 1e9) + gamma) * 1e6
 

@@ -66,6 +66,7 @@ class MissingLink(UsageError):
     the message adds what to give (a command that knows better replaces that part)."""
 
     def __init__(self, link_class: str, algorithm: str, world_size: int, ranks_per_node: int):
+        self.layout = (world_size, ranks_per_node)
         self.missing = (f"no {link_class}-node link parameters for {algorithm} at world size "
                         f"{world_size} ({ranks_per_node} ranks per node)")
         span = "more than one node" if link_class == INTER else "one node"
@@ -134,13 +135,12 @@ def bottleneck(algorithm: str, size_bytes: float, world_size: int, ranks_per_nod
 
 # ---- fitting -------------------------------------------------------------------------------
 
-def critical_path(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
-                  native_as: str = "ring") -> np.ndarray:
-    """[m_intra, b_intra, m_inter, b_inter, reduced] on the critical path, the inter link taken
-    as the bottleneck of any step that uses both:
+def critical_path(found: list[Step]) -> np.ndarray:
+    """[m_intra, b_intra, m_inter, b_inter, reduced] of the steps `found` along the critical
+    path, the inter link taken as the bottleneck of any step that uses both:
     T = this . [alpha_intra, 1/B_intra, alpha_inter, 1/B_inter, 1/B_reduce]."""
     out = np.zeros(5)
-    for step in steps(algorithm, size_bytes, world_size, ranks_per_node, native_as):
+    for step in found:
         out[4] += step.repeat * step.reduced
         if not step.paths:
             continue
@@ -207,25 +207,23 @@ def _rank(design: np.ndarray) -> int:
     return int(np.linalg.matrix_rank(design / np.linalg.norm(design, axis=0)))
 
 
-def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
-                  loss: str = "absolute") -> AlgorithmFit:
-    """Fit (alpha, B) per link class to one algorithm's rows (time_us_median against size)."""
-    rows = rows[rows["time_us_median"] > 0]
-    full = np.array([critical_path(algorithm, r.size_bytes, r.world_size, r.ranks_per_node,
-                                   native_as) for r in rows.itertuples()]).reshape(-1, 5)
+def fit_steps(found: list[list[Step]], times_s: np.ndarray, loss: str = "absolute",
+              one_link: bool = False) -> AlgorithmFit | None:
+    """(alpha, B) per link class fitted to rows given as their declared steps and times: one
+    link for both classes with `one_link` or where the rows cannot tell them apart, plus gamma
+    where they tell it from B. The one fit of every collective's model; None where the rows
+    cannot fix it (fewer than two sizes at a world size above 1)."""
+    full = np.array([critical_path(f) for f in found]).reshape(-1, 5)
     design, reduced = full[:, :4], full[:, 4]
-    times = rows["time_us_median"].to_numpy(dtype=float) * 1e-6
     has_intra, has_inter = bool(design[:, :2].any()), bool(design[:, 2:].any())
-    shared = has_intra and has_inter and _rank(design) < 4
+    shared = has_intra and has_inter and (one_link or _rank(design) < 4)
     if shared:
         design = design[:, :2] + design[:, 2:]
     elif not (has_intra and has_inter):
         design = design[:, :2] if has_intra else design[:, 2:]
     if not (has_intra or has_inter) or _rank(design) < design.shape[1]:
-        raise UsageError(f"cannot fit {algorithm}: it needs at least two different sizes at some "
-                         "world size greater than 1; measure a sweep of sizes")
-    paths = [step.paths for r in rows.itertuples()
-             for step in steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as)]
+        return None
+    paths = [step.paths for f in found for step in f]
     excess = design.shape[1] == 4 and any(len(p) > 1 for p in paths)
     if excess:
         # Steps over both classes cost the inter link's time in the fit, so keep the inter link
@@ -235,7 +233,7 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
     # gamma only where the rows can tell it from the bandwidths (reduced bytes not a fixed
     # multiple of the bytes sent); otherwise it stays folded into them
     with_reduce = bool(reduced.any()) and _rank(np.column_stack([design, reduced])) > design.shape[1]
-    x = solve_relative(np.column_stack([design, reduced]) if with_reduce else design, times, loss)
+    x = solve_relative(np.column_stack([design, reduced]) if with_reduce else design, times_s, loss)
     reduce_Bps = 1.0 / x[-1] if with_reduce and x[-1] > 0 else math.inf
     if excess:
         x[2:4] += x[:2]
@@ -248,7 +246,20 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
         shared = shared or effective
         links = Links(link if has_intra or effective else None, link if has_inter or effective else None,
                       reduce_Bps)
-    return AlgorithmFit(links, shared, len(rows), with_reduce)
+    return AlgorithmFit(links, shared, len(found), with_reduce)
+
+
+def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
+                  loss: str = "absolute") -> AlgorithmFit:
+    """Fit (alpha, B) per link class to one AllReduce algorithm's rows (time against size)."""
+    rows = rows[rows["time_us_median"] > 0]
+    found = [steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as)
+             for r in rows.itertuples()]
+    fitted = fit_steps(found, rows["time_us_median"].to_numpy(dtype=float) * 1e-6, loss)
+    if fitted is None:
+        raise UsageError(f"cannot fit {algorithm}: it needs at least two different sizes at some "
+                         "world size greater than 1; measure a sweep of sizes")
+    return fitted
 
 
 @dataclass

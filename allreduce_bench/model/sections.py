@@ -13,7 +13,7 @@ from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.hooks import Section
 from allreduce_bench.core.units import format_size
 from allreduce_bench.model import collectives as collective_model
-from allreduce_bench.model.cost import MODEL_FILE, CostModel, best_table, compare, crossovers
+from allreduce_bench.model.cost import MODEL_FILE, CostModel, MissingLink, best_table, compare, crossovers, model_rows
 
 
 def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
@@ -25,10 +25,18 @@ def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
                  if (p / MODEL_FILE).exists()), None)
     if path is None:
         return []
-    model = CostModel.load(path)
-    comparison = compare(frame, model)
+    model, left_out = CostModel.load(path), []
+    rows = model_rows(frame)
+    while True:  # a layout the model has no link for is left out, said in a line
+        try:
+            comparison = compare(rows, model)
+            break
+        except MissingLink as error:
+            left_out.append(f"Left out: {error.missing} in `{path.name}` (fitted to other layouts).")
+            world_size, per_node = error.layout
+            rows = rows[(rows["world_size"] != world_size) | (rows["ranks_per_node"] != per_node)]
     if comparison.empty:
-        return []
+        return ["## Which algorithm wins where", "", *left_out, ""] if left_out else []
     best = best_table(comparison)
     table = pd.DataFrame({"world size": best["world_size"], "size": best["size_bytes"].map(format_size),
                           "measured best": best["measured"], "predicted best": best["predicted"],
@@ -39,7 +47,7 @@ def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
              f"From the cost model in `{path.name}` (`allreduce-bench model fit`): the fastest "
              "algorithm measured and the one the model predicts, among those measured at each "
              "point; the last column is how much slower the predicted one measured.", "",
-             markdown_table(table), ""]
+             markdown_table(table), ""] + ([*left_out, ""] if left_out else [])
     if len(cross):
         lines += ["Predicted crossover sizes: " + "; ".join(
             f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"

@@ -3,11 +3,13 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
+import synthetic_runs
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
@@ -326,7 +328,7 @@ def test_a_committed_example_is_what_report_makes_of_it_and_report_leaves_it_alo
         link = text.split("![fastest algorithm](", 1)[1].split(")", 1)[0]
         assert "## Which algorithm wins where" in text and (elsewhere.parent / link).exists()
     copy = shutil.copytree(example, tmp_path / "copy")  # redrawn where the script redraws it
-    result = CliRunner().invoke(main, ["report", str(copy), "--out-dir", str(copy / "plots")])
+    result = CliRunner().invoke(main, ["report", str(copy), "--out-dir", str(copy / "plots"), "--force"])
     assert result.exit_code == 0, result.output
     made = (copy / "plots" / "report.md").read_text()
     assert made == (example / "plots" / "report.md").read_text(), "run scripts/regenerate_figures.sh"
@@ -344,3 +346,73 @@ def test_a_merged_runs_series_keep_their_own_style_when_its_links_rows_have_anot
     assert style["native"] != style["native [emulated-2x2]"]
     assert style["native [emulated-2x2]"][1] == "--"
     plt.close(fig)
+
+
+def empty_runs(folder):
+    """What an interrupted run (meta.json alone) and a refused `emulate` (nothing) leave behind."""
+    interrupted, refused = folder / "20261207T153319Z", folder / "20261207T160000Z-emulated-2x2"
+    interrupted.mkdir(parents=True)
+    (interrupted / "meta.json").write_text('{"run_id": "20261207T153319Z"}')
+    refused.mkdir()
+    return interrupted, refused
+
+
+def test_report_over_the_readmes_two_examples_and_an_interrupted_run_is_written_whole(tmp_path):
+    examples = [REPO / "results" / "example-cpu-gloo", REPO / "results" / "example-emulated-2x2"]
+    interrupted, refused = empty_runs(tmp_path / "runs")
+    result = CliRunner().invoke(main, ["report", *map(str, examples), str(interrupted), str(refused),
+                                       "--out-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert f"note: skipped {interrupted}: meta.json alone" in result.output
+    assert f"note: skipped {refused}: an empty folder" in result.output
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "report.html").exists() and "## Which algorithm wins where" in text
+    # the local example's model has no inter-node link for the emulated 2 x 2: left out, said once
+    assert text.count("Left out: no inter-node link parameters for native at world size 4") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_report_over_a_folder_of_runs_with_empty_ones_among_them(tmp_path):
+    runs = shutil.copytree(REPO / "results", tmp_path / "results")
+    empty_runs(runs)
+    result = CliRunner().invoke(main, ["report", str(runs), "--out-dir", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert result.output.count("note: skipped") == 2
+    assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "report.html").exists()
+
+
+@pytest.mark.parametrize("command", [["plot"], ["model", "fit"], ["export", "--out", "json"]])
+def test_every_reader_skips_a_run_without_rows_with_a_line(command, tmp_path):
+    interrupted, _ = empty_runs(tmp_path / "runs")
+    result = CliRunner().invoke(main, [*command, str(REPO / "results" / "example-cpu-gloo"), str(interrupted)])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert result.output.count(f"note: skipped {interrupted}: meta.json alone") == 1
+    alone = CliRunner().invoke(main, [*command, str(interrupted)])  # nothing else: one line, exit 2
+    assert alone.exit_code == 2 and "no rows to read" in alone.output, alone.output
+
+
+def test_a_folder_of_many_runs_draws_without_a_matplotlib_warning(tmp_path):
+    frame = pd.concat([model_frame(tag=f"a-rather-long-tag-name-number-{i}", run_id=f"run{i}", world_sizes=(2,))
+                       for i in range(8)], ignore_index=True)  # legends too tall for tight_layout
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plots.draw_all(frame, tmp_path)
+    assert [str(w.message) for w in caught] == []
+
+
+def test_report_writes_over_an_earlier_report_only_with_force(tmp_path):
+    run = synthetic_runs.write_run(tmp_path / "run", synthetic_runs.rows(synthetic_runs.default_states()))
+    plots_dir = run / "plots"
+    assert CliRunner().invoke(main, ["report", str(run), "--out-dir", str(plots_dir)]).exit_code == 0
+    made = (plots_dir / "report.md").read_text()
+    (plots_dir / "notes.txt").write_text("mine")
+    (plots_dir / "scaling.png").write_bytes(PNG_MAGIC)  # a figure of an earlier report, not this one's
+    (plots_dir / "report.md").write_text((plots_dir / "report.md").read_text() + "![scaling](scaling.png)\n")
+    before = {p.name: p.stat().st_mtime_ns for p in plots_dir.iterdir()}
+    assert "is not empty" in one_line_error(["report", str(run), "--out-dir", str(plots_dir)])
+    assert {p.name: p.stat().st_mtime_ns for p in plots_dir.iterdir()} == before
+    result = CliRunner().invoke(main, ["report", str(run), "--out-dir", str(plots_dir), "--force"])
+    assert result.exit_code == 0, result.output
+    assert not (plots_dir / "scaling.png").exists() and (plots_dir / "notes.txt").read_text() == "mine"
+    assert (plots_dir / "report.md").read_text() == made

@@ -19,6 +19,7 @@ import synthetic_runs
 from click.testing import CliRunner
 
 from allreduce_bench.cli import main
+from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.analysis.report import HTML_FILE, write_report
 from allreduce_bench.core.results.load import load_results
 from allreduce_bench.plugins import hooks
@@ -68,6 +69,11 @@ def run_dir(tmp_path):
                                     world_sizes_left_out=[4])
 
 
+def in_size_order(csv: pd.DataFrame) -> pd.DataFrame:
+    """results.csv's rows as the page lists them: per algorithm and world size, sizes ascending."""
+    return csv.sort_values(["algorithm", "world_size", "size_bytes"], kind="stable", ignore_index=True)
+
+
 def check_numbers_are_the_csvs(cells: pd.DataFrame, csv: pd.DataFrame) -> None:
     """Every measurement's exact value (data-value) and the number shown, against results.csv."""
     assert len(cells) == len(csv)
@@ -94,7 +100,21 @@ def test_report_html_is_one_page_with_every_figure_inline_and_the_csvs_numbers(r
     assert "idle driver haltpoll" in page and "world sizes left out: 4" in page
     cells = Cells("measurements")
     cells.feed(page)
-    check_numbers_are_the_csvs(cells.frame(), pd.read_csv(run_dir / "results.csv"))
+    check_numbers_are_the_csvs(cells.frame(), in_size_order(pd.read_csv(run_dir / "results.csv")))
+
+
+def test_every_measurement_is_in_size_order_and_says_yes_or_no_as_every_table_does(tmp_path):
+    rows = synthetic_runs.rows(synthetic_runs.default_states())
+    run = synthetic_runs.write_run(tmp_path / "run", rows.iloc[[2, 4, 0, 5, 1, 3]])  # as rounds appended them
+    write_report(load_results(run), run / "plots")
+    cells = Cells("measurements")
+    cells.feed((run / "plots" / HTML_FILE).read_text(encoding="utf-8"))
+    shown = cells.frame()
+    order = list(zip(rows["algorithm"], rows["size_bytes"]))
+    assert list(zip(shown["algorithm"], shown["size_bytes"].astype(int))) == order
+    assert set(shown["shown unstable"]) == {"yes", "no"}  # as the other tables say it, not True/False
+    assert list(shown["unstable"]) == [str(v) for v in rows["unstable"]]  # the file's value, exactly
+    assert "| yes | no |" in markdown_table(pd.DataFrame({"a": [True], "b": [np.False_]}))
 
 
 def test_svg_ids_are_unique_across_the_page(run_dir):
@@ -192,7 +212,7 @@ def test_report_html_in_a_headless_browser(run_dir, tmp_path):
     for box in seen["boxes"]:
         assert inked_share(image, box) > 0.01, box  # drawn, not a blank box
 
-    csv = pd.read_csv(run_dir / "results.csv")
+    csv = in_size_order(pd.read_csv(run_dir / "results.csv"))
     rendered = pd.DataFrame(seen["cells"])
     assert len(rendered) == len(csv)
     cells = Cells("measurements")

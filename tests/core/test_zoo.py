@@ -177,7 +177,7 @@ def test_plugin_is_measured_reported_and_skipped_by_the_model(plugin_env, tmp_pa
     assert refused.returncode == 2 and "power-of-two world sizes only" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
 
-    fitted = cli(plugin_env, "model", "fit", str(out), "--min-size", "4K")
+    fitted = cli(plugin_env, "model", "fit", str(out), "--min-size", "4K", "--out", str(out))
     assert fitted.returncode == 0, fitted.stderr
     assert "note: sum-by-plugin not fitted: declares no cost" in fitted.stdout
     assert (out / "model_best.csv").exists()

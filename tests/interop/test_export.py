@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -212,3 +213,28 @@ def test_a_real_run_of_every_collective_and_algorithm_round_trips(tmp_path):
         truncated = share * (slower * table["bench_us"]) / (slower * table["bench_us"] - 1)
         assert len(table) > 0 and (table["share"] >= share - 0.02).all(), result.output
         assert (table["share"] <= truncated + 0.02).all(), result.output
+
+
+def test_a_second_export_into_its_folder_refuses_and_force_replaces_only_the_exports(tmp_path):
+    examples, out, runner = Path(__file__).resolve().parents[2] / "results", tmp_path / "json", CliRunner()
+    assert runner.invoke(main, ["export", str(examples / "example-cpu-gloo"), "--out", str(out)]).exit_code == 0
+    first = sorted(p.name for p in out.iterdir())
+    (out / "notes.txt").write_text("mine")
+    result = runner.invoke(main, ["export", str(examples / "example-emulated-2x2"), "--out", str(out)])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "is not empty" in result.output and "--force" in result.output
+    assert sorted(p.name for p in out.iterdir()) == sorted([*first, "notes.txt"])  # nothing written
+    result = runner.invoke(main, ["export", str(examples / "example-emulated-2x2"), "--out", str(out), "--force"])
+    assert result.exit_code == 0, result.output
+    second = {p.name for p in out.iterdir()} - {"notes.txt"}
+    assert second and not second & set(first) and all("-n4-" in name for name in second)
+    assert (out / "notes.txt").read_text() == "mine"  # a user's file is never an export's
+
+
+def test_export_takes_several_runs(tmp_path):
+    examples = Path(__file__).resolve().parents[2] / "results"
+    result = CliRunner().invoke(main, ["export", str(examples / "example-cpu-gloo"),
+                                       str(examples / "example-emulated-2x2"), "--out", str(tmp_path / "json")])
+    assert result.exit_code == 0, result.output
+    names = [p.name for p in (tmp_path / "json").iterdir()]
+    assert {name.split("-")[1] for name in names} == {"cpu", "emulated"} and len(names) == 8

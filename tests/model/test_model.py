@@ -23,6 +23,7 @@ from allreduce_bench.model.cost import (
     median_abs_error,
 )
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "results" / "example-cpu-gloo"
 FAST = Links(Link(1e-6, 100e9), Link(10e-6, 1e9))  # intra: 1 us, 100 GB/s; inter: 10 us, 1 GB/s
 MB = 1e6
 
@@ -221,7 +222,9 @@ def test_fit_then_predict_commands(tmp_path):
     result = cli("model", "fit", str(run_dir))
     assert result.exit_code == 0, result.output
     assert "Median |error| (%) over sizes >= 1M" in result.output
-    assert (run_dir / "model.json").exists() and (run_dir / "plots" / "model.png").exists()
+    made = tmp_path / "plots" / "run"  # where plot and report write (the cwd's plots/), not into the run
+    assert (made / "model.json").exists() and (made / "plots" / "model.png").exists()
+    assert sorted(p.name for p in run_dir.iterdir()) == ["results.csv"]
     assert cli("model", "fit", str(run_dir), "--tag", "nope").exit_code == 2
     # fitting only the large sizes (a shaped link's burst) still recovers the links
     result = cli("model", "fit", str(run_dir), "--fit-min-size", "1M", "--no-plot")
@@ -229,7 +232,7 @@ def test_fit_then_predict_commands(tmp_path):
     assert cli("model", "fit", str(run_dir), "--fit-min-size", "64G").exit_code == 2
 
     result = cli("model", "predict", "--algo", "ring", "--world-size", "4", "--ranks-per-node", "2",
-                 "--size", "64M", "--model", str(run_dir))
+                 "--size", "64M", "--model", str(made))
     assert result.exit_code == 0, result.output
     predicted_ms = float(result.output.split("64M")[1].split()[0])
     assert predicted_ms == pytest.approx(allreduce_time("ring", 64 << 20, 4, 2, TRUE) * 1e3, rel=0.1)
@@ -304,7 +307,16 @@ def test_a_quick_run_fits_with_the_defaults_and_names_the_missing_sizes(tmp_path
     run_dir = tmp_path / "quick"
     out = _fit_run(synthetic(TRUE, noise=0.02).query("size_bytes in (4096, 262144)"), run_dir)
     assert "no size of 1M or more was measured (sizes: 4K, 256K)" in out.output
-    assert "Median |error| (%) over sizes >= 4K" in out.output and (run_dir / "model.json").exists()
+    assert "Median |error| (%) over sizes >= 4K" in out.output
+    assert (tmp_path / "plots" / "quick" / "model.json").exists()
+
+
+def test_model_fit_on_a_committed_example_writes_where_report_does_and_leaves_the_example_alone(tmp_path):
+    before = {p: p.stat().st_mtime_ns for p in EXAMPLE.rglob("*")}
+    result = cli("model", "fit", str(EXAMPLE))  # from tmp_path (conftest)
+    assert result.exit_code == 0, result.output
+    assert {p: p.stat().st_mtime_ns for p in EXAMPLE.rglob("*")} == before
+    assert (tmp_path / "plots" / EXAMPLE.name / "model.json").exists()
 
 
 def test_fit_refuses_in_one_line_when_the_fitted_rows_lack_a_measured_layouts_link(tmp_path):

@@ -77,7 +77,7 @@ def test_model_fit_and_predict_all_run_without_torch(tmp_path):
         return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
                               env=env, timeout=100)
 
-    fitted = blocked("model", "fit", str(run_dir), "--no-plot")
+    fitted = blocked("model", "fit", str(run_dir), "--no-plot", "--out", str(run_dir))
     assert fitted.returncode == 0, fitted.stderr
     best = pd.read_csv(run_dir / "model_best.csv")
     assert list(best.columns[:4]) == ["world_size", "size_bytes", "measured", "predicted"]
@@ -94,6 +94,7 @@ def test_collective_model_recovers_links_and_names_the_best():
     import pandas as pd
 
     from allreduce_bench.model import collectives as collective_model
+    from allreduce_bench.model.cost import critical_path
 
     alpha, bandwidth = 20e-6, 2e9
     rows = []
@@ -103,7 +104,8 @@ def test_collective_model_recovers_links_and_names_the_best():
                 for size in (1 << 12, 1 << 16, 1 << 20, 1 << 24):
                     runs_as = "all_reduce" if (collective, name) == ("reduce_scatter", "native") else ""
                     found = collective_model.steps(collective, name, runs_as or collective, size, n, n)
-                    messages, size_on_path, _ = collective_model.critical_path(found)
+                    m_intra, b_intra, m_inter, b_inter, _ = critical_path(found)
+                    messages, size_on_path = m_intra + m_inter, b_intra + b_inter
                     rows.append({"collective": collective, "algorithm": name, "world_size": n,
                                  "ranks_per_node": n, "size_bytes": size, "runs_as": runs_as,
                                  "time_us_median": (messages * alpha + size_on_path / bandwidth) * 1e6})

@@ -79,7 +79,7 @@ def draw(frame: pd.DataFrame, out_dir: Path, fmt: str = "png") -> dict[str, Path
     rows = named_halves(collective_rows(frame, in_place=True)).dropna(subset=["busbw_GBps", "time_us_median"])
     if rows.empty:
         return {}
-    drawn = {}
+    drawn: dict[str, Path] = {}
     for collective in [c for c in COLLECTIVES if c in set(rows["collective"])]:
         at = rows[rows["collective"] == collective]
         drawn[f"bandwidth_{collective}"] = save(size_figure(at, collective, "busbw_GBps", "busbw (GB/s)", False),

@@ -1,19 +1,24 @@
-"""plots/report.html: the report as one self-contained page to open in a browser or send to a
-colleague. The same tables and figures report.md has (figures inline as SVG, drawn once:
-style.svg_copies), the run's facts, the flags explained, and every measurement with the
-numbers of results.csv. No script, no network: it opens offline from the file."""
+"""plots/report.html: report.md's markdown (report.Report) rendered as one self-contained page to
+open in a browser or send: the figures first, inline as SVG (each SavedFigure renders its own),
+then the report, the flags explained and every measurement, each cell holding results.csv's
+exact number. No script, no network: it opens offline from the file."""
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from allreduce_bench.core.analysis.advice import facts_by_run
-from allreduce_bench.core.analysis.html_markdown import inline, markdown_html, td
-from allreduce_bench.core.analysis.style import unique_ids
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
+from allreduce_bench.core.analysis.html_markdown import markdown_html, markdown_table
+from allreduce_bench.core.analysis.noise import TWO_STATES, UNSTABLE
+from allreduce_bench.core.analysis.style import SavedFigure
+from allreduce_bench.core.analysis.tables import algorithm_rank
 from allreduce_bench.core.results.schema import allreduce_rows
+
+if TYPE_CHECKING:
+    from allreduce_bench.core.analysis.report import Report
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em;
@@ -25,18 +30,11 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1em 0 2em; }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { color: #555; font-size: 0.9em; }
-dt { font-weight: bold; margin-top: 0.5em; }
 pre { background: #f6f6f6; padding: 0.5em; overflow-x: auto; }
 """
 FLAGS = (
-    ("unstable", f"the row's median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
-     f"{100 * CONFIDENCE:.0f}% confidence interval reaches further, or the interleaved rounds' "
-     f"medians spread by more than {100 * ROUNDS_DISAGREE:.0f}%, more than their samples' own spread "
-     f"explains (Kruskal-Wallis p < {ROUNDS_ALPHA:g}). The samples' spread alone does not "
-     "decide it: on a machine whose calls switch between a fast and a slow state they always vary."),
-    ("two states", "the row's samples fell into a fast and a slow state; both medians and "
-     "shares are given, since one median would lie between them. The fast state is the "
-     "collective's own cost, the slow one the machine getting in the way."),
+    ("unstable", UNSTABLE),
+    ("two states", TWO_STATES),
     ("placement", "where the ranks ran: ranks sharing a CPU, or unbound, measure the scheduler "
      "as well as the collective."),
     ("#wrong", "elements whose result differed from the exact expected sum, over all ranks: "
@@ -52,83 +50,71 @@ MEASUREMENTS = (("algorithm", "algorithm", None), ("world_size", "world size", N
                 ("unstable", "unstable", None), ("wrong", "#wrong", None))
 
 
-def table_html(table: pd.DataFrame, id_: str | None = None) -> str:
-    header = "".join(f"<th>{html.escape(str(c))}</th>" for c in table.columns)
-    rows = "".join("<tr>" + "".join(td(str(v), html.escape(str(v))) for v in row) + "</tr>"
-                   for row in table.itertuples(index=False))
-    ident = f' id="{id_}"' if id_ else ""
-    return f"<table{ident}><thead><tr>{header}</tr></thead><tbody>{rows}</tbody></table>"
-
-
-def _cell(value, digits: int | None) -> str:
-    """One measurement's cell: shown to `digits`, the CSV's value exact in data-value."""
-    if isinstance(value, float) and value != value:
-        return '<td class="num" data-value="">-</td>'
-    if digits is None or not isinstance(value, (int, float)) or isinstance(value, bool):
-        numeric = ' class="num"' if isinstance(value, int) and not isinstance(value, bool) else ""
-        return f'<td{numeric} data-value="{html.escape(str(value))}">{html.escape(str(value))}</td>'
-    return f'<td class="num" data-value="{float(value)!r}">{value:.{digits}f}</td>'
-
-
-def measurements_html(frame: pd.DataFrame) -> str:
-    """Every AllReduce row of results.csv, in the order measured."""
+def measurements(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every AllReduce row of results.csv, per run in sizes' order for each algorithm (the
+    registry's order) and world size, however the rounds appended them."""
     rows = allreduce_rows(frame)
-    present = [m for m in MEASUREMENTS if m[0] in rows.columns]
-    header = "".join(f'<th data-column="{c}">{html.escape(h)}</th>' for c, h, _ in present)
-    body = "".join("<tr>" + "".join(_cell(row[c], d) for c, _, d in present) + "</tr>"
-                   for row in rows.to_dict("records"))
-    return (f'<table id="measurements"><thead><tr>{header}</tr></thead><tbody>{body}</tbody>'
-            "</table>")
+    run = rows["source"].map({s: i for i, s in enumerate(dict.fromkeys(rows["source"]))}) \
+        if "source" in rows.columns else 0
+    return rows.assign(_run=run, _algorithm=rows["algorithm"].astype(str).map(algorithm_rank)).sort_values(
+        ["_run", "_algorithm", "world_size", "size_bytes"], kind="stable")[
+        [c for c, _, _ in MEASUREMENTS if c in rows.columns]]
 
 
-def facts_html(frame: pd.DataFrame) -> str:
-    """Per run, the summary's lines about its machine (analysis/advice.py)."""
-    parts = []
-    for run, lines in facts_by_run(frame):
-        title = f"<p><strong>{html.escape(run)}</strong></p>" if run else ""
-        parts.append(title + "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in lines)
-                     + "</ul>")
-    return "".join(parts)
+def _shown(value, digits: int | None):
+    """A cell as the page shows it: to `digits`, NaN as '-'."""
+    if digits is None or not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        return value
+    return f"{value:.{digits}f}"
 
 
-def figure_html(name: str, path: Path, svgs: dict) -> str:
-    svg = svgs.get(Path(path))
-    if svg is None:  # drawn outside svg_copies: nothing to inline
+def _exact(value) -> str:
+    """The data-value of a cell: results.csv's value exactly ('' where empty)."""
+    if isinstance(value, float) and value != value:
         return ""
-    return (f'<figure id="figure-{html.escape(name)}">{unique_ids(svg, f"{name}-")}'
-            f"<figcaption>{html.escape(name)}</figcaption></figure>")
+    return repr(float(value)) if isinstance(value, float) else str(value)
 
 
-def report_html(frame: pd.DataFrame, runs: pd.DataFrame, tables: list, collectives: str,
-                figures: dict[str, Path], svgs: dict, out_dir: Path, sections=()) -> str:
-    """The page: the figures no section embeds, the `runs` table and their machines, the
-    report's `tables` (report.report_tables), the `collectives` section (report.md's markdown),
-    the features' sections, the flags explained, then every measurement."""
-    by_file = {Path(p).name: (name, p) for name, p in figures.items()}
+def _measurements_part(rows: pd.DataFrame) -> tuple[str, Callable[[list], None]]:
+    """The "Every measurement" section, and what marks its table's cells with the exact values."""
+    digits = {c: d for c, _, d in MEASUREMENTS}
+    shown = pd.DataFrame({h: [_shown(v, digits[c]) for v in rows[c]] for c, h, _ in MEASUREMENTS
+                          if c in rows.columns})
+    text = "\n".join(["## Every measurement", "", "The AllReduce rows of results.csv, rounded; each "
+                      "cell holds the file's exact value as its data-value.", "", markdown_table(shown)])
+    exact = iter([_exact(v) for row in rows.itertuples(index=False) for v in row])  # td by td
+
+    def decorate(tokens) -> None:
+        columns = iter(rows.columns)
+        for token in tokens:
+            if token.type == "table_open":
+                token.attrSet("id", "measurements")
+            elif token.type == "th_open":
+                token.attrSet("data-column", next(columns))
+            elif token.type == "td_open":
+                token.attrSet("data-value", next(exact))
+    return text, decorate
+
+
+def report_html(report: Report, frame: pd.DataFrame, figures: dict[str, Path]) -> str:
+    """The page: `report`'s parts, the figures first (those of `figures` that can render
+    themselves inline; any other image stays its alt text), then the flags explained and every
+    measurement."""
+    by_file = {Path(path).name: (name, path) for name, path in figures.items()}
 
     def image(alt: str, target: str) -> str:
         name, path = by_file.get(Path(target).name, (alt, None))
-        return figure_html(name, path, svgs) if path is not None else f"<p>{inline(alt)}</p>"
+        svg = path.svg(f"{name}-") if isinstance(path, SavedFigure) else None
+        if svg is None:
+            return f"<p>{html.escape(alt)}</p>"
+        return f'<figure id="figure-{html.escape(name)}">{svg}<figcaption>{html.escape(name)}</figcaption></figure>'
 
-    own = {n for n in figures if any(section.own_figures(n) for section in sections)}
-    shown = [figure_html(name, path, svgs) for name, path in figures.items() if name not in own]
-    body = ["<h1>AllReduce benchmark report</h1>",
-            "<p>busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times "
-            "are the median over samples of the slowest rank's time per call.</p>"]
-    if any(shown):  # seen first, on the first screen; the tables after them give the numbers
-        body += ["<h2>Figures</h2>", *shown]
-    body += ["<h2>Runs</h2>", table_html(runs), facts_html(frame)]
-    for title, note, table in tables:
-        body += [f"<h2>{html.escape(title)}</h2>", f"<p>{inline(note)}</p>",
-                 table_html(table) if table is not None else ""]
-    body.append(markdown_html(collectives, image))
-    for section in sections:
-        body.append(markdown_html("\n".join(section.markdown(frame, out_dir, figures)), image))
-    body.append("<h2>Flags</h2><dl>" + "".join(f"<dt>{html.escape(a)}</dt><dd>{html.escape(b)}</dd>"
-                                               for a, b in FLAGS) + "</dl>")
-    if len(allreduce_rows(frame)):
-        body += ["<h2>Every measurement</h2>", "<p>The AllReduce rows of results.csv, rounded; "
-                 "each cell holds the file's exact value as its data-value.</p>", measurements_html(frame)]
+    flags = ["## Flags", ""] + [f"- **{flag}**: {meaning}" for flag, meaning in FLAGS] + [""]
+    body = [markdown_html("\n".join(report.head + report.figures + report.body + flags), image)]
+    rows = measurements(frame)
+    if len(rows):
+        text, decorate = _measurements_part(rows)
+        body.append(markdown_html(text, image, decorate))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>AllReduce benchmark report</title><link rel=\"icon\" href=\"data:,\">"
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")

@@ -21,6 +21,21 @@ FEW_SAMPLES = 10  # below this the median's interval spans most of the samples
 BUSY_BEFORE = 0.5  # load average per allowed CPU at the start: something else was running
 # (read only where others_share is unknown: the load average trails by a minute)
 OTHERS_NOTABLE = 0.10  # share of CPU time other processes took during the run
+# what the flags mean: each table's note, and the page's list of flags (html.FLAGS)
+UNSTABLE = (
+    f"Rows whose median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
+    f"{100 * CONFIDENCE:.0f}% confidence interval (from the order statistics of the samples) "
+    f"reaches further from it, or the interleaved rounds' medians spread by more than "
+    f"{100 * ROUNDS_DISAGREE:.0f}% and their samples differ by more than their own spread explains "
+    f"(Kruskal-Wallis p < {ROUNDS_ALPHA:g}: the machine changed between them). How much single "
+    "samples vary does not decide it: on a machine whose calls switch between two states "
+    "they always vary.")
+TWO_STATES = (
+    "Rows whose samples fell into a fast and a slow state (split at a gap of > 25% between "
+    "neighbouring samples, each state >= 10% of them, their medians >= 1.5x apart): each "
+    "state's median and share, beside the row's median, which lies in one of them or "
+    "between. The fast state is the collective's own cost; the slow one is the machine "
+    "getting in the way (a vCPU waking up, a descheduled rank).")
 
 
 def _flag(values: pd.Series) -> pd.Series:

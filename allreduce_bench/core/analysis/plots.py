@@ -22,6 +22,7 @@ from allreduce_bench.core.analysis.style import (  # noqa: E402
     legend,
     log_y_axis,
     plt,
+    quiet_layout,
     save,
     size_axis,
     world_size_axis,
@@ -268,9 +269,13 @@ def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None, sections=()) -> dict[str, Path]:
     """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
     (core/hooks.py); name -> path."""
-    out_dir = Path(out_dir)
+    with quiet_layout():
+        return _draw_all(frame, Path(out_dir), fmt, size_bytes, sections)
+
+
+def _draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str, size_bytes: int | None, sections) -> dict[str, Path]:
     size_bytes = chosen_size(frame, None, sections) if size_bytes is None else size_bytes
-    drawn = {name: save(fig, out_dir / f"{name}.{fmt}")
+    drawn: dict[str, Path] = {name: save(fig, out_dir / f"{name}.{fmt}")
              for name, fig in (figures(frame, size_bytes).items() if size_bytes is not None else [])}
     if size_bytes is not None and "source" in frame.columns:  # raw samples kept (schema 2)
         from allreduce_bench.core.results.load import load_samples

@@ -1,6 +1,7 @@
 """report.md and the terminal's tables: the numbers of `tables`, written out, with the figures."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -8,7 +9,7 @@ import pandas as pd
 from allreduce_bench.core.analysis.advice import facts_by_run, machine_lines
 from allreduce_bench.core.analysis.collective_tables import collective_rows, markdown_parts, terminal_text
 from allreduce_bench.core.analysis.html_markdown import markdown_table
-from allreduce_bench.core.analysis.noise import two_state_table, unstable_table
+from allreduce_bench.core.analysis.noise import TWO_STATES, UNSTABLE, two_state_table, unstable_table
 from allreduce_bench.core.analysis.placement import placement_lines, placement_warnings
 from allreduce_bench.core.analysis.ranks import rank_table
 from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported for callers)
@@ -25,7 +26,6 @@ from allreduce_bench.core.analysis.tables import (  # noqa: F401  (re-exported f
     scaling_efficiency,
 )
 from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
-from allreduce_bench.core.metrics import CONFIDENCE, ROUNDS_ALPHA, ROUNDS_DISAGREE, TRUSTED_TO
 from allreduce_bench.core.results.schema import allreduce_rows
 from allreduce_bench.core.units import format_size
 
@@ -176,30 +176,13 @@ def _unstable_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     table = unstable_table(frame)
     if table.empty:
         return []
-    return [(
-        "Unstable measurements",
-        f"Rows whose median cannot be trusted to +-{100 * TRUSTED_TO:.0f}%: its "
-        f"{100 * CONFIDENCE:.0f}% confidence interval (from the order statistics of the samples) "
-        f"reaches further from it, or the interleaved rounds' medians spread by more than "
-        f"{100 * ROUNDS_DISAGREE:.0f}% and their samples differ by more than their own spread explains "
-        f"(Kruskal-Wallis p < {ROUNDS_ALPHA:g}: the machine changed between them). How much single "
-        "samples vary does not decide it: on a machine whose calls switch between two states "
-        "they always vary. The summary says what would help on this machine.",
-        readable(table, WORLD))]
+    return [("Unstable measurements", UNSTABLE + " The summary says what would help on this machine.",
+             readable(table, WORLD))]
 
 
 def _two_state_table(frame: pd.DataFrame, size_bytes: int) -> list[Table]:
     table = two_state_table(frame)
-    if table.empty:
-        return []
-    return [(
-        "Two states",
-        "Rows whose samples fell into a fast and a slow state (split at a gap of > 25% between "
-        "neighbouring samples, each state >= 10% of them, their medians >= 1.5x apart): each "
-        "state's median and share, beside the row's median, which lies in one of them or "
-        "between. The fast state is the collective's own cost; the slow one is the machine "
-        "getting in the way (a vCPU waking up, a descheduled rank).",
-        readable(table, WORLD))]
+    return [] if table.empty else [("Two states", TWO_STATES, readable(table, WORLD))]
 
 
 # The report's tables in order; each builder returns its table, or none when the rows lack it.
@@ -229,33 +212,39 @@ def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="run") if (table["run"] == "-").all() else table
 
 
+@dataclass(frozen=True)
+class Report:
+    """The report's markdown, built once: report.md is `head`, `body`, then `figures` (the
+    figures no section embeds); report.html renders the same parts, the figures first."""
+
+    head: list[str]
+    body: list[str]
+    figures: list[str]
+
+    def markdown(self) -> str:
+        return "\n".join(self.head + self.body + self.figures)
+
+
 def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
-                    out_dir: Path, sections=(), tables: list[Table] | None = None) -> str:
+                    out_dir: Path, sections=()) -> Report:
     """The sweep's report, then each of the features' `sections` (core/hooks.py) that the
-    rows concern, then every figure no section embedded itself. `tables`: report_tables' answer
-    where the caller has it already."""
-    parts = ["# AllReduce benchmark report", "",
-             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
-             "the median over samples of the slowest rank's time per call (a sample times `loops` "
-             "back-to-back calls; see doc/methodology.md).", "", "## Runs", "",
-             markdown_table(runs_table(frame)), ""]
+    rows concern, then every figure no section embedded itself."""
+    head = ["# AllReduce benchmark report", "",
+            "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
+            "the median over samples of the slowest rank's time per call (a sample times `loops` "
+            "back-to-back calls; see doc/methodology.md).", ""]
+    body = ["## Runs", "", markdown_table(runs_table(frame)), ""]
     for run, lines in facts_by_run(frame):  # the machine each run measured, and what would help
-        parts += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
-    if tables is None:
-        tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []
-    for title, note, table in tables:
-        parts += [f"## {title}", "", note, ""] + ([markdown_table(table), ""] if table is not None else [])
-    parts += markdown_parts(frame, markdown_table)
+        body += ([f"**{run}**", ""] if run else []) + [f"- {line}" for line in lines] + [""]
+    for title, note, table in report_tables(frame, size_bytes, sections) if size_bytes is not None else []:
+        body += [f"## {title}", "", note, ""] + ([markdown_table(table), ""] if table is not None else [])
+    body += markdown_parts(frame, markdown_table)
     for section in sections:
-        parts += section.markdown(frame, out_dir, figures)
-    figures = {name: path for name, path in figures.items()
-               if not any(section.own_figures(name) for section in sections)}
-    if figures:
-        parts += ["## Figures", ""]
-        for name, path in figures.items():
-            relative = Path(path).resolve().relative_to(Path(out_dir).resolve())
-            parts += [f"![{name}]({relative.as_posix()})", ""]
-    return "\n".join(parts)
+        body += section.markdown(frame, out_dir, figures)
+    listed = [f"![{name}]({Path(path).resolve().relative_to(Path(out_dir).resolve()).as_posix()})"
+              for name, path in figures.items() if not any(section.own_figures(name) for section in sections)]
+    return Report(head, body, ["## Figures", ""] + [line for image in listed for line in (image, "")]
+                  if listed else [])
 
 
 def print_tables(frame: pd.DataFrame, size_bytes: int, echo=print, sections=()) -> None:
@@ -274,16 +263,12 @@ def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = No
     (core/hooks.py; none: the sweep's own only)."""
     from allreduce_bench.core.analysis.html import report_html
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
-    from allreduce_bench.core.analysis.style import svg_copies
 
     size_bytes = chosen_size(frame, size, sections)
     out_dir = Path(out_dir)
-    with svg_copies() as svgs:
-        figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
-    tables = report_tables(frame, size_bytes, sections) if size_bytes is not None else []  # once for both
+    figures = draw_all(frame, out_dir, fmt=fmt, size_bytes=size_bytes, sections=sections)
+    report = report_markdown(frame, size_bytes, figures, out_dir, sections)
     path = out_dir / "report.md"
-    path.write_text(report_markdown(frame, size_bytes, figures, out_dir, sections, tables))
-    page = report_html(frame, runs_table(frame), tables, "\n".join(markdown_parts(frame, markdown_table)),
-                       figures, svgs, out_dir, sections)
-    (out_dir / HTML_FILE).write_text(page, encoding="utf-8")
+    path.write_text(report.markdown())
+    (out_dir / HTML_FILE).write_text(report_html(report, frame, figures), encoding="utf-8")
     return figures, path

@@ -1,11 +1,12 @@
 """What every figure shares: matplotlib without a display, size and world-size axes, and
-`save` (small, byte-reproducible files)."""
+`save` (small, byte-reproducible files, each returned as a SavedFigure)."""
 from __future__ import annotations
 
 import io
 import re
+import warnings
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PosixPath
 
 import matplotlib
 
@@ -57,7 +58,27 @@ def legend(ax, **options) -> None:
         ax.legend(**options)
 
 
-def save(fig, path: Path) -> Path:
+@contextmanager
+def quiet_layout():
+    """No "Tight layout not applied" on the console: where many runs' legends leave no room the
+    figure is saved as laid out, and the warning would only alarm."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
+        yield
+
+
+class SavedFigure(PosixPath):
+    """A figure's file as `save` returns it: the path, holding its figure, so report.html
+    inlines the very figures report.md links to, drawn once, without a copy kept aside."""
+
+    figure = None
+
+    def svg(self, prefix: str) -> str | None:
+        """The figure as an <svg> element to inline in HTML (its ids prefixed: unique_ids)."""
+        return None if self.figure is None else unique_ids(svg_text(self.figure), prefix)
+
+
+def save(fig, path: Path) -> SavedFigure:
     """Write and close `fig`. PNGs go through a 256-colour palette: a third of the bytes, the
     same look (line plots use few colours), so committed figures stay small."""
     path = Path(path)
@@ -71,34 +92,20 @@ def save(fig, path: Path) -> Path:
         image.quantize(colors=256, method=0).save(path, optimize=True)
     else:
         fig.savefig(path, dpi=DPI, metadata=STABLE_METADATA.get(path.suffix))
-    if _SVG_COPIES:
-        text = svg_text(fig)
-        for copies in _SVG_COPIES:
-            copies[path] = text
     plt.close(fig)
-    return path
+    saved = SavedFigure(path)
+    saved.figure = fig
+    return saved
 
 
-def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) -> Path:
+def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) -> SavedFigure:
     """`save`, after writing `footnote` small in the bottom-left corner and laying the figure
     out above it (and left of `right`, where a legend stands outside)."""
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
-    fig.tight_layout(rect=(0, 0.04, right, 1))
+    with quiet_layout():
+        fig.tight_layout(rect=(0, 0.04, right, 1))
     return save(fig, path)
-_SVG_COPIES: list[dict] = []
-
-
-@contextmanager
-def svg_copies():
-    """Inside it, every figure `save` writes is also kept as SVG text, by the path it was saved
-    to: report.html inlines the very figures report.md links to, drawn once."""
-    copies: dict[Path, str] = {}
-    _SVG_COPIES.append(copies)
-    try:
-        yield copies
-    finally:
-        _SVG_COPIES.remove(copies)
 
 
 def svg_text(fig) -> str:

@@ -1,6 +1,7 @@
 """`allreduce-bench plot` and `report`: figures and report.md from stored results alone."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -11,11 +12,13 @@ from allreduce_bench.core.results.load import load_results
 
 PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 OUT_DIR = click.option("--out-dir", type=OUTPUT_PATH,
-                       help="Where the figures (and report.md) go; RUN/plots to write beside a run, as "
-                       "`run` does. [plots/<first run's name>[+N] under the current directory, not "
+                       help="Where the figures (and report.md) go; RUN/plots (with --force) to write beside a "
+                       "run, as `run` does. [plots/<first run's name>[+N] under the current directory, not "
                        "into the runs read]")
 FORMAT = click.option("--format", "fmt", type=click.Choice(["png", "svg", "pdf"]), default="png",
                       show_default=True, help="Figure file format.")
+FORCE = click.option("--force", is_flag=True, help="Write over an earlier report in the folder: its "
+                     "report.md, report.html and the figures it lists go first; other files stay.")
 SIZE = click.option("--size", help="Size the scaling figure and table compare world sizes at, "
                     "e.g. 64M; one that was measured. [the largest measured]")
 
@@ -28,15 +31,28 @@ def default_out_dir(paths: tuple[Path, ...]) -> Path:
     return Path("plots") / (name + (f"+{len(paths) - 1}" if len(paths) > 1 else ""))
 
 
-def _load(paths: tuple[Path, ...], out_dir: Path | None):
+def earlier_report(out_dir: Path) -> set[str]:
+    """The files an earlier report left in out_dir: report.md, report.html and the figures its
+    "Figures" lists (not those a section links, e.g. `model fit`'s)."""
+    from allreduce_bench.core.analysis.report import HTML_FILE
+
+    text = (out_dir / "report.md").read_text(errors="replace") if (out_dir / "report.md").is_file() else ""
+    listed = re.findall(r"^!\[[^\]]*\]\(([^/)]+)\)$", text.partition("\n## Figures\n")[2], re.M)
+    return {"report.md", HTML_FILE, *listed}
+
+
+def _load(paths: tuple[Path, ...], out_dir: Path, force: bool):
     """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
-    to write figures."""
+    to write figures that holds no earlier report (unless --force)."""
     from allreduce_bench.core.analysis.report import chosen_size
     from allreduce_bench.core.config.checks import check_writable_dir
+    from allreduce_bench.core.results.store import replace_own
     hooks = command_hooks()
     frame = load_results(paths, kinds=hooks.row_kinds)
     chosen_size(frame, None, hooks.sections)  # nothing to report: say so before drawing
-    check_writable_dir(out_dir or default_out_dir(paths), "--out-dir")
+    check_writable_dir(out_dir, "--out-dir")
+    own = earlier_report(out_dir)
+    replace_own(out_dir, lambda path: path.name in own, force, "--out-dir")
     return frame
 
 
@@ -45,7 +61,8 @@ def _load(paths: tuple[Path, ...], out_dir: Path | None):
 @OUT_DIR
 @FORMAT
 @SIZE
-def plot(paths, out_dir, fmt, size):
+@FORCE
+def plot(paths, out_dir, fmt, size, force):
     """Draw every figure (bandwidth, latency, scaling, speedup, links) from stored results.
 
     PATHS are run directories or results.csv files; several runs are merged and told apart
@@ -53,8 +70,9 @@ def plot(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.plots import draw_all
     from allreduce_bench.core.analysis.report import chosen_size
-    frame, sections = _load(paths, out_dir), command_hooks().sections
-    figures = draw_all(frame, out_dir or default_out_dir(paths), fmt=fmt,
+    out_dir = out_dir or default_out_dir(paths)
+    frame, sections = _load(paths, out_dir, force), command_hooks().sections
+    figures = draw_all(frame, out_dir, fmt=fmt,
                        size_bytes=chosen_size(frame, size, sections), sections=sections)
     for path in figures.values():
         click.echo(f"figure: {path}")
@@ -65,7 +83,8 @@ def plot(paths, out_dir, fmt, size):
 @OUT_DIR
 @FORMAT
 @SIZE
-def report(paths, out_dir, fmt, size):
+@FORCE
+def report(paths, out_dir, fmt, size, force):
     """Print the summary tables and write report.md with every figure beside it, and
     report.html: the same as one self-contained page (figures inline) to open or send.
 
@@ -73,10 +92,10 @@ def report(paths, out_dir, fmt, size):
     """
     from allreduce_bench.core.analysis.report import HTML_FILE, chosen_size, print_tables, write_report
     from allreduce_bench.core.analysis.terminal import wrapped
-    frame, sections = _load(paths, out_dir), command_hooks().sections
+    out_dir = out_dir or default_out_dir(paths)
+    frame, sections = _load(paths, out_dir, force), command_hooks().sections
     size_bytes = chosen_size(frame, size, sections)
     print_tables(frame, size_bytes, echo=click.echo, sections=sections)
-    figures, path = write_report(frame, out_dir or default_out_dir(paths), size_bytes, fmt,
-                                 sections=sections)
+    figures, path = write_report(frame, out_dir, size_bytes, fmt, sections=sections)
     click.echo("\n" + wrapped(f"report: {path} and {path.with_name(HTML_FILE)} (one page to open in a "
                               f"browser), {len(figures)} figures beside them"))

@@ -17,6 +17,7 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.hooks import RowKind
 from allreduce_bench.core.metrics import COLLECTIVES
 from allreduce_bench.core.results.schema import (
+    META_FILE,
     PARQUET_FILE,
     REQUIRED,
     RESULTS_FILE,
@@ -36,8 +37,23 @@ def _newest(run_dir: Path) -> Path | None:
     return csv_path if csv_path.exists() else None
 
 
+def empty_runs(path: Path | str) -> list[str]:
+    """The run folders at or directly below `path` that hold no rows, each as the line that
+    says why readers skip it: meta.json alone (stopped before its first row) or nothing (a
+    command refused before it measured)."""
+    path = Path(path)
+    if not path.is_dir() or _newest(path) is not None:
+        return []
+    folders = [path] + sorted(p for p in path.iterdir() if p.is_dir())
+    return [f"skipped {d}: " + ("meta.json alone (stopped before its first row)" if (d / META_FILE).exists()
+                                else "an empty folder (a command refused before it measured)")
+            for d in folders if ((d / META_FILE).exists() or not any(d.iterdir()))
+            and not any(d.rglob(RESULTS_FILE)) and not any(d.rglob(PARQUET_FILE))]
+
+
 def result_files(path: Path | str) -> list[Path]:
-    """The results file of a run directory, the file itself, or those of every run below."""
+    """The results file of a run directory, the file itself, or those of every run below
+    (none for a run folder without rows: empty_runs)."""
     path = Path(path)
     if path.is_file():
         return [path]
@@ -46,7 +62,7 @@ def result_files(path: Path | str) -> list[Path]:
             return [found]
         below = sorted({p.parent for pattern in (RESULTS_FILE, PARQUET_FILE)
                         for p in path.rglob(pattern)})
-        if below:
+        if below or empty_runs(path):
             return [found for d in below if (found := _newest(d)) is not None]
     raise UsageError(f"no results at {path}; give a run directory, its results.csv or "
                      "results.parquet, or a folder of runs")
@@ -76,21 +92,26 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
     built-in feature's)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
-    frames = []
+    frames, skipped = [], []
     for path in paths:
+        skipped += empty_runs(path)
         for file in result_files(path):
             frame = _read(file)
             missing = [c for c in REQUIRED if c not in frame.columns]
             if missing and not frame.empty:
                 raise UsageError(f"{file} is not an allreduce-bench results file: missing columns "
                                  f"{', '.join(missing)}")
+            frame = check_results(frame, file, kinds) if len(frame) else frame  # torn row dropped
             if frame.empty:
-                raise UsageError(f"{file} has no rows; run a benchmark first")
-            frame = check_results(frame, file, kinds)  # torn last row dropped; damage is one line
+                skipped.append(f"skipped {file}: no rows")
+                continue
             frame["source"] = str(file.parent)
             frames.append(upgrade(frame))
+    for line in skipped if frames else ():
+        print(f"allreduce-bench: note: {line}", file=sys.stderr)
     if not frames:
-        raise UsageError("no results given")
+        raise UsageError(f"no rows to read ({'; '.join(skipped)}); run a benchmark first" if skipped
+                         else "no results given")
     frame = pd.concat(frames, ignore_index=True)
     if "tag" in frame.columns:
         frame["tag"] = frame["tag"].astype("object").where(frame["tag"].notna(), "").astype(str)

@@ -6,31 +6,30 @@ results.csv and appends the rest; a torn last line (a writer killed mid-row) is 
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from allreduce_bench.core.metrics import COLLECTIVES, IN_PLACE, IN_PLACE_HALVES
 from allreduce_bench.core.results.schema import RESULTS_FILE
-from allreduce_bench.core.results.store import drop_partial_last_row, whole_lines
+from allreduce_bench.core.results.store import repair_tail as repair_tail  # the writers' guard, by its old name
+from allreduce_bench.core.results.store import whole_rows
 
 Key = tuple[str, int, int]  # (algorithm, world_size, size_bytes)
 # the benchmarks of `run`'s rows: AllReduce's, the other collectives' and their --in-place halves
 RUN_BENCHMARKS = ("allreduce", *COLLECTIVES, *(c + IN_PLACE for c in IN_PLACE_HALVES))
 
 
+def _whole_rows(out_dir: Path, errors: str = "replace") -> list[dict]:
+    """results.csv's whole rows (store.whole_rows: a torn last line is never a row)."""
+    whole, _ = whole_rows(Path(out_dir) / RESULTS_FILE)
+    return list(csv.DictReader(io.StringIO(whole.decode("utf-8", errors=errors), newline="")))
+
+
 def benchmarks_of(out_dir: Path, run_id: str) -> set[str]:
     """The benchmarks whose rows of `run_id` are in results.csv; UnicodeDecodeError or
     csv.Error when it is not a readable CSV file."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return set()
-    with open(path, newline="", encoding="utf-8") as f:
-        return {row.get("benchmark") or "allreduce" for row in csv.DictReader(whole_lines(f))
-                if row.get("run_id") == run_id}
-
-
-def repair_tail(out_dir: Path) -> bool:
-    """Drop a half-written last line (a writer killed mid-row); True if one was dropped."""
-    return drop_partial_last_row(Path(out_dir) / RESULTS_FILE)
+    return {row.get("benchmark") or "allreduce" for row in _whole_rows(out_dir, "strict")
+            if row.get("run_id") == run_id}
 
 
 def _name(row: dict) -> str:
@@ -44,24 +43,16 @@ def _name(row: dict) -> str:
 def done_keys(out_dir: Path, run_id: str) -> set[Key]:
     """(algorithm, world_size, size_bytes) of the rows of `run_id` already in results.csv
     (algorithm as `_name` labels it)."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return set()
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return {(_name(row), int(row["world_size"]), int(row["size_bytes"]))
-                for row in csv.DictReader(f)
-                if row.get("run_id") == run_id and None not in row.values()  # a whole row
-                and row.get("benchmark", "allreduce") in ("", *RUN_BENCHMARKS)
-                and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
+    return {(_name(row), int(row["world_size"]), int(row["size_bytes"]))
+            for row in _whole_rows(out_dir)
+            if row.get("run_id") == run_id and None not in row.values()  # every column
+            and row.get("benchmark", "allreduce") in ("", *RUN_BENCHMARKS)
+            and (row.get("world_size") or "").isdigit() and (row.get("size_bytes") or "").isdigit()}
 
 
 def count_rows(out_dir: Path) -> int:
     """Whole rows in results.csv: a torn last line (disk full, a killed writer) is not a row."""
-    path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return 0
-    with open(path, newline="", encoding="utf-8", errors="replace") as f:
-        return sum(1 for _ in csv.DictReader(whole_lines(f)))
+    return len(_whole_rows(out_dir))
 
 
 def kept(out_dir: Path, how_to_continue: str | None = None) -> str:

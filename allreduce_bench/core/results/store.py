@@ -9,12 +9,13 @@ import csv
 import io
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.results.schema import (
     COLUMNS,
     META_FILE,
@@ -26,26 +27,23 @@ from allreduce_bench.core.results.schema import (
 )
 
 
-def drop_partial_last_row(path: Path) -> bool:
-    """Cut a half-written last line (a writer killed mid-row); True if one was dropped."""
-    if not path.exists() or path.stat().st_size == 0:
-        return False
-    with open(path, "rb+") as f:
-        data = f.read()
-        if data.endswith(b"\n"):
-            return False
-        f.truncate(data.rfind(b"\n") + 1)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
+def whole_rows(path: Path) -> tuple[bytes, bool]:
+    """The file's bytes up to its last newline, and whether a line cut short followed them (a
+    writer killed mid-row, a full disk): the one test of a torn row, for readers and writers."""
+    data = path.read_bytes() if path.exists() else b""
+    end = data.rfind(b"\n") + 1
+    return data[:end], end < len(data)
 
 
-def whole_lines(lines: Iterable[str]) -> Iterator[str]:
-    """The lines that end in a newline: a last line cut short (disk full, a killed writer) is
-    never read as a row."""
-    for line in lines:
-        if line.endswith("\n"):
-            yield line
+def repair_tail(out_dir: Path) -> bool:
+    """Cut a torn last row off <out_dir>/results.csv; True if one was dropped."""
+    path = Path(out_dir) / RESULTS_FILE
+    whole, torn = whole_rows(path)
+    if torn:
+        with open(path, "rb+") as f:
+            f.truncate(len(whole))
+            os.fsync(f.fileno())
+    return torn
 
 
 class DiskFullError(OSError):
@@ -59,7 +57,7 @@ class ResultsWriter:
     def __init__(self, out_dir: Path, columns: list[str] = COLUMNS):
         self.path = Path(out_dir) / RESULTS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        drop_partial_last_row(self.path)  # never glue a new row onto a killed writer's half row
+        repair_tail(self.path.parent)  # never glue a new row onto a killed writer's half row
         self.columns = self._columns_of_existing_file(columns)
 
     def _columns_of_existing_file(self, columns: list[str]) -> list[str]:
@@ -138,8 +136,6 @@ def start_meta(out_dir: Path, meta: dict) -> None:
 
 def read_meta(run_dir: Path | str) -> dict:
     """meta.json as a dict ({} when there is none); a damaged one is one line naming it."""
-    from allreduce_bench.core.errors import UsageError
-
     path = Path(run_dir) / META_FILE
     if not path.exists():
         return {}
@@ -226,3 +222,18 @@ def start_meta_unless_launched(config: Any, meta: Callable[[Any], dict]) -> None
 
     if launcher_env() is None:
         start_meta(config.launch.out_dir, meta(config))
+
+
+def replace_own(folder: Path, own: Callable[[Path], bool], force: bool, option: str,
+                any_file: bool = False) -> None:
+    """Refuse, in one line, to write into `folder` where it holds what an earlier run of the
+    command left (the files `own` names; with `any_file`, anything), so two outputs never mix;
+    with `force`, first remove the files `own` names, and never another."""
+    entries = sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []
+    held = entries if any_file else [p for p in entries if own(p)]
+    if held and not force:
+        raise UsageError(f"{folder} is not empty ({len(held)} file(s)); give a new {option}, or "
+                         "--force to replace the earlier output")
+    for path in entries if force else ():
+        if path.is_file() and own(path):
+            path.unlink()

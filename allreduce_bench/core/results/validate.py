@@ -9,6 +9,7 @@ import pandas as pd
 
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.hooks import RowKind
+from allreduce_bench.core.results.store import whole_rows
 
 # Every row of every benchmark has these, as numbers.
 ALWAYS_NUMERIC = ["world_size", "size_bytes", "time_us_median"]
@@ -25,60 +26,41 @@ NUMERIC = ALWAYS_NUMERIC + [
 WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loops"]
 
 
-def ends_torn(csv_path: Path) -> bool:
-    """The file's last line has no newline: a writer stopped mid-row (killed, disk full)."""
-    try:
-        with open(csv_path, "rb") as f:
-            f.seek(0, 2)
-            if f.tell() == 0:
-                return False
-            f.seek(-1, 2)
-            return f.read(1) != b"\n"
-    except OSError:
-        return False
-
-
 def check_results(frame: pd.DataFrame, csv_path: Path, kinds: tuple[RowKind, ...] = ()) -> pd.DataFrame:
-    """The rows of `csv_path` with a torn last row dropped; UsageError for a damaged file, a
-    feature's rows (`kinds`) without a column they need included."""
-    if csv_path.suffix == ".csv" and ends_torn(csv_path) and len(frame):  # Parquet is whole
+    """The rows of `csv_path` with a torn last row dropped (none left: empty); UsageError for
+    a damaged file, a feature's rows (`kinds`) without a column they need included."""
+    if csv_path.suffix == ".csv" and whole_rows(csv_path)[1] and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
         frame = frame.iloc[:-1]
         if frame.empty:
-            raise UsageError(f"{csv_path} has no whole rows; run a benchmark first")
+            return frame
     frame = frame.copy()
-    hint = "the file is damaged or was edited: remove that row (or restore the file)"
-    if frame["algorithm"].isna().any() or (frame["algorithm"].astype(str).str.strip() == "").any():
-        line = int(frame.index[frame["algorithm"].isna()
-                               | (frame["algorithm"].astype(str).str.strip() == "")][0]) + 1
-        raise UsageError(f"{csv_path} row {line} has no algorithm; {hint}")
-    for column in [c for c in NUMERIC if c in frame.columns]:
-        raw = frame[column]
-        numbers = pd.to_numeric(raw, errors="coerce")
-        bad = numbers.isna() & (raw.notna() if column not in ALWAYS_NUMERIC else True)
+
+    def refuse(bad: pd.Series, what) -> None:
+        """One line on the first row `bad` marks, `what(index)` saying what is wrong with it."""
         if bad.any():
             at = bad[bad].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {raw[at]!r}, not a "
-                             f"number; {hint}")
+            raise UsageError(f"{csv_path} row {int(at) + 1}{what(at)}; the file is damaged or was "
+                             "edited: remove that row (or restore the file)")
+
+    refuse(frame["algorithm"].isna() | (frame["algorithm"].astype(str).str.strip() == ""),
+           lambda at: " has no algorithm")
+    for column in [c for c in NUMERIC if c in frame.columns]:
+        raw, numbers = frame[column], pd.to_numeric(frame[column], errors="coerce")
+        refuse(numbers.isna() & (raw.notna() if column not in ALWAYS_NUMERIC else True),
+               lambda at: f": {column} is {raw[at]!r}, not a number")
         frame[column] = numbers
     # counted things and times are finite: `1e400` parses as infinity, and no run has it
     for column in [c for c in ALWAYS_NUMERIC + WHOLE if c in frame.columns]:
-        endless = frame[column].abs() == float("inf")
-        if endless.any():
-            at = endless[endless].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {float(frame[column][at]):g}, "
-                             f"not a finite number; {hint}")
+        refuse(frame[column].abs() == float("inf"),
+               lambda at: f": {column} is {float(frame[column][at]):g}, not a finite number")
     for kind in kinds:
         missing = [c for c in kind.needs if c not in frame.columns]
         if missing and "benchmark" in frame.columns and (frame["benchmark"] == kind.benchmark).any():
             raise UsageError(f"{csv_path} has benchmark={kind.benchmark} rows but no {missing[0]} "
-                             f"column; {hint}")
+                             "column; the file is damaged or was edited: remove that row (or restore the file)")
     # nccl-tests prints zero-byte rows (imported as they are); no run has a world of 0 ranks
     for column, least in (("world_size", 1), ("size_bytes", 0)):
-        low = frame[column] < least
-        if low.any():
-            at = low[low].index[0]
-            raise UsageError(f"{csv_path} row {int(at) + 1}: {column} is {frame[column][at]!r}, "
-                             f"below {least}; {hint}")
+        refuse(frame[column] < least, lambda at: f": {column} is {frame[column][at]!r}, below {least}")
     return frame
