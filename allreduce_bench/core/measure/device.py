@@ -45,6 +45,7 @@ class Device:
     stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
     # run after each sample's alignment, before its clock starts (the hooks' `before_clock`)
     before_clock: Callable[[], None] | None = None
+    launch_s_per_call = 20e-6  # the host's time to queue one call, until measured (a c10d launch)
 
     def __init__(self) -> None:
         self.torch_device = torch.device("cpu")
@@ -77,7 +78,9 @@ class Device:
         return 0.0
 
     def note_launch(self, host_s: float, loops: int) -> None:
-        """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
+        """How long the host took to queue `loops` calls (sizes the next spin on GPU, and a
+        sample whose device had nothing to do: timing.py)."""
+        self.launch_s_per_call = host_s / max(loops, 1)
 
     def timer(self, iters: int) -> Timer:
         return Timer(self, iters)
@@ -128,7 +131,6 @@ class CudaDevice(Device):
         self.torch_device = torch.device("cuda", index)
         self.timeout_s = timeout_s
         self._flag: torch.Tensor | None = None  # allocated on first use, after the process group exists
-        self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
         self._cycles_per_ms: float | None = None
 
     @property
@@ -191,13 +193,10 @@ class CudaDevice(Device):
         queued ahead, and a spin would be waited out and counted as launch time."""
         if dist.get_backend(group) != "nccl":
             return 0.0
-        own = torch.tensor([min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)],
+        own = torch.tensor([min(0.05, 2.0 * self.launch_s_per_call * loops + 50e-6)],
                            dtype=torch.float64, device=self.torch_device)
         dist.all_reduce(own, op=dist.ReduceOp.MAX, group=group)
         return self.read(own)[0]
-
-    def note_launch(self, host_s: float, loops: int) -> None:
-        self._launch_s_per_call = host_s / max(loops, 1)
 
     def cycles_per_ms(self) -> float:
         """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's
