@@ -269,3 +269,41 @@ def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_pat
 
     del props.uuid  # torch < 2.4: the CUDA_VISIBLE_DEVICES entry
     assert device.physical_id == "3"
+
+
+def _object_collectives(tmp_path):
+    """Every object collective of a rank's run, as the core calls it on `device`."""
+    from allreduce_bench.core.measure import nccl_debug
+    from allreduce_bench.core.measure.rank import Session
+
+    def bind_phase(device):
+        session = SimpleNamespace(binder=SimpleNamespace(bind=lambda i, n: SimpleNamespace(as_dict=dict)),
+                                  env=SimpleNamespace(rank=0, world_size=2), hosts=["a", "a"], writer=False,
+                                  launch=SimpleNamespace(emulation=None), device=device)
+        Session.bind_phase(session, 2)
+
+    def nccl_logs(device):
+        nccl_debug.collect(SimpleNamespace(nccl_debug=True, out_dir=tmp_path), 0, 2, device.guarded)
+
+    def phases(device):
+        from allreduce_bench.core.sweep import allreduce
+        launch = SimpleNamespace(ranks_per_node=1, out_dir=tmp_path, run_id="x")
+        allreduce.measure_phases(SimpleNamespace(config=None, env=SimpleNamespace(local_world_size=1), device=device,
+                                                 progress=None, launch=launch, writer=False))
+    return {"bind_phase": bind_phase, "nccl_debug.collect": nccl_logs, "measure_phases": phases}
+
+
+@pytest.mark.parametrize("caller", ["bind_phase", "nccl_debug.collect", "measure_phases"])
+def test_object_collectives_give_up_at_the_timeout(monkeypatch, tmp_path, caller):
+    """torch's all_gather_object & co. wait for NCCL's result on the host with no timeout of
+    ours (a peer lost there met the watchdog's kill, not the one line): on the GPU they run on
+    a thread of their own and end with PeerTimeout at --timeout (issue 54)."""
+    def lost(*args, **kwargs):
+        time.sleep(1.0)  # a peer that never answers, for as long as the test waits
+    for name in ("all_gather_object", "broadcast_object_list", "gather_object"):
+        monkeypatch.setattr(dist, name, lost)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout, match="within --timeout 0.05 s"):
+        _object_collectives(tmp_path)[caller](cuda_device(timeout_s=0.05))
+    assert time.monotonic() - started < 0.9

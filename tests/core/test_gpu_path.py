@@ -131,6 +131,18 @@ def test_every_rank_joins_every_split_in_the_same_order(monkeypatch):
     assert fake.built[3] == [("native:ring", 4), ("native:tree:LL", 4)]
 
 
+def test_world_size_1_measures_the_backends_call_and_says_what_it_leaves_out(monkeypatch, capsys):
+    """One rank: the hand-written algorithms have no steps and busbw is 0 by definition; the
+    backend's own call (native, NCCL's pinned variants) is what N=1 measures, in one line from
+    rank 0 (issue 54: every algorithm ran at N=1, timing an empty call)."""
+    fake = FakeTorchNccl(1)
+    _run_every_rank(monkeypatch, fake, ("native", "ring", "naive", "native:ring"), (1,))
+    assert fake.built[0] == [("native", 1), ("native:ring", 1)]
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "busbw is 0 there by definition" in lines[0]
+    assert "ring, naive are left out (with one rank they have no steps)" in lines[0]
+
+
 def test_sub_groups_get_the_runs_timeout(monkeypatch):
     """Every group of a sub-world is created with --timeout plus the watchdog's grace, as the
     default group is (5e7e81d: torch's default, 10 minutes for NCCL)."""

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import inspect
+import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -18,6 +20,8 @@ from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure.binding import physical_gpu
 from allreduce_bench.core.measure.machine import cpus_allowed
+
+T = TypeVar("T")
 
 
 class Timer:
@@ -85,6 +89,10 @@ class Device:
     def timer(self, iters: int) -> Timer:
         return Timer(self, iters)
 
+    def guarded(self, call: Callable[[], T], what: str) -> T:
+        """`call()`, an object collective (all_gather_object, ...): gloo ends it at --timeout."""
+        return call()
+
 
 class PeerTimeout(RuntimeError):
     """A GPU collective did not complete within --timeout (a peer stopped answering)."""
@@ -100,7 +108,7 @@ def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not event.query():
         if time.monotonic() > deadline:
-            raise PeerTimeout(f"{what} did not complete within {timeout_s:g} s")
+            raise PeerTimeout(f"{what} did not complete within --timeout {timeout_s:g} s")
         time.sleep(0)
 
 
@@ -168,6 +176,29 @@ class CudaDevice(Device):
         NCCL's watchdog aborts the process."""
         self.synchronize()
         return tensor.cpu().tolist()
+
+    def guarded(self, call: Callable[[], T], what: str) -> T:
+        """`call()` on a thread of its own, given up after --timeout with PeerTimeout: torch's
+        object collectives wait for NCCL's result on the host (`.cpu()`, `.item()`) with no
+        timeout but the watchdog's, which ends the process before its one line."""
+        outcome: list = []
+
+        def run() -> None:
+            torch.cuda.set_device(self.torch_device)  # a new thread starts on GPU 0
+            try:
+                outcome.append((True, call()))
+            except BaseException as error:  # noqa: BLE001  (raised again by the caller's thread)
+                outcome.append((False, error))
+
+        thread = threading.Thread(target=run, name=what, daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        if not outcome:
+            raise PeerTimeout(f"{what} did not complete within --timeout {self.timeout_s:g} s")
+        ok, value = outcome[0]
+        if not ok:
+            raise value
+        return value
 
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses
