@@ -139,6 +139,7 @@ class Rank:
                 break
             if self.me == mine.ranks[0]:
                 self.board.put(_key(k, mine), result)
+        self.groups.close(failed=error is not None)
         self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
         self.board.add(f"r{k}/reported")
 

@@ -330,3 +330,58 @@ def test_a_gpu_bound_to_each_task_gets_nccl(one_gpu, monkeypatch):
                         "CUDA_VISIBLE_DEVICES": "1"}.items():
         monkeypatch.setenv(name, value)
     assert resolve_world(LaunchOptions(), launcher_env(), this_host())[1:3] == ("nccl", "cuda")
+
+
+def _health_round(monkeypatch, fake: FakeTorchNccl, fails: bool) -> dict:
+    """Rank 0's part in one pair round of 2 hosts x 2 ranks (the pair's group, then its rail's),
+    its partners answering or (`fails`) its rail's measurement timing out: what it freed."""
+    from allreduce_bench.core.measure.device import PeerTimeout
+    from allreduce_bench.health import benchmark as health
+    from allreduce_bench.health.coordination import Groups
+
+    fake.install(monkeypatch)
+    names, freed = {}, {"destroyed": [], "aborted": []}
+    made = fake.new_group
+
+    def registered(ranks, **options):  # torch registers a group under a name (its count)
+        group = made(ranks, **options)
+        names[group] = str(len(names))
+        return group
+
+    def free(kind):
+        return lambda group: (names.pop(group), freed[kind].append(group[1]))
+    monkeypatch.setattr(dist, "new_group", registered)
+    monkeypatch.setattr(dist, "destroy_process_group", free("destroyed"))
+    monkeypatch.setattr(dist.distributed_c10d, "_abort_process_group", free("aborted"))
+    monkeypatch.setattr(dist.distributed_c10d, "_world", SimpleNamespace(pg_names=names))
+    monkeypatch.setattr(health, "assemble", lambda *args: None)
+    monkeypatch.setattr(health.Rank, "held_back", lambda self: {})
+
+    def measure(self, group, pg, lockstep=None):
+        if fails and group.check == "rail":
+            raise PeerTimeout("the timed work did not complete within --timeout 42 s")
+        return {"sizes": []}
+    monkeypatch.setattr(health.Rank, "_measure", measure)
+    rank = object.__new__(health.Rank)
+    rank.session = SimpleNamespace(progress=SimpleNamespace(at=lambda *args: None))
+    rank.board = SimpleNamespace(put=lambda key, value: None, add=lambda key, n=1: 0)
+    rank.liveness = SimpleNamespace(timeout_s=TIMEOUT_S)
+    rank.ranks_of, rank.ranks_per_node, rank.me, rank.journal = {"a": [0, 1], "b": [2, 3]}, 2, 0, None
+    rank.groups = Groups(TIMEOUT_S)
+    rank.take_part(1, {"kind": "pairs", "groups": [["a", "b"]], "slot_base": 0})
+    return freed
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["answered", "lost"])
+def test_health_frees_its_groups_each_round_and_aborts_them_after_a_lost_peer(monkeypatch, fails):
+    """health on NCCL: each round's groups are freed in the order made (issue 54: none ever
+    was), aborted where a peer was lost, before the watchdog's grace is out: their timeout is
+    --timeout plus the grace (issue 54: --timeout exactly, so the watchdog fired first), and
+    the watchdog only cleans up (CleanUpOnly), where torch's default tears the process down."""
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    fake = FakeTorchNccl(4)
+    freed = _health_round(monkeypatch, fake, fails)
+    assert freed == {"destroyed": [], "aborted": [(0, 1, 2, 3), (0, 2)]} if fails else \
+        {"destroyed": [(0, 1, 2, 3), (0, 2)], "aborted": []}
+    assert set(fake.timeouts) == {dt.timedelta(seconds=TIMEOUT_S + NCCL_GRACE_S)}
+    assert __import__("os").environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
