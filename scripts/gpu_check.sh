@@ -79,11 +79,13 @@ fi
 # Options that may be empty are plain words, expanded unquoted: an empty array's "${A[@]}"
 # is an unbound variable under set -u before bash 4.4.
 BACKEND=nccl QUICK="" SWEEP="--max-bytes 256M --factor 4 --budget 0.1" SIZES=10 ROUNDS=4
+START_S=10 PLOT_S=8  # the plan's model (below)
 PINNED=native:ring,native:tree:LL,native:nvls,ring  # step 3's algorithms
 SHARED_DEVICE=cuda  # where step 4's ranks put their tensors
 if [[ -n ${GPU_CHECK_CPU_RANKS:-} ]]; then
   # development only: walk through every step with gloo on N CPU ranks and tiny sweeps
   GPUS=$GPU_CHECK_CPU_RANKS BACKEND=gloo QUICK=--quick SWEEP=--quick MODEL="cpu test" SIZES=2 ROUNDS=1
+  START_S=40 PLOT_S=20  # a loaded 2-core VM starts a command in 20-40 s
   SHARED_DEVICE=cpu PINNED=native,ring  # gloo has no NCCL variants
 elif [[ -n $PLAN_GPUS ]]; then
   GPUS=$PLAN_GPUS
@@ -103,7 +105,7 @@ fi
 # torch, CUDA, the local world's ranks, NCCL's communicators) START_S, its figures and report
 # PLOT_S, and per measurement and round its budget's share plus CALL_S of calibration, check
 # and gathers; --extra-budget's 4 s once per run. Each step prints its own time beside it.
-START_S=10 PLOT_S=8 CALL_S=0.03 EXTRA_S=4
+CALL_S=0.03 EXTRA_S=4
 read -r ALGOS ALGOS_N1 <<< "$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" - "$BACKEND" <<'EOF'
 import sys
 from allreduce_bench.core.algorithms import names_for

@@ -92,7 +92,7 @@ class Groups:
         self.create = timedelta(seconds=min(timeout_s, max(MIN_CREATE_S, timeout_s / CONNECT_TRIES))
                                 if short else self.timeout.total_seconds())
         if nccl:  # read by each NCCL group as it is made; torch 2.1 knows the older name only
-            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING" if torch.__version__ >= (2, 2)
+            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING" if torch.__version__ >= "2.2"
                        else "NCCL_ASYNC_ERROR_HANDLING"] = CLEAN_UP_ONLY
         self._made = 0
         self.base = self.count()

@@ -146,6 +146,7 @@ def measure_links(session: Session) -> int:
     config, env, device = session.config, session.env, session.device
     world = make_world(env.world_size, config.launch.ranks_per_node or env.local_world_size, device,
                        config.launch.timeout_s)
+    assert world is not None  # the whole world: every rank is in it
     if session.writer:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "

@@ -58,6 +58,11 @@ class Device:
     def name(self) -> str:
         return cpu_model()
 
+    @property
+    def physical_id(self) -> str | None:
+        """The GPU as NVML and nvidia-smi name it: none on CPU."""
+        return None
+
     def synchronize(self) -> None:
         pass
 

@@ -34,6 +34,7 @@ from allreduce_bench.core.measure.console import RowBar
 from allreduce_bench.core.measure.context import LocalRun, Run
 from allreduce_bench.core.measure.device import Device, PeerTimeout, make_device, process_group_options
 from allreduce_bench.core.measure.progress import (
+    PEER_LOST_EXIT,
     Progress,
     failure_line,
     leave,
@@ -104,8 +105,8 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
         where = ":".join(str(part or "?") for part in master_of(env))
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         leave(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
-              f"({env.launcher}, master {where}): {first}", **({"code": 1} if presence or
-                                                               run.benchmark.joins_present else {}))
+              f"({env.launcher}, master {where}): {first}",
+              1 if presence or run.benchmark.joins_present else PEER_LOST_EXIT)
     return Joined(device, binder, placement, presence)
 
 
