@@ -25,16 +25,10 @@ of the timeout (they are created only once all members have met, in milliseconds
 given the whole timeout for their collectives (`ProcessGroup.set_timeout`; a torch without
 it creates with the whole timeout). NCCL connects a group's members at its first collective
 (the default group being unbound), under the group's own timeout: --timeout plus the
-watchdog's grace (measure/device.py), so the sweep's own wait reports first. Then the group is
-aborted (`_abort_process_group`: ncclCommAbort ends a kernel stuck on the lost peer), and the
-watchdog, should it fire first, only cleans up (TORCH_NCCL_ASYNC_ERROR_HANDLING=2, CleanUpOnly;
-torch's default tears the process down: ProcessGroupNCCL.hpp `SHOULD_TEAR_DOWN`).
-
-At the end of its round a rank frees the groups it made, in the order it made them (the same
-on every member): a failed round's aborted, the others destroyed. Only on torch >= 2.6, whose
-name for a members-only group counts the groups (`_hash_ranks_to_str`), so a group made after
-one was freed gets a name of its own; torch 2.1-2.5 name it by its ranks alone, and a group of
-the same ranks made again would read the freed one's keys in the store: there they are kept.
+watchdog's grace, so the rank's own wait gives up first; then the group is aborted, and the
+watchdog only cleans up (CleanUpOnly), where torch's default tears the process down. A rank
+frees its round's groups at the round's end, in the order made; on torch >= 2.6 only, whose
+names count the groups (doc/health.md, "Pairing" and "Faults").
 """
 from __future__ import annotations
 

@@ -4,11 +4,10 @@ Each variant runs the backend's AllReduce on a communicator of its own, created 
 NCCL_ALGO (and NCCL_PROTO) are set: NCCL reads them when it initialises a communicator, a new
 or a split one (src/graph/tuning.cc `ncclTopoTuneModel`), so only that communicator is pinned;
 the variables are restored right after. On gloo they do not apply and are refused before any
-process starts. torch 2.6-2.7.0 make a communicator split from a GPU-bound default group
-nonblocking (ProcessGroupNCCL.cpp `useNonblocking`, #138527, reverted for 2.7.1 by #154055):
-its initialisation, and NCCL's reading of NCCL_ALGO, would go on after the variables are
-restored. TORCH_NCCL_USE_COMM_NONBLOCKING=0, set with them, makes it blocking (the variable
-ranks above the automatic choice there), so NCCL has read them when `new_group` returns.
+process starts. TORCH_NCCL_USE_COMM_NONBLOCKING=0 goes with them: torch 2.6-2.7.0 make a
+split from a GPU-bound group nonblocking (ProcessGroupNCCL.cpp `useNonblocking`, #138527,
+reverted for 2.7.1 by #154055; the variable ranks above that choice), and NCCL would read
+NCCL_ALGO after they are restored.
 
 With the default group bound to the GPU (`device_id`, measure/device.py) torch creates each new
 NCCL group by `ncclCommSplit` of the default group's communicator, which every rank of the

@@ -191,19 +191,18 @@ class CudaDevice(Device):
         def run() -> None:
             torch.cuda.set_device(self.torch_device)  # a new thread starts on GPU 0
             try:
-                outcome.append((True, call()))
+                outcome.append((call(), None))
             except BaseException as error:  # noqa: BLE001  (raised again by the caller's thread)
-                outcome.append((False, error))
+                outcome.append((None, error))
 
         thread = threading.Thread(target=run, name=what, daemon=True)
         thread.start()
         thread.join(self.timeout_s)
         if not outcome:
             raise PeerTimeout(f"{what} did not complete within --timeout {self.timeout_s:g} s")
-        ok, value = outcome[0]
-        if not ok:
-            raise value
-        return value
+        if outcome[0][1] is not None:
+            raise outcome[0][1]
+        return outcome[0][0]
 
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses

@@ -41,33 +41,24 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
                        lambda taken, wrong: pooled_row(config, world, Point(name, count), taken, wrong, hosts))
 
 
-# what one rank measures: the backend's own call (NCCL's pinned variants included)
-ONE_RANK = ("native", *nccl.VARIANTS)
-
-
 def left_out(config: RunConfig, world_size: int) -> list[str]:
-    """The built-in algorithms world size 1 leaves out: with one rank they have no steps."""
-    return [name for name in config.algorithms if name in algorithms.BUILT_IN and name not in ONE_RANK] \
-        if world_size == 1 else []
-
-
-def one_rank_line(config: RunConfig) -> str:
-    """What world size 1 measures and leaves out, and why, in one line."""
-    out = left_out(config, 1)
-    return ("allreduce-bench: world size 1 measures the backend's own call with no peer (its launch and "
-            "bookkeeping: NCCL launches nothing for an in-place sum on one rank); busbw is 0 there by "
-            "definition (one rank moves nothing)" + (f", and {', '.join(out)} are left out (with one rank "
-                                                     "they have no steps)" if out else ""))
+    """The built-in algorithms world size 1 leaves out: with one rank they have no steps, and
+    the backend's own call (NCCL's pinned variants too) is what N=1 measures."""
+    return [name for name in config.algorithms if name in algorithms.BUILT_IN and name != "native"
+            and name not in nccl.VARIANTS] if world_size == 1 else []
 
 
 def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]) -> int:
     """Measure every algorithm at every size, then every other collective's, each in
     `config.rounds` interleaved passes (sweep/passes.py); #wrong summed. A pinned NCCL variant
     that NCCL refuses on this machine is left out, in one line (algorithms/nccl.py `refused`),
-    as are the hand-written algorithms at world size 1 (`one_rank_line`)."""
-    if world.size == 1 and world.rank == 0:
-        print(one_rank_line(config), file=sys.stderr, flush=True)
+    as are the hand-written algorithms at world size 1 (`left_out`)."""
     out = left_out(config, world.size)
+    if world.size == 1 and world.rank == 0:
+        print("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL launches "
+              "nothing for an in-place sum on one rank); busbw is 0 there by definition (one rank moves "
+              "nothing)" + (f", and {', '.join(out)} are left out (with one rank they have no steps)"
+                            if out else ""), file=sys.stderr, flush=True)
     accepted = [name for name in config.algorithms if name not in out and not nccl.refused(name, world)]
     items = [allreduce_item(config, world, name, size // config.itemsize, hosts)
              for name in accepted for size in config.sizes]
