@@ -144,7 +144,7 @@ def _share(measured: float, reference) -> str:
 
 
 def verdicts(frame: pd.DataFrame) -> list[dict]:
-    """Per run, collective and world size (not a job's rows, not a links run's): the verdict."""
+    """Per run, collective and world size (not a job's rows, not a links run's, not N=1): the verdict."""
     if frame.empty or "busbw_GBps" not in frame.columns:
         return []
     frame = label_runs(frame)
@@ -152,6 +152,7 @@ def verdicts(frame: pd.DataFrame) -> list[dict]:
         frame = frame[frame["benchmark"] != "job"]
     if "link" in frame.columns:
         frame = frame[frame["link"].isna() | (frame["link"].astype(str) == "")]
+    frame = frame[frame["world_size"] != 1]  # one rank moves nothing: busbw is 0 by definition
     metas = run_metas(frame)
     found = []
     collective = frame["collective"].fillna("all_reduce") if "collective" in frame.columns else "all_reduce"

@@ -139,6 +139,7 @@ class Rank:
                 break
             if self.me == mine.ranks[0]:
                 self.board.put(_key(k, mine), result)
+        self.groups.close(failed=error is not None)
         self.board.put(f"r{k}/done/{self.me}", {"error": error, "held_back": self.held_back()})
         self.board.add(f"r{k}/reported")
 
@@ -351,6 +352,7 @@ def measure_health(session: Session) -> int:
     config, env, end = session.config, session.env, session.progress.end
     L = config.launch.ranks_per_node or env.local_world_size
     came = session.presence  # health's world: the ranks that came (measure/world.py)
+    assert came is not None  # a benchmark that joins_present has one
     launched = pairing.launched_host_names(came.hostnames, L, launcher_hosts(NODELIST_ENV),
                                            local=session.local)
     names = [launched[r] for r in came.members]

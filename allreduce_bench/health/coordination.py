@@ -24,16 +24,23 @@ with timeout t was measured failing only after 5 t. So gloo groups are created w
 of the timeout (they are created only once all members have met, in milliseconds) and then
 given the whole timeout for their collectives (`ProcessGroup.set_timeout`; a torch without
 it creates with the whole timeout). NCCL connects a group's members at its first collective
-(the default group being unbound), under the group's own timeout.
+(the default group being unbound), under the group's own timeout: --timeout plus the
+watchdog's grace, so the rank's own wait gives up first; then the group is aborted, and the
+watchdog only cleans up (CleanUpOnly), where torch's default tears the process down. A rank
+frees its round's groups at the round's end, in the order made; on torch >= 2.6 only, whose
+names count the groups (doc/health.md, "Pairing" and "Faults").
 """
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.measure import flight_recorder
+from allreduce_bench.core.measure.device import NCCL_GRACE_S
 from allreduce_bench.core.measure.progress import Board, Liveness
 
 POLL_S = 0.05
@@ -65,16 +72,25 @@ CONNECT_TRIES = 5  # gloo's connect retries, as measured (see above)
 MIN_CREATE_S = 2.0
 
 
+CLEAN_UP_ONLY = "2"  # ProcessGroupNCCL.hpp ErrorHandlingMode: abort the communicators, no teardown
+
+
 class Groups:
-    """Sub-groups created by their members only, with equal group counts (see above)."""
+    """Sub-groups created by their members only, with equal group counts, freed round by
+    round (see above)."""
 
     def __init__(self, timeout_s: float):
-        self.timeout = timedelta(seconds=timeout_s)
+        nccl = dist.get_backend() == "nccl"
+        self.timeout = timedelta(seconds=timeout_s + (NCCL_GRACE_S if nccl else 0.0))
         short = dist.get_backend() == "gloo" and hasattr(dist.ProcessGroup, "set_timeout")
         self.create = timedelta(seconds=min(timeout_s, max(MIN_CREATE_S, timeout_s / CONNECT_TRIES))
-                                if short else timeout_s)
+                                if short else self.timeout.total_seconds())
+        if nccl:  # read by each NCCL group as it is made; torch 2.1 knows the older name only
+            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING" if torch.__version__ >= "2.2"
+                       else "NCCL_ASYNC_ERROR_HANDLING"] = CLEAN_UP_ONLY
         self._made = 0
         self.base = self.count()
+        self.round: list = []  # the groups of this round on this rank, in the order made
 
     def count(self) -> int:
         """The count torch names groups by (or the groups made here, where torch has none)."""
@@ -91,6 +107,21 @@ class Groups:
         group = dist.new_group(sorted(ranks), timeout=self.create, use_local_synchronization=True,
                                **flight_recorder.described(ranks))  # its members, for `hang`
         self._made += 1
+        self.round.append(group)
         if self.create != self.timeout:
             group.set_timeout(self.timeout)
         return group
+
+    def close(self, failed: bool) -> None:
+        """Free this round's groups in the order made: aborted after a failure on NCCL (before
+        the watchdog's grace is out), else destroyed; kept where torch names them by their
+        ranks alone (see above)."""
+        made, self.round = self.round, []
+        if not hasattr(dist.distributed_c10d, "_hash_ranks_to_str"):  # torch < 2.6
+            return
+        for group in made:
+            if failed and dist.get_backend(group) == "nccl":
+                dist.distributed_c10d._abort_process_group(group)
+            else:
+                dist.destroy_process_group(group)
+            self._made -= 1

@@ -68,9 +68,15 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
     device, L = world.device, world.ranks_per_node
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
-    # torch wants every rank in every new_group call; each pair gets its own group.
+    # every rank in every new_group call, each pair its own group, touched by its members at
+    # once: torch 2.3/2.4 split a member's communicator at its first collective, a non-member's
+    # at creation (algorithms/nccl.py), so the members join that split before anyone goes on
     timeout = group_timeout(device, config.launch.timeout_s)
-    pair_groups = {link: dist.new_group(list(ranks), timeout=timeout) for link, ranks in pairs.items()}
+    pair_groups = {}
+    for link, ranks in pairs.items():
+        pair_groups[link] = dist.new_group(list(ranks), timeout=timeout)
+        if me in ranks:
+            device.barrier(pair_groups[link])
     wrong_total = 0
     for size in config.sizes:
         count = size // config.itemsize  # the p2p sends: whole elements (options.run_config)
@@ -140,6 +146,7 @@ def measure_links(session: Session) -> int:
     config, env, device = session.config, session.env, session.device
     world = make_world(env.world_size, config.launch.ranks_per_node or env.local_world_size, device,
                        config.launch.timeout_s)
+    assert world is not None  # the whole world: every rank is in it
     if session.writer:
         print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
               f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import stat
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,7 @@ from fake_cuda import GPU, Ranks, cuda_device, install
 
 from allreduce_bench.core.algorithms import Algorithm
 from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.measure import device as device_module
 from allreduce_bench.core.measure import link_peaks, timing
 from allreduce_bench.core.measure.collective import Payload, measure
 from allreduce_bench.core.measure.device import Device, PeerTimeout
@@ -59,6 +61,49 @@ def test_gloo_on_gpu_tensors_queues_no_spin(monkeypatch):
         timing.take_samples(lambda: None, device, None, loops=10, count=2)
         device.note_launch(host_s=0.05, loops=10)  # as gloo's calls make it: spin + work
     assert slept == [] and device.launch_spin_s(10, None) == 0.0
+
+
+def _one_gpu_sample(rank: int, call, sampling: Sampling) -> timing.Measured:
+    return timing.sample(call, cuda_device(), None, sampling)
+
+
+def _host_busy(seconds: float):
+    def call() -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    return call
+
+
+def test_a_call_the_gpu_has_nothing_for_stops_its_loops_at_the_hosts_time(monkeypatch):
+    """One rank: NCCL launches nothing for an in-place sum (NCCL src/enqueue.cc: nRanks == 1
+    goes to ncclLaunchOneRank, src/device/onerank.cu: no copy when dst == src), so the interval
+    is ~0 whatever the loops. The host's queueing (2 us a call here) is the sample's length:
+    a few hundred loops, where the interval alone ran them to max_loops (issue 54)."""
+    install(monkeypatch)
+    ranks = Ranks(1)
+    ranks.patch(monkeypatch)
+    sampling = Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=50, warmup=1)
+    measured = ranks.run(_one_gpu_sample, _host_busy(2e-6), sampling)[0]
+    assert 100 <= measured.loops <= 2000
+
+
+def test_samples_are_planned_from_their_wall_time(monkeypatch):
+    """An alignment whose barrier waits 3 ms on the host (the GPU's spin and the last sample's
+    work) and calls of 0.2 ms of GPU work: the budget holds as many samples as their wall time
+    allows, not as many as their 1 ms intervals would (issue 54: the spin was not counted)."""
+    install(monkeypatch)
+    ranks = Ranks(1)
+    ranks.patch(monkeypatch)
+    align = device_module.CudaDevice.align
+    monkeypatch.setattr(device_module.CudaDevice, "align",
+                        lambda self, group, spin_s=0.0: (time.sleep(0.003), align(self, group, spin_s)))
+
+    def work() -> None:
+        GPU.clock_ms += 0.2
+    sampling = Sampling(budget_s=0.05, min_sample_s=0.001, min_samples=3, max_samples=200, warmup=1)
+    measured = ranks.run(_one_gpu_sample, work, sampling)[0]
+    assert measured.samples <= 0.05 / 0.003 + 1
 
 
 def _world(device) -> World:
@@ -224,3 +269,41 @@ def test_nvml_and_nvidia_smi_are_asked_for_the_physical_gpu(monkeypatch, tmp_pat
 
     del props.uuid  # torch < 2.4: the CUDA_VISIBLE_DEVICES entry
     assert device.physical_id == "3"
+
+
+def _object_collectives(tmp_path):
+    """Every object collective of a rank's run, as the core calls it on `device`."""
+    from allreduce_bench.core.measure import nccl_debug
+    from allreduce_bench.core.measure.rank import Session
+
+    def bind_phase(device):
+        session = SimpleNamespace(binder=SimpleNamespace(bind=lambda i, n: SimpleNamespace(as_dict=dict)),
+                                  env=SimpleNamespace(rank=0, world_size=2), hosts=["a", "a"], writer=False,
+                                  launch=SimpleNamespace(emulation=None), device=device)
+        Session.bind_phase(session, 2)
+
+    def nccl_logs(device):
+        nccl_debug.collect(SimpleNamespace(nccl_debug=True, out_dir=tmp_path), 0, 2, device.guarded)
+
+    def phases(device):
+        from allreduce_bench.core.sweep import allreduce
+        launch = SimpleNamespace(ranks_per_node=1, out_dir=tmp_path, run_id="x")
+        allreduce.measure_phases(SimpleNamespace(config=None, env=SimpleNamespace(local_world_size=1), device=device,
+                                                 progress=None, launch=launch, writer=False))
+    return {"bind_phase": bind_phase, "nccl_debug.collect": nccl_logs, "measure_phases": phases}
+
+
+@pytest.mark.parametrize("caller", ["bind_phase", "nccl_debug.collect", "measure_phases"])
+def test_object_collectives_give_up_at_the_timeout(monkeypatch, tmp_path, caller):
+    """torch's all_gather_object & co. wait for NCCL's result on the host with no timeout of
+    ours (a peer lost there met the watchdog's kill, not the one line): on the GPU they run on
+    a thread of their own and end with PeerTimeout at --timeout (issue 54)."""
+    def lost(*args, **kwargs):
+        time.sleep(1.0)  # a peer that never answers, for as long as the test waits
+    for name in ("all_gather_object", "broadcast_object_list", "gather_object"):
+        monkeypatch.setattr(dist, name, lost)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout, match="within --timeout 0.05 s"):
+        _object_collectives(tmp_path)[caller](cuda_device(timeout_s=0.05))
+    assert time.monotonic() - started < 0.9

@@ -292,6 +292,23 @@ def test_terminal_summary_from_a_synthetic_frame():
     assert "#wrong in total: 0" in text
 
 
+def test_world_size_1_has_no_peak_of_0_and_says_what_it_measured():
+    """One rank moves nothing: busbw is 0 by definition, so N=1 is neither a column of the
+    peaks nor an "Is this normal?" line (issue 54: "peak 0 GB/s" for every algorithm), and the
+    summary says what it measured."""
+    from allreduce_bench.core.analysis.report import terminal_summary
+    from allreduce_bench.expect.verdict import verdicts
+
+    one = model_frame(world_sizes=(1,)).query("algorithm == 'native'").assign(time_us_median=80.0, busbw_GBps=0.0)
+    text = terminal_summary(one)
+    assert "Peak busbw" not in text and "World size 1 (not in the peaks: busbw is 0 by definition" in text
+    assert "measures the backend's own call with no peer, per call over the sizes: native 80-80 us" in text
+    assert verdicts(one) == []
+    both = terminal_summary(pd.concat([one, model_frame(world_sizes=(2,))]))
+    assert "Peak busbw" in both and "World size 1" in both
+    assert [v["world_size"] for v in verdicts(pd.concat([one, model_frame(world_sizes=(2,))]))] == [2]
+
+
 def test_report_names_the_rule_that_flagged_each_unstable_row():
     """The table's text states the rule, and each row says which part of it caught the row: its
     median's interval, its rounds, or (a run from before the rule) its samples' spread."""

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core.environment import export_for_env_init, launcher_env
 from allreduce_bench.core.measure import nccl_debug
+from allreduce_bench.core.measure.device import Device
 from allreduce_bench.nccl_log import record as nccl_record
 
 LINES = [  # the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_debug.py)
@@ -39,7 +40,7 @@ def main(out: str) -> None:
     folder = Path(os.environ["NCCL_DEBUG_FILE"]).parent
     (folder / f"{host}.{pid}.log").write_text("".join(
         line.format(host=host, pid=pid, rank=env.rank, size=env.world_size) + "\n" for line in LINES))
-    nccl_debug.collect(config, env.rank, env.world_size)
+    nccl_debug.collect(config, env.rank, env.world_size, Device().guarded)
     dist.destroy_process_group()
     if env.rank == 0:  # the writer, once the ranks have ended, as the command does
         nccl_record.after_ranks(config)

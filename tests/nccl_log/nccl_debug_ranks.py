@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import torch.distributed as dist
 
 from allreduce_bench.core.measure import nccl_debug
+from allreduce_bench.core.measure.device import Device
 
 
 def write_like_nccl_then_collect(out_dirs: list[str], lines: list[str], made: list[bool]) -> list[str]:
@@ -24,7 +25,7 @@ def write_like_nccl_then_collect(out_dirs: list[str], lines: list[str], made: li
     host = f"node-{rank}"
     (folder / f"{host}.{os.getpid()}.log").write_text(
         "".join(line.format(host=host, pid=os.getpid(), rank=rank) + "\n" for line in lines))
-    nccl_debug.collect(config, rank, dist.get_world_size())
+    nccl_debug.collect(config, rank, dist.get_world_size(), Device().guarded)
     if rank == 0:
         return sorted(p.name.split(".")[0] for p in folder.iterdir())
     return [p.name for p in nccl_debug.own_files(config)]

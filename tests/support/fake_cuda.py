@@ -56,7 +56,7 @@ def cuda_device(launch_s_per_call: float = 20e-6, timeout_s: float = 5.0) -> dev
     """A CudaDevice whose tensors are CPU tensors (no GPU: __init__'s checks skipped)."""
     device = object.__new__(device_module.CudaDevice)
     device.torch_device, device.timeout_s, device._flag = torch.device("cpu"), timeout_s, None
-    device._launch_s_per_call, device._cycles_per_ms = launch_s_per_call, CYCLES_PER_MS
+    device.launch_s_per_call, device._cycles_per_ms = launch_s_per_call, CYCLES_PER_MS
     return device
 
 

@@ -4,21 +4,28 @@ Each variant runs the backend's AllReduce on a communicator of its own, created 
 NCCL_ALGO (and NCCL_PROTO) are set: NCCL reads them when it initialises a communicator, a new
 or a split one (src/graph/tuning.cc `ncclTopoTuneModel`), so only that communicator is pinned;
 the variables are restored right after. On gloo they do not apply and are refused before any
-process starts.
+process starts. TORCH_NCCL_USE_COMM_NONBLOCKING=0 goes with them: torch 2.6-2.7.0 make a
+split from a GPU-bound group nonblocking (ProcessGroupNCCL.cpp `useNonblocking`, #138527,
+reverted for 2.7.1 by #154055; the variable ranks above that choice), and NCCL would read
+NCCL_ALGO after they are restored.
 
 With the default group bound to the GPU (`device_id`, measure/device.py) torch creates each new
-NCCL group inside `new_group` by `ncclCommSplit` of the default group's communicator, which
-every rank of the default group must join (non-members through `perform_nocolor_split`);
-unbound, NCCL connects the members at the group's first collective. So `create` makes a
-sub-world's communicators on every rank, in --algos order, and `communicator` runs one small
-AllReduce on first use, both with the variables set.
+NCCL group by `ncclCommSplit` of the default group's communicator, which every rank of the
+default group must join (non-members through `perform_nocolor_split`), inside `new_group`
+from torch 2.5 (which passes the bound device on), at the members' first collective in 2.3
+and 2.4; unbound, NCCL connects the members at the group's first collective. So `create`
+makes a sub-world's communicators on every rank, in --algos order, and `communicator` runs one
+small AllReduce on first use, both with the variables set.
 
-NCCL refuses a variant it has nothing for on this machine at that first AllReduce
+NCCL refuses an algorithm it has nothing for on this machine at that first AllReduce
 (enqueue.cc, "no algorithm/protocol available"): NVLS without NVSwitch, or across nodes without
 CollNet. From NCCL 2.24 the result is ncclInvalidUsage; before (the NCCL of torch 2.1-2.6) it
 is ncclInternalError, whose torch message carries NCCL's last error, the same words. `refused`
-matches either, says so in one line, and the sweep leaves the variant out.
-NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`.
+matches either, says so in one line, and the sweep leaves the variant out. A protocol is not
+checked so: NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`; and
+NCCL enables LL128 by default only where tuning.cc's platform check passes ("Other cases are
+not tested and may cause silent data corruption", NCCL 2.21.5), a check NCCL_PROTO=LL128 skips:
+no `:LL128` variant is offered (`native:ring` and `native:tree` use it where NCCL enables it).
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ if TYPE_CHECKING:
 
 # our name -> NCCL_ALGO value, the cost it is modelled with (NVLS reduces inside the NVSwitch,
 # which this model has no term for: measured, not modelled), and the protocols NCCL has for it
-NCCL_PROTOS = ("LL", "LL128", "Simple")
+NCCL_PROTOS = ("LL", "Simple")
 NCCL_ALGOS = {"ring": ("Ring", ring.cost, NCCL_PROTOS), "tree": ("Tree", tree.cost, NCCL_PROTOS),
               "nvls": ("NVLS", None, ("Simple",))}
 # variant name -> (algo, proto or None: NCCL's choice of protocol)
@@ -50,7 +57,8 @@ VARIANTS = {f"native:{algo}" + (f":{proto}" if proto else ""): (algo, proto)
 
 
 def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
-    values = {"NCCL_ALGO": NCCL_ALGOS[algo][0]}
+    """The variables a pinned communicator is created with; blocking, so NCCL reads them then."""
+    values = {"NCCL_ALGO": NCCL_ALGOS[algo][0], "TORCH_NCCL_USE_COMM_NONBLOCKING": "0"}
     if proto:
         values["NCCL_PROTO"] = proto
     return values

@@ -47,7 +47,10 @@ def allreduce_summary(frame: pd.DataFrame) -> list[str]:
         peaks = peaks.droplevel("series")
     table = peaks.unstack("world_size").sort_index(  # algorithms in the registry's order
         key=lambda level: level.map(algorithm_rank) if level.name == "algorithm" else level)
-    lines = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
+    lines = [one_rank_line(frame)] if 1 in table.columns else []  # busbw 0 by definition: no peak
+    table = table.drop(columns=1, errors="ignore").dropna(how="all")
+    if len(table.columns):
+        lines[:0] = ["Peak busbw (GB/s) per algorithm and world size:", table.round(3).to_string()]
     for numerator, denominator in (("ring", "native"), ("hierarchical", "ring")):
         ratios = ratio_at_largest(frame, numerator, denominator)
         if not ratios.empty:
@@ -62,6 +65,16 @@ def allreduce_summary(frame: pd.DataFrame) -> list[str]:
         lines += machine_lines(frame, next(iter(metas.values())))
     lines += placement_warnings(metas)
     return lines
+
+
+def one_rank_line(frame: pd.DataFrame) -> str:
+    """What world size 1 measured: the backend's own call, with no peer and no busbw."""
+    rows = allreduce_rows(frame)
+    rows = rows[rows["world_size"] == 1].groupby("algorithm")["time_us_median"]
+    calls = ", ".join(f"{name} {low:.3g}-{high:.3g} us" for name, (low, high) in
+                      rows.agg(["min", "max"]).sort_index(key=lambda i: i.map(algorithm_rank)).iterrows())
+    return ("World size 1 (not in the peaks: busbw is 0 by definition, one rank moves nothing) measures the "
+            f"backend's own call with no peer, per call over the sizes: {calls}")
 
 
 def _gbps(x: float) -> str:

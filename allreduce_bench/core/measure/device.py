@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import inspect
+import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -18,6 +20,8 @@ from allreduce_bench.core.environment import visible_gpus
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.measure.binding import physical_gpu
 from allreduce_bench.core.measure.machine import cpus_allowed
+
+T = TypeVar("T")
 
 
 class Timer:
@@ -45,6 +49,7 @@ class Device:
     stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
     # run after each sample's alignment, before its clock starts (the hooks' `before_clock`)
     before_clock: Callable[[], None] | None = None
+    launch_s_per_call = 20e-6  # the host's time to queue one call, until measured (a c10d launch)
 
     def __init__(self) -> None:
         self.torch_device = torch.device("cpu")
@@ -52,6 +57,11 @@ class Device:
     @property
     def name(self) -> str:
         return cpu_model()
+
+    @property
+    def physical_id(self) -> str | None:
+        """The GPU as NVML and nvidia-smi name it: none on CPU."""
+        return None
 
     def synchronize(self) -> None:
         pass
@@ -77,10 +87,16 @@ class Device:
         return 0.0
 
     def note_launch(self, host_s: float, loops: int) -> None:
-        """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
+        """How long the host took to queue `loops` calls (sizes the next spin on GPU, and a
+        sample whose device had nothing to do: timing.py)."""
+        self.launch_s_per_call = host_s / max(loops, 1)
 
     def timer(self, iters: int) -> Timer:
         return Timer(self, iters)
+
+    def guarded(self, call: Callable[[], T], what: str) -> T:
+        """`call()`, an object collective (all_gather_object, ...): gloo ends it at --timeout."""
+        return call()
 
 
 class PeerTimeout(RuntimeError):
@@ -97,7 +113,7 @@ def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not event.query():
         if time.monotonic() > deadline:
-            raise PeerTimeout(f"{what} did not complete within {timeout_s:g} s")
+            raise PeerTimeout(f"{what} did not complete within --timeout {timeout_s:g} s")
         time.sleep(0)
 
 
@@ -128,7 +144,6 @@ class CudaDevice(Device):
         self.torch_device = torch.device("cuda", index)
         self.timeout_s = timeout_s
         self._flag: torch.Tensor | None = None  # allocated on first use, after the process group exists
-        self._launch_s_per_call = 20e-6  # until measured: a typical c10d launch
         self._cycles_per_ms: float | None = None
 
     @property
@@ -167,6 +182,28 @@ class CudaDevice(Device):
         self.synchronize()
         return tensor.cpu().tolist()
 
+    def guarded(self, call: Callable[[], T], what: str) -> T:
+        """`call()` on a thread of its own, given up after --timeout with PeerTimeout: torch's
+        object collectives wait for NCCL's result on the host (`.cpu()`, `.item()`) with no
+        timeout but the watchdog's, which ends the process before its one line."""
+        outcome: list = []
+
+        def run() -> None:
+            torch.cuda.set_device(self.torch_device)  # a new thread starts on GPU 0
+            try:
+                outcome.append((call(), None))
+            except BaseException as error:  # noqa: BLE001  (raised again by the caller's thread)
+                outcome.append((None, error))
+
+        thread = threading.Thread(target=run, name=what, daemon=True)
+        thread.start()
+        thread.join(self.timeout_s)
+        if not outcome:
+            raise PeerTimeout(f"{what} did not complete within --timeout {self.timeout_s:g} s")
+        if outcome[0][1] is not None:
+            raise outcome[0][1]
+        return outcome[0][0]
+
     def barrier(self, group: dist.ProcessGroup | None) -> None:
         # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses
         # the device from the rank, which is wrong for sub-groups.
@@ -191,13 +228,10 @@ class CudaDevice(Device):
         queued ahead, and a spin would be waited out and counted as launch time."""
         if dist.get_backend(group) != "nccl":
             return 0.0
-        own = torch.tensor([min(0.05, 2.0 * self._launch_s_per_call * loops + 50e-6)],
+        own = torch.tensor([min(0.05, 2.0 * self.launch_s_per_call * loops + 50e-6)],
                            dtype=torch.float64, device=self.torch_device)
         dist.all_reduce(own, op=dist.ReduceOp.MAX, group=group)
         return self.read(own)[0]
-
-    def note_launch(self, host_s: float, loops: int) -> None:
-        self._launch_s_per_call = host_s / max(loops, 1)
 
     def cycles_per_ms(self) -> float:
         """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's

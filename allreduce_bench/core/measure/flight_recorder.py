@@ -1,8 +1,9 @@
 """`--flight-recorder`: PyTorch's Flight Recorder on every rank, dumped to OUT/flight-recorder.
 
 Before the process group exists each rank sets TORCH_FR_BUFFER_SIZE (TORCH_NCCL_TRACE_BUFFER_SIZE
-before torch 2.9): torch then records every collective (group, sequence number, op, sizes,
-dtypes, state, Python stack) in a ring buffer of that many entries, gloo's as well as NCCL's.
+before torch 2.9), which torch before 2.11 needs to record at all (its default was 0): torch
+records every collective (group, sequence number, op, sizes, dtypes, state, Python stack) in a
+ring buffer of that many entries, gloo's as well as NCCL's.
 With NCCL the watchdog also dumps on a timeout (TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_FR_DUMP_TEMP_FILE).
 Every rank dumps its buffer itself when a collective fails or times out and at its end, as
 torch names the files (`rank<R>`, the prefix torch's own analyzer `torchfrtrace` reads);

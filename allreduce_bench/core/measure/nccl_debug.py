@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from allreduce_bench.core.config.launch import LaunchConfig
@@ -55,22 +56,28 @@ def own_files(launch: LaunchConfig, pid: int | None = None) -> list[Path]:
                   for path in folder.glob(f"*.{pid}.log"))
 
 
-def collect(launch: LaunchConfig, rank: int, world_size: int) -> None:
+def collect(launch: LaunchConfig, rank: int, world_size: int, guarded: Callable) -> None:
     """Collective on the default group, after a world's measurements: rank 0 gets every rank's
-    debug file (those it cannot see in its OUT are sent to it) and records the block."""
+    debug file (those it cannot see in its OUT are sent to it) and records the block. The
+    exchange runs `guarded` (Device.guarded): a lost peer ends it at --timeout."""
     if not launch.nccl_debug:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch
 
     mine = own_files(launch)
     folder = Path(launch.out_dir) / DEBUG_DIR
-    names: list = [None] * world_size
-    dist.all_gather_object(names, [p.name for p in mine])
-    missing = [[i for i, files in enumerate(names) if not all((folder / f).exists() for f in files)]]
-    dist.broadcast_object_list(missing, src=0)  # rank 0 says whose files its OUT lacks
-    text = {p.name: p.read_text(errors="replace") for p in mine} if rank in missing[0] else None
     received: list | None = [None] * world_size if rank == 0 else None
-    dist.gather_object(text, received, dst=0)
+
+    def exchange() -> dict | None:
+        names: list = [None] * world_size
+        dist.all_gather_object(names, [p.name for p in mine])
+        missing = [[i for i, files in enumerate(names) if not all((folder / f).exists() for f in files)]]
+        dist.broadcast_object_list(missing, src=0)  # rank 0 says whose files its OUT lacks
+        text = {p.name: p.read_text(errors="replace") for p in mine} if rank in missing[0] else None
+        dist.gather_object(text, received, dst=0)
+        return text
+
+    text = guarded(exchange, "the NCCL logs' gather")
     if rank != 0:
         if text and mine and mine[0].parent != folder:
             for path in mine:  # a scratch copy, sent: NCCL writes on into the unlinked file

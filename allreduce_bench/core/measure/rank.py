@@ -34,6 +34,7 @@ from allreduce_bench.core.measure.console import RowBar
 from allreduce_bench.core.measure.context import LocalRun, Run
 from allreduce_bench.core.measure.device import Device, PeerTimeout, make_device, process_group_options
 from allreduce_bench.core.measure.progress import (
+    PEER_LOST_EXIT,
     Progress,
     failure_line,
     leave,
@@ -104,8 +105,8 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
         where = ":".join(str(part or "?") for part in master_of(env))
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         leave(f"allreduce-bench: rank {env.rank}: could not join the world of {env.world_size} "
-              f"({env.launcher}, master {where}): {first}", **({"code": 1} if presence or
-                                                               run.benchmark.joins_present else {}))
+              f"({env.launcher}, master {where}): {first}",
+              1 if presence or run.benchmark.joins_present else PEER_LOST_EXIT)
     return Joined(device, binder, placement, presence)
 
 
@@ -167,7 +168,7 @@ class Session:
         mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
                 if self.env.rank in members else None)
         placements: list = [None] * self.env.world_size
-        dist.all_gather_object(placements, mine)
+        self.device.guarded(lambda: dist.all_gather_object(placements, mine), "the placements' gather")
         if self.writer:
             placements = placements[:world_size]
             update_meta(self.launch.out_dir, binding={
@@ -231,7 +232,7 @@ def _measure_or_exit(run: Run, env: RankEnv, joined: Joined, progress: Progress,
         session.close()
         if joined.presence is not None:
             joined.presence.end_world()
-        nccl_debug.collect(launch, env.rank, env.world_size)
+        nccl_debug.collect(launch, env.rank, env.world_size, joined.device.guarded)
         flight_recorder.dump(launch, env.rank)
     except (RuntimeError, PeerTimeout) as error:  # torch's DistBackendError is a RuntimeError
         if is_out_of_memory(error):
@@ -272,9 +273,9 @@ def _gather_meta(run: Run, env: RankEnv, joined: Joined) -> list[str]:
     if device.kind == "cpu" and env.world_size > 1:
         probe_GBps, probe_bytes = link_peaks.probe(env.rank) or (None, None)
     infos: list = [None] * env.world_size
-    dist.all_gather_object(infos, {**run_meta.rank_info(device, env),
-                                   "peaks": link_peaks.local_peaks(device),
-                                   "placement": joined.placement.as_dict()})
+    mine = {**run_meta.rank_info(device, env), "peaks": link_peaks.local_peaks(device),
+            "placement": joined.placement.as_dict()}
+    device.guarded(lambda: dist.all_gather_object(infos, mine), "the hosts' gather")
     hosts = [info["hostname"] for info in infos]
     if env.rank != 0:
         return hosts

@@ -21,8 +21,11 @@ budget's share of one of `min_samples` samples, for the skew's sake (a rank desc
 milliseconds would ask for seconds, and the run's length would follow): there the row's
 `skew_share` says how much of a sample was skew. Samples whose median falls short of
 `min_sample_s` (the calibration saw slow calls) are taken again with the loops that median asks.
-The number of samples then fits a time budget: small sizes get
-many, large ones at least `min_samples`. Both can be fixed by hand.
+A sample's length is the longer of its interval and the host's time to queue its calls: on a
+GPU with nothing to do (one rank: NCCL launches nothing for an in-place sum) the interval is
+~0, and without the host's time the loops would run to `max_loops`. The number of samples then
+fits a time budget by each sample's wall time (alignment, spin and reads included): small
+sizes get many, large ones at least `min_samples`. Both can be fixed by hand.
 
 Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
 ranks, so every rank makes the same number of calls.
@@ -191,14 +194,20 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         call()
     device.synchronize()
 
+    wall = [0.0]  # the last calibration sample's wall time, the longest rank's
+
     def one_sample(loops: int) -> tuple[float, float]:
-        """(the slowest rank's seconds, its skew) of one sample, over `agree`. The skew is
-        taken within the ranks aligned together: how much later than the first of them each
-        rank started (its interval's shortfall from their longest)."""
-        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0]
+        """(the slowest rank's seconds, its skew) of one sample, over `agree`: the longer of
+        its interval and the host's queueing of its calls. The skew is taken within the ranks
+        aligned together: how much later than the first of them each rank started (its
+        interval's shortfall from their longest)."""
+        started = time.perf_counter()
+        mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0] * loops / 1e6
+        wall_s = time.perf_counter() - started
         longest = slowest([mine], aligned, device)[0]
-        took, skew = slowest([mine, longest - mine], agree, device)
-        return took * loops / 1e6, skew * loops / 1e6
+        took, skew, queued, wall[0] = slowest([mine, longest - mine, device.launch_s_per_call * loops,
+                                               wall_s], agree, device)
+        return max(took, queued), skew
 
     if sampling.loops is None:
         loops, took = calibrate_loops(one_sample, sampling.min_sample_s, sampling.max_loops,
@@ -208,13 +217,16 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     else:  # nothing to plan (a later round, or both given): the warm-up calls warmed up
         loops, took = sampling.loops, 0.0
     def take(loops: int, took: float) -> tuple[list[float], int]:
-        count = sampling.samples or plan_samples(took, sampling.budget_s, sampling.min_samples,
-                                                 sampling.max_samples)
+        count = sampling.samples or plan_samples(max(took, wall[0]), sampling.budget_s,
+                                                 sampling.min_samples, sampling.max_samples)
         return take_samples(call, device, aligned, loops, count, sampling.host_launch,
                             device.before_clock), count
 
     mine, count = take(loops, took)
-    again = recalibrated(slowest(mine, agree, device), loops, sampling) if sampling.loops is None else None
+    again = None
+    if sampling.loops is None:  # each call lasts its interval or the host's queueing, the longer
+        *slow, queued = slowest(mine + [device.launch_s_per_call * 1e6], agree, device)
+        again = recalibrated([max(t, queued) for t in slow], loops, sampling)
     if again:  # the calibration saw slow calls: retake the samples with the loops they ask
         loops = again[0]
         mine, count = take(*again)

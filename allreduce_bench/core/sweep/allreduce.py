@@ -7,6 +7,7 @@ each rank's time per call kept per sample.
 from __future__ import annotations
 
 import datetime as _dt
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -40,11 +41,25 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
                        lambda taken, wrong: pooled_row(config, world, Point(name, count), taken, wrong, hosts))
 
 
+def left_out(config: RunConfig, world_size: int) -> list[str]:
+    """The built-in algorithms world size 1 leaves out: with one rank they have no steps, and
+    the backend's own call (NCCL's pinned variants too) is what N=1 measures."""
+    return [name for name in config.algorithms if name in algorithms.BUILT_IN and name != "native"
+            and name not in nccl.VARIANTS] if world_size == 1 else []
+
+
 def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]) -> int:
     """Measure every algorithm at every size, then every other collective's, each in
     `config.rounds` interleaved passes (sweep/passes.py); #wrong summed. A pinned NCCL variant
-    that NCCL refuses on this machine is left out, in one line (algorithms/nccl.py `refused`)."""
-    accepted = [name for name in config.algorithms if not nccl.refused(name, world)]
+    that NCCL refuses on this machine is left out, in one line (algorithms/nccl.py `refused`),
+    as are the hand-written algorithms at world size 1 (`left_out`)."""
+    out = left_out(config, world.size)
+    if world.size == 1 and world.rank == 0:
+        print("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL launches "
+              "nothing for an in-place sum on one rank); busbw is 0 there by definition (one rank moves "
+              "nothing)" + (f", and {', '.join(out)} are left out (with one rank they have no steps)"
+                            if out else ""), file=sys.stderr, flush=True)
+    accepted = [name for name in config.algorithms if name not in out and not nccl.refused(name, world)]
     items = [allreduce_item(config, world, name, size // config.itemsize, hosts)
              for name in accepted for size in config.sizes]
     wrong_total = passes.run(config, world, items, phase)
@@ -91,8 +106,8 @@ def measure_phases(session: Session) -> int:
     launch = session.launch
     ranks_per_node = launch.ranks_per_node or env.local_world_size
     done: list[Any] = [resume.done_keys(launch.out_dir, launch.run_id) if session.writer else None]
-    dist.broadcast_object_list(done, src=0)  # every rank must skip the same rows
-    total = config.measurements_per_size * len(config.sizes) * len(launch.world_sizes)
+    device.guarded(lambda: dist.broadcast_object_list(done, src=0), "the done rows' broadcast")  # skipped alike
+    total = sum(config.measurements_per_size - len(left_out(config, k)) for k in launch.world_sizes) * len(config.sizes)
     console = Console(total, enabled=session.writer, rounds=config.rounds)
     wrong = 0
     everyone = tuple(range(env.world_size))
@@ -134,7 +149,8 @@ def world_sizes_to_do(config: RunConfig) -> list[int]:
     """The world sizes with a row still missing (all of them, unless the run is resumed)."""
     done = resume.done_keys(config.launch.out_dir, config.launch.run_id)
     return [k for k in config.launch.world_sizes
-            if any(key not in done for key in collectives.measurement_keys(config, k))]
+            if any(key not in done and key[0] not in left_out(config, k)
+                   for key in collectives.measurement_keys(config, k))]
 
 
 BENCHMARK = Benchmark("allreduce", run_meta.host_meta, measure_phases,
