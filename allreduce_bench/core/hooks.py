@@ -67,18 +67,22 @@ class Spec:
     @hookspec
     def report_sections(self) -> list[Section]:
         """report.md's and plots/' parts beyond the sweep's own."""
+        return []
 
     @hookspec
     def row_kinds(self) -> list[RowKind]:
         """The feature's rows, as the readers of results must know them."""
+        return []
 
     @hookspec
     def emulate_runnables(self) -> list[Runnable]:
         """What `emulate --benchmarks` may start."""
+        return []
 
     @hookspec
     def summary_lines(self, frame: Any) -> list[str]:
         """Lines added to `run`'s terminal summary."""
+        return []
 
     @hookspec
     def after_ranks(self, config: Any) -> None:

@@ -159,14 +159,14 @@ def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
     if out_dir is not None and writer and check_out:
         check_writable_dir(out_dir, "--out")
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
-    return LaunchConfig(world_sizes=chosen, backend=backend, device=device,
+    launch = LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
                         timeout_s=options.timeout_s, plot=not options.no_plot,
                         command=started.command, bind=options.bind,
                         nccl_debug=options.nccl_debug, flight_recorder=options.flight_recorder,
                         sched=wanted(options.sched, device, emulated=bool(started.emulation)),
-                        emulation=started.emulation, link_peaks=started.link_peaks,
-                        **({"run_id": run_id} if run_id else {}))
+                        emulation=started.emulation, link_peaks=started.link_peaks)
+    return replace(launch, run_id=run_id) if run_id else launch
 
 
 def run_sizes(sweep: SweepOptions, device: str) -> tuple[int, ...]:
@@ -275,7 +275,7 @@ def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) 
     per_node = ranks_per_node or (env.local_world_size if env else None)
     for collective, listed in (("all_reduce", names), *others):  # before any process starts
         algorithms.check_supported(listed, chosen, per_node, backend, collective)
-    if stored:
+    if stored and options.resume_dir is not None:
         resume.check_same_measurement(stored, config, options.resume_dir)
     return config
 
