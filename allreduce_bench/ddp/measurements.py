@@ -14,7 +14,6 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -30,7 +29,7 @@ from allreduce_bench.ddp.net import DTYPE, param_count, synthetic_batch
 from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline, slowest_timeline
 from allreduce_bench.ddp.trainer import HookState, NoOverlapTrainer, Trainer, ddp_trainer, local_hook
 
-StepBody = Callable[[Optional[int]], None]  # one step, given the timed iteration or None (Optional: Python 3.9)
+StepBody = Callable[[int | None], None]  # one step; its argument: the timed iteration, or None
 
 
 def slowest(times_us: list[float], world: World) -> list[float]:

@@ -5,8 +5,6 @@ that no rank outlived it. Bounds are generous (a loaded 2-core machine); the mea
 kill-to-exit, stall-to-exit and Ctrl-C-to-exit times are printed by scripts/fault_times.py
 (which also exercises Ctrl-C, kept out of the suite to keep its process launches few).
 """
-from __future__ import annotations
-
 import json
 import os
 import re

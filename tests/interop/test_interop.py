@@ -1,8 +1,6 @@
 """Importing other tools' output: the ten published logs (read from the shared folder, never
 copied here) and synthetic edge cases of every format; the import command end to end."""
 # ruff: noqa: E501  (fixtures are the tools' output at its own width)
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path

@@ -1,8 +1,6 @@
 """NCCL's own debug log: the reader on published logs of many shapes (read from ../shared or
 excerpted in nccl_log_excerpts.py), the per-host differences, and the nccl-log command."""
 # ruff: noqa: E501  (log lines at their own width)
-from __future__ import annotations
-
 import json
 import re
 from pathlib import Path
