@@ -71,6 +71,10 @@ def test_cuda_device_without_cuda(fake_gpus):
 def test_process_group_options(fake_gpus, monkeypatch):
     fake_gpus(4)
     gpu = make_device("cuda", 1, 4, timeout_s=30)
+
+    def new_init_process_group(backend=None, device_id=None):
+        """torch >= 2.3, whichever torch is installed: device_id binds the default group."""
+    monkeypatch.setattr(dist, "init_process_group", new_init_process_group)
     nccl = process_group_options("nccl", gpu, 30)
     assert nccl["device_id"] == torch.device("cuda", 1)
     assert nccl["timeout"] == dt.timedelta(seconds=30 + NCCL_GRACE_S)

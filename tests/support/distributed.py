@@ -4,6 +4,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import tempfile
+import time
 import traceback
 from datetime import timedelta
 
@@ -18,6 +19,9 @@ def _rank(rank: int, world_size: int, store_file: str, fn, args, queue) -> None:
         dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=RANK_TIMEOUT_S))
         result = fn(*args)
+        # torch < 2.8 frees a group holding the GIL, which deadlocks while a gloo worker still drops
+        # a tensor of the last collective (pytorch#154976): let the workers finish first
+        time.sleep(0.1)
         dist.destroy_process_group()
         queue.put((rank, "ok", result))
     except BaseException:  # report everything, including assertion errors, to the parent
