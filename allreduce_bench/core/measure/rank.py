@@ -10,12 +10,14 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
 from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of, under_elastic_agent
@@ -212,6 +214,8 @@ def rank_main(run: Run, env: RankEnv | None = None, local: LocalRun | None = Non
     # under an outer launcher, a SIGTERM (another rank failed, a time limit) is reported too
     with nullcontext() if local is not None else stopped.watch(run, progress, env.world_size):
         _measure_or_exit(run, env, joined, progress, local)
+    if torch.__version__ < "2.8":  # freeing a group held the GIL gloo's worker may need (pytorch#154976)
+        time.sleep(0.1)
     dist.destroy_process_group()
     if env.rank == 0:
         _write_parquet(run.launch.out_dir)
