@@ -58,6 +58,10 @@ class OneLineErrors(click.Group):
         except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
             _say(f"allreduce-bench: error: {reason(error, 0)}")
             sys.exit(1)
+        finally:
+            config = sys.modules.get("allreduce_bench.core.config")  # a command that made a folder
+            if config is not None:
+                config.remove_unused_created()
 
 
 def _list_hint(error: click.UsageError, words: list[str]) -> str:

@@ -109,8 +109,9 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
     unknown = "" if system.model else (f"{system.device} is not a GPU the catalogue knows "
                                        f"({', '.join(sorted((set(known['gpu']) | set(links()['gpu'])) - {ANY}))})")
     if limit.GBps is None and rows.empty and nic_rows.empty:
-        raise UsageError((f"{unknown}: name one of them, or" if unknown else f"the catalogue has no link rate and "
-                          f"no figure for {system.describe()}:") + " give --nodes 2 or more and --nics for the NICs' limit")
+        said = f"{unknown}: name one of them, or" if unknown else \
+            f"the catalogue has no link rate and no figure for {system.describe()}:"
+        raise UsageError(f"{said} give --nodes 2 or more and --nics for the NICs' limit")
     lines: list[str] = []
     say = lines.append
     say(headline(system, collective))

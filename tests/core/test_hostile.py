@@ -294,6 +294,14 @@ def test_unwritable_outputs_are_one_line(cli, tmp_path, where, command):
     assert str(path) in stderr, stderr
 
 
+def test_a_command_that_wrote_nothing_leaves_only_the_folders_that_existed(cli, tmp_path):
+    (tmp_path / "mine").mkdir()
+    for out in ([], ["--out", "new"], ["--out", "mine"]):  # drive is stubbed: no meta.json, no row
+        code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", *out])
+        assert code == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+
+
 def test_a_long_tag_never_makes_a_too_long_directory_name(cli):
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", "--tag", "x" * 100])
     assert code == 0, stderr
@@ -516,11 +524,11 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     for name in LAUNCHER_VARS:
         env.pop(name, None)
     proc = subprocess.Popen([sys.executable, "-m", "allreduce_bench", "run", "--quick",
-                             "--world-sizes", "2", "--no-plot", "--out", str(tmp_path / "r")],
+                             "--world-sizes", "2", "--no-plot"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (tmp_path / "r" / "meta.json").exists():
+    while time.monotonic() < deadline and not list(tmp_path.glob("results/*/meta.json")):
         time.sleep(0.05)  # meta.json is written just before the ranks are spawned
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
@@ -529,6 +537,8 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     lines = [line for line in stderr.strip().splitlines()  # less the start line, wrapped or not
              if "->" not in line and not line.startswith(" ")]
     assert proc.returncode in (0, 130) and len(lines) <= 1, stderr
+    left = list(tmp_path.glob("results/*"))  # the folder it claimed, only where it holds rows
+    assert all((run / "results.csv").exists() for run in left), (left, stderr)
 
 
 # ---- class 8: promises that exist -----------------------------------------------------------
