@@ -141,9 +141,9 @@ def measure_links(session: Session) -> int:
     world = make_world(env.world_size, config.launch.ranks_per_node or env.local_world_size, device,
                        config.launch.timeout_s)
     if session.writer:
-        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
-              f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
-              f"local rank, p2p = one-way send\n{LINKS_HEADER}", flush=True)
+        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}\n# intra = AllReduce "
+              f"in each node's group, inter = AllReduce across nodes per local rank, p2p = one-way send\n"
+              f"{LINKS_HEADER}", flush=True)
     session.show = lambda row: print(links_line(row), flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
     links = 2 if world.ranks_per_node >= 2 else 1  # intra (when a node has 2 ranks) and inter
