@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import shutil
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -160,23 +161,19 @@ _created: list[Path] = []  # the output directories this process's command creat
 
 
 def created_here(path: Path) -> Path:
-    """`path`, just created for this command's output: `remove_unused_created` takes it away
-    again if the command ends before writing more there than meta.json."""
+    """`path`, just created for this command's output (`remove_unused_created`)."""
     _created.append(Path(path).absolute())
     return path
 
 
 def remove_unused_created() -> None:
-    """Remove each directory this command created that holds no more than meta.json: a run
-    refused or interrupted before its first row leaves no folder for the next command to trip
-    on. A directory that existed before the command is never listed."""
+    """Remove each directory the command created that holds no more than meta.json: a run refused
+    or interrupted before its first row leaves no folder for the next command to trip on."""
     while _created:
         path = _created.pop()  # a run's folder before results/ above it
-        try:
+        with suppress(OSError):  # gone already, or not readable
             if {p.name for p in path.iterdir()} <= {"meta.json", ".lock"}:
                 shutil.rmtree(path)
-        except OSError:
-            pass  # gone already, or not ours to remove
 
 
 def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
