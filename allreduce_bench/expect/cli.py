@@ -128,9 +128,10 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
         say(f"\nPublished figures per {rate:g} Gb/s NIC, for any GPU ({len(nic_rows)}):")
     for _, row in nic_rows.iterrows():
         say(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
-    say("\nNCCL settings that change the answer:")
-    for _, row in settings().iterrows():
-        applies = row["applies"] == ("several nodes" if nodes > 1 else "one node")
-        if applies and (not row["gpus"] or (system.model or "") in row["gpus"].split()):
-            say(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
+    found = settings()
+    found = found[(found["applies"] == ("several nodes" if nodes > 1 else "one node"))
+                  & found["gpus"].map(lambda gpus: not gpus or (system.model or "") in gpus.split())]
+    say(f"\nNCCL settings that change the answer{':' if len(found) else ': none in the catalogue for this system'}")
+    for _, row in found.iterrows():
+        say(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
     click.echo(wrapped("\n".join(lines)))  # within 120 columns, continuation lines further in

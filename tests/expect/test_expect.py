@@ -243,3 +243,4 @@ def test_expect_says_what_the_catalogue_does_not_know_and_headings_count_their_r
             rows = [x for x in lines[i + 1:lines.index("", i)] if re.match(r"  (per NIC|\s+[\d.]+ GB/s)", x)]
             counted[heading] = (int(count.group(1)), len(rows))
     assert list(counted.values()) == [(3, 3), (2, 2)], counted
+    assert "answer: none in the catalogue for this system" in expect("--gpu", "A100").output  # no NVLS on A100
