@@ -126,12 +126,12 @@ def _links(row: dict, world: World, link: str, operation: str) -> dict:
 
 def links_line(row: dict) -> str:
     """A row of the links table: its link and operation, then the core's columns."""
-    return f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}"
+    return f"  {row['link']:>5} {row['operation']:>14}{format_row(row)}"  # reduce_scatter the widest
 
 
 # the core's HEADER (its lines start with '#') with the link and op columns in front, each
 # column over its numbers
-LINKS_HEADER = "\n".join(f"#{first:>6} {second:>9} {line[1:]}" for (first, second), line in
+LINKS_HEADER = "\n".join(f"#{first:>6} {second:>14} {line[1:]}" for (first, second), line in
                          zip((("link", "op"), ("", "")), HEADER.splitlines()))
 
 
