@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 
@@ -41,7 +42,8 @@ class OneLineErrors(click.Group):
             click.echo(error.ctx.get_help())
             sys.exit(0)
         except click.UsageError as error:
-            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+            hint = _list_hint(error, sys.argv[1:] if args is None else list(args)) or (
+                f" (see '{error.ctx.command_path} --help')" if error.ctx else "")
             click.echo(f"allreduce-bench: error: {error.format_message()}{hint}", err=True)
             sys.exit(2)
         except click.exceptions.Abort:
@@ -56,6 +58,22 @@ class OneLineErrors(click.Group):
         except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
             _say(f"allreduce-bench: error: {reason(error, 0)}")
             sys.exit(1)
+        finally:
+            config = sys.modules.get("allreduce_bench.core.config")  # a command that made a folder
+            if config is not None:
+                config.remove_unused_created()
+
+
+def _list_hint(error: click.UsageError, words: list[str]) -> str:
+    """`--sizes 1M 4M`: the extra words follow a comma-separated option's value, written with spaces."""
+    found = re.fullmatch(r"Got unexpected extra arguments? \((.*)\)", error.format_message())
+    extra = found.group(1).split(" ") if found and error.ctx else []
+    at = next((i for i in range(len(words) - len(extra), 1, -1) if extra and words[i:i + len(extra)] == extra), 0)
+    option = words[at - 2] if at and not words[at - 1].startswith("-") else ""
+    if not any(option in p.opts and "comma" in (getattr(p, "help", "") or "").lower()
+               for p in (error.ctx.command.params if error.ctx else [])):
+        return ""
+    return f"; a list is one word, comma-separated: {option} {','.join([words[at - 1], *extra])}"
 
 
 def _say(line: str) -> None:

@@ -12,6 +12,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Tests of the built-in algorithms must not pick up plug-ins installed on the machine; the
 # plug-in tests give their own environment without this.
 os.environ["ALLREDUCE_BENCH_NO_PLUGINS"] = "1"
+pytest_plugins = ["console_lines"]  # records what the tests' commands print (tests/support/)
 
 
 import pytest  # noqa: E402
@@ -29,3 +30,16 @@ def _results_stay_out_of_the_repository(tmp_path, monkeypatch):
 
     broken = mismatched_in(tmp_path)
     assert not broken, f"markdown tables with rows of another cell count than their header: {broken}"
+
+
+@pytest.fixture(autouse=True)
+def _commands_print_within_120_columns(request):
+    """Every line the test's commands printed fits a 120-column terminal (tests/support/console_lines.py)."""
+    from console_lines import printed, too_wide
+
+    printed.clear()
+    yield
+    wide = [line for output in printed for line in too_wide(output)]
+    printed.clear()
+    if not request.node.get_closest_marker("wide_console"):
+        assert not wide, f"console lines wider than 120 columns: {wide}"

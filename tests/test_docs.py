@@ -140,3 +140,10 @@ def test_every_readme_example_writes_where_git_does_not_look():
         inside = path if not path.endswith("/") else path + "x"
         ignored = subprocess.run(["git", "check-ignore", "-q", inside], cwd=ROOT).returncode == 0
         assert ignored or Path(path).is_absolute(), f"README example writes {path}, which git would show"
+
+
+def test_readme_counts_the_algorithms_all_runs_on_gloo():
+    from allreduce_bench.core.algorithms import names_for
+
+    counts = re.findall(r"(\d+) on gloo|all (\d+) algorithms", README.read_text())
+    assert counts and {int(a or b) for a, b in counts} == {len(names_for("gloo"))}, counts

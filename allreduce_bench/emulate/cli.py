@@ -6,7 +6,6 @@ can run is what the features declare (a `Runnable` each), handed to `emulate_com
 allreduce_bench/cli.py: emulate imports none of them for it."""
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,19 +157,12 @@ def make_plan(options: EmulateOptions, ranks_per_node: int, chosen: dict[str, Ru
     if resumed is not None:
         out_dir = out_dir or resumed  # `--resume E` alone continues E; no other --out implied
         rate = rates.same_emulation(resumed, nodes, ranks_per_node, rate, latency)
-    claimed = out_dir is None
     out_dir = out_dir or default_out_dir(f"emulated-{nodes}x{ranks_per_node}", claim=True)
     if resumed is None:
         note_earlier_runs(out_dir)  # once here; the benchmarks' own commands leave it to us
     forwarded = per_benchmark_args(chosen, args)
-    try:
-        configs = check_benchmark_args(
-            {b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, chosen, nodes,
-            ranks_per_node)
-    except UsageError:
-        if claimed:
-            shutil.rmtree(out_dir, ignore_errors=True)  # the empty directory claimed above
-        raise
+    configs = check_benchmark_args({b: [*a, "--out", str(out_dir)] for b, a in forwarded.items()}, chosen, nodes,
+                                   ranks_per_node)
     return Plan(nodes, ranks_per_node, rate, latency, options.inter_ratio, forwarded, configs, out_dir,
                 chosen, host_rates, host_cpu)
 

@@ -75,14 +75,15 @@ class Emulation:
 
 
 
-def _effective_caps() -> int:
+def _effective_caps() -> int | None:
+    """This process's effective capabilities (a bit per capability); None where unreadable."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("CapEff:"):
                 return int(line.split()[1], 16)
     except OSError:
         pass
-    return 0
+    return None
 
 
 def check_can_emulate() -> None:
@@ -90,10 +91,11 @@ def check_can_emulate() -> None:
     if missing:
         raise UsageError(f"emulate needs {' and '.join(missing)} (iproute2, util-linux) to build "
                          "namespaces and shape links; install them, or measure on a real cluster")
-    caps = _effective_caps()
-    if os.geteuid() != 0 and not (caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
+    caps = _effective_caps()  # root in a container can lack them: the same words for everyone
+    if not (os.geteuid() == 0 if caps is None else caps >> CAP_NET_ADMIN & 1 and caps >> CAP_SYS_ADMIN & 1):
         raise UsageError("emulate needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN) to create network "
-                         "namespaces; run it with sudo -E, or measure on a real cluster")
+                         "namespaces; run it with sudo -E (a container must grant them: docker run "
+                         "--privileged), or measure on a real cluster")
 
 
 def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from typing import Any
 from allreduce_bench.core.hooks import Runnable
 from allreduce_bench.core.results.resume import kept
 from allreduce_bench.core.results.store import update_meta
+from allreduce_bench.core.text import wrapped
 from allreduce_bench.emulate import rates
 from allreduce_bench.emulate.cluster import (
     PREFIX,
@@ -61,7 +62,7 @@ LAUNCHER_LOG = "launcher.log"  # every host's torchrun output, tracebacks includ
 
 
 def _say(line: str) -> None:
-    print(f"emulate: {line}", file=sys.stderr, flush=True)
+    print(wrapped(f"emulate: {line}"), file=sys.stderr, flush=True)
 
 
 def clean_stale() -> None:

@@ -25,6 +25,16 @@ def _figure(row) -> str:
             f"{'':22}{row['source']} ({row['date']}): {row['where']}")
 
 
+def _layouts(known, system, collective: str) -> str:
+    """'; none at 2 x 3 H100 (...)' where the catalogue has no figure at the system's very layout."""
+    rows = known[(known["gpu"] == system.model) & (known["collective"] == collective)].dropna(subset=["gpus_per_node"])
+    layouts = sorted({(int(r.nodes), int(r.gpus_per_node)) for r in rows.itertuples()})
+    if (system.nodes, system.gpus_per_node) in layouts:
+        return ""
+    return (f"; none at {system.nodes} x {system.gpus_per_node} {system.model} (its layouts: "
+            f"{', '.join(f'{n} x {g}' for n, g in layouts) or 'none'})")
+
+
 def headline(system, collective: str = "all_reduce") -> str:
     """One line: the system, its link limit and the closest published figure."""
     from allreduce_bench.expect.catalogue import matching
@@ -74,9 +84,13 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
     detect the GPUs and NICs. The catalogue: doc/expect.md.
     """
     from allreduce_bench.core.text import wrapped
-    from allreduce_bench.expect.catalogue import matching, per_nic, settings
+    from allreduce_bench.expect.catalogue import ANY, catalogue, links, matching, per_nic, settings
     from allreduce_bench.expect.system import System, detect, link_limit, parse_nics
 
+    known = catalogue()
+    if collective not in set(known["collective"]):
+        raise UsageError(f"--collective {collective}: the catalogue has figures for "
+                         f"{', '.join(sorted(set(known['collective'])))}; name one of them")
     count, rate = parse_nics(nics)
     if gpu is None:
         found = detect(nodes)
@@ -90,22 +104,34 @@ def expect_command(gpu, gpus_per_node, nodes, nics, collective):
     else:
         system = System(gpu, gpus_per_node, nodes, count, rate)
     limit = link_limit(system)
+    rows = matching(system.model, system.gpus_per_node, system.nodes, collective)
+    nic_rows = per_nic(rate) if nodes > 1 and rate else known[:0]
+    unknown = "" if system.model else (f"{system.device} is not a GPU the catalogue knows "
+                                       f"({', '.join(sorted((set(known['gpu']) | set(links()['gpu'])) - {ANY}))})")
+    if limit.GBps is None and rows.empty and nic_rows.empty:
+        said = f"{unknown}: name one of them, or" if unknown else \
+            f"the catalogue has no link rate and no figure for {system.describe()}:"
+        raise UsageError(f"{said} give --nodes 2 or more and --nics for the NICs' limit")
     lines: list[str] = []
     say = lines.append
     say(headline(system, collective))
+    if unknown:
+        say(f"{unknown}: what follows holds for any GPU")
     say(f"\nLink limit: {f'{limit.GBps:.4g} GB/s busbw' if limit.GBps else 'unknown'}: {limit.bound}"
         + (f"\n  source: {limit.source}" if limit.source else ""))
-    rows = matching(system.model, system.gpus_per_node, system.nodes, collective)
-    say(f"\nPublished {collective} figures for {system.model or system.device} on "
-        f"{'several nodes' if nodes > 1 else 'one node'}, closest first ({len(rows)}):")
+    if system.model:
+        say(f"\nPublished {collective} figures for {system.model} on {'several nodes' if nodes > 1 else 'one node'}, "
+            f"closest first ({len(rows)}){_layouts(known, system, collective)}:")
     for _, row in rows.iterrows():
         say("  " + _figure(row))
-    if nodes > 1 and rate:
-        for _, row in per_nic(rate).iterrows():
-            say(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
-    say("\nNCCL settings that change the answer:")
-    for _, row in settings().iterrows():
-        applies = row["applies"] == ("several nodes" if nodes > 1 else "one node")
-        if applies and (not row["gpus"] or (system.model or "") in row["gpus"].split()):
-            say(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
+    if len(nic_rows):
+        say(f"\nPublished figures per {rate:g} Gb/s NIC, for any GPU ({len(nic_rows)}):")
+    for _, row in nic_rows.iterrows():
+        say(f"  per NIC, x {count} NICs = {row['busbw_GBps'] * count:g} GB/s: {_figure(row)}")
+    found = settings()
+    found = found[(found["applies"] == ("several nodes" if nodes > 1 else "one node"))
+                  & found["gpus"].map(lambda gpus: not gpus or (system.model or "") in gpus.split())]
+    say(f"\nNCCL settings that change the answer{':' if len(found) else ': none in the catalogue for this system'}")
+    for _, row in found.iterrows():
+        say(f"  {row['setting']}: {row['effect']}\n    source: {row['source']} ({row['date']})")
     click.echo(wrapped("\n".join(lines)))  # within 120 columns, continuation lines further in

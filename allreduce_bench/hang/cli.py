@@ -41,6 +41,7 @@ def hang(dumps, out_dir, world_size):
     """
     from allreduce_bench.core.config.checks import check_writable_dir
     from allreduce_bench.core.results.store import write_json
+    from allreduce_bench.core.text import wrapped
     from allreduce_bench.hang import dumps as flight_recorder
     from allreduce_bench.hang import verdict as analysis
 
@@ -56,7 +57,7 @@ def hang(dumps, out_dir, world_size):
                f"(Flight Recorder {', '.join(sorted({d.version for d in found}))}); "
                f"{len(verdict.ranks)} rank(s) expected")
     click.echo(tables(verdict))
-    click.echo(analysis.summary(verdict))
+    click.echo(wrapped(analysis.summary(verdict)))
     if out_dir is not None:
         path = Path(out_dir) / HANG_FILE
         write_json(path, verdict.as_dict())

@@ -44,6 +44,7 @@ from allreduce_bench.core.measure.world import CommGroup, World
 from allreduce_bench.core.results.schema import samples_frame
 from allreduce_bench.core.results.store import start_meta_unless_launched
 from allreduce_bench.core.sweep.rows import Point, make_row
+from allreduce_bench.core.text import wrapped
 from allreduce_bench.health import ending, pairing
 from allreduce_bench.health.config import HealthConfig
 from allreduce_bench.health.coordination import POLL_S, Groups, assemble
@@ -229,7 +230,7 @@ def rows_of(session: Session, k: int, group: Group, result: dict):
 
 
 def say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(wrapped(line), file=sys.stderr, flush=True)
 
 
 def collect(session: Session, board: Board, k: int, slots: list[list[Group]]) -> list:

@@ -53,13 +53,14 @@ def _plan(options: dict, hosts: int, L: int):
 
 def dry_run(options: dict) -> int:
     """The plan of `--hosts N [--ranks-per-node L] [--pairs ...] [--bisect]`, no process started."""
+    from allreduce_bench.core.text import wrapped
     from allreduce_bench.health.plan import describe
 
     hosts, L = options["hosts"], options["ranks_per_node"] or 1
     if hosts is None or hosts < 1 or L < 1:
         raise UsageError("--dry-run needs --hosts N (>= 1) and, when not 1, --ranks-per-node L")
     planned, cost = _plan(options, hosts, L)
-    click.echo(describe(planned, hosts, L, cost))
+    click.echo(wrapped(describe(planned, hosts, L, cost)))
     return 0
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import hostlist
 
 from allreduce_bench.core.errors import UsageError
+from allreduce_bench.core.text import wrapped
 from allreduce_bench.core.units import format_size
 from allreduce_bench.health.rounds import HealthCheck
 from allreduce_bench.health.verdicts import INCOMPLETE, NOT_JUDGED, UNHEALTHY, VERDICTS, exit_code, named, verdicts
@@ -177,6 +178,6 @@ def summary(doc: dict) -> str:
     lines += [f"  confidence: {line}" for line in doc.get("confidence", ())]
     if doc.get("not_judged"):
         lines.append(f"not judged (check them again): {doc['not_judged']}")
-    lines.append(f"--exclude={doc['exclude']}" if doc["exclude"] else
-                 "nobody named: nothing to exclude" if unjudged else "all hosts healthy: nothing to exclude")
-    return "\n".join(lines)
+    exclude = (f"--exclude={doc['exclude']}" if doc["exclude"] else
+               "nobody named: nothing to exclude" if unjudged else "all hosts healthy: nothing to exclude")
+    return wrapped("\n".join(lines)) + "\n" + exclude  # the --exclude whole, to copy

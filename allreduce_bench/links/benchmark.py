@@ -132,12 +132,12 @@ def _links(row: dict, world: World, link: str, operation: str) -> dict:
 
 def links_line(row: dict) -> str:
     """A row of the links table: its link and operation, then the core's columns."""
-    return f"  {row['link']:>5} {row['operation']:>9}{format_row(row)}"
+    return f"  {row['link']:>5} {row['operation']:>14}{format_row(row)}"  # reduce_scatter the widest
 
 
 # the core's HEADER (its lines start with '#') with the link and op columns in front, each
 # column over its numbers
-LINKS_HEADER = "\n".join(f"#{first:>6} {second:>9} {line[1:]}" for (first, second), line in
+LINKS_HEADER = "\n".join(f"#{first:>6} {second:>14} {line[1:]}" for (first, second), line in
                          zip((("link", "op"), ("", "")), HEADER.splitlines()))
 
 
@@ -148,9 +148,9 @@ def measure_links(session: Session) -> int:
                        config.launch.timeout_s)
     assert world is not None  # the whole world: every rank is in it
     if session.writer:
-        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}; "
-              f"intra = AllReduce in each node's group, inter = AllReduce across nodes per "
-              f"local rank, p2p = one-way send\n{LINKS_HEADER}", flush=True)
+        print(f"\n# links: {world.nodes} nodes x {world.ranks_per_node} ranks, {device.kind}\n# intra = AllReduce "
+              f"in each node's group, inter = AllReduce across nodes per local rank, p2p = one-way send\n"
+              f"{LINKS_HEADER}", flush=True)
     session.show = lambda row: print(links_line(row), flush=True)
     session.progress.at(1, 1, "the links sweep", tuple(range(env.world_size)))
     links = 2 if world.ranks_per_node >= 2 else 1  # intra (when a node has 2 ranks) and inter

@@ -86,10 +86,16 @@ def finish_links(run: Run) -> int:
     """The intra/inter summary and plots/links.png once the ranks have ended (not the whole
     report: an emulated run's allreduce report in the same directory stays)."""
     from allreduce_bench.core.cli.finish import finish
+    from allreduce_bench.core.environment import launcher_env
+    from allreduce_bench.core.measure.meta import close_machine_facts
+    from allreduce_bench.core.results.store import read_meta
     from allreduce_bench.links.summary import draw_links, links_summary
+
+    close_machine_facts(run.launch.out_dir, ranks_are_children=launcher_env() is None)
 
     def summarize(frame) -> str:  # only its figure: an emulated run's allreduce report stays
         figure = draw_links(frame, run.launch.out_dir / "plots") if run.launch.plot else {}
-        return links_summary(frame) + "".join(f"\nfigure: {path}" for path in figure.values())
+        return (links_summary(frame, read_meta(run.launch.out_dir))
+                + "".join(f"\nfigure: {path}" for path in figure.values()))
 
     return finish(run, summarize, draw=False)

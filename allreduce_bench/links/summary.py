@@ -12,9 +12,16 @@ from allreduce_bench.core.units import format_size
 LINKS = ("intra", "inter")
 
 
-def links_summary(frame) -> str:
-    """busbw intra vs inter per operation at the largest size: what the links figure shows."""
+def links_summary(frame, meta: dict) -> str:
+    """busbw intra vs inter per operation at the largest size (what the links figure shows), and
+    why rows are unstable in `run`'s words (core/analysis/advice.py)."""
+    from allreduce_bench.core.analysis.advice import unstable_line
+
     frame = frame[frame["benchmark"] == "links"]
+    # advice counts `run`'s rows, each of its world size: here every rank of the world runs
+    # while one group measures
+    unstable = unstable_line(frame.assign(benchmark="allreduce", world_size=frame["nodes"] * frame["ranks_per_node"]),
+                             meta)
     lines = ["busbw (GB/s) intra vs inter:"]
     for operation, rows in frame.groupby("operation"):
         table = rows.pivot_table(index="size_bytes", columns="link", values="busbw_GBps",
@@ -22,6 +29,7 @@ def links_summary(frame) -> str:
         if {"intra", "inter"} <= set(table.columns):
             table["intra/inter"] = table["intra"] / table["inter"]
         lines.append(f"{operation}:\n{table.round(4).to_string()}")
+    lines += [unstable] if unstable else []
     lines.append(f"#wrong in total: {int(frame['wrong'].sum())}")
     return "\n".join(lines)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from allreduce_bench.core.measure.nccl_debug import DEBUG_DIR
 from allreduce_bench.core.results.store import read_meta, write_meta
+from allreduce_bench.core.text import wrapped
 from allreduce_bench.nccl_log import parse as nccl_log
 
 
@@ -15,8 +16,8 @@ def record(out_dir: Path | str) -> dict | None:
     files = nccl_log.debug_files(Path(out_dir) / DEBUG_DIR)
     block = nccl_log.read_files(files) if files else None
     if block is None or not nccl_log.said_anything(block):
-        print(f"allreduce-bench: --nccl-debug: NCCL wrote no debug lines in {Path(out_dir) / DEBUG_DIR} "
-              "(a gloo run uses no NCCL)", file=sys.stderr)
+        print(wrapped(f"allreduce-bench: --nccl-debug: NCCL wrote no debug lines in {Path(out_dir) / DEBUG_DIR} "
+                      "(a gloo run uses no NCCL)"), file=sys.stderr)
         return None
     meta = read_meta(out_dir)
     meta["nccl"] = block

@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core.analysis.html_markdown import markdown_table
+from allreduce_bench.core.analysis.terminal import terminal_table
+from allreduce_bench.core.text import wrapped
 from allreduce_bench.core.units import format_size
 
 # what is compared across hosts: (key in the block's host entry, the word used for it)
@@ -162,10 +164,11 @@ def _tuning_lines(block: dict) -> list[str]:
 
 
 def terminal_text(block: dict) -> str:
-    """What `nccl-log` prints: the summary, the per-host table, the differences, WARNs, tuning."""
+    """What `nccl-log` prints: the summary, the per-host table (row by row where too wide), the
+    differences, WARNs, tuning."""
     table = host_table(block).drop(columns=["lines"])
     table = table[[c for c in table.columns if c == "host" or (table[c].astype(str) != "").any()]]
-    parts = [summary_line(block), "", table.to_string(index=False) if len(table) else "(no host named)",
+    parts = [summary_line(block), "", terminal_table(table) if len(table) else "(no host named)",
              "", "Hosts that differ from the majority:", *(f"  {line.lstrip('- ')}" for line in
                                                            _difference_lines(block))]
     warnings = block.get("warnings") or []
@@ -183,7 +186,7 @@ def terminal_text(block: dict) -> str:
     if unread:
         parts += ["", f"{block['lines']['unrecognized']} NCCL line(s) of a kind not read, e.g.:"]
         parts += [f"  {u['at']}: {u['text'][:100]}" for u in unread[:5]]
-    return "\n".join(parts)
+    return wrapped("\n".join(parts))  # within a terminal's width, as the table
 
 
 def write(block: dict, out_dir) -> tuple:

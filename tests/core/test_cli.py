@@ -36,6 +36,8 @@ from allreduce_bench.core.results.schema import COLUMNS
     (["--sizes", "1.3M"], "--sizes entry '1.3M' is 1,363,148.8 B, not a whole number of bytes"),
     (["--sizes", "6"], "--sizes entry 6 B is not a whole number of float32 elements (4 B each)"),
     (["--bogus-option"], "No such option"),
+    (["--sizes", "1M", "4M", "16M"], "(4M 16M); a list is one word, comma-separated: --sizes 1M,4M,16M"),
+    (["--quick", "4M"], "argument (4M) (see '"),  # after a flag: no list to join
 ])
 def test_bad_input_is_one_line_exit_2(args, message, monkeypatch):
     monkeypatch.delenv("RANK", raising=False)

@@ -19,7 +19,7 @@ from allreduce_bench.core.config import cpu_world_sizes
 from allreduce_bench.core.config import run as run_options
 from allreduce_bench.core.config.checks import Host
 from allreduce_bench.core.measure import machine
-from allreduce_bench.core.measure.console import format_row
+from allreduce_bench.core.measure.console import HEADER, format_row
 from allreduce_bench.core.results.load import load_results
 
 # --- world sizes sized to the CPUs allowed -------------------------------------------------------
@@ -113,8 +113,9 @@ def test_a_row_with_two_states_reports_both_and_its_median_is_not_trusted_when_t
     assert stats["slow_us_median"] == pytest.approx(np.median(slow)) and stats["slow_share"] == 0.5
     line = format_row({**stats, "size_bytes": 16384, "count": 4096, "dtype": "float32",
                        "samples": 50, "loops": 1, "algbw_GBps": 0.1, "busbw_GBps": 0.1, "wrong": 0})
-    assert line.endswith(f"unstable  two states: {np.median(fast):.0f} us 50% / "
-                         f"{np.median(slow) / 1e3:.3g} ms 50%")
+    row, note = line.splitlines()  # the words below the row: no line wider than the header
+    assert note == (f"#   the row above: unstable; two states: {np.median(fast):.0f} us 50% / "
+                    f"{np.median(slow) / 1e3:.3g} ms 50%") and len(row) == len(HEADER.splitlines()[0])
 
 
 def test_noisy_single_samples_do_not_flag_a_median_many_samples_pin_down():

@@ -80,10 +80,11 @@ class Stub:
     """Stands in for the measuring: records the validated config, starts nothing."""
 
     def __init__(self):
-        self.configs = []
+        self.configs, self.out_dir_made = [], []
 
     def __call__(self, run, *args, **kwargs):
         self.configs.append(run.config)
+        self.out_dir_made.append(Path(run.launch.out_dir).is_dir())  # removed again as it holds nothing
         return 0
 
 
@@ -188,7 +189,7 @@ def check_valid_config(config) -> None:
     assert launch.world_sizes and min(launch.world_sizes) >= 1
     assert math.isfinite(launch.timeout_s) and launch.timeout_s > 0
     assert launch.ranks_per_node is None or launch.ranks_per_node >= 1
-    assert str(launch.out_dir) not in ("", ".") and Path(launch.out_dir).is_dir()
+    assert str(launch.out_dir) not in ("", ".")
 
 
 @settings(max_examples=100, deadline=None,
@@ -200,6 +201,7 @@ def test_random_options_are_valid_or_one_line(cli, args):
     assert_clean(args, code, stderr)
     if code == 0 and len(cli.stub.configs) > before:
         check_valid_config(cli.stub.configs[-1])
+        assert cli.stub.out_dir_made[-1]
 
 
 # ---- the property: random damage to stored files -----------------------------------------
@@ -292,6 +294,14 @@ def test_unwritable_outputs_are_one_line(cli, tmp_path, where, command):
     code, stderr, _ = cli(args)
     assert code == 2 and len(stderr.strip().splitlines()) == 1, (args, stderr)
     assert str(path) in stderr, stderr
+
+
+def test_a_command_that_wrote_nothing_leaves_only_the_folders_that_existed(cli, tmp_path):
+    (tmp_path / "mine").mkdir()
+    for out in ([], ["--out", "new"], ["--out", "mine"]):  # drive is stubbed: no meta.json, no row
+        code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", *out])
+        assert code == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
 
 
 def test_a_long_tag_never_makes_a_too_long_directory_name(cli):
@@ -516,11 +526,11 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     for name in LAUNCHER_VARS:
         env.pop(name, None)
     proc = subprocess.Popen([sys.executable, "-m", "allreduce_bench", "run", "--quick",
-                             "--world-sizes", "2", "--no-plot", "--out", str(tmp_path / "r")],
+                             "--world-sizes", "2", "--no-plot"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (tmp_path / "r" / "meta.json").exists():
+    while time.monotonic() < deadline and not list(tmp_path.glob("results/*/meta.json")):
         time.sleep(0.05)  # meta.json is written just before the ranks are spawned
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
@@ -529,6 +539,8 @@ def test_ctrl_c_while_ranks_start_is_one_line(tmp_path):
     lines = [line for line in stderr.strip().splitlines()  # less the start line, wrapped or not
              if "->" not in line and not line.startswith(" ")]
     assert proc.returncode in (0, 130) and len(lines) <= 1, stderr
+    left = list(tmp_path.glob("results/*"))  # the folder it claimed, only where it holds rows
+    assert all((run / "results.csv").exists() for run in left), (left, stderr)
 
 
 # ---- class 8: promises that exist -----------------------------------------------------------
@@ -595,7 +607,7 @@ def test_default_directories_are_unique(tmp_path, monkeypatch):
 def test_silent_surprises_are_said_or_refused(cli, tmp_path):
     good = write_run(tmp_path / "good")
     code, stderr, _ = cli(["run", "--world-sizes", "2", "--sizes", "4K", "--out", good])
-    assert code == 0 and "already holds 16 row(s)" in stderr and "--resume" in stderr
+    assert code == 0 and "already holds 16 row(s)" in " ".join(stderr.split()) and "--resume" in stderr
     code, stderr, _ = cli(["run", "--out", ""])
     assert code == 2 and "empty" in stderr
     code, stderr, _ = cli(["run", "--factor", "1.00001"])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,11 +156,17 @@ def test_stale_names_are_only_ours_with_a_dead_driver(monkeypatch):
     assert em.stale_namespaces() == ["arb-999999999-abc123-h0"]
 
 
-def test_without_privileges_or_tools_one_line_exit_2(monkeypatch):
-    monkeypatch.setattr(em.os, "geteuid", lambda: 1000)
+def test_without_privileges_or_tools_one_line_exit_2(monkeypatch, tmp_path):
     monkeypatch.setattr(em, "_effective_caps", lambda: 0)
-    result = CliRunner().invoke(main, ["emulate", "--quick"])
-    assert result.exit_code == 2 and "needs root" in result.output
+    said = set()
+    for uid in (1000, 0):  # root in a container without the capabilities: the same words
+        monkeypatch.setattr(em.os, "geteuid", lambda: uid)  # noqa: B023  (called at once)
+        result = CliRunner().invoke(main, ["emulate", "--quick"])
+        assert result.exit_code == 2 and "needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)" in result.output
+        said.add(result.output)
+    assert len(said) == 1 and not (tmp_path / "results").exists()  # the folder it claimed is gone
+    (tmp_path / "mine").mkdir()
+    assert CliRunner().invoke(main, ["emulate", "--out", "mine"]).exit_code == 2 and (tmp_path / "mine").is_dir()
     before = set(em.namespaces())
     result = CliRunner().invoke(main, ["emulate", "--benchmarks", "ddp"])
     assert result.exit_code == 2 and "needs root" in result.output
@@ -166,6 +174,15 @@ def test_without_privileges_or_tools_one_line_exit_2(monkeypatch):
     monkeypatch.setattr(em.shutil, "which", lambda tool: None)
     result = CliRunner().invoke(main, ["emulate", "--cleanup"])
     assert result.exit_code == 2 and "needs ip and tc" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("capsh"), reason="needs root and capsh (libcap2-bin)")
+def test_root_without_the_capabilities_is_told_what_it_lacks(tmp_path):
+    done = subprocess.run(["capsh", "--drop=cap_net_admin,cap_sys_admin", "--", "-c", shlex.join(CLI + ["emulate"])],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2 and "needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN)" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and list(tmp_path.iterdir()) == []  # no results/ left
 
 
 @pytest.mark.parametrize("args, message", [
@@ -290,7 +307,8 @@ def test_emulated_ddp_rate_is_calibrated_on_the_hosts(tmp_path):
         assert probe["comm_s"] > 0 and 0 < probe["cpu_share"] and probe["backward_s"] > 0
         assert 0 < probe["cpu_rate"] <= 1.2  # node1 at 50%: the least CPU a rank's backward got
     assert probes[-1]["target_comm_s"] == pytest.approx(pacing.target_comm_s(probes))
-    assert "calibrated on the hosts" in done.stderr and done.stderr.count("  at ") == len(probes)
+    probed = sum(line.startswith("emulate:   at ") for line in done.stderr.splitlines())  # one line a probe
+    assert "calibrated on the hosts" in " ".join(done.stderr.split()) and probed == len(probes)
 
 
 def _start(tmp_path, **popen) -> subprocess.Popen:

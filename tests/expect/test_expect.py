@@ -221,3 +221,26 @@ def test_run_expect_prints_its_line_first_and_the_summary_says_if_it_is_normal(t
     assert done.stderr.splitlines()[0].startswith("expect: a gloo run on CPU")
     assert "Is this normal? all_reduce N=2" in done.stdout and "of the link limit" in done.stdout
     assert "## Is this normal?" in (tmp_path / "run" / "plots" / "report.md").read_text()
+
+
+def test_expect_says_what_the_catalogue_does_not_know_and_headings_count_their_rows():
+    def expect(*args):
+        return CliRunner().invoke(main, ["expect", "--gpus-per-node", "8", *args])
+
+    for args, named in ((["--gpu", "H999"], "H999 is not a GPU the catalogue knows (A100, "),
+                        (["--gpu", "H100", "--collective", "all_foo"], "all_gather, all_reduce, reduce_scatter")):
+        result = expect(*args)
+        assert result.exit_code == 2 and result.output.count("\n") == 1 and named in result.output, result.output
+    result = expect("--gpu", "H999", "--nodes", "2", "--nics", "8x400")  # the NICs' limit holds for any GPU
+    assert result.exit_code == 0 and "H999 is not a GPU the catalogue knows" in result.output
+    assert "closest first" not in result.output and "per 400 Gb/s NIC, for any GPU (2):" in result.output
+    result = CliRunner().invoke(main, ["expect", "--gpu", "H100", "--gpus-per-node", "3"])
+    assert "none at 1 x 3 H100 (its layouts: 1 x 4, 1 x 8, 2 x 8, 4 x 8)" in _paragraph(result.output, "closest first")
+    lines = expect("--gpu", "H100", "--nodes", "2", "--nics", "8x400").output.splitlines()
+    counted = {}  # each heading's count, and the figures below it up to the blank line
+    for i, heading in enumerate(lines):
+        if heading.startswith("Published") and (count := re.search(r"\((\d+)\):$", heading)):
+            rows = [x for x in lines[i + 1:lines.index("", i)] if re.match(r"  (per NIC|\s+[\d.]+ GB/s)", x)]
+            counted[heading] = (int(count.group(1)), len(rows))
+    assert list(counted.values()) == [(3, 3), (2, 2)], counted
+    assert "answer: none in the catalogue for this system" in expect("--gpu", "A100").output  # no NVLS on A100

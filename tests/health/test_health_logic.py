@@ -229,6 +229,7 @@ def test_health_json_schema(tmp_path):
     assert len(doc["rails"]) == 16 and all({"host", "rail", "verdict"} <= r.keys() for r in doc["rails"])
     assert doc["exclude"] == "node3" and doc["exit_code"] == UNHEALTHY
     assert summary(doc).splitlines()[-1] == "--exclude=node3"
+    assert max(map(len, summary(doc).splitlines())) <= 120  # a host's why wrapped, the --exclude whole
 
 
 def test_exclude_string():

@@ -269,6 +269,7 @@ def test_param_comms_lines():
 
 
 @pytest.mark.slow
+@pytest.mark.wide_console("the readers' in-place note (core/results/load.py skipped_note)")
 def test_import_command_writes_runs_every_command_reads(tmp_path):
     log = tmp_path / "two.log"
     log.write_text(GEN3 + GEN3)
@@ -486,6 +487,7 @@ def _fails(result) -> str:
 
 @pytest.mark.slow
 @needs_logs
+@pytest.mark.wide_console("the readers' in-place note (core/results/load.py skipped_note); model fit's links table (model/fitting.py)")
 def test_no_shared_file_gives_a_traceback_in_any_command(tmp_path):
     """`import`, `model fit` (with its figures), `plot`, `report` and `compare` (a log against
     itself) on EVERY file of the shared folder, README included: each exits 0 or refuses in one

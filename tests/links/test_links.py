@@ -74,3 +74,16 @@ def test_links_table_header_stands_over_its_columns():
     ends = [m.end() for m in re.finditer(r"\S+", row)]
     assert [m.end() for m in re.finditer(r"[^\s#]+", names)] == ends
     assert {m.end() for m in re.finditer(r"[^\s#]+(?: \S+)?", units)} <= set(ends)
+
+
+def test_links_says_why_its_rows_are_unstable_as_run_does():
+    """Each row's group is 2 ranks, but all 4 of the world's run on the 2 CPUs: run's first cause."""
+    from allreduce_bench.links.summary import links_summary
+
+    rows = pd.DataFrame([dict(benchmark="links", link=link, operation=op, size_bytes=1 << 20, world_size=2,
+                              nodes=2, ranks_per_node=2, busbw_GBps=1.0, wrong=0, unstable=link == "intra",
+                              time_us_median=100.0, time_us_ci_low=70.0, time_us_ci_high=130.0, tag="", run_id="r")
+                         for link in ("intra", "inter") for op in ("allreduce", "p2p")])
+    said = links_summary(rows, {"machine": {"cpus_allowed": 2}})
+    assert ("unstable: 2 of 4 rows' medians cannot be trusted to +-10% (2 by their 90% interval, 0 by rounds "
+            "that disagree: > 20% apart, p < 0.05): N=4 ran more ranks than the 2 CPUs allowed") in said

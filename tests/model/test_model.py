@@ -289,6 +289,7 @@ def _fit_run(data: pd.DataFrame, run_dir: Path):
     return out
 
 
+@pytest.mark.wide_console("model fit's links table: its note column (model/fitting.py links_lines)")
 def test_one_layout_gets_an_effective_link_that_predicts_it(tmp_path):
     """An imported 2 x 8 nccl-tests log: every ring step crosses nodes, intra steps ride along."""
     data = synthetic(TRUE, layouts=((16, 8),), algorithms=["native"], noise=0)

@@ -96,6 +96,7 @@ LOGS = PUBLISHED_LOGS
 
 @pytest.mark.slow
 @needs(LOGS)
+@pytest.mark.wide_console("the readers' in-place note (core/results/load.py skipped_note)")
 def test_report_says_what_nccl_set_up(tmp_path):
     out = tmp_path / "o"
     assert CliRunner().invoke(main, ["import", str(next(LOGS.glob("02-*.txt"))), "--out", str(out)]).exit_code == 0

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+import shutil
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -155,6 +157,25 @@ def parse_dtype(name: str) -> str:
     return name
 
 
+_created: list[Path] = []  # the output directories this process's command created
+
+
+def created_here(path: Path) -> Path:
+    """`path`, just created for this command's output (`remove_unused_created`)."""
+    _created.append(Path(path).absolute())
+    return path
+
+
+def remove_unused_created() -> None:
+    """Remove each directory the command created that holds no more than meta.json: a run refused
+    or interrupted before its first row leaves no folder for the next command to trip on."""
+    while _created:
+        path = _created.pop()  # a run's folder before results/ above it
+        with suppress(OSError):  # gone already, or not readable
+            if {p.name for p in path.iterdir()} <= {"meta.json", ".lock"}:
+                shutil.rmtree(path)
+
+
 def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
     """results/<UTC timestamp>[-<tag>]. With `claim`, the directory is created here, atomically,
     with -2, -3, ... appended when another run took the name first (two runs in one second)."""
@@ -163,12 +184,14 @@ def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = Fal
     base = Path("results") / (f"{stamp}-{safe}" if safe else stamp)
     if not claim:
         return base
+    if not base.parent.exists():
+        created_here(base.parent)  # results/ itself, made just below
     check_writable_dir(base.parent, "the default output directory")
     for n in range(1, 10_000):
         path = base if n == 1 else base.with_name(f"{base.name}-{n}")
         try:
             path.mkdir()
-            return path
+            return created_here(path)
         except FileExistsError:
             continue
         except OSError as error:

@@ -20,6 +20,7 @@ from allreduce_bench.core.hooks import RowKind
 from allreduce_bench.core.results.resume import RUN_BENCHMARKS, benchmarks_of, count_rows
 from allreduce_bench.core.results.schema import META_FILE, RESULTS_FILE
 from allreduce_bench.core.results.store import read_meta
+from allreduce_bench.core.text import wrapped
 
 # What makes two rows comparable: change one and the old rows measure something else.
 MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budget/--warmup",
@@ -67,9 +68,9 @@ def note_earlier_runs(out_dir: Path) -> None:
     go beside its first's by design."""
     rows = count_rows(out_dir)
     if rows:
-        print(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "
-              "row(s) of an earlier run; this run adds its rows beside them under a new run_id "
-              f"(to continue that run instead, use --resume {out_dir})", file=sys.stderr)
+        print(wrapped(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "
+                      "row(s) of an earlier run; this run adds its rows beside them under a new run_id "
+                      f"(to continue that run instead, use --resume {out_dir})"), file=sys.stderr)
 
 
 def _plain(value):

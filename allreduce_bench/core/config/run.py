@@ -18,6 +18,7 @@ from allreduce_bench.core.config import (
     check_sizes_fit_dtype,
     check_timeout,
     cpu_world_sizes,
+    created_here,
     default_out_dir,
     parse_dtype,
     parse_world_sizes,
@@ -146,6 +147,14 @@ def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | No
     return cpu_world_sizes(host.cpus)[1]
 
 
+def _check_out(out_dir: Path, option: str) -> None:
+    """`out_dir` writable; one created here is the command's own (`created_here`)."""
+    existed = Path(out_dir).exists()
+    check_writable_dir(out_dir, option)
+    if not existed:
+        created_here(out_dir)
+
+
 def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
                   label: str = "", run_id: str | None = None, check_out: bool = True) -> LaunchConfig:
     """The LaunchConfig of every measuring command, from `resolve_world`'s answer and the shared
@@ -157,7 +166,7 @@ def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
     writer = is_writer(started.env)
     out_dir = options.out_dir
     if out_dir is not None and writer and check_out:
-        check_writable_dir(out_dir, "--out")
+        _check_out(out_dir, "--out")
     out_dir = out_dir or default_out_dir("-".join(p for p in (label, tag) if p), claim=writer)
     launch = LaunchConfig(world_sizes=chosen, backend=backend, device=device,
                         ranks_per_node=ranks_per_node, tag=tag, out_dir=Path(out_dir),
@@ -262,7 +271,7 @@ def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) 
         check_allreduce_memory(names, chosen, swept, device, env)
     out_dir, stored = resumed_run(options.resume_dir, options.launch.out_dir, started, hooks.row_kinds)
     if out_dir is not None and is_writer(env):
-        check_writable_dir(out_dir, "--resume" if options.resume_dir is not None else "--out")
+        _check_out(out_dir, "--resume" if options.resume_dir is not None else "--out")
         if options.resume_dir is None and not started.emulation:  # emulate says it once for all
             resume.note_earlier_runs(out_dir)
     launch = replace(launch_config(world, replace(options.launch, out_dir=out_dir), started,

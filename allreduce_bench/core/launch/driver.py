@@ -25,6 +25,7 @@ from allreduce_bench.core.results.lock import DirectoryLock
 from allreduce_bench.core.results.resume import kept
 from allreduce_bench.core.results.schema import META_FILE
 from allreduce_bench.core.results.store import update_meta
+from allreduce_bench.core.text import wrapped
 
 
 @contextmanager
@@ -131,11 +132,11 @@ def _drive_local(run: Run, world_sizes: tuple[int, ...]) -> int | None:
             if record["rank"] not in failures:  # frozen: the others gave up on it
                 why = f"rank {record['rank']} {record['how']}"
             killed = not found and any(f.exitcode == -signal.SIGKILL for f in failures.values())
-            print(f"allreduce-bench: run stopped: {why}; {kept(launch.out_dir, how_to_continue)}"
-                  + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
-                     if killed else ""), file=sys.stderr)
+            print(wrapped(f"allreduce-bench: run stopped: {why}; {kept(launch.out_dir, how_to_continue)}"
+                          + (" (a SIGKILL nobody sent is the kernel's out-of-memory killer: see dmesg)"
+                             if killed else "")), file=sys.stderr)
             if recorded := flight_recorder.stopped_line(run):  # --flight-recorder: who hung, on what
-                print(recorded, file=sys.stderr)
+                print(wrapped(recorded), file=sys.stderr)
             return 1
         except (SignalException, KeyboardInterrupt) as error:
             sig = getattr(error, "sigval", signal.SIGINT)

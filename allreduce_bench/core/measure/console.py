@@ -34,13 +34,15 @@ def format_us(us: float) -> str:
 
 
 def format_row(row: dict) -> str:
+    """The row in HEADER's columns; an unstable row's or two states' words on a `#` line below it,
+    so no line is wider than the header."""
     counts = f"{row['samples']}x{row['loops']}"
-    flag = "".join(f"  {part}" for part in ("unstable" if row.get("unstable") else "",
-                                             states_text(row)) if part)
+    notes = "; ".join(part for part in ("unstable" if row.get("unstable") else "", states_text(row)) if part)
     return (f" {row['size_bytes']:>11} {row['count']:>12} {row['dtype']:>9} "
             f"{row['time_us_median']:>10.1f} {row['time_us_p95']:>10.1f} {row['time_us_p99']:>10.1f} "
             f"{row['time_us_rank_mean']:>10.1f} {100 * row['time_cv']:>6.1f} {counts:>11} "
-            f"{row['algbw_GBps']:>8.3f} {row['busbw_GBps']:>8.3f} {row['wrong']:>7}{flag}")
+            f"{row['algbw_GBps']:>8.3f} {row['busbw_GBps']:>8.3f} {row['wrong']:>7}"
+            + (f"\n#   the row above: {notes}" if notes else ""))
 
 
 # what is being done, how far, and the time left at the rate so far (tqdm's estimate)
