@@ -16,6 +16,7 @@ from shared_data import PUBLISHED_LOGS, needs
 from allreduce_bench.cli import main
 from allreduce_bench.core.host.gpus import smi
 from allreduce_bench.core.measure import meta, nccl_debug
+from allreduce_bench.nccl_log import hooks as nccl_hooks
 from allreduce_bench.nccl_log import record as nccl_record
 
 # the lines of one rank, in the formats of NVIDIA/nccl#1412's 2.2x log (see test_nccl_log.py)
@@ -50,7 +51,7 @@ def test_the_files_ranks_write_reach_rank_0_and_meta_json(tmp_path, made):
     dirs = [str(tmp_path / "host-0"), str(tmp_path / "host-1")]
     held, left = run_world(2, write_like_nccl_then_collect, dirs, RANK_LINES, [True, made])
     assert held == ["node-0", "node-1"] and len(left) == (1 if made else 0)
-    nccl_record.after_ranks(SimpleNamespace(out_dir=dirs[0], nccl_debug=True))  # the writer, after
+    nccl_hooks.after_ranks(SimpleNamespace(launch=SimpleNamespace(out_dir=dirs[0], nccl_debug=True)))  # the writer
     block = json.loads((tmp_path / "host-0" / "meta.json").read_text())["nccl"]
     assert sorted(block["hosts"]) == ["node-0", "node-1"] and block["world_size"] == 2
     assert {h["network"] for h in block["hosts"].values()} == {"IB"}
