@@ -3,7 +3,8 @@ it) records the output of every command a test runs, in process (click's CliRunn
 process (`python -m allreduce_bench`, `allreduce-bench`), and conftest.py fails a test whose
 commands printed a wider line. The nccl-tests-style tables that `run`, `links` and `health`
 print while measuring keep nccl-tests' columns: their lines may be as wide as their header, no
-wider. One-line errors are left out (a message naming a user's path or value stays one line)."""
+wider. One-line errors are left out (a message naming a user's path or value stays one line), and
+a path counts as one column (its length is the user's, or pytest's temporary folder's)."""
 from __future__ import annotations
 
 import re
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 from allreduce_bench.core.text import WIDTH
 
 NCCL_TESTS_HEADER = re.compile(r"^#\s+(size|link)\s")  # its header; the table runs to a blank line
+PATH = re.compile(r"(?<!\S)/[^\s:]+")  # an absolute path, up to a space or the colon after it
 ERROR = "allreduce-bench: error: "
 printed: list[str] = []  # the current test's command outputs
 
@@ -25,7 +27,7 @@ def too_wide(output: str) -> list[str]:
     found, header = [], 0  # the width of the table's header, 0 outside a table
     for line in output.splitlines():
         header = len(line) if NCCL_TESTS_HEADER.match(line) else header if line.strip() else 0
-        if len(line) > max(WIDTH, header) and not line.startswith(ERROR):
+        if len(PATH.sub("/", line)) > max(WIDTH, header) and not line.startswith(ERROR):
             found.append(f"{len(line)}: {line[:80]}...")
     return found
 
