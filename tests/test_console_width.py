@@ -26,6 +26,8 @@ def test_an_nccl_tests_table_may_be_as_wide_as_its_header():
     assert len(too_wide(table.replace("x" * 120, "x" * 140))) == 1  # a note past its columns
     assert len(too_wide(table + "y" * 121)) == 1
     assert too_wide("allreduce-bench: error: " + "y" * 121) == []  # one line, whatever it names
+    assert too_wide("note: skipped /" + "p" * 200 + ": no rows") == []  # a path counts as one column
+    assert len(too_wide("note: skipped /p/q " + "w" * 120)) == 1
 
 
 def in_process(tmp_path) -> dict[str, list[str]]:
