@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from console_lines import unwrapped
 from fault_plugin import FAULT_ENV, fault_env
 
 from allreduce_bench.cli import main
@@ -46,7 +47,7 @@ def finish(proc: subprocess.Popen, timeout: float = 150) -> tuple[int, str, floa
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"run did not end within {timeout}s: a hang") from None
-    return proc.returncode, out + err, time.time()
+    return proc.returncode, unwrapped(out + err), time.time()
 
 
 def assert_no_orphans(pgid: int, within: float = 15) -> None:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
+from console_lines import unwrapped
 
 from allreduce_bench.core import algorithms
 from allreduce_bench.core.algorithms import nccl
@@ -181,7 +182,7 @@ def test_world_size_1_measures_the_backends_call_and_says_what_it_leaves_out(mon
     fake = FakeTorchNccl(1)
     _run_every_rank(monkeypatch, fake, ("native", "ring", "naive", "native:ring"), (1,))
     assert fake.built[0] == [("native", 1), ("native:ring", 1)]
-    lines = capsys.readouterr().err.strip().splitlines()
+    lines = unwrapped(capsys.readouterr().err).strip().splitlines()
     assert len(lines) == 1 and "busbw is 0 there by definition" in lines[0]
     assert "ring, naive are left out (with one rank they have no steps)" in lines[0]
 

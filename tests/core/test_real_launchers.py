@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from console_lines import unwrapped
 from fault_plugin import FAULT_ENV, fault_env
 from launcher_services import LocalSlurm, mpich, open_mpi, slurm_missing
 
@@ -93,7 +94,7 @@ def srun_launch(slurm):
 
 
 def launch(prefix_env, args: list[str], timeout: float = 180) -> tuple[int, str, float]:
-    """Run `prefix + allreduce-bench args`; its exit code, output and the time it ended."""
+    """Run `prefix + allreduce-bench args`; its exit code, output (lines whole) and the time it ended."""
     prefix, env = prefix_env
     try:
         done = subprocess.run([*prefix, *BENCH, *args], env=env, capture_output=True, text=True,
@@ -101,7 +102,7 @@ def launch(prefix_env, args: list[str], timeout: float = 180) -> tuple[int, str,
     except subprocess.TimeoutExpired as error:
         raise AssertionError(f"{' '.join(prefix)} did not end within {timeout} s: a hang\n"
                              f"{error.stdout}{error.stderr}") from None
-    return done.returncode, done.stdout + done.stderr, time.time()
+    return done.returncode, unwrapped(done.stdout + done.stderr), time.time()
 
 
 def checked_rows(out: Path, world_sizes: set[int], benchmark: str = "allreduce") -> pd.DataFrame:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from console_lines import unwrapped
 from fault_plugin import FAULT_ENV, fault_env
 
 from allreduce_bench.core.errors import TERMINATED_EXIT
@@ -80,7 +81,7 @@ def test_a_rank_ended_by_its_launcher_names_where_it_was_and_the_frozen_rank(tmp
         ended_s = time.monotonic() - sent
     finally:
         stop_all(started)
-    output = log0.read_text()
+    output = unwrapped(log0.read_text())
     assert rank0.returncode == TERMINATED_EXIT, output
     assert ended_s < 10, output  # not the --timeout of 90 s
     assert re.search(r"rank 0: stopped at ring, world size 2, 4096 B: ended by its launcher "
@@ -102,7 +103,7 @@ def test_a_sigterm_after_the_rank_saw_its_peer_die_gives_one_line(tmp_path):
         rank0.wait(timeout=30)
     finally:
         stop_all(started)
-    output = log0.read_text()
+    output = unwrapped(log0.read_text())
     lines = [line for line in output.splitlines() if "rank 0: stopped at" in line]
     assert len(lines) == 1, output
     assert "missing rank 1" in lines[0], output
@@ -124,7 +125,7 @@ def test_a_scancel_reaches_every_rank_and_none_blames_the_store_host(tmp_path):
             process.wait(timeout=30)
     finally:
         stop_all(started)
-    output = log0.read_text() + log1.read_text()
+    output = unwrapped(log0.read_text() + log1.read_text())
     assert [rank0.returncode, rank1.returncode] == [TERMINATED_EXIT] * 2, output
     assert "is gone" not in output, output
     assert re.search(r"rank 1: stopped at \S+, world size 2, 8192 B: ended by its launcher "

@@ -32,6 +32,12 @@ def too_wide(output: str) -> list[str]:
     return found
 
 
+def unwrapped(output: str) -> str:
+    """`output` with the continuation lines that core/text.py's `wrapped` began joined back
+    onto their line, so that a test reads each line whole."""
+    return re.sub(r"\n {2,}", " ", output)
+
+
 def _is_command(args) -> bool:
     """`python -m allreduce_bench ...` or `allreduce-bench ...`, as a list or a shell line."""
     words = [w for a in (args if isinstance(args, (list, tuple)) else [args])

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from allreduce_bench.core.environment import under_elastic_agent
 from allreduce_bench.core.errors import PEER_LOST_EXIT, TERMINATED_EXIT
 from allreduce_bench.core.host.processes import process_state
+from allreduce_bench.core.text import wrapped
 
 DONE = 1 << 30  # step value at the barrier that ends a phase
 HEARTBEAT_S = 1.0  # a Board's heartbeat
@@ -294,15 +295,16 @@ class EndLine:
 
 def leave(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0,
           written: threading.Event | None = None) -> None:
-    """Print `line` in one write (lines of several ranks never interleave) and exit; a rank that
-    gave up (or was ended) stays MIN_LINGER_S, as it may serve the store its peers still read."""
+    """Print `line` in one write (lines of several ranks never interleave), wrapped to a
+    terminal's width, and exit; a rank that gave up (or was ended) stays MIN_LINGER_S, as it
+    may serve the store its peers still read."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe: the line below still goes to fd 2
             pass
     try:
-        os.write(2, (line + "\n").encode())
+        os.write(2, (wrapped(line) + "\n").encode())
     except OSError:
         pass
     if written is not None:

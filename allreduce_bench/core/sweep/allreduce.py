@@ -29,6 +29,7 @@ from allreduce_bench.core.results import resume
 from allreduce_bench.core.results.store import read_meta, start_meta, update_meta
 from allreduce_bench.core.sweep import collectives, passes
 from allreduce_bench.core.sweep.rows import Point, pooled_row
+from allreduce_bench.core.text import wrapped
 
 
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
@@ -55,10 +56,11 @@ def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]
     as are the hand-written algorithms at world size 1 (`left_out`)."""
     out = left_out(config, world.size)
     if world.size == 1 and world.rank == 0:
-        print("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL launches "
-              "nothing for an in-place sum on one rank); busbw is 0 there by definition (one rank moves "
-              "nothing)" + (f", and {', '.join(out)} are left out (with one rank they have no steps)"
-                            if out else ""), file=sys.stderr, flush=True)
+        print(wrapped("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL "
+                      "launches nothing for an in-place sum on one rank); busbw is 0 there by definition "
+                      "(one rank moves nothing)" + (f", and {', '.join(out)} are left out (with one rank "
+                                                    "they have no steps)" if out else "")),
+              file=sys.stderr, flush=True)
     accepted = [name for name in config.algorithms if name not in out and not nccl.refused(name, world)]
     items = [allreduce_item(config, world, name, size // config.itemsize, hosts)
              for name in accepted for size in config.sizes]
