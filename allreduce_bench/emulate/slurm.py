@@ -27,6 +27,7 @@ from pathlib import Path
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.host.processes import send
 from allreduce_bench.emulate.cluster import (
+    NAME,
     SUBNET,
     EmulatedCluster,
     check_can_emulate,
@@ -356,7 +357,8 @@ def stale_slurm() -> int:
         live = set(subprocess.run(["ip", "netns", "list"], capture_output=True,
                                   text=True).stdout.split())
         for folder in NETNS_ETC.glob("arb-*"):
-            if folder.name not in live:
+            match = NAME.match(folder.name)  # a live driver may write them before `ip netns list` lists it
+            if folder.name not in live and not (match and pid_alive(int(match.group(1)))):
                 shutil.rmtree(folder, ignore_errors=True)
     return cleaned
 

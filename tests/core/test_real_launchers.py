@@ -218,7 +218,7 @@ def sbatch(slurm: LocalSlurm, tmp_path: Path, *run_options: str, fault: str | No
     else:
         subprocess.run(["scancel", job], env=env, timeout=20)
         raise AssertionError(f"batch job {job} did not end within 200 s: a hang")
-    return (0 if state == "COMPLETED" else 1), state + "\n" + (log.read_text() if log.exists() else "")
+    return (0 if state == "COMPLETED" else 1), unwrapped(state + "\n" + (log.read_text() if log.exists() else ""))
 
 
 def test_sbatch_of_the_repository_script_on_a_cpu_partition(slurm, tmp_path):

@@ -101,7 +101,8 @@ def test_emulated_slow_host_is_found_and_exit_3(tmp_path):
     doc = json.loads((out / "health.json").read_text())
     verdicts = {h["host"]: h["verdict"] for h in doc["hosts"]}
     assert set(verdicts) == {"node0", "node1", "node2", "node3"}  # each host its own hostname
-    assert verdicts["node2"] in ("slow", "bad") and "node2" in hostlist.expand_hostlist(doc["exclude"])
+    assert verdicts["node2"] in ("slow", "bad") and "node2" in hostlist.expand_hostlist(doc["exclude"]), \
+        done.stdout[-3000:] + done.stderr[-2000:]
     assert "--exclude=" in done.stdout
     meta = json.loads((out / "meta.json").read_text())
     assert meta["emulation"]["host_bandwidth"] == {"node2": "40Mbit"}
