@@ -9,8 +9,7 @@ from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
-# A row whose AllReduce alone keeps a CPU busy this share of its time, nothing hidden, is CPU-bound:
-# gloo's threads compete with backward for the cores.
+# an AllReduce keeping a CPU busy this share of its time, nothing hidden, is CPU-bound (gloo vs backward)
 CPU_BOUND = 0.4
 
 

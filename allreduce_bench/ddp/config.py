@@ -14,8 +14,7 @@ from allreduce_bench.core.hooks import Hooks, Runnable
 # With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
 CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
 GPU_DEFAULTS = dict(iters=20, warmup=5, batch_size=256)
-# float32 copies of the parameters one rank holds at once: the weights, their gradients, DDP's
-# bucket copy of the gradients, and the bucket buffers the AllReduce-alone measurement reduces.
+# float32 copies of the parameters a rank holds: weights, gradients, DDP's buckets, AllReduce-alone's buffers
 DDP_COPIES = 4
 
 

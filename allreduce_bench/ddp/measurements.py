@@ -62,8 +62,7 @@ def _counting_cpu(body: StepBody, iteration: int, cpu_ns: list[int]) -> Callable
 
 
 def comm_alone(world: World, bucket_bytes: list[int]) -> StepBody:
-    """AllReduce of buffers the size of DDP's buckets, launched asynchronously in DDP's order
-    (as its reducer does when buckets become ready), then waited for."""
+    """AllReduce of buffers the size of DDP's buckets, launched asynchronously in DDP's order, then waited for."""
     device = world.device.torch_device
     itemsize = torch.empty(0, dtype=DTYPE).element_size()
     buffers = [torch.randn(n // itemsize).to(device) for n in bucket_bytes]
@@ -166,12 +165,9 @@ def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: b
     return body
 
 
-# --- rows ------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Traffic:
-    """What a measured step sent: the buckets reduced (bytes each), its AllReduce calls and bytes (None: not
-    counted)."""
+    """What a measured step sent: its buckets (bytes each), AllReduce calls and bytes (None: not counted)."""
 
     buckets: tuple[int, ...] = ()
     calls: int | None = None
@@ -233,8 +229,7 @@ def measure_world(config: DdpConfig, world: World, on_row: Callable[[dict], None
         on_row(rows.row("ddp_no_comm", times["ddp_no_comm"], NOTHING_SENT))
         on_row(rows.row("comm", times["comm"], layout))
         on_row(rows.row("step", times["step"], layout, wrong=found["wrong"]))
-        # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores;
-        # compute's CPU time says how much CPU the rank gets (less than its wall time under a quota)
+        # what AllReduce's CPU time costs a rank sharing cores with backward, and the CPU the rank gets
         on_row(rows.row("comm_cpu", times["comm_cpu"], layout))
         on_row(rows.row("compute_cpu", times["compute_cpu"], NOTHING_SENT))
         on_row(rows.row("no_overlap", times["no_overlap"], Traffic.of([grad_bytes])))

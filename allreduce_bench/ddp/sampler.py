@@ -16,7 +16,7 @@ def set_epoch_check(dataset_len: int, world_size: int, seed: int = 0) -> dict:
     for rank in range(world_size):
         for mode, orders_of in orders.items():
             sampler: DistributedSampler[int] = DistributedSampler(
-                cast("Dataset[int]", dataset), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+                cast(Dataset[int], dataset), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
             epochs = []
             for epoch in (0, 1):
                 if mode == "with_set_epoch":

@@ -179,14 +179,11 @@ class EmulatedCluster:
 
     def set_host_rate(self, i: int, rate_bps: float) -> None:
         """Host i's link at another rate from now on (its qdiscs replaced; the delay kept)."""
-        _sh("tc", "-n", self.hosts[i], "qdisc", "del", "dev", f"node{i}", "root", check=False)
-        self._shape_host(i, self.hosts[i], rate_bps, self.latency_s)
-
-    def _shape_host(self, i: int, host: str, rate_bps: float, latency_s: float) -> None:
+        host, dev, latency_s = self.hosts[i], f"node{i}", self.latency_s
+        _sh("tc", "-n", host, "qdisc", "del", "dev", dev, "root", check=False)
         rate = f"{int(rate_bps)}bit"
         # tbf needs a bucket of at least one packet (64K with GSO); 10 ms of traffic beyond that.
         burst = f"{max(256 * 1024, int(rate_bps / 8 / 100))}b"
-        dev = f"node{i}"
         parent = ["root"]
         if latency_s:
             done = _sh("tc", "-n", host, "qdisc", "add", "dev", dev, "root", "handle", "1:",

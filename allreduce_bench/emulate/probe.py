@@ -3,21 +3,28 @@
 GRADIENT_BYTES`, under torchrun on every host as `ddp` will run, writes its findings to OUT as JSON."""
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import sys
+import time
 from typing import cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from allreduce_bench.core import metrics
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import make_world
+from allreduce_bench.ddp.measurements import comm_alone
+from allreduce_bench.ddp.net import build_model, synthetic_batch
+from allreduce_bench.links.benchmark import p2p_measure
 
 
 def _probe_rank(size_bytes: int, iters: int) -> float:
     """Rank 0 sends `size_bytes` to rank 1; the median time in us."""
-    import datetime as _dt
-
-    import torch
-    import torch.distributed as dist
-
-    from allreduce_bench.core import metrics
-    from allreduce_bench.core.config import Sampling
-    from allreduce_bench.core.measure.device import Device
-    from allreduce_bench.links.benchmark import p2p_measure
     dist.init_process_group("gloo", timeout=_dt.timedelta(seconds=120))
     try:
         measured, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(),
@@ -35,13 +42,6 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
 
 def _backward_times(params: int, layers: int, batch_size: int, iters: int) -> tuple[float, float]:
     """(median seconds of one backward pass of ddp's model on this rank, the CPU seconds per second it got)."""
-    import time
-
-    import torch
-    from torch import nn
-
-    from allreduce_bench.core.environment import launcher_env
-    from allreduce_bench.ddp.net import build_model, synthetic_batch
     env = launcher_env()
     assert env is not None  # a launched rank
     model = build_model(params, layers, torch.device("cpu"))
@@ -61,17 +61,6 @@ def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_byte
               iters: int = 3) -> None:
     """One rank of `probe ddp`: the slowest rank's backward, AllReduce alone and its CPU time, and the least
     CPU seconds per second a rank's backward got."""
-    import json
-    import time
-
-    import torch
-    import torch.distributed as dist
-
-    from allreduce_bench.core.environment import launcher_env
-    from allreduce_bench.core.measure.device import Device
-    from allreduce_bench.core.measure.world import make_world
-    from allreduce_bench.ddp.measurements import comm_alone
-
     dist.init_process_group("gloo")
     backward, cpu_rate = _backward_times(params, layers, batch_size, iters)
     env = launcher_env()

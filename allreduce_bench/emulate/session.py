@@ -138,8 +138,7 @@ def run_emulated(plan: Plan) -> int:
                 code = _run_one(Shaped(cluster, emulation, cpu, out_dir), plan.runnables[benchmark], args,
                                 plan.configs[benchmark], f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
-                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
-                    else 130
+                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
                 how = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
                 _say(f"interrupted ({how}); " + kept(out_dir, f"`allreduce-bench emulate "
                                                               f"--resume {out_dir}` and the same options"))
