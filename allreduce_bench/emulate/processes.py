@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.core.host.processes import send
@@ -161,7 +160,7 @@ def _signal_group(p: subprocess.Popen, sig: int) -> None:
         os.killpg(p.pid, sig)
 
 
-@contextmanager
+@contextlib.contextmanager
 def terminate_as_interrupt():
     """SIGTERM/SIGHUP leave through the same `finally` clean-up as Ctrl-C."""
     def handler(signum, frame):

@@ -42,8 +42,7 @@ def _binary(name: str) -> str:
 
 def slurm_missing() -> str:
     """Why a private Slurm cannot start here, or '' when it can."""
-    missing = [name for name in BINARIES
-               if not shutil.which(name) and not Path("/usr/sbin", name).exists()]
+    missing = [name for name in BINARIES if not Path(_binary(name)).exists()]
     if missing:
         return (f"Slurm binaries missing: {', '.join(missing)} (apt-get install slurm-wlm munge)")
     if os.geteuid() != 0:
@@ -67,10 +66,8 @@ class SlurmDaemons:
     def __init__(self, root: Path, nodes: dict[str, str], cpus: int = 8):
         self.root, self.nodes, self.cpus = Path(root), dict(nodes), cpus
         self.conf = self.root / "slurm.conf"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        for name in list(self.env):
-            if name.startswith("SLURM_") and name != "SLURM_CONF":
-                del self.env[name]  # we may ourselves run inside a Slurm job
+        # we may ourselves run inside a Slurm job
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
 
     @property
     def pid_files(self) -> list[Path]:
