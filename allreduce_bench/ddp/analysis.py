@@ -1,14 +1,5 @@
-"""DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation.
-
-doc/ddp.md defines them (per world size and bucket cap, on the slowest rank's medians): exposed
-communication = step - compute; hidden share = 1 - exposed / comm, clipped to [0, 1] (noise and
-compute and communication sharing CPU cores push the raw value, kept as `hidden_share_raw`,
-outside); DDP vs wait-then-AllReduce = no_overlap / step. The model (`predicted_us`) replays
-backward and the link bucket by bucket, with the comm CPU time (over the CPU the rank gets:
-compute's CPU time / its wall time) and DDP's own bucket work added on CPU; the closed form
-(`closed_form_us`), exact only where the link never waits for a bucket, bounds the
-overlappable part by the first and last buckets' shares.
-"""
+"""DDP results read back from a DataFrame alone: overlap, the step-time model, accumulation (doc/ddp.md
+defines them, per world size and bucket cap, on the slowest rank's medians)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -18,9 +9,7 @@ from allreduce_bench.core.analysis.terminal import terminal_table, wrapped
 from allreduce_bench.ddp.timeline_store import TIMELINE_FILE, read_timeline
 from allreduce_bench.model.step import step_time
 
-# A row whose AllReduce alone keeps a CPU busy for this share of its time or more, with nothing
-# hidden, is CPU-bound: gloo's threads compete with backward for the cores (issue 43: 78-90 ms
-# of CPU in 159-162 ms on a 2-core VM hid nothing; 86 ms in 870 ms hid 34-66%).
+# an AllReduce keeping a CPU busy this share of its time, nothing hidden, is CPU-bound (gloo vs backward)
 CPU_BOUND = 0.4
 
 
@@ -32,7 +21,7 @@ def bucket_sizes(text) -> list[int]:
 
 
 def overlappable_us(backward_us: float, comm_us: float, sizes: list[int]) -> float:
-    """How much communication the backward pass can hide at most (see the module docstring)."""
+    """How much communication the backward pass can hide at most, by the first and last buckets' shares."""
     total = sum(sizes)
     if total <= 0:
         return 0.0
@@ -42,21 +31,14 @@ def overlappable_us(backward_us: float, comm_us: float, sizes: list[int]) -> flo
 
 
 def predicted_step_us(compute_us: float, comm_us: float, overlappable: float) -> float:
-    """The seed's scaling model, compute + max(0, comm - overlappable), as the cost model
-    (ddp_model.step_time) computes it, with the overlappable part from measured backward."""
+    """The closed form compute + max(0, comm - overlappable), as the cost model computes it."""
     return step_time(compute_us, comm_us, 0.0, overlappable_s=overlappable).step_s
 
 
 def pipelined_step_us(compute_us: float, backward_us: float, comm_us: float,
                       sizes: list[int], comm_cpu_us: float = 0.0) -> float:
-    """The step as backward and DDP's buckets pipeline it (see the module docstring).
-
-    `comm_cpu_us`: the time the AllReduce's CPU work costs a rank where computation and
-    communication share the CPU (gloo on CPU): its CPU time over the CPU seconds per second the
-    rank gets (twice its CPU time under a 50% quota); the part spent on the buckets sent while
-    backward runs (all but the last) lengthens backward. 0 where communication has its own
-    engine (GPU).
-    """
+    """The step as backward and DDP's buckets pipeline it; `comm_cpu_us`, what the AllReduce's CPU work costs
+    a rank sharing its CPU with it (0 on GPU), lengthens backward by the buckets sent during it."""
     total = sum(sizes)
     if total <= 0:
         return compute_us + comm_us
@@ -85,8 +67,7 @@ def _median(rows: pd.DataFrame, measure: str, **match) -> pd.Series:
 
 
 def overlap_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, the
-    no-overlap baseline and the model."""
+    """One row per (world size, bucket cap): compute, comm, step, exposed, hidden, no-overlap and the model."""
     frame = ddp_rows(frame)
     out = []
     for world_size, rows in frame.groupby("world_size"):
@@ -158,8 +139,6 @@ def _ms(us: float) -> str:
     return f"{us / 1e3:.1f}"
 
 
-
-
 OVERLAP_HEADERS = ["world size", "bucket cap (MiB)", "buckets", "compute (ms)", "comm (ms)",
                    "comm CPU (ms)", "DDP step (ms)", "exposed (ms)", "hidden share",
                    "wait-then-AllReduce (ms)", "DDP vs wait-then-AllReduce", "predicted (ms)",
@@ -186,8 +165,7 @@ def overlap_markdown(table: pd.DataFrame) -> str:
 
 
 def cpu_bound_line(table: pd.DataFrame) -> str | None:
-    """One line in place of the hidden shares (shown as -) of the rows where gloo's AllReduce
-    is CPU-bound and nothing was hidden: this machine cannot show the overlap there."""
+    """One line in place of the hidden shares (shown as -) of the rows where gloo's AllReduce is CPU-bound."""
     bound = table[table["cpu_bound"]]
     if bound.empty:
         return None
@@ -201,9 +179,7 @@ def cpu_bound_line(table: pd.DataFrame) -> str | None:
 
 
 def clipped_notes(table: pd.DataFrame) -> list[str]:
-    """Why each clipped hidden share is what it is, in the row's own numbers: exposed (step -
-    compute) holds everything DDP adds to a step, so on shared CPU cores it can exceed the
-    AllReduce timed alone; the CPU-bound rows get `cpu_bound_line` instead."""
+    """Why each clipped hidden share is what it is, in the row's own numbers (CPU-bound rows: one line)."""
     notes = [line for line in [cpu_bound_line(table)] if line]
     for r in table[table["clipped"] & ~table["cpu_bound"]].itertuples():
         where = f"N={r.world_size}, bucket cap {r.bucket_mb:g} MiB"
@@ -270,11 +246,7 @@ def ddp_summary_text(frame: pd.DataFrame) -> str:
 
 
 def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | None = None) -> str:
-    """The report's DDP section from rows (and meta.json for the set_epoch check and settings).
-
-    `figures` maps 'overlap' / 'accumulation' to figure paths as the report should link them.
-    Returns "" when the frame holds no ddp rows.
-    """
+    """The report's DDP section ("" without ddp rows); `figures`: figure name -> path as the report links it."""
     frame = ddp_rows(frame)
     if frame.empty:
         return ""
@@ -332,8 +304,7 @@ def ddp_markdown(frame: pd.DataFrame, meta: dict | None = None, figures: dict | 
 
 
 def timeline_of(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ddp_timeline rows of the runs the frame's ddp rows come from (their `source`
-    directories, matched by run_id); empty when none was recorded."""
+    """The ddp_timeline rows of the runs the frame's ddp rows come from; empty when none was recorded."""
     frame = ddp_rows(frame)
     parts = []
     if "source" in frame.columns and "run_id" in frame.columns:
@@ -360,10 +331,9 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def timeline_overlap(timeline: pd.DataFrame) -> pd.DataFrame:
-    """Per (world size, bucket cap, measure), from the median iteration of the recorded
-    timeline: how long some AllReduce was in flight (`comm_busy_us`, the union of the buckets'
-    spans), how much of that was during backward (`during_backward_us`) and its share."""
-    out = []
+    """Per (world size, bucket cap, measure), of the median iteration: how long some AllReduce was in flight
+    and how much of that during backward."""
+    out: list[dict] = []
     if timeline.empty:
         return pd.DataFrame(out)
     for (world_size, bucket_mb, measure), rows in timeline.groupby(["world_size", "bucket_mb", "measure"]):

@@ -1,5 +1,4 @@
-"""The DDP benchmark's declaration: what each rank measures (ddp/measurements.py, one phase per
-world size), the run's meta and its prepare; what comes after the ranks is ddp/finish.py."""
+"""The DDP benchmark's declaration: each rank's measuring (one phase per world size), meta and prepare."""
 from __future__ import annotations
 
 import sys
@@ -38,7 +37,6 @@ def measure_ddp(session: Session) -> int:
                                    if session.writer else None)
         end_phase(world, f"ddp-{world_size}", device)
     return wrong
-
 
 
 def ddp_meta(config: DdpConfig) -> dict:

@@ -14,8 +14,7 @@ from allreduce_bench.core.hooks import Hooks, Runnable
 # With --params 10M, a local CPU run at world sizes 2 and 4 on 2 idle cores takes about a minute.
 CPU_DEFAULTS = dict(iters=5, warmup=1, batch_size=16)
 GPU_DEFAULTS = dict(iters=20, warmup=5, batch_size=256)
-# float32 copies of the parameters one rank holds at once: the weights, their gradients, DDP's
-# bucket copy of the gradients, and the bucket buffers the AllReduce-alone measurement reduces.
+# float32 copies of the parameters a rank holds: weights, gradients, DDP's buckets, AllReduce-alone's buffers
 DDP_COPIES = 4
 
 
@@ -44,9 +43,7 @@ def layer_width(params: int, layers: int) -> int:
     return max(1, round((math.sqrt(1 + 4 * per_layer) - 1) / 2))
 
 
-# rows ddp/benchmark.py's measure_world records per world size: per bucket cap compute,
-# backward, ddp_no_comm, comm, step, comm_cpu, compute_cpu and no_overlap; then accum_sync and
-# accum_no_sync
+# the rows measure_world records per world size: 8 measures per bucket cap, then accum_sync and accum_no_sync
 ROWS_PER_BUCKET_CAP, ACCUMULATION_ROWS = 8, 2
 
 
@@ -136,8 +133,7 @@ def check_ddp_memory(params: int, world_sizes, device: str, env: RankEnv | None)
                  "choose a smaller --params or fewer ranks")
 
 
-# `emulate --benchmarks ddp` without these options: a model whose 96 MB of gradients DDP's
-# default 25 MiB cap cuts into 4 buckets (24 layers of 4 MB), with a batch that makes backward
-# take a few hundred ms on a small CPU machine (emulate/pacing.py paces the link to it).
+# `emulate --benchmarks ddp` without these options: 96 MB of gradients in 4 default buckets, and a
+# backward of a few hundred ms on a small CPU machine (doc/ddp.md).
 RUNNABLE = Runnable("ddp", "ddp", emulated_ddp,
                     defaults=(("--params", "24M"), ("--layers", "24"), ("--batch-size", "256")))

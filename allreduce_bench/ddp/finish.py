@@ -1,6 +1,4 @@
-"""What `ddp` does once its ranks have ended (the command calls it): the tables, the
-DistributedSampler check (run here: it needs no world), figures, and exit code 1 if any DDP
-gradient was wrong."""
+"""What `ddp` does once its ranks have ended."""
 from __future__ import annotations
 
 from allreduce_bench.core.cli.finish import finish
@@ -9,8 +7,7 @@ from allreduce_bench.ddp.sampler import SET_EPOCH_SAMPLES, set_epoch_check
 
 
 def finish_ddp(run: Run) -> int:
-    """The tables, the DistributedSampler check (run here, on the driver: it needs no world),
-    figures, exit code 1 if any DDP gradient was wrong."""
+    """The tables, the DistributedSampler check (here: it needs no world), figures; 1 if a gradient was wrong."""
     from allreduce_bench.core.results.store import update_meta
     from allreduce_bench.ddp.analysis import ddp_rows, ddp_summary_text, set_epoch_markdown
 

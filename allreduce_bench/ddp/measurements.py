@@ -1,20 +1,14 @@
-"""DDP in practice, measured on one rank: bucketed overlap and no_sync accumulation, as rows.
-
-Per world size and bucket cap the same synthetic model (ddp/net.py) is timed as compute,
-ddp_no_comm, step, comm (AllReduce alone of buffers shaped like the buckets DDP sent) and
-no_overlap (doc/ddp.md, "What is measured"), interleaved so drifting load hits them alike, as
-are the two accumulation modes. Every DDP instance's communication hook (ddp/trainer.py) counts
-calls and bytes and records when each bucket's AllReduce started and ended: nothing about DDP's
-bucketing is assumed, and the steps leave a measured timeline. Per iteration the slowest rank's
-time is kept; the timeline is the slowest rank's (largest median step).
-"""
+"""DDP in practice, measured on one rank as rows: per world size and bucket cap the same model timed as
+compute, ddp_no_comm, step, comm and no_overlap, interleaved, and the two accumulation modes (doc/ddp.md)."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -40,21 +34,8 @@ def slowest(times_us: list[float], world: World) -> list[float]:
 
 def timed(world: World, iters: int, warmup: int,
           bodies: dict[str, StepBody]) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Time several step bodies interleaved: each iteration runs every body once, in turn.
-
-    Interleaving means a change in background load (a shared machine) hits every measurement
-    alike, so differences between them (step - compute) stay meaningful. Each body is called
-    with the timed iteration's index (None in the `warmup` untimed rounds first), so a body
-    with a timeline records that iteration. The CPU time this process spends in each body (all
-    its threads, gloo's included: time.process_time) is kept beside it as '<name>_cpu'.
-    Returns (per-iteration times in us, the slowest rank's each; this rank's own times).
-
-    Each step is one sample of the core's loop (timing.take_sample: align, clock, the call,
-    clock), but not timing.sample's calibrated series: a step is timed alone (one call per
-    sample, since each timed step leaves its own timeline and the rows' statistics are over
-    steps), --iters of them rather than a planned count, and the bodies take turns within
-    every iteration instead of one body's samples running back to back.
-    """
+    """(the slowest rank's times per iteration, this rank's own) of step bodies run in turn every iteration, so
+    drifting load hits them alike; each body's process CPU time is kept beside it as '<name>_cpu'."""
     device = world.device
     for _ in range(warmup):
         for body in bodies.values():
@@ -81,8 +62,7 @@ def _counting_cpu(body: StepBody, iteration: int, cpu_ns: list[int]) -> Callable
 
 
 def comm_alone(world: World, bucket_bytes: list[int]) -> StepBody:
-    """AllReduce of buffers the size of DDP's buckets, launched asynchronously in DDP's order
-    (as its reducer does when buckets become ready), then waited for."""
+    """AllReduce of buffers the size of DDP's buckets, launched asynchronously in DDP's order, then waited for."""
     device = world.device.torch_device
     itemsize = torch.empty(0, dtype=DTYPE).element_size()
     buffers = [torch.randn(n // itemsize).to(device) for n in bucket_bytes]
@@ -98,17 +78,10 @@ def comm_alone(world: World, bucket_bytes: list[int]) -> StepBody:
 
 
 def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucket_mb: float) -> dict:
-    """Compute alone, DDP without communication, comm alone, the DDP step and the no-overlap
-    step at one bucket cap, interleaved; the timelines of the DDP and no-overlap steps on the
-    slowest rank.
-
-    Two untimed DDP steps first: DDP rebuilds its buckets in gradient-ready order after the
-    first, so from the second on the hook sees the layout every later step uses.
-    Returns the times per measure (and 'backward': the bare model's backward pass), the bucket
-    sizes of the last DDP step, #wrong gradients and the timeline rows.
-    """
+    """Every measure at one bucket cap, interleaved: its times, the last DDP step's bucket sizes (`layout`),
+    #wrong gradients and the slowest rank's timeline rows."""
     trainer, state = ddp_trainer(settings, world, bucket_mb)
-    for _ in range(2):
+    for _ in range(2):  # DDP rebuilds its buckets in gradient-ready order after the first step
         state.reset()
         trainer.step()
     comm = comm_alone(world, list(state.bucket_bytes))
@@ -135,27 +108,26 @@ def measure_bucket_cap(settings: DdpSettings, world: World, bare: Trainer, bucke
                           bucket_mb=bucket_mb) for span in spans]
     bare.timeline = NO_TIMELINE
     layout = list(state.bucket_bytes)
+    assert isinstance(trainer.model, DistributedDataParallel)
     wrong = check_ddp_gradients(trainer.model, trainer.batch, world)
     return dict(times=times, layout=layout, timeline=timeline, wrong=wrong)
 
 
 def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> int:
-    """#gradient elements (summed over ranks) where DDP's result differs from the hand average.
-
-    The hand average: this rank's local gradient (backward under no_sync), summed over ranks
-    with a plain all_reduce and divided by the world size.
-    """
+    """#gradient elements (summed over ranks) where DDP's result differs from the local ones' plain average."""
     x, y = batch
     params = [p for p in ddp.parameters()]
-    ddp.zero_grad(set_to_none=False)
-    with ddp.no_sync():
+
+    def gradients() -> torch.Tensor:
+        ddp.zero_grad(set_to_none=False)
         nn.functional.mse_loss(ddp(x), y).backward()
-    expected = torch.cat([p.grad.reshape(-1) for p in params])
+        return torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None])
+
+    with ddp.no_sync():
+        expected = gradients()
     dist.all_reduce(expected, group=world.group.pg)
     expected /= world.size
-    ddp.zero_grad(set_to_none=False)
-    nn.functional.mse_loss(ddp(x), y).backward()
-    got = torch.cat([p.grad.reshape(-1) for p in params])
+    got = gradients()
     world.device.synchronize()  # both AllReduces within --timeout: float(scale) reads them
     scale = expected.abs().max().clamp_min(1e-30)
     bad = ~torch.isclose(got, expected, rtol=1e-4, atol=1e-6 * float(scale))
@@ -163,22 +135,17 @@ def check_ddp_gradients(ddp: DistributedDataParallel, batch, world: World) -> in
 
 
 def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float | None = None) -> dict:
-    """One optimizer step = `accum` micro-batches, syncing on every one vs no_sync() on all
-    but the last, interleaved. bucket_mb None: DDP's defaults (25 MiB buckets, the first one
-    1 MiB), as most training scripts run it.
-
-    Returns {mode: (time per optimizer step, bytes of each AllReduce the hook saw in the last
-    timed optimizer step)} for mode sync and no_sync.
-    """
+    """{sync, no_sync: (times of `accum` micro-batches per optimizer step, bytes of each AllReduce of the last
+    one)}, syncing on every micro-batch or no_sync() on all but the last; bucket_mb None: DDP's default."""
     device = world.device.torch_device
     counters, bodies = {}, {}
     for mode in ("sync", "no_sync"):
         trainer, counters[mode] = ddp_trainer(settings, world, bucket_mb)
-        batches = [synthetic_batch(trainer.model.module, settings.batch_size, world.rank, device, m)
-                   for m in range(settings.accum)]
+        module = cast(nn.Sequential, trainer.model.module)
+        batches = [synthetic_batch(module, settings.batch_size, world.rank, device, m) for m in range(settings.accum)]
         bodies[mode] = _accumulation_step(trainer, counters[mode], batches, mode == "no_sync")
     for body in bodies.values():  # as in measure_bucket_cap: let DDP rebuild its buckets
-        body()
+        body(None)
     times, _ = timed(world, settings.iters, settings.warmup, bodies)
     # each body resets its counter first, so what is left is the last optimizer step's
     return {mode: (times[mode], list(counter.bucket_bytes)) for mode, counter in counters.items()}
@@ -186,26 +153,21 @@ def measure_accumulation(settings: DdpSettings, world: World, bucket_mb: float |
 
 def _accumulation_step(trainer: Trainer, counter: HookState, batches, no_sync: bool) -> StepBody:
     ddp = trainer.model
+    assert isinstance(ddp, DistributedDataParallel)
 
     def body(iteration=None):
         counter.reset()
         trainer.optimizer.zero_grad(set_to_none=False)
         for m, (x, y) in enumerate(batches):
-            if no_sync and m < len(batches) - 1:
-                with ddp.no_sync():
-                    nn.functional.mse_loss(ddp(x), y).backward()
-            else:
+            with ddp.no_sync() if no_sync and m < len(batches) - 1 else contextlib.nullcontext():
                 nn.functional.mse_loss(ddp(x), y).backward()
         trainer.optimizer.step()
     return body
 
 
-# --- rows ------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Traffic:
-    """What a measured step sent: the buckets reduced (bytes each), its AllReduce calls and bytes
-    (None: not counted)."""
+    """What a measured step sent: its buckets (bytes each), AllReduce calls and bytes (None: not counted)."""
 
     buckets: tuple[int, ...] = ()
     calls: int | None = None
@@ -231,9 +193,7 @@ class DdpRows:
 
     def row(self, measure: str, times_us: list[float], traffic: Traffic = Traffic(),
             wrong: int = 0) -> dict:
-        """One row; `measure` says which time it holds. A step is timed alone (one sample of one
-        call, the slowest rank's), so the row's statistics are over steps, with the same spread
-        and unstable flag as `run`'s rows."""
+        """One row of `measure`'s times, one sample per step (the slowest rank's): statistics over steps."""
         stats = metrics.sample_stats([times_us])
         for per_rank in ("time_us_rank_mean", "late_rank", "late_rank_share", "late_rank_lag_us",
                          "skew_share"):
@@ -251,7 +211,7 @@ class DdpRows:
 
 
 def measure_world(config: DdpConfig, world: World, on_row: Callable[[dict], None],
-                  on_timeline: Callable[[list[dict]], None] = lambda rows: None) -> int:
+                  on_timeline: Callable[[list[dict]], object] = lambda rows: None) -> int:
     """Every DDP measurement on one (sub-)world; rows go to `on_row`, the timeline of each bucket
     cap to `on_timeline`. Returns #wrong."""
     settings = config.settings
@@ -269,8 +229,7 @@ def measure_world(config: DdpConfig, world: World, on_row: Callable[[dict], None
         on_row(rows.row("ddp_no_comm", times["ddp_no_comm"], NOTHING_SENT))
         on_row(rows.row("comm", times["comm"], layout))
         on_row(rows.row("step", times["step"], layout, wrong=found["wrong"]))
-        # the CPU time AllReduce alone costs a rank: on CPU it competes with backward for cores;
-        # compute's CPU time says how much CPU the rank gets (less than its wall time under a quota)
+        # what AllReduce's CPU time costs a rank sharing cores with backward, and the CPU the rank gets
         on_row(rows.row("comm_cpu", times["comm_cpu"], layout))
         on_row(rows.row("compute_cpu", times["compute_cpu"], NOTHING_SENT))
         on_row(rows.row("no_overlap", times["no_overlap"], Traffic.of([grad_bytes])))

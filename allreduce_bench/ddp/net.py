@@ -1,6 +1,8 @@
 """The synthetic model DDP trains: square Linear layers with ReLU between them, and its batches."""
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -28,7 +30,7 @@ def param_count(model: nn.Module) -> int:
 def synthetic_batch(model: nn.Sequential, batch_size: int, rank: int, device: torch.device,
                     micro: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(input, target) that differ per rank and micro-batch, so averaging gradients matters."""
-    width = model[0].in_features
+    width = cast(nn.Linear, model[0]).in_features
     generator = torch.Generator().manual_seed(1000 + 97 * rank + micro)
     x = torch.randn(batch_size, width, generator=generator)
     y = torch.randn(batch_size, width, generator=generator)

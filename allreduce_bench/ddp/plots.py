@@ -19,8 +19,7 @@ from allreduce_bench.ddp.analysis import (  # noqa: E402
 
 
 def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path | None:
-    """Per world size, one bar per bucket cap: the DDP step split into compute alone, compute
-    with communication hidden behind it, and exposed communication; predicted step as a dot."""
+    """Per world size, a bar per bucket cap: the DDP step as compute alone, compute hiding comm, exposed comm."""
     table = overlap_table(frame)
     if table.empty:
         return None
@@ -52,8 +51,7 @@ def overlap_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path 
 
 
 def accumulation_figure(frame: pd.DataFrame, path: Path, footnote: str = "") -> Path | None:
-    """Per world size: time per optimizer step syncing every micro-batch vs no_sync, with the
-    hook-counted AllReduce calls written on each bar."""
+    """Per world size: time per optimizer step syncing every micro-batch vs no_sync, AllReduce calls on each."""
     table = accumulation_table(frame)
     if table.empty:
         return None
@@ -84,8 +82,7 @@ LANES = (("step", "DDP: compute"), ("step", "DDP: AllReduce"),
 
 
 def _draw_step(ax, spans: pd.DataFrame, compute_y: float, comm_y: float, height: float) -> None:
-    """One measured step: compute spans on the compute lane, every AllReduce on the comm lane
-    (each bucket on its own sub-row, as they may run at once), labelled b1, b2, ..."""
+    """One measured step: compute spans on its lane, each bucket's AllReduce on a sub-row of the comm lane."""
     to_ms = 1e-3
     for row in spans[spans["span"] != "allreduce"].itertuples():
         ax.broken_barh([(row.start_us * to_ms, (row.end_us - row.start_us) * to_ms)],
@@ -105,9 +102,8 @@ def _draw_step(ax, spans: pd.DataFrame, compute_y: float, comm_y: float, height:
 
 
 def timeline_plot(timeline: pd.DataFrame, table: pd.DataFrame | None = None, footnote: str = ""):
-    """The seed's diagram, measured: per bucket cap (of the largest world size), the DDP step's
-    computation with its buckets' AllReduce under it, then the wait-then-AllReduce step; each
-    the slowest rank's median iteration. Returns the Figure, or None without a timeline."""
+    """The seed's diagram, measured: per bucket cap of the largest world size, the slowest rank's median DDP
+    and wait-then-AllReduce steps, computation over AllReduces; None without a timeline."""
     if timeline.empty:
         return None
     world_size = timeline["world_size"].max()

@@ -1,23 +1,22 @@
 """The DistributedSampler check: does an epoch's index order change without `set_epoch`?"""
 from __future__ import annotations
 
-from torch.utils.data import DistributedSampler
+from typing import cast
+
+from torch.utils.data import Dataset, DistributedSampler
 
 SET_EPOCH_SAMPLES = 16  # the dataset length the run checks (small: its orders are printed)
 
 
 def set_epoch_check(dataset_len: int, world_size: int, seed: int = 0) -> dict:
-    """Index order of epochs 0 and 1 from a shuffling DistributedSampler, per rank, without and
-    with `set_epoch`. Without it both epochs repeat the same order; with it they differ.
-
-    Needs no process group: the sampler is given num_replicas and rank explicitly.
-    """
+    """Index order of epochs 0 and 1 from a shuffling DistributedSampler, per rank, without and with
+    `set_epoch`; no process group needed (num_replicas and rank given)."""
     dataset = range(dataset_len)
     orders: dict[str, list[list[list[int]]]] = {"without_set_epoch": [], "with_set_epoch": []}
     for rank in range(world_size):
         for mode, orders_of in orders.items():
-            sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                         shuffle=True, seed=seed)
+            sampler: DistributedSampler[int] = DistributedSampler(
+                cast(Dataset[int], dataset), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
             epochs = []
             for epoch in (0, 1):
                 if mode == "with_set_epoch":

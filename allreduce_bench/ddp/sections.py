@@ -1,5 +1,4 @@
-"""DDP's section of report.md and its figures (its `report_sections` hook): the
-step split, the measured timeline and the accumulation comparison, from `benchmark = ddp` rows."""
+"""DDP's section of report.md and its figures (its `report_sections` hook), from `benchmark = ddp` rows."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,29 +12,25 @@ from allreduce_bench.ddp.analysis import ddp_markdown, ddp_rows
 FIGURES = ("ddp_overlap", "ddp_timeline", "ddp_accumulation")
 
 
-def has_ddp_rows(frame: pd.DataFrame) -> bool:
-    return "benchmark" in frame.columns and bool((frame["benchmark"] == "ddp").any())
-
-
 def draw_ddp(frame: pd.DataFrame, out_dir: Path, fmt: str, note: str) -> dict[str, Path]:
     """plots/ddp_*.<fmt> where the rows hold DDP measurements."""
-    if not has_ddp_rows(frame):
+    rows = ddp_rows(frame)
+    if rows.empty:
         return {}
     from allreduce_bench.ddp.plots import accumulation_figure, overlap_figure, timeline_figure
 
-    rows, drawn = ddp_rows(frame), {}
+    drawn = {}
     for name, draw in zip(FIGURES, (overlap_figure, timeline_figure, accumulation_figure)):
-        path = draw(rows, Path(out_dir) / f"{name}.{fmt}", note)
-        if path:
+        if path := draw(rows, Path(out_dir) / f"{name}.{fmt}", note):
             drawn[name] = path
     return drawn
 
 
 def ddp_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
-    """The DDP section (see ddp_analysis) where the rows hold `benchmark = ddp` measurements."""
-    if not has_ddp_rows(frame):
+    """The DDP section where the rows hold `benchmark = ddp` measurements."""
+    rows = ddp_rows(frame)
+    if rows.empty:
         return []
-    rows = frame[frame["benchmark"] == "ddp"]
     meta = next(iter(run_metas(rows).values()), {})
     files = {name: file for name, file in (("overlap", "ddp_overlap.png"),
                                            ("timeline", "ddp_timeline.png"),

@@ -1,17 +1,6 @@
-"""The timeline of a step: when its computation ran and when each bucket's AllReduce was
-launched and completed, on the device's own clock, and the slowest rank's timeline.
-
-The instants are the device's stamps (measure/device.py, the clock of the timing loop):
-`device.stamp()` at the moment to place (step start, backward end, an AllReduce launched, an
-AllReduce completed); `device.elapsed_us(a, b)` is the time between two of them, on GPU read
-once `b` has happened, within --timeout.
-
-* CPU: the host's monotonic clock when called. gloo completes work on its own threads, and a
-  future's callback runs there as the work completes, so a stamp taken in it is the completion.
-* CUDA: an event recorded on the current stream, so the instant is when the GPU gets there, not
-  when the host queued it. A future's callback runs on a stream made to wait for the collective,
-  so an event recorded in it marks when the GPU finished the collective.
-"""
+"""When a step's computation ran and each bucket's AllReduce was launched and completed, on the device's
+own clock (a CUDA event in a future's callback marks when the GPU finished the collective), and the
+slowest rank's timeline (doc/ddp.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,13 +23,8 @@ class AllReduceSpan:
 
 
 class Timeline:
-    """Instants of the timed steps of one step body on this rank.
-
-    Named instants per iteration: start, backward_start, backward_end (the last parameter's
-    gradient accumulated: the backward computation is done), optimizer_start, end; and every
-    AllReduce launched in the step with its completion. Nothing is kept outside timed
-    iterations (`begin(None)`: warm-up and checks).
-    """
+    """Named instants (start, backward_start, backward_end, optimizer_start, end) and AllReduce spans of one
+    step body's timed iterations on this rank; nothing outside them (`begin(None)`)."""
 
     def __init__(self, device: Device, iters: int):
         self.now, self.us = device.stamp, device.elapsed_us

@@ -1,12 +1,5 @@
-"""The `ddp_timeline` table: <run dir>/ddp_timeline.csv, one row per span of a measured step.
-
-For each (world size, bucket cap) and each of the two step kinds (`measure` = `step`: the DDP
-step; `no_overlap`: backward to the end, then one AllReduce of all gradients, then the optimizer)
-the slowest rank's timed iterations, as spans relative to the start of their step:
-`span` forward / backward / optimizer (computation) or allreduce (one per bucket, `bucket` its
-index in launch order and `bytes` its size; `start_us` = launched, `end_us` = completed).
-Rank 0 appends the rows as each bucket cap finishes; analysis reads them with `read_timeline`.
-"""
+"""The `ddp_timeline` table: <run dir>/ddp_timeline.csv, one row per span of the slowest rank's measured
+steps (doc/ddp.md), appended by rank 0 as each bucket cap finishes."""
 from __future__ import annotations
 
 import csv

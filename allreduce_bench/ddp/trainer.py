@@ -1,5 +1,5 @@
-"""The training steps timed: the bare model, the model inside DDP with a communication hook
-that records what DDP sends and when, and the naive wait-then-AllReduce step DDP improves on."""
+"""The training steps timed: the bare model, the model in DDP with a hook recording what DDP sends and
+when, and the naive wait-then-AllReduce step DDP improves on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,11 +18,8 @@ from allreduce_bench.ddp.timeline import NO_TIMELINE, Timeline
 
 
 class Trainer:
-    """A model, its SGD optimizer and this rank's batch: one training step on demand.
-
-    Every parameter carries a post-accumulate-grad hook, so the timeline knows when backward
-    has computed the last gradient, whether or not DDP then still waits for its AllReduces.
-    """
+    """A model, its SGD optimizer and this rank's batch: one training step on demand; a hook on every
+    parameter tells the timeline when backward computed the last gradient, DDP's AllReduces aside."""
 
     def __init__(self, model: nn.Module, batch, world: World | None = None):
         self.model, self.batch, self.world = model, batch, world
@@ -62,20 +59,12 @@ class Trainer:
         timeline.iteration = None
 
     def reduce(self, timeline: Timeline) -> None:
-        """What happens between backward and the optimizer step: nothing (DDP reduced inside
-        backward; the bare model has no peers)."""
+        """Between backward and the optimizer step: nothing (DDP reduced inside backward)."""
 
 
 class NoOverlapTrainer(Trainer):
-    """The naive data-parallel step DDP improves on: backward to the end, then ONE AllReduce of
-    all gradients (flattened), then the optimizer step; the network idles during backward and
-    the computation during the AllReduce.
-
-    The gradients are flattened into one buffer and copied back after the AllReduce, as DDP
-    (by default, gradient_as_bucket_view=False) copies them into its buckets and back, so the
-    two steps do the same work and differ in overlap alone. Values: the average over ranks,
-    as DDP's (divide, then sum).
-    """
+    """The naive step DDP improves on: backward to the end, then ONE AllReduce of all gradients copied into
+    one buffer and back, as DDP copies them into its buckets, so the two differ in overlap alone."""
 
     def reduce(self, timeline: Timeline) -> None:
         assert self.world is not None  # made with the world it reduces over
@@ -90,12 +79,9 @@ class NoOverlapTrainer(Trainer):
             grad.copy_(reduced.view_as(grad))
 
 
-# --- what DDP sends, and when ----------------------------------------------------------------
-
 @dataclass
 class HookState:
-    """State of the recording hook: the bytes of each AllReduce DDP launched, in launch order,
-    and (while a timeline records) when each was launched and completed."""
+    """The recording hook's state: the bytes of each AllReduce DDP launched, in order, and its timeline."""
 
     process_group: dist.ProcessGroup | None
     bucket_bytes: list[int] = field(default_factory=list)
@@ -106,10 +92,8 @@ class HookState:
 
 
 def recording_allreduce_hook(state, bucket):
-    """DDP's own allreduce hook, after noting the size of the bucket (a dist.GradBucket) it is
-    given and stamping the launch; its future's callback stamps the completion. No
-    annotations: DDP checks them, and `from __future__ import annotations` would turn them
-    into strings."""
+    """DDP's own allreduce hook, noting the bucket's size and stamping launch and completion. No
+    annotations: DDP checks them, and `from __future__ import annotations` makes them strings."""
     buffer = bucket.buffer()
     nbytes = buffer.numel() * buffer.element_size()
     state.bucket_bytes.append(nbytes)
@@ -127,9 +111,7 @@ def recording_allreduce_hook(state, bucket):
 
 
 def local_hook(state, bucket):
-    """A communication hook that does not communicate: the bucket as it is, at once. DDP
-    with it does everything but the AllReduce (buckets filled and copied back), so its step
-    against the bare model's is what DDP itself costs. Gradients stay local: timing only."""
+    """A hook that does not communicate: DDP with it does all but the AllReduce, so it times DDP's own cost."""
     buffer = bucket.buffer()
     future = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
     future.set_result(buffer)
@@ -138,8 +120,7 @@ def local_hook(state, bucket):
 
 def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None,
              hook=recording_allreduce_hook) -> tuple[DistributedDataParallel, HookState]:
-    """DDP over the world's group with the recording hook (or `hook`); bucket_mb None is DDP's
-    default (25)."""
+    """DDP over the world's group with the recording hook (or `hook`); bucket_mb None: DDP's default."""
     device = world.device.torch_device
     kwargs: dict[str, Any] = {} if bucket_mb is None else {"bucket_cap_mb": bucket_mb}
     ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
@@ -151,8 +132,7 @@ def wrap_ddp(model: nn.Module, world: World, bucket_mb: float | None,
 
 def ddp_trainer(settings: DdpSettings, world: World, bucket_mb: float | None,
                 hook=recording_allreduce_hook) -> tuple[Trainer, HookState]:
-    """A Trainer whose model is wrapped in DDP with the recording hook (or `hook`), and that
-    hook's state."""
+    """A Trainer whose model is wrapped in DDP with the recording hook (or `hook`), and the hook's state."""
     states = []
 
     def wrap(module):

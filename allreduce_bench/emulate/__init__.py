@@ -1,3 +1,1 @@
-"""An emulated multi-node cluster on one machine (network namespaces, veth, tc): cluster.py builds
-and shapes it, processes.py starts and stops one torchrun per host, session.py runs benchmarks
-on it; the `emulate` command is emulate/cli.py."""
+"""An emulated multi-node cluster on one machine (network namespaces, veth, tc); the command is emulate/cli.py."""

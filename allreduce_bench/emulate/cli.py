@@ -1,16 +1,14 @@
-"""`allreduce-bench emulate`: validate everything up front, then run benchmarks on an emulated
-multi-node cluster (emulate/). Every host runs a real multi-node launch, `torchrun --nnodes M
---node-rank i` of the ordinary `allreduce-bench run` (or `links`, `ddp`, `health`): the same path
-as on a cluster. Rank 0 writes the output directory (the hosts share this filesystem). What it
-can run is what the features declare (a `Runnable` each), handed to `emulate_command` by
-allreduce_bench/cli.py: emulate imports none of them for it."""
+"""`allreduce-bench emulate`: validate everything up front, then run the features' `Runnable`s on an
+emulated cluster, each host a real `torchrun --nnodes M --node-rank i` launch as on a cluster."""
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import click
+from click.core import ParameterSource
 
 from allreduce_bench.core import units
 from allreduce_bench.core.cli.options import command_hooks, with_options
@@ -38,8 +36,7 @@ def _options(command: click.Command) -> dict[str, bool]:
 
 
 def split_args(commands: dict[str, click.Command], args: list[str]) -> dict[str, list[str]]:
-    """The forwarded options each benchmark's command declares, e.g. --sizes for run and links
-    but not ddp, --params for ddp only; an option none of them knows is a usage error."""
+    """The forwarded options each benchmark's command declares; one none of them knows is a usage error."""
     known = {name: _options(command) for name, command in commands.items()}
     out: dict[str, list[str]] = {name: [] for name in commands}
     i = 0
@@ -60,8 +57,7 @@ def split_args(commands: dict[str, click.Command], args: list[str]) -> dict[str,
 
 
 def benchmark_args(runnable: Runnable, args: list[str]) -> list[str]:
-    """The options for one benchmark: its defaults for those not given, less those it never
-    gets (`links` has no --algos: it always uses the backend's)."""
+    """One benchmark's options: its defaults for those not given, less those it never gets."""
     kept, skip = [], False
     for arg in args:
         if skip:
@@ -75,28 +71,30 @@ def benchmark_args(runnable: Runnable, args: list[str]) -> list[str]:
               for x in (option, value)), *kept]
 
 
+def _command(name: str) -> click.Command:
+    ctx = click.get_current_context()
+    command = cast(click.Group, ctx.find_root().command).get_command(ctx, name)
+    assert command is not None  # every Runnable names a command of the root
+    return command
+
+
 def per_benchmark_args(chosen: dict[str, Runnable], args: list[str]) -> dict[str, list[str]]:
     """benchmark -> the options its command gets on every host."""
-    ctx = click.get_current_context()
-    root = ctx.find_root().command
-    split = split_args({b: root.get_command(ctx, r.command) for b, r in chosen.items()}, args)
+    split = split_args({b: _command(r.command) for b, r in chosen.items()}, args)
     return {b: benchmark_args(chosen[b], a) for b, a in split.items()}
 
 
 def check_benchmark_args(forwarded: dict[str, list[str]], chosen: dict[str, Runnable],
                          nodes: int, ranks_per_node: int) -> dict:
-    """Parse and validate the forwarded options as each host's command will, before building
-    anything, so bad input is one line here rather than one per rank. Returns each benchmark's
-    config."""
+    """Each benchmark's config, parsed as each host's command will, so bad input is one line, not one per rank."""
     from allreduce_bench.core.measure.device import this_host  # torch: this machine's GPUs
 
-    root = click.get_current_context().find_root().command
     as_rank0 = Started(RankEnv(0, nodes * ranks_per_node, 0, ranks_per_node, "torchrun"),
                        "validating")  # how each host's rank 0 will be started
     configs, host = {}, this_host()
     for benchmark, args in forwarded.items():
         name = chosen[benchmark].command
-        command = root.get_command(click.get_current_context(), name)
+        command = _command(name)
         with command.make_context(name, list(args)) as ctx:
             config = chosen[benchmark].config(ctx.params, as_rank0, host, command_hooks())
         if config.launch.backend != "gloo" or config.launch.device != "cpu":
@@ -174,7 +172,7 @@ def slurm_cluster(options: EmulateOptions) -> int:
 
     given = [name for name, value in (("--host-cpu", options.host_cpu), ("--out", options.out_dir),
                                       ("benchmark options", options.benchmark_args)) if value]
-    if given or click.get_current_context().get_parameter_source("benchmarks").name != "DEFAULT":
+    if given or click.get_current_context().get_parameter_source("benchmarks") is not ParameterSource.DEFAULT:
         raise UsageError(f"emulate --slurm holds a cluster for srun/sbatch and runs nothing itself; "
                          f"drop {', '.join(given) or '--benchmarks'} and give them to the command "
                          "you start with srun")
@@ -186,12 +184,7 @@ def slurm_cluster(options: EmulateOptions) -> int:
 
 def clean_up() -> int:
     """`emulate --cleanup`: remove the namespaces of emulate runs that no longer exist."""
-    from allreduce_bench.emulate.cluster import (
-        check_can_emulate,
-        namespaces,
-        remove_namespaces,
-        stale_namespaces,
-    )
+    from allreduce_bench.emulate.cluster import check_can_emulate, namespaces, remove_namespaces, stale_namespaces
     from allreduce_bench.emulate.slurm import stale_slurm
 
     check_can_emulate()

@@ -1,18 +1,5 @@
-"""The emulated cluster itself: M hosts made of network namespaces, their links and shaping.
-
-Each emulated host is a Linux network namespace with its loopback up and one interface,
-`node<i>`, with address 10.231.0.<i+1>/24 (a subnet that exists only inside these namespaces).
-Two hosts are joined by one veth pair; more hosts by veths to a bridge in a "switch" namespace.
-Each host's outgoing traffic on `node<i>` is rate-limited with tc's `tbf` (plus `netem` delay
-under --inter-latency where the kernel has netem): the inter-node link. Ranks of one host bind
-gloo to `node<i>`, but traffic between two addresses of the same namespace is routed over its
-loopback, so intra-node traffic stays fast and unshaped, as NVLink would be.
-
-Nothing is made outside these namespaces: veths are created directly inside them, so deleting
-the namespaces removes every interface and qdisc. Names carry the driver's pid and a random
-token (`arb-<pid>-<token>-h<i>`), so concurrent runs never collide, and a later run (or
-`emulate --cleanup`) removes the namespaces of a driver that no longer exists, e.g. after SIGKILL.
-"""
+"""The emulated cluster: M hosts made of network namespaces joined by veths, each host's uplink shaped
+with tc; nothing is made outside the namespaces, whose names carry the driver's pid (doc/emulation.md)."""
 from __future__ import annotations
 
 import json
@@ -36,13 +23,14 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.host.processes import send
 from allreduce_bench.emulate import rates
 from allreduce_bench.emulate.faults import cgroup_mounts
-from allreduce_bench.emulate.processes import die_with_parent, run_on_hosts
+from allreduce_bench.emulate.processes import die_with_parent, namespace_pids, run_on_hosts
 
 PREFIX = "arb-"  # every namespace this project makes, and nothing else, starts with it
 NAME = re.compile(r"^arb-(\d+)-[0-9a-f]+-(h\d+|sw)$")
 SUBNET = "10.231.0"  # only ever configured inside our own namespaces
 RDZV_PORT = 29500  # host 0's namespace is fresh, so the port is free
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
+
 
 @dataclass(frozen=True)
 class Emulation:
@@ -72,7 +60,6 @@ class Emulation:
         return {**fields, "label": self.label, "inter_GBps": self.inter_GBps,
                 "subnet": f"{SUBNET}.0/24", "shaping": "tbf on each host's uplink" +
                 (" + netem delay" if self.inter_latency_s else "")}
-
 
 
 def _effective_caps() -> int | None:
@@ -117,9 +104,8 @@ def pid_alive(pid: int) -> bool:
 
 def remove_namespaces(names: list[str]) -> None:
     """Stop every process left inside, then delete: their veths and qdiscs go with them."""
-    for name in names:
-        # our own ranks, left behind in our namespace
-        send(map(int, _sh("ip", "netns", "pids", name, check=False).stdout.split()), signal.SIGKILL)
+    for name in names:  # our own ranks, left behind in our namespace
+        send(map(int, namespace_pids(name)), signal.SIGKILL)
     for name in names:
         for attempt in range(20):
             if _sh("ip", "netns", "del", name, check=False).returncode == 0 or name not in namespaces():
@@ -129,13 +115,7 @@ def remove_namespaces(names: list[str]) -> None:
 
 def stale_namespaces() -> list[str]:
     """Our namespaces whose driver process is gone (killed, crashed machine)."""
-    found = []
-    for name in namespaces():
-        match = NAME.match(name)
-        if match and not pid_alive(int(match.group(1))):
-            found.append(name)
-    return found
-
+    return [name for name in namespaces() if (match := NAME.match(name)) and not pid_alive(int(match.group(1)))]
 
 
 class EmulatedCluster:
@@ -192,22 +172,18 @@ class EmulatedCluster:
             _sh("ip", "-n", host, "link", "set", f"node{i}", "up")
 
     def shape(self, rate_bps: float, latency_s: float, host_rates: dict[int, float] | None = None) -> None:
-        """Rate-limit (and delay) each host's outgoing inter-node traffic, in place of any
-        earlier shaping; `host_rates` gives some hosts another rate (emulate/faults.py)."""
+        """Rate-limit (and delay) each host's uplink anew; `host_rates` gives some hosts another rate."""
         self.latency_s = latency_s
         for i in range(self.nodes):
             self.set_host_rate(i, (host_rates or {}).get(i, rate_bps))
 
     def set_host_rate(self, i: int, rate_bps: float) -> None:
         """Host i's link at another rate from now on (its qdiscs replaced; the delay kept)."""
-        _sh("tc", "-n", self.hosts[i], "qdisc", "del", "dev", f"node{i}", "root", check=False)
-        self._shape_host(i, self.hosts[i], rate_bps, self.latency_s)
-
-    def _shape_host(self, i: int, host: str, rate_bps: float, latency_s: float) -> None:
+        host, dev, latency_s = self.hosts[i], f"node{i}", self.latency_s
+        _sh("tc", "-n", host, "qdisc", "del", "dev", dev, "root", check=False)
         rate = f"{int(rate_bps)}bit"
         # tbf needs a bucket of at least one packet (64K with GSO); 10 ms of traffic beyond that.
         burst = f"{max(256 * 1024, int(rate_bps / 8 / 100))}b"
-        dev = f"node{i}"
         parent = ["root"]
         if latency_s:
             done = _sh("tc", "-n", host, "qdisc", "add", "dev", dev, "root", "handle", "1:",
@@ -225,8 +201,7 @@ class EmulatedCluster:
         env.update(GLOO_SOCKET_IFNAME=f"node{i}", OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
                    **{EMULATION_ENV: json.dumps({"label": emulation.label,
                                                  "link_peaks": {"inter_GBps": emulation.inter_GBps}})})
-        # the hosts' names in node-rank order, as Slurm gives them: what health calls a host whose
-        # ranks never came (health/benchmark.py `_nodelist`)
+        # the hosts' names in node-rank order, as Slurm gives them (health/benchmark.py `_nodelist`)
         env["ALLREDUCE_BENCH_NODELIST"] = ",".join(f"node{n}" for n in range(self.nodes))
         # c10d warns on every connection that 10.231.0.x has no host name; real errors remain
         env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
@@ -237,17 +212,10 @@ class EmulatedCluster:
 
     def torchrun(self, i: int, module_args: list[str], cgroup_procs: str | None = None,
                  module: str = "allreduce_bench") -> list[str]:
-        """Host i's launch: a static rendezvous, i.e. a c10d TCPStore on host 0's address, where
-        --node-rank is honoured, so host i holds ranks i*L .. i*L+L-1 as on a cluster. It runs
-        in a UTS namespace of its own whose hostname is node<i>, so hosts are told apart by
-        hostname as on a cluster. A CPU-limited host first joins its cgroup (`cgroup_procs`),
-        outside the namespace: `ip netns exec` mounts a sysfs of its own, without cgroups."""
+        """Host i's launch, a static rendezvous on host 0's address (--node-rank honoured), as node<i>;
+        a CPU-limited host joins its cgroup first, outside the namespace, whose sysfs has no cgroups."""
         join = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cgroup_procs] if cgroup_procs else []
-        mounts = cgroup_mounts()
-        visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
-        return [*join, "ip", "netns", "exec", self.hosts[i], "unshare", "--uts", "sh", "-c",
-                f'{visible}hostname node{i} && exec "$@"', "sh",
-                sys.executable, "-m", "torch.distributed.run",
+        return [*join, *on_host(self.hosts[i], f"node{i}"), sys.executable, "-m", "torch.distributed.run",
                 "--nnodes", str(self.nodes), "--node-rank", str(i),
                 "--nproc-per-node", str(self.ranks_per_node),
                 "--master-addr", self.address(0), "--master-port", str(RDZV_PORT),
@@ -275,9 +243,7 @@ class EmulatedCluster:
                            "the intra-node point-to-point bandwidth")
 
     def probe_ddp(self, settings, rate_bps: float, cgroup_procs) -> dict:
-        """emulate/probe.py `ddp` on every host as `ddp` will run there, the link shaped to
-        `rate_bps` (shaped already): {backward_s, comm_s, comm_cpu_s, cpu_rate}, the slowest rank's
-        (cpu_rate: the least)."""
+        """emulate/probe.py `ddp` on every host as `ddp` will run there, the link shaped to `rate_bps` already."""
         with tempfile.TemporaryDirectory(prefix="allreduce-bench-probe-") as tmp:
             out = Path(tmp) / "probe.json"
             code = run_on_hosts(self, ["ddp", str(out), str(settings.params), str(settings.layers),
@@ -291,8 +257,16 @@ class EmulatedCluster:
             return json.loads(out.read_text())
 
     def probe_backward(self, settings) -> float:
-        """Seconds of one backward pass of ddp's model (DdpSettings), every emulated rank
-        computing at once on this machine's cores, as they will."""
+        """Seconds of one backward pass of ddp's model, every emulated rank computing at once, as they will."""
         ranks = self.nodes * self.ranks_per_node
         return self._probe(["backward", str(ranks), str(settings.params), str(settings.layers),
                             str(settings.batch_size)], "backward_s", "ddp's backward pass")
+
+
+def on_host(namespace: str, hostname: str) -> list[str]:
+    """The prefix that runs a command on an emulated host: its namespace, its hostname, and the machine's
+    cgroups at /sys/fs/cgroup (`ip netns exec` mounts a sysfs without them)."""
+    mounts = cgroup_mounts()
+    visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
+    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
+            f'{visible}hostname {hostname} && exec "$@"', "sh"]

@@ -1,9 +1,8 @@
-"""Faults put on one emulated host on purpose: a slower link (`--host-bandwidth node2=100mbit`,
-tc's tbf on that host's veth instead of --inter-bandwidth) and less CPU (`--host-cpu
-node2=25%`, the cgroup cpu controller's CFS quota: v1 `cpu.cfs_quota_us`, or v2 `cpu.max`).
-Usable with every benchmark; the health check's accuracy is measured against them."""
+"""Faults put on one emulated host on purpose, with every benchmark: a slower link (`--host-bandwidth
+node2=100mbit`, its own tbf) and less CPU (`--host-cpu node2=25%`, the cgroup cpu controller's quota)."""
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
@@ -13,21 +12,15 @@ from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.host import cgroups
 from allreduce_bench.emulate import rates
 
-# The CFS period: a host at 50% runs 5 ms in every 10, a slower CPU rather than one stopped for
-# 50 ms in every 100 as at the kernel's default period (100 ms), in which a link shaped to a
-# few Gbit/s drains the socket buffers and idles: DDP's AllReduce then ran at half speed
-# during backward and nothing was hidden (issue 43). The kernel's least quota is 1 ms, so
-# shares under 10% get a longer period.
+# A 10 ms CFS period: a slower CPU, not one stopped for 50 ms at a time while the link idles (the
+# kernel's 100 ms); the least quota is 1 ms, so shares under 10% get a longer period.
 PERIOD_US, LEAST_QUOTA_US = 10_000, 1_000
 _HOST = re.compile(r"^node(\d+)(:\d+)?$")
 
 
 def cgroup_mounts(proc_cgroup: str | None = None) -> str:
-    """Shell that mounts every cgroup v1 hierarchy of this machine again at /sys/fs/cgroup/<name>,
-    or cgroup2 there; '' without cgroups. Inside an emulated host's `ip netns exec`, whose fresh
-    sysfs has none: its ranks read their quota's throttling counters as a container's can
-    (core/host/cgroups.py), and slurmd's cgroup plugin finds the systemd one even with
-    proctrack/linuxproc. Only in the namespace's own mount namespace: nothing changes outside."""
+    """Shell that mounts this machine's cgroup hierarchies (v1 each, or cgroup2) at /sys/fs/cgroup again
+    inside an emulated host's fresh sysfs, so its ranks and slurmd find them; '' without cgroups."""
     proc_cgroup = cgroups.own() if proc_cgroup is None else proc_cgroup
     v1 = [controllers for controllers in cgroups.memberships(proc_cgroup) if controllers]
     if not v1:
@@ -82,8 +75,8 @@ def parse_host_cpu(items, nodes: int) -> dict[int, float]:
 
 
 class CpuLimits:
-    """One cgroup per limited host, `<prefix>-h<i>` in the cpu controller, removed at exit; each
-    host's launch writes its shell's pid into `procs(i)` before it execs torchrun."""
+    """One cgroup per limited host, `<prefix>-h<i>` in the cpu controller, removed at exit; each host's
+    launch joins `procs(i)` before it execs torchrun."""
 
     def __init__(self, name: str, shares: dict[int, float], root: Path = cgroups.ROOT):
         self.name, self.shares = name, shares
@@ -127,17 +120,11 @@ class CpuLimits:
 def stale_cgroups(alive) -> list[Path]:
     """Cgroups of emulate runs whose driver is gone (`alive(pid) -> bool`)."""
     root = cgroups.v1_cpu_mount() or cgroups.ROOT
-    found = []
-    for path in root.glob("arb-*-h*"):
-        match = re.match(r"^arb-(\d+)-", path.name)
-        if match and not alive(int(match.group(1))):
-            found.append(path)
-    return found
+    return [path for path in root.glob("arb-*-h*")
+            if (match := re.match(r"^arb-(\d+)-", path.name)) and not alive(int(match.group(1)))]
 
 
 def remove_cgroups(paths) -> None:
     for path in paths:
-        try:
+        with contextlib.suppress(OSError):
             path.rmdir()  # a cgroup with processes left stays; the next clean-up tries again
-        except OSError:
-            pass

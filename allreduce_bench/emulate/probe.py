@@ -1,34 +1,30 @@
-"""The probes `emulate` runs before shaping to choose the inter-node rate:
-
-* `python -m allreduce_bench.emulate.probe SIZE_BYTES` prints intra_p2p_GBps=...: a gloo send
-  between two ranks of one host (the intra-node path), for `run` and `links`;
-* `python -m allreduce_bench.emulate.probe backward RANKS PARAMS LAYERS BATCH` prints
-  backward_s=...: the median backward pass of `ddp`'s model, RANKS processes computing at
-  once (as the emulated ranks will share these cores), the slowest rank's, for `ddp`: the
-  first candidate rate;
-* `python -m allreduce_bench.emulate.probe ddp OUT PARAMS LAYERS BATCH GRADIENT_BYTES`, run by torchrun on
-  every emulated host as `ddp` will be (namespaces, shaped link, --host-cpu's cgroups): writes
-  to OUT, as JSON, the slowest rank's median backward pass, AllReduce of the gradients in
-  DDP's default buckets alone, and that AllReduce's process CPU time (gloo's threads included),
-  and the least CPU a rank's backward got (CPU seconds per second: 0.5 under a 50% quota), so
-  emulate/pacing.py can check a candidate rate against what gloo needs of the CPU the rank has.
-"""
+"""The probes `emulate` runs to choose the inter-node rate: `probe SIZE_BYTES` prints intra_p2p_GBps=,
+`probe backward RANKS PARAMS LAYERS BATCH` prints backward_s=, and `probe ddp OUT PARAMS LAYERS BATCH
+GRADIENT_BYTES`, under torchrun on every host as `ddp` will run, writes its findings to OUT as JSON."""
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import sys
+import time
+from typing import cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from allreduce_bench.core import metrics
+from allreduce_bench.core.config import Sampling
+from allreduce_bench.core.environment import launcher_env
+from allreduce_bench.core.measure.device import Device
+from allreduce_bench.core.measure.world import make_world
+from allreduce_bench.ddp.measurements import comm_alone
+from allreduce_bench.ddp.net import build_model, synthetic_batch
+from allreduce_bench.links.benchmark import p2p_measure
 
 
 def _probe_rank(size_bytes: int, iters: int) -> float:
     """Rank 0 sends `size_bytes` to rank 1; the median time in us."""
-    import datetime as _dt
-
-    import torch
-    import torch.distributed as dist
-
-    from allreduce_bench.core import metrics
-    from allreduce_bench.core.config import Sampling
-    from allreduce_bench.core.measure.device import Device
-    from allreduce_bench.links.benchmark import p2p_measure
     dist.init_process_group("gloo", timeout=_dt.timedelta(seconds=120))
     try:
         measured, wrong = p2p_measure(size_bytes // 4, torch.float32, 0, 1, None, Device(),
@@ -45,17 +41,11 @@ def _backward_rank(params: int, layers: int, batch_size: int, iters: int) -> flo
 
 
 def _backward_times(params: int, layers: int, batch_size: int, iters: int) -> tuple[float, float]:
-    """(median seconds of one backward pass of ddp's synthetic model on this rank, the CPU
-    seconds per second it got: its process CPU time over its wall time)."""
-    import time
-
-    import torch
-    from torch import nn
-
-    from allreduce_bench.core.environment import launcher_env
-    from allreduce_bench.ddp.net import build_model, synthetic_batch
+    """(median seconds of one backward pass of ddp's model on this rank, the CPU seconds per second it got)."""
+    env = launcher_env()
+    assert env is not None  # a launched rank
     model = build_model(params, layers, torch.device("cpu"))
-    x, y = synthetic_batch(model, batch_size, launcher_env().rank, torch.device("cpu"))
+    x, y = synthetic_batch(model, batch_size, env.rank, torch.device("cpu"))
     times, cpu = [], []
     for _ in range(iters + 2):  # the first two are a warm-up (allocations, the other rank starting)
         loss = nn.functional.mse_loss(model(x), y)
@@ -69,27 +59,20 @@ def _backward_times(params: int, layers: int, batch_size: int, iters: int) -> tu
 
 def _ddp_rank(out: str, params: int, layers: int, batch_size: int, gradient_bytes: int,
               iters: int = 3) -> None:
-    """One rank of `probe ddp` (see the module docstring)."""
-    import json
-    import time
-
-    import torch
-    import torch.distributed as dist
-
-    from allreduce_bench.core.environment import launcher_env
-    from allreduce_bench.core.measure.device import Device
-    from allreduce_bench.core.measure.world import make_world
-    from allreduce_bench.ddp.measurements import comm_alone
-
+    """One rank of `probe ddp`: the slowest rank's backward, AllReduce alone and its CPU time, and the least
+    CPU seconds per second a rank's backward got."""
     dist.init_process_group("gloo")
     backward, cpu_rate = _backward_times(params, layers, batch_size, iters)
-    world = make_world(dist.get_world_size(), launcher_env().local_world_size, Device(), PROBE_TIMEOUT_S)
+    env = launcher_env()
+    assert env is not None  # under torchrun
+    world = make_world(dist.get_world_size(), env.local_world_size, Device(), PROBE_TIMEOUT_S)
+    assert world is not None  # the whole world
     total, cap = gradient_bytes, DDP_BUCKET_BYTES
     body, wall, cpu = comm_alone(world, [cap] * (total // cap) + [total % cap] * bool(total % cap)), [], []
     for _ in range(iters + 1):  # the first warms up (gloo's connections, allocations)
         dist.barrier()
         start, start_cpu = time.perf_counter(), time.process_time()
-        body()
+        body(None)
         wall.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
     found = torch.tensor([backward, sorted(wall[1:])[iters // 2], sorted(cpu[1:])[iters // 2]],
@@ -115,9 +98,10 @@ if __name__ == "__main__":
     elif sys.argv[1] == "backward":
         from allreduce_bench.emulate.probe import _backward_rank as backward_rank  # spawnable
         ranks, params, layers, batch = map(int, sys.argv[2:6])
-        print(f"backward_s={max(launch_local(ranks, backward_rank, params, layers, batch, 5).values()):.6f}")
+        times = cast(dict[int, float], launch_local(ranks, backward_rank, params, layers, batch, 5))
+        print(f"backward_s={max(times.values()):.6f}")
     else:
         from allreduce_bench.emulate.probe import _probe_rank as probe_rank  # by name, for spawned ranks
         size = int(sys.argv[1])
-        median_us = launch_local(2, probe_rank, size, 7)[0]
+        median_us = cast(float, launch_local(2, probe_rank, size, 7)[0])
         print(f"intra_p2p_GBps={size / median_us / 1e3:.6f}")

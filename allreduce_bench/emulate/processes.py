@@ -2,6 +2,7 @@
 together (SIGTERM, then SIGKILL), and ended with the driver even when it is killed."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -10,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from allreduce_bench.core.host.processes import send
@@ -22,10 +22,8 @@ def namespace_pids(name: str) -> list[str]:
 
 
 class FirstFailure:
-    """The default watch over a run's launches: done when all ended or one failed; its exit code
-    then, else 0, and `stopped`: which host's launch failed first and how, at what time. A
-    benchmark whose verdict survives a lost host brings its own (health's salvage.Watch): same
-    two calls."""
+    """The default watch over a run's launches: done when all ended or one failed; `stopped` says which
+    host's launch failed first, how and when (health brings its own watch, salvage.Watch)."""
 
     stopped: dict | None = None
 
@@ -42,7 +40,7 @@ class FirstFailure:
                         "how": (f"its rank was killed by {signal.Signals(-how).name}" if how is not None and how < 0
                                 else f"its rank exited with code {how}" if how is not None
                                 else f"its launch exited with code {codes[first]}")}
-        return codes[first]
+        return codes[first] or 0  # not None, not 0: it failed
 
 
 # torchrun's own lines: its log records, and its tracebacks (ChildFailedError's block)
@@ -51,14 +49,14 @@ _WORKER_EXIT = re.compile(r"failed \(exitcode: (-?\d+)\) local_rank")
 
 
 class LauncherOutput:
-    """A host's launch output, all of it into the run's launcher log, and on to the console
-    without torchrun's log records and tracebacks (the run's own lines say what happened).
-    `worker_exit`: the exit code torchrun reported for a failed rank (-9: SIGKILL)."""
+    """A host's launch output, all into the launcher log, and to the console without torchrun's log
+    records and tracebacks; `worker_exit`: the exit code torchrun reported for a failed rank."""
 
     def __init__(self, host: str, log, console):
         self.host, self.log, self.console = host, log, console
         self.worker_exit: int | None = None
-        self._skipping, self._rules = None, 0
+        self._skipping: str | None = None
+        self._rules = 0
 
     def pump(self, stream) -> None:
         for line in stream:
@@ -91,10 +89,8 @@ class LauncherOutput:
 
 def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda i: None,
                  watch=None, log_path: Path | None = None, module: str = "allreduce_bench") -> int:
-    """Launch on every host at once, until `watch` (default FirstFailure) is done; the rest
-    is then stopped quietly and `watch.result` is the exit code. Every launch's output goes to
-    `log_path` and, without torchrun's tracebacks, to the console. `cgroup_procs(i)`: the
-    cgroup host i joins, or None; `module` what torchrun runs."""
+    """Launch on every host at once until `watch` (default FirstFailure) is done, then stop the rest quietly;
+    `watch.result` is the exit code. `cgroup_procs(i)`: the cgroup host i joins, or None."""
     watch = watch or FirstFailure()
     procs, pumps = [], []
     log = open(log_path, "a", encoding="utf-8") if log_path else None  # noqa: SIM115
@@ -129,9 +125,8 @@ def run_on_hosts(cluster, module_args: list[str], emulation, cgroup_procs=lambda
 
 
 def kill_quietly(cluster, procs: list[subprocess.Popen]) -> None:
-    """On Ctrl-C/SIGTERM stop every launch at once with SIGKILL (torchrun stopped by SIGTERM
-    prints tracebacks). Rows are appended whole, so a killed writer leaves at most a torn
-    last line that resume and every reader drop."""
+    """Stop every launch at once with SIGKILL (torchrun stopped by SIGTERM prints tracebacks); rows are
+    appended whole, so a killed writer leaves at most a torn last line that every reader drops."""
     for p in procs:
         _signal_group(p, signal.SIGKILL)
     for name in cluster.hosts:  # the ranks run in sessions of their own, inside our namespaces
@@ -141,12 +136,9 @@ def kill_quietly(cluster, procs: list[subprocess.Popen]) -> None:
 
 
 def die_with_parent() -> None:
-    """In the child: get SIGTERM when the driver dies, even by SIGKILL (torchrun then stops its
-    workers); prctl(PR_SET_PDEATHSIG) survives exec of non-setuid programs such as `ip`."""
-    try:
+    """In the child: SIGTERM when the driver dies, even by SIGKILL (PR_SET_PDEATHSIG survives exec of `ip`)."""
+    with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except (OSError, AttributeError):
-        pass
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
@@ -164,13 +156,11 @@ def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
-@contextmanager
+@contextlib.contextmanager
 def terminate_as_interrupt():
     """SIGTERM/SIGHUP leave through the same `finally` clean-up as Ctrl-C."""
     def handler(signum, frame):

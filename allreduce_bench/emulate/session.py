@@ -38,8 +38,8 @@ from allreduce_bench.emulate.processes import FirstFailure, run_on_hosts, termin
 
 @dataclass(frozen=True)
 class Plan:
-    """What the emulate command validated: the cluster, its links, and per benchmark the
-    options its command gets on every host, the config they make and its `Runnable`."""
+    """What the emulate command validated: the cluster, its links, and per benchmark its options, config
+    and `Runnable`."""
 
     nodes: int
     ranks_per_node: int
@@ -47,7 +47,7 @@ class Plan:
     latency_s: float
     inter_ratio: float
     forwarded: dict[str, list[str]]
-    configs: dict[str, object]
+    configs: dict[str, Any]
     out_dir: Path
     runnables: dict[str, Runnable]
     host_rates: dict[int, float] = field(default_factory=dict)  # host -> bit/s (--host-bandwidth)
@@ -78,8 +78,7 @@ def clean_stale() -> None:
 
 
 def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
-    """The emulation's parameters: the rate given, or measured here (ddp: calibrated on the
-    hosts, emulate/pacing.py)."""
+    """The emulation's parameters: the rate given, or measured here (ddp: calibrated on the hosts)."""
     rate, measured, backward, tried = plan.rate_bps, None, None, None
     if rate is None and list(plan.configs) == ["ddp"]:  # the link paced so the overlap shows
         settings = plan.configs["ddp"].settings
@@ -95,10 +94,8 @@ def links_of(cluster: EmulatedCluster, plan: Plan, cpu: CpuLimits) -> Emulation:
                  f"at {found['cpu_rate']:.2f} CPU")
             return found
 
-        rate, tried = choose_rate(ddp_rate_bps(settings, plan.nodes, plan.ranks_per_node, backward),
-                                  probe)
-        warning = overlap_warning(tried)
-        if warning:
+        rate, tried = choose_rate(ddp_rate_bps(settings, plan.nodes, plan.ranks_per_node, backward), probe)
+        if warning := overlap_warning(tried):
             _say(warning)
     elif rate is None:
         _say("measuring the intra-node point-to-point bandwidth on node0 (--inter-bandwidth auto)")
@@ -141,8 +138,7 @@ def run_emulated(plan: Plan) -> int:
                 code = _run_one(Shaped(cluster, emulation, cpu, out_dir), plan.runnables[benchmark], args,
                                 plan.configs[benchmark], f"[{step}/{len(plan.forwarded)}] {benchmark}") or code
             except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM/SIGHUP
-                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) \
-                    else 130
+                code = stop.code if isinstance(stop, SystemExit) and isinstance(stop.code, int) else 130
                 how = signal.Signals(code - 128).name if 128 < code < 160 else f"exit {code}"
                 _say(f"interrupted ({how}); " + kept(out_dir, f"`allreduce-bench emulate "
                                                               f"--resume {out_dir}` and the same options"))
@@ -165,9 +161,7 @@ class Shaped:
 
 
 def _run_one(on: Shaped, runnable: Runnable, args: list[str], config: Any, step: str) -> int:
-    """One benchmark on every host; its own exit code where it declares one (health's 0/3/1).
-    `step` ('[1/2] allreduce') starts and ends its lines: how far the emulation is (rank 0's
-    bar below says how far the benchmark is)."""
+    """One benchmark on every host; its own exit code where it declares one (health's 0/3/1)."""
     cluster, out_dir = on.cluster, on.out_dir
     watch, since = runnable.watch, time.time()
     command = [runnable.command, *args, "--out", str(out_dir)]
@@ -177,8 +171,8 @@ def _run_one(on: Shaped, runnable: Runnable, args: list[str], config: Any, step:
     log = out_dir / LAUNCHER_LOG
     watching = watch(out_dir, since, config) if watch else FirstFailure()
     code = run_on_hosts(cluster, command, on.emulation, on.cpu.procs, watching, log)
-    if getattr(watching, "stopped", None):  # a benchmark without its own verdict: say who stopped it
-        stopped = watching.stopped
+    stopped = getattr(watching, "stopped", None)
+    if stopped:  # a benchmark without its own verdict: say who stopped it
         if (out_dir / "meta.json").exists():
             update_meta(out_dir, stopped=stopped)
         _say(f"{step} stopped: {stopped['host']}: {stopped['how']}; the rows completed before are kept "
@@ -195,8 +189,7 @@ def _faults(plan: Plan) -> str:
 
 def hold_slurm(nodes: int, rate_bps: float | None, latency_s: float, inter_ratio: float,
                host_rates: dict[int, float], cpus: int) -> int:
-    """`emulate --slurm`: the emulated cluster as a Slurm cluster, held until Ctrl-C/SIGTERM;
-    what another shell needs is printed and written to <state>/env.sh."""
+    """`emulate --slurm`: a Slurm cluster held until Ctrl-C/SIGTERM; its exports also in <state>/env.sh."""
     from allreduce_bench.emulate.slurm import slurm_cluster
 
     if rate_bps is None:  # auto: measured on a bare cluster first, as `emulate` does

@@ -1,13 +1,5 @@
-"""The emulated cluster as a Slurm cluster, and the daemons of a private Slurm.
-
-`SlurmDaemons` starts munged, slurmctld and slurmd(s) with everything in one directory and ports
-the OS picks, so nothing of the machine's own Slurm is touched (tests/support/launcher_services.py's
-`LocalSlurm` is it with one node). `EmulatedSlurm` runs one slurmd per emulated host inside its
-namespaces, so jobs' tasks run there and cross its shaped link; doc/cluster.md ("How it is
-built") says how the root namespace, the hosts files and `rsh-agent` make srun, sbatch and mpirun
-work as on a cluster. After a SIGKILL the next `emulate` (or `--cleanup`) stops what is left
-(`stale_slurm`).
-"""
+"""A private Slurm (munged, slurmctld, slurmds in one directory, on ports the OS picks), and the emulated
+cluster as a Slurm cluster, one slurmd per host inside its namespace (doc/cluster.md, "How it is built")."""
 from __future__ import annotations
 
 import os
@@ -31,11 +23,12 @@ from allreduce_bench.emulate.cluster import (
     SUBNET,
     EmulatedCluster,
     check_can_emulate,
+    namespaces,
+    on_host,
     pid_alive,
     remove_namespaces,
     stale_namespaces,
 )
-from allreduce_bench.emulate.faults import cgroup_mounts
 
 CONTROL_ADDRESS = f"{SUBNET}.254"  # the root namespace's end of the uplink into the switch
 STATE_PREFIX = "arb-slurm-"
@@ -50,8 +43,7 @@ def _binary(name: str) -> str:
 
 def slurm_missing() -> str:
     """Why a private Slurm cannot start here, or '' when it can."""
-    missing = [name for name in BINARIES
-               if not shutil.which(name) and not Path("/usr/sbin", name).exists()]
+    missing = [name for name in BINARIES if not Path(_binary(name)).exists()]
     if missing:
         return (f"Slurm binaries missing: {', '.join(missing)} (apt-get install slurm-wlm munge)")
     if os.geteuid() != 0:
@@ -66,11 +58,8 @@ def free_port() -> int:
 
 
 class SlurmDaemons:
-    """munged + slurmctld + one slurmd per node of `nodes` ({name: address}), in `root`.
-
-    `cpus` CPUs are declared per node (SlurmdParameters=config_overrides lets slurmd accept more
-    than the host has, so several tasks fit on 2 cores). `env` is what srun/sbatch need to find
-    this cluster. Subclasses say where each slurmd runs (`slurmd_prefix`)."""
+    """munged + slurmctld + one slurmd per node of `nodes` ({name: address}) declaring `cpus` CPUs
+    (config_overrides: more than the host has), in `root`; `env` finds it for srun/sbatch."""
 
     control_host = "127.0.0.1"
     slurmd_timeout_s = 300  # Slurm's default: a silent slurmd is marked down after this
@@ -78,10 +67,8 @@ class SlurmDaemons:
     def __init__(self, root: Path, nodes: dict[str, str], cpus: int = 8):
         self.root, self.nodes, self.cpus = Path(root), dict(nodes), cpus
         self.conf = self.root / "slurm.conf"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        for name in list(self.env):
-            if name.startswith("SLURM_") and name != "SLURM_CONF":
-                del self.env[name]  # we may ourselves run inside a Slurm job
+        # we may ourselves run inside a Slurm job
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
 
     @property
     def pid_files(self) -> list[Path]:
@@ -180,7 +167,7 @@ class SlurmDaemons:
         self._run([*self.slurmd_prefix(node), _binary("slurmd"), "-f", str(self.conf), "-N", node])
 
     def stop_slurmd(self, node: str) -> None:
-        """Stop one node's slurmd (a host whose daemon died); its jobs' tasks stay."""
+        """Stop one node's slurmd; its jobs' tasks stay."""
         stop_pids([self.slurmd_pid_file(node)])
 
     def stop(self) -> None:
@@ -206,7 +193,7 @@ def stop_pids(pid_files: list[Path], grace_s: float = 5) -> None:
 
 
 class EmulatedSlurm(SlurmDaemons):
-    """An emulated cluster (already built, with a switch) as a Slurm cluster: see the module."""
+    """An emulated cluster (already built, with a switch) as a Slurm cluster."""
 
     control_host = CONTROL_ADDRESS
 
@@ -251,6 +238,7 @@ class EmulatedSlurm(SlurmDaemons):
                              "emulate --cleanup` if its driver is gone) and start again")
         self.root.mkdir(parents=True, exist_ok=True)
         sw = self.cluster.switch
+        assert sw is not None  # checked in __init__
         _ip("link", "add", self.uplink, "type", "veth", "peer", "name", "uplink", "netns", sw)
         _ip("-n", sw, "link", "set", "uplink", "master", "br0", "up")
         _ip("addr", "add", f"{CONTROL_ADDRESS}/24", "dev", self.uplink)
@@ -275,12 +263,10 @@ class EmulatedSlurm(SlurmDaemons):
 
     def set_rate(self, node: str, rate_bps: float) -> None:
         """Change one host's uplink rate while the cluster runs (a host slowed on purpose)."""
-        i = self.names.index(node)
-        self.cluster.set_host_rate(i, rate_bps)
+        self.cluster.set_host_rate(self.names.index(node), rate_bps)
 
     def mpi_env(self) -> dict:
-        """What ranks started by mpirun/mpiexec through the agent need besides their launcher's
-        variables: the first host as MASTER_ADDR, and MPI's own traffic on the emulated subnet."""
+        """What ranks started through the agent need besides their launcher's variables."""
         return {"MASTER_ADDR": self.names[0], "UCX_TLS": "tcp,self"}
 
     def openmpi_options(self) -> list[str]:
@@ -292,9 +278,7 @@ class EmulatedSlurm(SlurmDaemons):
         return ["-launcher", "rsh", "-launcher-exec", str(self.agent), "-iface", self.uplink]
 
     def exports(self) -> str:
-        """Lines a user sources to use this cluster from another shell: with them, that shell
-        runs the Python (and its allreduce-bench) that runs this emulation, activated or not,
-        and srun/sbatch/mpirun pass it on to the tasks."""
+        """Lines another shell sources to use this cluster, with this emulation's Python and allreduce-bench."""
         package_root = Path(__file__).resolve().parents[2]  # the directory holding allreduce_bench
         return "\n".join([
             f"export SLURM_CONF={self.conf}",
@@ -310,19 +294,8 @@ class EmulatedSlurm(SlurmDaemons):
             ""])
 
 
-def on_host(namespace: str, hostname: str) -> list[str]:
-    """The prefix that runs a command on an emulated host: its namespace, its hostname, and
-    the machine's cgroups seen at /sys/fs/cgroup (`ip netns exec` mounts a sysfs without
-    them, and slurmd will not start where it finds none)."""
-    mounts = cgroup_mounts()
-    visible = f"{{ {mounts}; }} 2>/dev/null; " if mounts else ""
-    return ["ip", "netns", "exec", namespace, "unshare", "--uts", "sh", "-c",
-            f'{visible}hostname {hostname} && exec "$@"', "sh"]
-
-
 def agent_script(hosts: dict[str, str]) -> str:
-    """An rsh/ssh stand-in: `agent [ssh options] HOST COMMAND...` runs COMMAND with sh on HOST,
-    as ssh would (the words joined into one command line)."""
+    """An rsh/ssh stand-in: `agent [ssh options] HOST COMMAND...` runs COMMAND with sh on HOST, as ssh would."""
     cases = "".join(f"  {name}) ns={ns} ;;\n" for name, ns in hosts.items())
     return ("#!/bin/sh\n"
             "# allreduce-bench emulate --slurm: run a command on an emulated host (mpirun's\n"
@@ -344,8 +317,7 @@ def _ip(*args: str) -> None:
 
 
 def stale_slurm() -> int:
-    """Stop the daemons of emulated Slurm clusters whose driver is gone; remove their state and
-    the hosts files of namespaces that no longer exist. Returns how many were cleaned."""
+    """Stop and remove the emulated Slurm clusters whose driver is gone (how many), and stale hosts files."""
     cleaned = 0
     for root in Path(tempfile.gettempdir()).glob(f"{STATE_PREFIX}*"):
         match = STATE_NAME.match(root.name)
@@ -354,8 +326,7 @@ def stale_slurm() -> int:
             shutil.rmtree(root, ignore_errors=True)
             cleaned += 1
     if NETNS_ETC.is_dir():
-        live = set(subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                  text=True).stdout.split())
+        live = set(namespaces())
         for folder in NETNS_ETC.glob("arb-*"):
             match = NAME.match(folder.name)  # a live driver may write them before `ip netns list` lists it
             if folder.name not in live and not (match and pid_alive(int(match.group(1)))):
@@ -367,8 +338,7 @@ def stale_slurm() -> int:
 def slurm_cluster(nodes: int, rate_bps: float, latency_s: float = 0.0,
                   host_rates: dict[int, float] | None = None, cpus: int = 8,
                   slurmd_timeout_s: int = 300) -> Iterator[EmulatedSlurm]:
-    """An emulated cluster of `nodes` hosts, links shaped, as a running Slurm cluster; all of it
-    removed on leaving, also on errors (tests, scripts/perf_launchers.py, `emulate --slurm`)."""
+    """An emulated cluster of `nodes` hosts, links shaped, as a running Slurm cluster; removed on leaving."""
     check_can_emulate()
     reason = slurm_missing()
     if reason:

@@ -1,5 +1,4 @@
-"""`allreduce-bench k8s {jobset,mpijob,trainjob}`: options into `manifests.Options`, the
-manifest out as YAML (the building is in k8s/manifests.py)."""
+"""`allreduce-bench k8s {jobset,mpijob,trainjob}`: options into `manifests.Options`, the manifest as YAML."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -66,7 +65,7 @@ def k8s_command(kind, command, out, **given):
     jobset and trainjob start the ranks with torchrun, mpijob with mpirun (sshd in the workers).
     Every rank's Kubernetes node is in meta.json (kubernetes_nodes). doc/cluster.md#kubernetes.
     """
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no types (types-PyYAML is not a dependency)
 
     from allreduce_bench.k8s.manifests import manifest
 

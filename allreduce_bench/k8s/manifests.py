@@ -1,6 +1,5 @@
-"""JobSet, MPIJob and TrainJob manifests as plain dicts, built from one frozen set of options: the
-pod parts (GPUs, /dev/shm, volumes, scheduling, environment) are shared, each kind adds only how
-its controller starts the ranks. The controllers' facts are cited in doc/cluster.md#kubernetes."""
+"""JobSet, MPIJob and TrainJob manifests as plain dicts from one frozen set of options: shared pod parts,
+each kind adding how its controller starts the ranks (doc/cluster.md#kubernetes)."""
 from __future__ import annotations
 
 import re
@@ -52,8 +51,7 @@ def _user_env(o: Options) -> list[dict]:
 
 
 def _ranks_container(o: Options) -> dict:
-    """What every container running ranks has besides its name and command (TrainJob's patch
-    takes the mounts and security context, its trainer the limits)."""
+    """What every container running ranks has besides its name and command."""
     limits = {"nvidia.com/gpu": o.gpus_per_node} if o.gpus_per_node else {}
     if o.rdma:
         limits[o.rdma[0]] = o.rdma[1]
@@ -153,8 +151,7 @@ class Kind:
 
 
 def _pod_name(o: Options) -> str:
-    """JobSet checks its pods' names with the 5 characters Kubernetes appends; a TrainJob is run
-    as a JobSet of its name."""
+    """The last pod's name with the 5 characters Kubernetes appends, as JobSet checks it (TrainJob's too)."""
     return f"{o.name}-{NODE_JOB}-0-{o.nodes - 1}-abcde"
 
 
@@ -178,7 +175,7 @@ def check(kind: Kind, o: Options) -> None:
         (not o.image or any(c.isspace() for c in o.image), f"--image {o.image!r}: an image reference has no spaces"),
         (o.results != EMPTY_DIR and not DNS_1123.fullmatch(o.results), f"--results {o.results!r}: give "
          f"{EMPTY_DIR} or a PersistentVolumeClaim's name"),
-        (bool(o.rdma) and o.rdma[1] < 1, "--rdma: give RESOURCE=COUNT with a count of 1 or more, e.g. rdma/ib=8"),
+        (o.rdma is not None and o.rdma[1] < 1, "--rdma: give RESOURCE=COUNT with a count of 1 or more, e.g. rdma/ib=8"),
     ]
     problems += [(not ENV_NAME.fullmatch(k), f"--env {k}=...: not a variable name") for k, _ in o.env]
     problems += [(e is not None and e not in EFFECTS, f"--toleration {k}: effect {e!r} is none of "

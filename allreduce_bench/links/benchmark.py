@@ -1,13 +1,5 @@
-"""`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand), measured side by side.
-
-On a world of >= 2 nodes, per size: the backend's AllReduce inside every node's group at once
-(`link = intra`), among the ranks of one local rank across nodes at once (`inter`, nccl-tests'
-NCCL_TESTS_SPLIT DIV and MOD), and a one-way send from rank 0 to rank 1 and to rank L
-(`operation = p2p`), the other ranks idle. A row's `world_size` is its group's (busbw is the
-group's, as nccl-tests reports a split communicator), `nodes` and `ranks_per_node` the whole
-world's; an AllReduce row's time is the slowest group's (doc/cluster.md, "Intra- vs inter-node
-links").
-"""
+"""`allreduce-bench links`: the two kinds of link (NVLink vs InfiniBand) measured side by side, AllReduce
+within every node and across nodes, and p2p sends (doc/cluster.md, "Intra- vs inter-node links")."""
 from __future__ import annotations
 
 import torch
@@ -31,11 +23,8 @@ from allreduce_bench.core.sweep.rows import Point, make_row
 def p2p_measure(count: int, dtype: torch.dtype, src: int, dst: int,
                 pair: dist.ProcessGroup | None, device: Device,
                 sampling: Sampling) -> tuple[timing.Measured, int]:
-    """(samples of both sides, #wrong) of sending `count` elements from global rank src to dst.
-
-    Only src and dst call it. Each sample starts at an alignment of the pair, so the receive is
-    posted when the clock starts; a sample ends when the receiver has the last tensor. The
-    receiver starts with other values and must end with the sender's."""
+    """(samples of both sides, #wrong) of sending `count` elements from global rank src to dst, which alone
+    call it; the receiver starts with other values and must end with the sender's."""
     me = dist.get_rank()
     tensor = torch.empty(count, dtype=dtype, device=device.torch_device)
     patterns.fill(tensor, 0 if me == src else 1, 2)
@@ -58,19 +47,13 @@ def _view(group: CommGroup, device: Device) -> World:
     return World(group, group, group, group.size, device)
 
 
-def _wrong_once_per_group(wrong: int, lead: bool, device: Device) -> int:
-    """#wrong of all concurrently measured groups, each group's counted once (by its lead)."""
-    return timing.total(wrong if lead else 0, None, device)
-
-
 def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None = None) -> int:
     """Every size: intra and inter AllReduce (all groups at once), then p2p intra and inter."""
     device, L = world.device, world.ranks_per_node
     me = dist.get_rank()
     pairs = {"intra": (0, 1), "inter": (0, L)} if L >= 2 else {"inter": (0, L)}
-    # every rank in every new_group call, each pair its own group, touched by its members at
-    # once: torch 2.3/2.4 split a member's communicator at its first collective, a non-member's
-    # at creation (algorithms/nccl.py), so the members join that split before anyone goes on
+    # every rank in every new_group call, each pair touched by its members at once: torch 2.3/2.4 split a
+    # member's communicator at its first collective, a non-member's at creation (algorithms/nccl.py)
     timeout = group_timeout(device, config.launch.timeout_s)
     pair_groups = {}
     for link, ranks in pairs.items():
@@ -86,7 +69,7 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
             view = _view(group, device)
             device.barrier(None)  # all groups start together
             measured, wrong, counted, size_bytes = group_measure(config, view, size)
-            wrong = _wrong_once_per_group(wrong, group.rank == 0, device)
+            wrong = timing.total(wrong if group.rank == 0 else 0, None, device)  # each group's once, by its lead
             wrong_total += wrong
             collective = config.collectives[0][0] if config.collectives else "all_reduce"
             operation = "allreduce" if collective == "all_reduce" else collective
@@ -110,9 +93,8 @@ def links_sweep(config: RunConfig, world: World, on_row, hosts: list[str] | None
 
 
 def group_measure(config: RunConfig, view: World, size: int) -> tuple[timing.Measured, int, int, int]:
-    """(samples, #wrong, count, size_bytes) of the backend's AllReduce, or of --collective's
-    call, in one group. Every group samples at once, with loops and samples agreed over the
-    whole world, so the row is the slowest group's (times gathered over every rank)."""
+    """(samples, #wrong, count, size_bytes) of the backend's AllReduce (or --collective) in one group, every
+    group at once with loops and samples agreed over the world, so the row is the slowest group's."""
     name_of = config.collectives[0][0] if config.collectives else "all_reduce"
     count, size_bytes = metrics.collective_counts(name_of, size, config.itemsize, view.size)
     if count == 0:  # too small to split: one element per rank (every group must measure)
@@ -135,8 +117,7 @@ def links_line(row: dict) -> str:
     return f"  {row['link']:>5} {row['operation']:>14}{format_row(row)}"  # reduce_scatter the widest
 
 
-# the core's HEADER (its lines start with '#') with the link and op columns in front, each
-# column over its numbers
+# the core's HEADER with the link and op columns in front, each over its numbers
 LINKS_HEADER = "\n".join(f"#{first:>6} {second:>14} {line[1:]}" for (first, second), line in
                          zip((("link", "op"), ("", "")), HEADER.splitlines()))
 

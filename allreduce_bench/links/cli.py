@@ -83,8 +83,7 @@ def _links_rows(frame):
 
 
 def finish_links(run: Run) -> int:
-    """The intra/inter summary and plots/links.png once the ranks have ended (not the whole
-    report: an emulated run's allreduce report in the same directory stays)."""
+    """The intra/inter summary and plots/links.png once the ranks have ended."""
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.core.measure.meta import close_machine_facts

@@ -1,5 +1,4 @@
-"""`links`' configuration: the options of `run` less --algos (emulate builds it from the same
-options as the command)."""
+"""`links`' configuration: the options of `run` less --algos."""
 from __future__ import annotations
 
 from allreduce_bench.core.config import RunConfig, RunOptions
@@ -12,8 +11,7 @@ from allreduce_bench.core.hooks import Hooks, Runnable
 
 
 def links_config(params: dict, started: Started, host: Host, hooks: Hooks) -> RunConfig:
-    """`links`: the options of `run` less --algos; it measures the backend's AllReduce, or the
-    backend's call of --collective (exactly one)."""
+    """The options of `run` less --algos: the backend's AllReduce, or its call of --collective (one)."""
     collective = params.get("collective", "all_reduce")
     if "," in collective or collective == "all":
         raise UsageError(f"--collective {collective!r}: links measures one collective; name one")

@@ -13,13 +13,11 @@ LINKS = ("intra", "inter")
 
 
 def links_summary(frame, meta: dict) -> str:
-    """busbw intra vs inter per operation at the largest size (what the links figure shows), and
-    why rows are unstable in `run`'s words (core/analysis/advice.py)."""
+    """busbw intra vs inter per operation and size, and why rows are unstable in `run`'s words."""
     from allreduce_bench.core.analysis.advice import unstable_line
 
     frame = frame[frame["benchmark"] == "links"]
-    # advice counts `run`'s rows, each of its world size: here every rank of the world runs
-    # while one group measures
+    # advice counts `run`'s rows, each of its world size: here every rank runs while one group measures
     unstable = unstable_line(frame.assign(benchmark="allreduce", world_size=frame["nodes"] * frame["ranks_per_node"]),
                              meta)
     lines = ["busbw (GB/s) intra vs inter:"]
@@ -39,8 +37,7 @@ def has_links(frame: pd.DataFrame) -> bool:
 
 
 def link_ratio(frame: pd.DataFrame) -> pd.DataFrame:
-    """busbw(intra) / busbw(inter) at the largest size both links measured, per (run,
-    algorithm, world_size): how much faster the intra-node link is."""
+    """busbw(intra) / busbw(inter) at the largest size both links measured, per (run, algorithm, world_size)."""
     rows = []
     if has_links(frame):
         frame = label_runs(frame)
