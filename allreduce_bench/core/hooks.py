@@ -105,7 +105,7 @@ class Spec:
         """On every rank after each measurement's row, between two measurements."""
 
     @hookspec(firstresult=True)
-    def before_clock(self, rank: int) -> Callable[[], None] | None:
+    def before_sample(self, rank: int) -> Callable[[], None] | None:
         """What a rank runs before each sample's clock starts (after the alignment)."""
 
 

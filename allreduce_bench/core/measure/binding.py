@@ -147,40 +147,6 @@ def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_w
     return node, tuple(usable[node])
 
 
-def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, gpu: bool,
-         gpu_node: int | None = None, launcher: str | None = None, realtime: bool = True) -> Plan:
-    """The binding of one rank (see the module doc). `allowed`: the CPUs it may use now;
-    `launcher`: how a launcher bound it, if one did (launcher_binding); `realtime`: its threads
-    are SCHED_FIFO (measure/scheduling.py)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown binding mode {mode!r}")
-    if mode == "none":
-        return Plan("none", None, "--bind none")
-    if mode == "auto" and launcher:
-        return Plan("launcher", None, f"kept the binding of {launcher}")
-    if mode == "auto" and gpu and gpu_node is None:
-        return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
-    if mode == "numa" or (mode == "auto" and gpu):
-        node, cpus = numa_block(allowed, nodes, local_rank, local_world_size, gpu_node)
-        if cpus:
-            where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
-            return Plan("numa", cpus, f"the CPUs of the {where}")
-        return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
-    if mode == "auto" and len(allowed) < local_world_size:
-        return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
-                    "binding would only stack them")
-    if mode == "auto" and not realtime and len(allowed) < 2 * local_world_size:
-        # measured on a 2-core VM, quiet and busy: a rank pinned to one CPU waits for it while
-        # its own gloo threads or other work hold it (1M median 0.9 -> 3 ms); with SCHED_FIFO
-        # it does not (doc/noise.md)
-        return Plan("none", None, "one CPU per rank without SCHED_FIFO: a pinned rank waits for "
-                    "its CPU (--sched fifo, or --bind core)")
-    cpus = core_block(allowed, local_rank, local_world_size)
-    shared = len(allowed) < local_world_size
-    return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
-                + (" (shared: fewer CPUs than ranks)" if shared else ""))
-
-
 # --- applying it and what meta.json keeps ------------------------------------------------------
 
 def set_affinity(cpus) -> None:
@@ -241,35 +207,63 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class Binder:
-    """What one rank's binding depends on, read once before it joins: the mode, the CPUs it
-    may use, the NUMA map, a launcher's binding and its GPU's node. `bind` places it as one of
-    `local_world_size` ranks on this host; a run whose sub-worlds measure one after the other
-    (world sizes 2 then 4 in one world) places the measuring ranks again for each."""
+    """What one rank's binding depends on, read once before it joins. A run whose sub-worlds
+    measure one after the other places the measuring ranks again for each."""
 
     mode: str
-    allowed: tuple[int, ...]
+    allowed: tuple[int, ...]  # the CPUs it may use now
     nodes: dict
-    launcher: str | None
-    gpu: bool
-    gpu_node: int | None
+    launcher: str | None = None  # how a launcher bound it, if one did (launcher_binding)
+    gpu: bool = False
+    gpu_node: int | None = None
     sched: dict | None = None  # scheduling.Sched.as_dict() of this rank; None: as started
 
     @classmethod
     def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None,
              sched: dict | None = None) -> Binder:
         """`started_here`: the rank is one of a local run's (its affinity is the driver's,
-        never a launcher's binding); `sched`: the policy its threads got."""
+        never a launcher's binding)."""
         current = tuple(sorted(os.sched_getaffinity(0)))
         launcher = None if started_here else launcher_binding(
             variables("SLURM_CPU_BIND", "OMPI_MCA_hwloc"), current, cgroup_cpus())
         return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
                    gpu_node_of(gpu_index) if mode in ("auto", "numa") else None, sched)
 
+    def plan(self, local_rank: int, local_world_size: int) -> Plan:
+        """The binding of one of `local_world_size` ranks on this host (see the module doc)."""
+        mode, allowed, gpu, gpu_node = self.mode, self.allowed, self.gpu, self.gpu_node
+        realtime = self.sched is not None and self.sched["policy"] == "fifo"  # SCHED_FIFO threads
+        if mode not in MODES:
+            raise ValueError(f"unknown binding mode {mode!r}")
+        if mode == "none":
+            return Plan("none", None, "--bind none")
+        if mode == "auto" and self.launcher:
+            return Plan("launcher", None, f"kept the binding of {self.launcher}")
+        if mode == "auto" and gpu and gpu_node is None:
+            return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
+        if mode == "numa" or (mode == "auto" and gpu):
+            node, cpus = numa_block(allowed, self.nodes, local_rank, local_world_size, gpu_node)
+            if cpus:
+                where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
+                return Plan("numa", cpus, f"the CPUs of the {where}")
+            return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
+        if mode == "auto" and len(allowed) < local_world_size:
+            return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
+                        "binding would only stack them")
+        if mode == "auto" and not realtime and len(allowed) < 2 * local_world_size:
+            # a rank pinned to one CPU waits for it while its own gloo threads or other work
+            # hold it (measured on a 2-core VM: 1M median 0.9 -> 3 ms); doc/noise.md
+            return Plan("none", None, "one CPU per rank without SCHED_FIFO: a pinned rank waits for "
+                        "its CPU (--sched fifo, or --bind core)")
+        cpus = core_block(allowed, local_rank, local_world_size)
+        shared = len(allowed) < local_world_size
+        return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
+                    + (" (shared: fewer CPUs than ranks)" if shared else ""))
+
     def bind(self, local_rank: int, local_world_size: int) -> Placement:
+        """Place this process as one of `local_world_size` ranks on this host."""
         sched = self.sched or {"policy": "other", "why": "as started"}
-        chosen = plan(self.mode, local_rank, local_world_size, self.allowed, self.nodes,
-                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher,
-                      realtime=sched["policy"] == "fifo")
+        chosen = self.plan(local_rank, local_world_size)
         try:
             set_affinity(chosen.cpus if chosen.cpus is not None else self.allowed)
         except OSError as error:

@@ -47,8 +47,8 @@ class Device:
 
     kind = "cpu"
     stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
-    # run after each sample's alignment, before its clock starts (the hooks' `before_clock`)
-    before_clock: Callable[[], None] | None = None
+    # run after each sample's alignment, before its clock starts (the hooks' `before_sample`)
+    before_sample: Callable[[], None] | None = None
     launch_s_per_call = 20e-6  # the host's time to queue one call, until measured (a c10d launch)
 
     def __init__(self) -> None:

@@ -86,7 +86,7 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
     if under_elastic_agent():  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(launch.device, env.local_rank, env.local_world_size, launch.timeout_s)
-    device.before_clock = run.hooks.call.before_clock(rank=env.rank)
+    device.before_sample = run.hooks.call.before_sample(rank=env.rank)
     # before the binding (which depends on it) and before gloo starts the threads that inherit it
     sched = scheduling.apply(launch.sched, device.kind)
     # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here

@@ -123,17 +123,17 @@ def total(count: int | torch.Tensor, group, device: Device) -> int:
 
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
-                 host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
+                 host_launch: bool = False, before_sample: Callable[[], None] | None = None) -> list[float]:
     """This rank's time per call (us) in each of `count` samples of `loops` calls, each
     sample started after an alignment over `group` (then a device-side spin, unless
-    `host_launch`) and `before_clock` (a hook that makes a rank late on purpose)."""
+    `host_launch`) and `before_sample` (a hook that makes a rank late on purpose)."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
 
     def align() -> None:
         device.align(group, spin)
-        if before_clock is not None:
-            before_clock()
+        if before_sample is not None:
+            before_sample()
 
     for i in range(count):
         take_sample(call, device, timer, i, loops, align)
@@ -220,7 +220,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         count = sampling.samples or plan_samples(max(took, wall[0]), sampling.budget_s,
                                                  sampling.min_samples, sampling.max_samples)
         return take_samples(call, device, aligned, loops, count, sampling.host_launch,
-                            device.before_clock), count
+                            device.before_sample), count
 
     mine, count = take(loops, took)
     again = None
