@@ -1,11 +1,6 @@
-"""Where each rank runs: `--bind auto|none|core|numa`, applied on the rank before it joins.
-
-An unbound rank migrates between cores and shares them with its peers (on a small CPU host a
-gloo AllReduce of 64K takes 2-4x longer and varies far more); on a GPU node a rank far from its
-GPU's NUMA node pays on every launch and copy. doc/methodology.md ("Binding") says what each
-mode gives. The planning is pure (CPU lists, NUMA maps and the launcher's variables in, a plan
-out); `bind_rank` reads this host and applies the plan to every thread of the process.
-"""
+"""Where each rank runs: `--bind auto|none|core|numa`, applied before it joins: an unbound rank
+migrates and shares cores with its peers, and a rank far from its GPU's NUMA node pays on every
+launch (doc/methodology.md, "Binding"). The planning is pure; `bind_rank` applies it."""
 from __future__ import annotations
 
 import os
@@ -72,8 +67,8 @@ def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
 
 
 def cgroup_cpus() -> list[int]:
-    """The CPUs the cgroup allows (else every online CPU): a rank bound more narrowly was bound
-    by its launcher."""
+    """The CPUs the cgroup allows (else every online CPU): a rank bound more narrowly was bound by
+    its launcher."""
     text = cgroups.cpuset() or _read(ONLINE_CPUS)
     return parse_cpulist(text) if text else list(range(os.cpu_count() or 1))
 
@@ -94,9 +89,8 @@ def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
 # --- what a launcher did ---------------------------------------------------------------------
 
 def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str | None:
-    """How a launcher bound this rank, or None. Its variables (`launched_with`) say it for srun and mpirun; an
-    affinity narrower than the cgroup allows says it for any other (torchrun --numa-binding
-    wraps the rank in numactl, taskset, mpirun's default binding)."""
+    """How a launcher bound this rank, or None: srun's and mpirun's variables say it, an affinity
+    narrower than the cgroup's says it for any other."""
     srun = launched_with.get("SLURM_CPU_BIND_TYPE", "")
     if srun and not srun.startswith("none") and set(current) != set(allowed):
         return f"srun --cpu-bind={srun.rstrip(':')}"
@@ -112,8 +106,8 @@ def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str 
 
 @dataclass(frozen=True)
 class Plan:
-    """What binding a rank gets: `how` is core | numa | launcher | none; `cpus` its affinity
-    (None: leave it); `why` one line for meta.json and the report."""
+    """What binding a rank gets: `how` core | numa | launcher | none; `cpus` its affinity (None:
+    leave it); `why` one line for meta.json and the report."""
 
     how: str
     cpus: tuple[int, ...] | None
@@ -121,9 +115,8 @@ class Plan:
 
 
 def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ...]:
-    """This local rank's block of the allowed CPUs: len // ranks each, in order (the last
-    blocks one larger when it does not divide); one shared CPU round-robin when there are
-    fewer CPUs than ranks."""
+    """This local rank's block of the allowed CPUs, in order; one shared CPU round-robin when there
+    are fewer CPUs than ranks."""
     allowed = sorted(allowed)
     if len(allowed) < local_world_size:
         return (allowed[local_rank % len(allowed)],)
@@ -134,8 +127,8 @@ def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ..
 
 def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_world_size: int,
                gpu_node: int | None) -> tuple[int | None, tuple[int, ...]]:
-    """(node, its allowed CPUs): the GPU's node, or on CPU the nodes dealt out over the local
-    ranks in order; (None, ()) where no node with allowed CPUs is known."""
+    """(node, its allowed CPUs): the GPU's node, or on CPU the nodes dealt out over the local ranks;
+    (None, ()) where none is known."""
     usable = {n: [c for c in cpus if c in set(allowed)] for n, cpus in nodes.items()}
     usable = {n: cpus for n, cpus in usable.items() if cpus}
     if gpu_node is not None:
@@ -150,8 +143,7 @@ def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_w
 # --- applying it and what meta.json keeps ------------------------------------------------------
 
 def set_affinity(cpus) -> None:
-    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves the calling thread
-    only; threads started later inherit it)."""
+    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves only the caller)."""
     for task in Path("/proc/self/task").iterdir():
         try:
             os.sched_setaffinity(int(task.name), cpus)
@@ -177,8 +169,8 @@ class Placement:
 
 
 def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
-    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None
-    where it names devices by UUID)."""
+    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None where
+    it names devices by UUID)."""
     if not visible:
         return gpu_index
     names = [name.strip() for name in visible.split(",")]
@@ -188,8 +180,8 @@ def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
 
 
 def gpu_node_of(gpu_index: int | None) -> int | None:
-    """The NUMA node of CUDA device `gpu_index` (torch's index): sysfs by the device's PCI
-    address (recent torch reports it), else NVML's or nvidia-smi's (core/host/gpus.py)."""
+    """The NUMA node of torch's CUDA device `gpu_index`: sysfs by its PCI address, else NVML's or
+    nvidia-smi's."""
     if gpu_index is None:
         return None
     import torch
@@ -281,14 +273,14 @@ def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here
 
 
 def local_members(world_size: int, rank: int, hosts: list[str], one_machine: bool) -> list[int]:
-    """The ranks of the sub-world of the first `world_size` ranks that run on this rank's host
-    (all of them where every host is this machine: an emulated cluster)."""
+    """The ranks of the sub-world of the first `world_size` ranks on this rank's host (all of them
+    on an emulated cluster)."""
     return [r for r in range(world_size) if one_machine or hosts[r] == hosts[rank]]
 
 
 def summary(placements: list[dict], hosts: list[str]) -> str:
-    """One line for meta.json and the report: how the ranks were placed, which ran unbound and
-    which shared CPUs with another rank of their host."""
+    """One line for meta.json and the report: how the ranks were placed, which ran unbound and which
+    shared CPUs."""
     unbound = [rank for rank, p in enumerate(placements) if p["how"] == "none"]
     shared = []
     for rank, p in enumerate(placements):

@@ -1,15 +1,6 @@
-"""One measurement of any collective, AllReduce's included: buffers laid out as nccl-tests lays
-them out, the timed loop of measure/timing.py, then the check of the very call that was timed.
-
-`count` is one rank's part for AllGather, ReduceScatter and AllToAll and the whole buffer for
-the others (metrics.collective_counts). In place is nccl-tests' layout: AllGather's input is
-rank r's part of the output, ReduceScatter's output is rank r's part of the input; AllReduce,
-Broadcast and Reduce are always in place (torch's calls are); AllToAll and SendRecv only out of
-place. Timed buffers hold zeros: sums stay zero over any number of back-to-back calls, so values
-never grow or overflow and nothing has to be restored inside or between samples. Afterwards the
-input is filled with a pattern of known exact result (measure/patterns.py) and the call runs
-once more; every element is compared and mismatches summed over ranks are `wrong`.
-"""
+"""One measurement of any collective: buffers laid out as nccl-tests lays them out, the timed loop,
+then the check of the very call that was timed (doc/methodology.md, "Checking every result"). Timed
+buffers hold zeros, so sums never grow over back-to-back calls."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,10 +38,8 @@ def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
 
 def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
                 world: World) -> int:
-    """Fill the output with junk, then the input pattern (in place, over its part of the output),
-    run the call once and count this rank's wrong elements. It runs the very call that was
-    timed (no second plan: naive's root would hold twice (N-1) x S of buffers), so reusing a
-    plan is checked too."""
+    """Fill the output with junk, then the input pattern, run the timed call once more and count
+    this rank's wrong elements (reusing the plan is checked too)."""
     n, r = world.size, world.rank
     device, dtype = send.device, send.dtype
     patterns.junk(recv)
@@ -64,7 +53,7 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
 @dataclass(frozen=True)
 class Payload:
     """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or
-    not (AllReduce, Broadcast and Reduce always are)."""
+    not."""
 
     count: int
     dtype: torch.dtype
@@ -73,8 +62,8 @@ class Payload:
 
 def measure(algorithm: Algorithm, world: World, payload: Payload, sampling: timing.Sampling,
             check: bool = True, together: timing.Together = timing.ALONE) -> tuple[timing.Measured, int]:
-    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check` (a round before a row's last) nothing is checked and #wrong is 0."""
+    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size; without
+    `check` (a round before a row's last) #wrong is 0."""
     collective, count = algorithm.collective, payload.count
     send, recv = buffers(collective, count, world, payload.dtype, payload.in_place)
     # AllReduce's algorithms build on one buffer (in place), the others' on send and receive

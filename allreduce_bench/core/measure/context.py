@@ -18,17 +18,11 @@ class Measuring(Protocol):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares, each a module-level function of its own config (spawned ranks
-    receive the declaration by reference).
-
-    On every rank `measure(session) -> #wrong`, rows through `session.record`; `meta(config)`:
-    the meta.json a new run starts with. On the writer (the local driver, or rank 0 under a
-    launcher): `prepare(config)` before any rank starts, `world_sizes(config)` the local worlds
-    still to start (None: every world size). `resumable`: a stopped run says how to continue it.
-    `joins_present`: its world is made of the ranks that arrive in --timeout, not of all
-    launched. `salvage(run, {rank: exit code}, since) -> exit code`: the local driver's verdict
-    from what survived a rank's death, instead of its one line. `rows(config)`: the rows a run
-    records, where known ahead (its progress bar counts them)."""
+    """What a benchmark declares, each a module-level function of its config (spawned ranks receive
+    it by reference). Every rank: `measure(session) -> #wrong`; `meta(config)`: the new run's
+    meta.json. The writer: `prepare`, `world_sizes` (still to start; None: all), `salvage` (the
+    local driver's verdict after a rank's death), `rows` (for the progress bar). `joins_present`: a
+    world of the ranks that arrive in --timeout."""
 
     name: str
     meta: Callable[[Any], dict]
@@ -43,8 +37,8 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class LocalRun:
-    """What a local world's driver hands each rank it starts: the folder where ranks leave
-    their reasons and marks, and its own pid (the rank dies with it)."""
+    """What a local world's driver hands each rank: its reasons folder and its pid (the rank dies
+    with it)."""
 
     reasons: str
     driver_pid: int
@@ -52,9 +46,8 @@ class LocalRun:
 
 @dataclass(frozen=True)
 class Run:
-    """One run: its command's config, what its ranks measure, and the features' hooks. `kept`:
-    what a benchmark's rank hands its command's finish in the same process (health's board,
-    held open for the confirmation at the end); each process has its own."""
+    """One run: its command's config, what its ranks measure, and the features' hooks. `kept`: what
+    a rank hands its command's finish in the same process."""
 
     config: Any  # the command's own config (a Measuring)
     benchmark: Benchmark

@@ -1,35 +1,6 @@
-"""The one timing loop of every benchmark: calibrated samples of back-to-back calls.
-
-A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
-every rank; its time per call is the interval / loops. Before each sample the ranks align
-(a barrier, outside the clock; on GPU also a short device-side spin, the same on every rank,
-so the host has queued the whole sample before its start event fires and the interval holds
-no launch overhead). Results of collectives reach the host through `device.read`, within
---timeout.
-
-The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
-starts its clock early and waits inside the first call for the last one, so the slowest rank's
-interval (the sample's time) holds that skew once per sample, however many calls follow. The
-skew of a sample is measured as the slowest minus the fastest rank's interval (the late rank's
-lag: the rank that started last measures the shortest interval).
-
-`loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
-`min_sample_s` AND the skew measured in the calibration samples is at most `max_skew_share` of
-it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only as many as this
-machine's skew needs. A sample is never stretched beyond `max_sample_s`, nor beyond the
-budget's share of one of `min_samples` samples, for the skew's sake (a rank descheduled for
-milliseconds would ask for seconds, and the run's length would follow): there the row's
-`skew_share` says how much of a sample was skew. Samples whose median falls short of
-`min_sample_s` (the calibration saw slow calls) are taken again with the loops that median asks.
-A sample's length is the longer of its interval and the host's time to queue its calls: on a
-GPU with nothing to do (one rank: NCCL launches nothing for an in-place sum) the interval is
-~0, and without the host's time the loops would run to `max_loops`. The number of samples then
-fits a time budget by each sample's wall time (alignment, spin and reads included): small
-sizes get many, large ones at least `min_samples`. Both can be fixed by hand.
-
-Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
-ranks, so every rank makes the same number of calls.
-"""
+"""The one timing loop of every benchmark: calibrated samples of back-to-back calls, every count
+decided from times MAX-reduced over the ranks so every rank makes the same calls
+(doc/methodology.md, "The sample loop")."""
 from __future__ import annotations
 
 import math
@@ -51,21 +22,11 @@ if TYPE_CHECKING:
 def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: float,
                     max_loops: int, max_skew_share: float | None = None,
                     max_sample_s: float = math.inf) -> tuple[int, float]:
-    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample
-    lasts >= min_sample_s and >= its skew / max_skew_share (up to max_sample_s).
-
-    `sample(loops)` times one sample: (the slowest rank's seconds, the skew it held: slowest
-    minus fastest rank's seconds), the same on every rank. From a first sample of one call,
-    jump to the estimate (with 20% headroom), then confirm; at most a few samples are spent,
-    and they double as warm-up. Each sample's own skew sets what the next must reach; the
-    estimate counts the skew once per sample and the calls at the fastest pace seen so far
-    (took - skew: the late rank's interval, which holds the calls and no waiting).
-
-    One call that reaches the minimum alone is not trusted: gloo has two states (a 256K
-    AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
-    slow state, so the median of a row jumped between the states from run to run (doc/
-    methodology.md, "Runs that agree"). A second call confirms it; the faster pace of the two
-    decides."""
+    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample lasts >=
+    min_sample_s and >= its skew / max_skew_share (up to max_sample_s). `sample(loops)` gives
+    (slowest rank's seconds, slowest minus fastest). One call that reaches the minimum alone is
+    confirmed by a second: gloo's two states would otherwise fix loops at 1 in the slow one
+    (doc/methodology.md, "Calls with two states")."""
     loops, pace = 1, math.inf
     for attempt in range(8):
         took, skew = sample(loops)
@@ -86,8 +47,8 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
 
 
 def longest_sample_s(sampling: Sampling) -> float:
-    """How long the skew may make a sample: max_sample_s, and no longer than the budget still
-    holds min_samples samples (the run's length stays the budget's)."""
+    """How long the skew may make a sample: max_sample_s, and no longer than the budget still holds
+    min_samples samples."""
     return min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
 
 
@@ -115,8 +76,8 @@ def gather(values: list[float], group, device: Device) -> list[list[float]]:
 
 
 def total(count: int | torch.Tensor, group, device: Device) -> int:
-    """A count (an int, or a tensor on the device not read yet) summed over the group's ranks,
-    read within the device's timeout (#wrong of a check)."""
+    """A count (an int, or a device tensor not read yet) summed over the group, read within the
+    device's timeout."""
     t = torch.as_tensor(count, dtype=torch.int64, device=device.torch_device).reshape(1)
     dist.all_reduce(t, group=group)
     return int(device.read(t)[0])
@@ -124,9 +85,9 @@ def total(count: int | torch.Tensor, group, device: Device) -> int:
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
                  host_launch: bool = False, before_sample: Callable[[], None] | None = None) -> list[float]:
-    """This rank's time per call (us) in each of `count` samples of `loops` calls, each
-    sample started after an alignment over `group` (then a device-side spin, unless
-    `host_launch`) and `before_sample` (a hook that makes a rank late on purpose)."""
+    """This rank's time per call (us) in each of `count` samples of `loops` calls, each started
+    after an alignment over `group` (and a device-side spin, unless `host_launch`) and the
+    `before_sample` hook."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
 
@@ -142,8 +103,7 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
 
 def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: int,
                 align: Callable[[], None]) -> None:
-    """Sample i of `timer`: `align()`, then `loops` calls between the timer's start and stop;
-    read the times once all are taken."""
+    """Sample i of `timer`: `align()`, then `loops` calls between the timer's start and stop."""
     align()
     queued = time.perf_counter()  # outside the interval: only the calls are timed
     timer.start(i)
@@ -155,16 +115,10 @@ def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: 
 
 @dataclass(frozen=True)
 class Together:
-    """How a group sampling beside others coordinates with them (None: it samples alone).
-
-    `agree_over`: a larger group (e.g. dist.group.WORLD) whose ranks all sample at once, in
-    several groups side by side: loops and samples are decided, and times gathered, over it, so
-    every group makes the same number of calls and the result is the slowest group's.
-    `lockstep`: a larger group whose groups side by side must overlap in every sample (the rails
-    of one host pair, which on the emulated cluster share one link): loops and samples are
-    decided over it and every sample starts after an alignment over it, while the times are this
-    group's own. Without it such groups drift apart, and a group sampling alone reads up to L
-    times the bandwidth of one sharing the link."""
+    """How a group sampling beside others coordinates with them. `agree_over`: a larger group whose
+    ranks all sample at once, counts and times decided over it (the slowest group's result);
+    `lockstep`: a larger group whose groups must overlap in every sample (rails sharing one link),
+    counts decided and samples aligned over it, times the group's own."""
 
     agree_over: Any = None
     lockstep: Any = None
@@ -184,8 +138,8 @@ class Measured:
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
            together: Together = ALONE) -> Measured:
-    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`
-    (None: the default world), coordinated with the groups beside it as `together` says."""
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group` (None:
+    the default world)."""
     # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
     lockstep = together.lockstep
     agree = lockstep if lockstep is not None else group if together.agree_over is None else together.agree_over
@@ -197,10 +151,8 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     wall = [0.0]  # the last calibration sample's wall time, the longest rank's
 
     def one_sample(loops: int) -> tuple[float, float]:
-        """(the slowest rank's seconds, its skew) of one sample, over `agree`: the longer of
-        its interval and the host's queueing of its calls. The skew is taken within the ranks
-        aligned together: how much later than the first of them each rank started (its
-        interval's shortfall from their longest)."""
+        """(slowest rank's seconds, its skew) of one sample over `agree`: the longer of its interval
+        and the host's queueing of its calls."""
         started = time.perf_counter()
         mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0] * loops / 1e6
         wall_s = time.perf_counter() - started
@@ -234,11 +186,8 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
 
 
 def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
-    """(loops, seconds a sample of them takes) where the median of the samples taken (`per_call_us`,
-    the slowest rank's time per call in each) lasted under min_sample_s: the calibration saw
-    slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
-    the samples hold fewer calls than they should. None where they are long enough (or max_loops
-    is reached). Decided from the median, which one or two calibration calls cannot mislead."""
+    """(loops, seconds a sample of them takes) where the median sample lasted under min_sample_s
+    (the calibration saw slow calls); None where long enough or at max_loops."""
     median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
     if median_s * loops >= sampling.min_sample_s or loops >= sampling.max_loops:
         return None
@@ -247,8 +196,8 @@ def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tu
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:
-    """A call that spins for exactly `seconds` and communicates nothing: the harness's own bias
-    is what it reports beyond `seconds` (scripts/perf_core.py)."""
+    """A call that spins for exactly `seconds`: what the harness reports beyond it is its own bias
+    (scripts/perf_core.py)."""
     def call() -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
