@@ -1,13 +1,6 @@
-"""The registry: every algorithm's declaration (name, collective, description, build, cost,
-supported layouts), looked up per collective.
-
-Built-ins are listed in BUILT_IN_BY_COLLECTIVE (one line each); other packages add theirs through
-the entry-point group `allreduce_bench.core.algorithms`, naming a module or an object with a `build`
-(and optionally `COLLECTIVE` (default all_reduce), `cost`, `supports`, `DESCRIPTION`; see
-doc/algorithms.md, "Plug-in algorithms"). Nothing here imports torch, so the CLI's help, the cost model and the
-report read the registry without it; `build` imports torch when it runs. Every function takes
-the collective (default all_reduce, what every AllReduce-only caller means).
-"""
+"""The registry: every algorithm's declaration, looked up per collective: the built-ins below and
+the plug-ins of the entry-point group (doc/algorithms.md, "Plug-in algorithms"). No torch here: the
+CLI's help, the cost model and the report read it without."""
 from __future__ import annotations
 
 import functools
@@ -88,9 +81,9 @@ def _entry_points() -> list:
 
 
 def from_object(name: str, target, origin: str) -> Algorithm:
-    """An Algorithm from what an entry point names: an Algorithm, or a module / object with
-    `build` and optionally `COLLECTIVE`, `cost`, `supports` and `DESCRIPTION` (else its
-    docstring's first line)."""
+    """An Algorithm from what an entry point names: an Algorithm, or an object with `build` and
+    optionally `COLLECTIVE`, `cost`, `supports` and `DESCRIPTION` (else its docstring's first
+    line)."""
     if isinstance(target, Algorithm):
         return target
     build = getattr(target, "build", None)
@@ -126,8 +119,8 @@ def _loaded() -> tuple[dict[str, dict[str, Algorithm]], tuple[str, ...]]:
 
 
 def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
-    """Algorithms of installed plug-ins for this collective. One that fails to load (say it
-    imports torch where there is none) is left out, in `plugin_problems`."""
+    """Algorithms of installed plug-ins for this collective; one that fails to load is in
+    `plugin_problems` instead."""
     return _loaded()[0][collective]
 
 
@@ -172,8 +165,8 @@ def names_for(backend: str, collective: str = ALL_REDUCE) -> list[str]:
 
 def check_supported(names: Iterable[str], world_sizes: Iterable[int], ranks_per_node: int | None,
                     backend: str, collective: str = ALL_REDUCE) -> None:
-    """Refuse, before any process starts, an algorithm that does not support a world size,
-    layout or backend of the run (one line, exit 2)."""
+    """Refuse, before any process starts, an algorithm that does not support a world size, layout or
+    backend of the run."""
     for name in names:
         algorithm = lookup(name, collective)
         for world_size in world_sizes:
@@ -184,8 +177,7 @@ def check_supported(names: Iterable[str], world_sizes: Iterable[int], ranks_per_
 
 
 def parse(text: str, backend: str, collective: str = ALL_REDUCE) -> tuple[str, ...]:
-    """The names of --algos (comma-separated, or `all`), each checked against the collective's
-    registry."""
+    """The names of --algos (comma-separated, or `all`), each checked against the registry."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
         raise UsageError("--algos is empty; choose from " + ", ".join(registry(collective)) + " (or all)")
@@ -210,8 +202,7 @@ def parse_collectives(text: str) -> tuple[str, ...]:
 
 
 def help_text() -> str:
-    """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
-    (descriptions in doc/algorithms.md and doc/collectives.md)."""
+    """--algos help: the built-in names and NCCL's variants."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
     variants = ", ".join(f"native:{algo} (also {'/'.join(':' + p for p in protos)})"
                          for algo, (_, _, protos) in nccl.NCCL_ALGOS.items())

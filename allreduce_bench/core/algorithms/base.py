@@ -1,20 +1,5 @@
-"""What an algorithm declares, and the vocabulary of its cost (no torch: the cost model reads it).
-
-An `Algorithm` is a name, the collective it implements, a one-line description, a builder
-(allocation and planning in `build`; the call it returns is what gets timed), optionally its
-cost and the layouts it supports. An AllReduce is built as `build(tensor, world)` and sums
-`tensor` in place; every other collective as `build(send, recv, world)` (see `BUFFERS`; in place
-is `send` and `recv` sharing memory the way nccl-tests lays them out). Sizes in costs are the
-whole buffer, as nccl-tests prints them (metrics.collective_counts).
-
-The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
-in each step, every link class carries some messages and bytes on its busiest link (a rank's own
-intra-node link; a node's uplink for inter-node traffic), and some bytes are summed on the way.
-A step lasts max over classes of (messages x alpha_c + bytes / B_c), plus gamma x bytes reduced.
-
-`traffic` turns a step's list of transfers (source rank, destination rank, bytes) into those
-per-class numbers, so a schedule written once serves both the builder and the cost.
-"""
+"""What an algorithm declares, and the vocabulary of its cost in the alpha-beta-gamma model (no
+torch: the cost model reads it). doc/algorithms.md says how to write one."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,8 +11,8 @@ INTRA, INTER = "intra", "inter"
 
 @dataclass(frozen=True)
 class Step:
-    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the
-    bytes a rank on the critical path reduces (adds) in the step."""
+    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the bytes
+    a rank on the critical path reduces in the step."""
 
     repeat: int
     paths: dict[str, tuple[float, float]]
@@ -74,8 +59,7 @@ class Algorithm:
 
 
 def in_sequence(*costs: Cost) -> Cost:
-    """The cost of running algorithms one after the other (a ReduceScatter, then an AllGather):
-    their steps in order."""
+    """The cost of running algorithms one after the other: their steps in order."""
     def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
         return [step for part in costs for step in part(size_bytes, world_size, ranks_per_node)]
     return cost
@@ -83,12 +67,8 @@ def in_sequence(*costs: Cost) -> Cost:
 
 def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
             reduced: float = 0.0, repeat: int = 1) -> Step:
-    """The step in which every (source, destination, bytes) transfer happens at once.
-
-    Intra-node: the busiest rank, by messages and by bytes, each the larger of what it sends and
-    what it receives (links are full duplex). Inter-node: messages per rank likewise, bytes
-    through the busiest node's uplink (every rank of a node shares it).
-    """
+    """The step in which every (source, destination, bytes) transfer happens at once: intra-node the
+    busiest rank (links full duplex), inter-node bytes through the busiest node's uplink."""
     # (class, 'out'|'in', rank or node) -> [messages, bytes]
     sent: defaultdict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
     for source, destination, size in transfers:
@@ -123,11 +103,8 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 # --- folding a world into a power of two (recursive doubling, halving-doubling) -------------
 
 def fold(world_size: int) -> tuple[int, int]:
-    """(p, extra): the largest power of two p <= N and the r = N - p ranks folded in first.
-
-    Ranks 2i and 2i+1, i < r, pair up: the even one hands its vector to the odd one before the
-    power-of-two part and gets the result back after it.
-    """
+    """(p, extra): the largest power of two p <= N and the N - p ranks folded in first (pairs 2i,
+    2i+1, i < extra: the even one hands its vector to the odd one and gets the result back)."""
     p = 1 << (world_size.bit_length() - 1)
     return p, world_size - p
 
@@ -147,9 +124,8 @@ def real_rank(virtual: int, world_size: int) -> int:
 
 def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_bytes: float | None = None,
                reduced: float | None = None) -> tuple[list[Step], list[Step]]:
-    """The fold-in step (even ranks send their vector of `size_bytes`, odd ones add `reduced`
-    of it: all by default) and the fold-out step (the result back: `back_bytes`, by default as
-    many), empty for a power of two."""
+    """The fold-in step (even ranks send `size_bytes`, odd ones add `reduced` of it) and the
+    fold-out step (`back_bytes` back), empty for a power of two."""
     _, extra = fold(world_size)
     if not extra:
         return [], []
@@ -161,7 +137,6 @@ def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_byt
     return [into], [back]
 
 
-
 def members(virtual: int, world_size: int) -> list[int]:
     """The real ranks a virtual rank stands for: two for a folded pair, else one."""
     _, extra = fold(world_size)
@@ -169,5 +144,5 @@ def members(virtual: int, world_size: int) -> list[int]:
 
 
 def window_ranks(window: tuple[int, int], world_size: int) -> list[int]:
-    """The real ranks (so the real chunks) behind virtual ranks [a, b), in increasing order."""
+    """The real ranks behind virtual ranks [a, b), in increasing order."""
     return [q for v in range(*window) for q in members(v, world_size)]

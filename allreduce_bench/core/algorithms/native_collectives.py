@@ -1,9 +1,5 @@
-"""The backend's own call for every collective other than AllReduce (algorithms/native.py).
-
-On gloo, torch's `reduce_scatter_tensor` is no ReduceScatter: gloo has none, and torch runs an
-AllReduce of the whole input and keeps this rank's part. It is measured as it is, declared with
-`runs_as` so every row and the report say it ran an AllReduce, and modelled as one.
-"""
+"""The backend's own call for every collective other than AllReduce. gloo has no ReduceScatter:
+torch runs an AllReduce of the whole input, declared with `runs_as` so rows say so."""
 from __future__ import annotations
 
 from collections.abc import Callable

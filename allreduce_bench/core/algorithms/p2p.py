@@ -1,12 +1,6 @@
-"""Point-to-point steps: sends and receives posted together and waited on together.
-
-Every step goes through `batch_isend_irecv`, which NCCL runs as one group (separate isend/irecv
-can deadlock NCCL at 4 and 8 ranks) and gloo as plain isend/irecv. Receives are listed first so
-a receive is already posted when the matching send arrives.
-
-torch is imported inside the functions, not at the top, so that the algorithm modules (which
-import this one) can be read for their name and cost without torch, as the analysis does.
-"""
+"""Point-to-point steps, posted and waited on together through `batch_isend_irecv` (NCCL runs it as
+one group: separate isend/irecv can deadlock), receives first. torch is imported inside the
+functions, so the algorithm modules are read for their cost without it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -21,18 +15,16 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import CommGroup, World
 
 class Ops(list):
-    """One step's torch.distributed.P2POp operations (a cost's step is base.Step), with torch's
-    batch call bound when they are built, so the timed calls import nothing."""
+    """One step's P2POps, with torch's batch call bound at build, so the timed calls import
+    nothing."""
 
     post: Callable[[list], list]
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
          recvs: list[tuple[torch.Tensor, int]]) -> Ops:
-    """Build one step's ops (tensors with their global peer ranks); empty tensors are skipped.
-
-    Built once per size, outside the timed region; `run` only posts and waits.
-    """
+    """One step's ops (tensors with their global peer ranks; empty ones skipped), built once per
+    size outside the timed region."""
     import torch.distributed as dist
 
     ops = Ops(dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel())
@@ -56,7 +48,7 @@ def in_order(calls: list) -> Callable[[], None]:
 
 def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
     """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
-    `back` from it."""
+    `back`."""
     return in_order([partial(run, step(group, [(out, partner)], [])),
                      partial(run, step(group, [], [(back, partner)]))])
 
@@ -79,14 +71,9 @@ def segments(view: torch.Tensor) -> list[torch.Tensor]:
 
 class ReduceStep:
     """One step that receives views into buffers and adds them into place, while sending.
-
-    `receives` are (view to add into, buffer of the same length, peer), or (addend, buffer, peer,
-    out) to write addend + buffer into `out` and leave the addend as it is (an out-of-place
-    ReduceScatter keeps its input); `sends` are (view, peer); `plain` are receives (view, peer)
-    that land in place with nothing to add. Each receive is cut into segments (sender and
-    receiver cut the same range, so they match one to one), and with one request per receive
-    each segment is added as soon as it has arrived.
-    """
+    `receives`: (into, buffer, peer), or (addend, buffer, peer, out) to write addend + buffer into
+    `out` (an out-of-place ReduceScatter); `plain`: receives with nothing to add. Each receive is
+    cut into segments, each added as soon as it arrived where the backend gives one request each."""
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
                  receives: list[tuple],  # (into, buffer, peer) or (addend, buffer, peer, out)
@@ -141,9 +128,8 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
 
 
 def power_of_two_part(tensor: torch.Tensor, world: World) -> tuple[torch.Tensor, int | None, list, list]:
-    """(the tensor flattened, this rank's virtual rank in the world's power-of-two part, or None
-    where it has no steps there (folded out, or a world of one), the fold-in calls, the fold-out
-    calls): what recursive doubling and halving-doubling start from."""
+    """(the tensor flattened, this rank's virtual rank in the power-of-two part or None where it has
+    no steps there, the fold-in calls, the fold-out calls)."""
     flat = tensor.view(-1)
     fold_in, fold_out = folded(flat, world)
     v = virtual_rank(world.rank, world.size) if world.size > 1 else None
