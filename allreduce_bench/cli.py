@@ -56,7 +56,7 @@ class OneLineErrors(click.Group):
             _say("allreduce-bench: interrupted")
             sys.exit(130)
         except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
-            _say(f"allreduce-bench: error: {reason(error, 0)}")
+            _say(f"allreduce-bench: error: {reason(error)}")
             sys.exit(1)
         finally:
             config = sys.modules.get("allreduce_bench.core.config")  # a command that made a folder

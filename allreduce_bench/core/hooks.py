@@ -1,4 +1,4 @@
-"""The named hooks through which features (and tests) reach the core, with pluggy as pytest does:
+"""The named hooks through which features reach the core, with pluggy as pytest does:
 the core calls a hook, never a feature. A `Hooks` registry travels inside a run's context to its
 ranks and is rebuilt there from its plugins' module names. No torch."""
 from __future__ import annotations
@@ -22,11 +22,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @dataclass(frozen=True)
 class Section:
-    """A feature's part of report.md and plots/, from the rows alone: `draw(frame, out_dir, fmt,
-    footnote) -> {name: path}`, `markdown(frame, out_dir, figures) -> lines` ([] where the rows
-    do not concern it), `tables(frame, size_bytes) -> [(title, how to read it, table)]`,
-    `own_figures(name)`: figures it embeds itself; `benchmarks`: the rows it reports, which make
-    a report without AllReduce rows."""
+    """A feature's part of report.md and plots/, from the rows alone: `draw(frame, out_dir, fmt, footnote) ->
+    {name: path}`, `markdown(frame, out_dir, figures) -> lines` ([] where the rows do not concern it),
+    `tables(frame, size_bytes) -> [(title, how to read it, table)]`, `own_figures(name)`: figures it embeds
+    itself; `benchmarks`: the rows it reports, which make a report without AllReduce rows."""
 
     name: str
     markdown: Callable[..., list[str]] = lambda frame, out_dir, figures: []

@@ -8,8 +8,7 @@ from allreduce_bench.core.errors import UsageError
 def node_layout(world_size: int, ranks_per_node: int) -> int:
     """Ranks per node used for a (sub-)world of `world_size` ranks; raises on a bad layout.
 
-    A sub-world smaller than one node is that part of one node; otherwise it is whole nodes.
-    """
+    A sub-world smaller than one node is that part of one node; otherwise it is whole nodes."""
     if ranks_per_node < 1:
         raise UsageError(f"--ranks-per-node must be at least 1, got {ranks_per_node}")
     if world_size <= ranks_per_node:

@@ -1,6 +1,5 @@
-"""The registry: every algorithm's declaration, looked up per collective: the built-ins below and
-the plug-ins of the entry-point group (doc/algorithms.md, "Plug-in algorithms"). No torch here: the
-CLI's help, the cost model and the report read it without."""
+"""The registry of every algorithm, per collective: the built-ins below and the plug-ins of the entry-point
+group (doc/algorithms.md). No torch: the CLI's help, the cost model and the report read it without."""
 from __future__ import annotations
 
 import functools
@@ -81,9 +80,8 @@ def _entry_points() -> list:
 
 
 def from_object(name: str, target, origin: str) -> Algorithm:
-    """An Algorithm from what an entry point names: an Algorithm, or an object with `build` and
-    optionally `COLLECTIVE`, `cost`, `supports` and `DESCRIPTION` (else its docstring's first
-    line)."""
+    """An Algorithm from what an entry point names: an Algorithm, or an object with `build` (and optionally
+    `COLLECTIVE`, `cost`, `supports`, `DESCRIPTION`, else its docstring's first line)."""
     if isinstance(target, Algorithm):
         return target
     build = getattr(target, "build", None)
@@ -119,8 +117,7 @@ def _loaded() -> tuple[dict[str, dict[str, Algorithm]], tuple[str, ...]]:
 
 
 def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
-    """Algorithms of installed plug-ins for this collective; one that fails to load is in
-    `plugin_problems` instead."""
+    """Algorithms of installed plug-ins for this collective (those that fail to load: `plugin_problems`)."""
     return _loaded()[0][collective]
 
 
@@ -139,8 +136,7 @@ def order(collective: str = ALL_REDUCE) -> list[str]:
 
 
 def lookup(name: str, collective: str = ALL_REDUCE, backend: str | None = None) -> Algorithm:
-    """The algorithm `name`; an unknown one is refused with the choices (those that run on
-    `backend`, where given)."""
+    """The algorithm `name`; an unknown one is refused with the choices (those that run on `backend`)."""
     known = registry(collective)
     try:
         return known[name]
@@ -165,8 +161,7 @@ def names_for(backend: str, collective: str = ALL_REDUCE) -> list[str]:
 
 def check_supported(names: Iterable[str], world_sizes: Iterable[int], ranks_per_node: int | None,
                     backend: str, collective: str = ALL_REDUCE) -> None:
-    """Refuse, before any process starts, an algorithm that does not support a world size, layout or
-    backend of the run."""
+    """Refuse, before any process starts, an algorithm that does not support the run's layout."""
     for name in names:
         algorithm = lookup(name, collective)
         for world_size in world_sizes:

@@ -1,6 +1,5 @@
-"""Recursive-doubling AllGather: the recursive-halving windows retraced backwards, partners swapping
-the windows they hold into place (other N folded, `base.fold`): log2 p latencies instead of the
-ring's N-1, the same bytes."""
+"""Recursive-doubling AllGather: the recursive-halving windows retraced, partners swapping what they hold
+(other N folded, `base.fold`): log2 p latencies instead of the ring's N-1, the same bytes."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,5 @@
-"""AllToAll from point-to-point steps: pairwise exchange (step s: rank r sends to r+s and receives
-from r-s, no rank the target of two transfers) and direct (every transfer at once: one latency, for
-fully connected nodes). A rank's own part is copied locally."""
+"""AllToAll from point-to-point steps: pairwise exchange (step s: to r+s, from r-s, no rank the target of two
+transfers) and direct (every transfer at once, for fully connected nodes)."""
 from __future__ import annotations
 
 from collections.abc import Callable

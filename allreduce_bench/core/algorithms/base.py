@@ -12,7 +12,7 @@ INTRA, INTER = "intra", "inter"
 @dataclass(frozen=True)
 class Step:
     """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the bytes
-    a rank on the critical path reduces in the step."""
+    reduced."""
 
     repeat: int
     paths: dict[str, tuple[float, float]]
@@ -67,8 +67,8 @@ def in_sequence(*costs: Cost) -> Cost:
 
 def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
             reduced: float = 0.0, repeat: int = 1) -> Step:
-    """The step in which every (source, destination, bytes) transfer happens at once: intra-node the
-    busiest rank (links full duplex), inter-node bytes through the busiest node's uplink."""
+    """The step of these (source, destination, bytes) transfers at once: the busiest rank intra-node (full
+    duplex), the busiest node's uplink inter-node."""
     # (class, 'out'|'in', rank or node) -> [messages, bytes]
     sent: defaultdict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
     for source, destination, size in transfers:
@@ -103,14 +103,13 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 # --- folding a world into a power of two (recursive doubling, halving-doubling) -------------
 
 def fold(world_size: int) -> tuple[int, int]:
-    """(p, extra): the largest power of two p <= N and the N - p ranks folded in first (pairs 2i,
-    2i+1, i < extra: the even one hands its vector to the odd one and gets the result back)."""
+    """(p, extra): the largest power of two p <= N and the N - p pairs (2i, 2i+1) folded in first."""
     p = 1 << (world_size.bit_length() - 1)
     return p, world_size - p
 
 
 def virtual_rank(rank: int, world_size: int) -> int | None:
-    """Rank in the power-of-two part, or None for a rank folded out (an even rank below 2r)."""
+    """Rank in the power-of-two part, or None for a rank folded out."""
     _, extra = fold(world_size)
     if rank < 2 * extra:
         return rank // 2 if rank % 2 else None
@@ -124,8 +123,7 @@ def real_rank(virtual: int, world_size: int) -> int:
 
 def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_bytes: float | None = None,
                reduced: float | None = None) -> tuple[list[Step], list[Step]]:
-    """The fold-in step (even ranks send `size_bytes`, odd ones add `reduced` of it) and the
-    fold-out step (`back_bytes` back), empty for a power of two."""
+    """The fold-in step (`size_bytes` sent, `reduced` added) and fold-out step, empty for a power of two."""
     _, extra = fold(world_size)
     if not extra:
         return [], []

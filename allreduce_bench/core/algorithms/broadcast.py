@@ -1,6 +1,5 @@
-"""Broadcast from rank 0 of the (sub-)world, in place as torch's is: binomial tree (fewest
-latencies), pipelined chain (every link busy at once), and scatter + ring AllGather (van de Geijn:
-the root sends (N-1)/N S, the bandwidth winner)."""
+"""Broadcast from rank 0, in place as torch's: binomial tree (fewest latencies), pipelined chain, and scatter
++ ring AllGather (van de Geijn: the bandwidth winner)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -62,8 +61,7 @@ def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callabl
 
 
 def root_parts(group, views: list[torch.Tensor], rank: int, to_root: bool = False) -> p2p.Ops:
-    """Part q between the root and rank q, for every q > 0: out of the root (a scatter), or into it
-    (a gather, `to_root`)."""
+    """Part q between the root and each rank q > 0: a scatter, or with `to_root` a gather."""
     if rank == 0:
         others = [(views[q], group.ranks[q]) for q in range(1, len(views))]
         return p2p.step(group, [], others) if to_root else p2p.step(group, others, [])

@@ -1,5 +1,5 @@
-"""Direct: a one-step ReduceScatter to every peer, a one-step AllGather, and the AllReduce of both:
-one latency each, N-1 concurrent transfers per rank, for fully connected nodes (NVSwitch)."""
+"""Direct: one-step ReduceScatter and AllGather to every peer at once, and the AllReduce of both: one latency
+each, N-1 concurrent transfers per rank, for fully connected nodes (NVSwitch)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -69,8 +69,7 @@ def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World) -> Ca
 
 
 def one_step(size_bytes: float, world_size: int, ranks_per_node: int, reduced: float) -> list[Step]:
-    """Every rank exchanges S/N with each peer: L-1 in its node, N-L in others (the node's uplink
-    carries L (N-L) S/N)."""
+    """Every rank exchanges S/N with each peer; the node's uplink carries L (N-L) S/N."""
     n, s, per_node = world_size, float(size_bytes), ranks_per_node
     if n < 2:
         return []

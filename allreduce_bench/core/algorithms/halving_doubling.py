@@ -1,6 +1,5 @@
-"""Halving-doubling (Rabenseifner): recursive-halving ReduceScatter (partners v and v XOR m swap
-half their window, m = p/2 .. 1), then recursive-doubling AllGather retracing the steps; other N
-folded as in recursive doubling. 2 log2 p latencies with the ring's bandwidth term."""
+"""Halving-doubling (Rabenseifner): recursive-halving ReduceScatter, then recursive-doubling AllGather; other
+N folded. 2 log2 p latencies with the ring's bandwidth term."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -40,8 +39,7 @@ def windows(v: int, p: int) -> list[tuple[int, tuple[int, int], tuple[int, int]]
 
 
 def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[int]]]:
-    """Per halving step of real rank `me` (not folded out), for any N: (the partner's global rank,
-    the real ranks whose chunks `me` keeps, those it gives up)."""
+    """Per halving step of real rank `me`: (partner's global rank, real ranks it keeps, those it gives)."""
     v, (p, _) = virtual_rank(me, n), fold(n)
     assert v is not None, "a rank folded out has no halving steps"
     return [(group.ranks[real_rank(v ^ m, n)], window_ranks(keep, n), window_ranks(give, n))
@@ -49,13 +47,11 @@ def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[i
 
 
 def every_rank_windows(p: int) -> list[tuple]:
-    """Per halving step, every virtual rank's (distance, kept, sent) windows, rank order."""
     return list(zip(*(windows(v, p) for v in range(p))))
 
 
 def window_transfers(world_size: int, part: float) -> list[list[tuple[int, int, float, float]]]:
-    """Per halving step for any N, every virtual rank's (real rank, partner's, bytes it keeps, bytes
-    it gives up), at `part` bytes per real chunk."""
+    """Per halving step, every virtual rank's (rank, partner, bytes kept, bytes given up)."""
     n, (p, _) = world_size, fold(world_size)
     return [[(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part,
               len(window_ranks(give, n)) * part) for v, (m, keep, give) in enumerate(v_windows)]

@@ -1,6 +1,5 @@
-"""Hierarchical AllReduce: the ring's ReduceScatter inside the node, the backend's AllReduce of each
-1/L shard across nodes, the ring's AllGather inside: only 1/L of the tensor crosses the inter-node
-link per rank, where a flat ring sends about twice the tensor over it."""
+"""Hierarchical AllReduce: ring ReduceScatter inside the node, the backend's AllReduce of each 1/L shard
+across nodes, ring AllGather inside: 1/L of the tensor crosses nodes per rank."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,8 +31,7 @@ def build(tensor: torch.Tensor, world: World, slice_bytes: int = ring.SLICE_BYTE
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Intra: 2(L-1) ring steps of S/L; inter: a ring AllReduce of each S/L shard over the M nodes,
-    the L shards sharing the uplink (S/M per step, 2(M-1) steps)."""
+    """Intra: 2(L-1) ring steps of S/L; inter: ring AllReduces of the L shards sharing the uplink."""
     s, per_node = float(size_bytes), ranks_per_node
     nodes = world_size // per_node
     out = []

@@ -1,5 +1,4 @@
-"""Naive AllReduce from point-to-point calls: everyone sends to rank 0, which adds and sends the sum
-back: rank 0 moves (N-1)x what any other rank does, the bottleneck the ring removes."""
+"""Naive AllReduce: everyone sends to rank 0, which adds and sends the sum back (the ring's baseline)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,5 +1,5 @@
-"""The backend's own call for every collective other than AllReduce. gloo has no ReduceScatter:
-torch runs an AllReduce of the whole input, declared with `runs_as` so rows say so."""
+"""The backend's own call for every collective but AllReduce (gloo's ReduceScatter is an AllReduce:
+`runs_as`)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -53,8 +53,7 @@ def build_reduce(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callab
 
 
 def build_sendrecv(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], object]:
-    """nccl-tests' sendrecv: every rank sends to rank r+1 and receives from r-1, all at once
-    (one rank: a copy, as NCCL's send to itself)."""
+    """nccl-tests' sendrecv: every rank sends to r+1 and receives from r-1 at once (one rank: a copy)."""
     from allreduce_bench.core.algorithms import p2p
 
     group = world.group

@@ -1,14 +1,10 @@
-"""NCCL's own algorithms and protocols as algorithms (`native:ring`, `native:tree:LL`, ...): each
-runs NCCL's AllReduce on a communicator of its own, created while NCCL_ALGO (and NCCL_PROTO) are
-set, which NCCL reads at a communicator's init, so only that one is pinned.
-TORCH_NCCL_USE_COMM_NONBLOCKING=0 goes with them (torch 2.6-2.7.0 split nonblocking, #138527).
+"""NCCL's own algorithms and protocols (`native:ring`, `native:tree:LL`, ...): NCCL's AllReduce on a
+communicator of its own, created while NCCL_ALGO (NCCL_PROTO) are set, so only it is pinned; blocking (torch
+2.6-2.7.0 split nonblocking, #138527).
 
-With the default group bound to the GPU torch makes each NCCL group by ncclCommSplit, which every
-rank of the default group joins (inside `new_group` from torch 2.5, at the first collective before):
-so `create` makes a sub-world's communicators on every rank in --algos order, and `communicator`
-runs one small AllReduce on first use, both with the variables set. NCCL refuses an algorithm it has
-nothing for at that first call (`refused`). No `:LL128`: NCCL_PROTO=LL128 skips NCCL's platform
-check (doc/algorithms.md)."""
+A GPU-bound default group makes each NCCL group by ncclCommSplit, joined by every rank: so `create` makes a
+sub-world's communicators on every rank in --algos order, and `communicator` runs one small AllReduce first,
+both with the variables set. No `:LL128` (doc/algorithms.md)."""
 from __future__ import annotations
 
 import re
@@ -47,8 +43,7 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
 
 
 class Pinned:
-    """The pinned variants' communicators of one sub-world on this rank, (algo, proto) -> group, and
-    those whose first AllReduce ran."""
+    """The pinned variants' communicators of one sub-world on this rank, and those already warmed up."""
 
     def __init__(self, groups: dict[tuple, ProcessGroup]):
         self.groups, self.warm = groups, set[tuple]()
@@ -62,9 +57,8 @@ class Pinned:
 
 
 def create(names, world_size: int, timeout: timedelta) -> Pinned:
-    """The communicators of the pinned variants among `names` for the sub-world of ranks
-    0..world_size-1. Collective over the default group: a bound NCCL group is split inside
-    `new_group`; ranks outside keep no group."""
+    """The pinned variants' communicators among `names` for ranks 0..world_size-1; collective over the default
+    group, ranks outside keep none."""
     import torch.distributed as dist
 
     groups, members = {}, list(range(world_size))
@@ -97,8 +91,7 @@ REFUSAL = re.compile(r"invalid usage|no algorithm/protocol available", re.IGNORE
 
 
 def refused(name: str, world: World) -> bool:
-    """Whether NCCL refuses the pinned variant `name` on this sub-world (NVLS without NVSwitch,
-    CollNet across nodes), said in one line by rank 0; every rank gets the same answer."""
+    """Whether NCCL refuses the variant `name` here (NVLS without NVSwitch, ...), said once by rank 0."""
     if name not in VARIANTS:
         return False
     try:

@@ -1,6 +1,5 @@
-"""Point-to-point steps, posted and waited on together through `batch_isend_irecv` (NCCL runs it as
-one group: separate isend/irecv can deadlock), receives first. torch is imported inside the
-functions, so the algorithm modules are read for their cost without it."""
+"""Point-to-point steps through `batch_isend_irecv` (separate isend/irecv can deadlock NCCL), receives first;
+torch imported inside the functions, so costs are read without it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -15,16 +14,14 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import CommGroup, World
 
 class Ops(list):
-    """One step's P2POps, with torch's batch call bound at build, so the timed calls import
-    nothing."""
+    """One step's P2POps, with torch's batch call bound at build, so the timed calls import nothing."""
 
     post: Callable[[list], list]
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
          recvs: list[tuple[torch.Tensor, int]]) -> Ops:
-    """One step's ops (tensors with their global peer ranks; empty ones skipped), built once per
-    size outside the timed region."""
+    """One step's ops (peers as global ranks, empty tensors skipped), built once per size."""
     import torch.distributed as dist
 
     ops = Ops(dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel())
@@ -47,8 +44,7 @@ def in_order(calls: list) -> Callable[[], None]:
 
 
 def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
-    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
-    `back`."""
+    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive `back`."""
     return in_order([partial(run, step(group, [(out, partner)], [])),
                      partial(run, step(group, [], [(back, partner)]))])
 
@@ -70,10 +66,9 @@ def segments(view: torch.Tensor) -> list[torch.Tensor]:
 
 
 class ReduceStep:
-    """One step that receives views into buffers and adds them into place, while sending.
-    `receives`: (into, buffer, peer), or (addend, buffer, peer, out) to write addend + buffer into
-    `out` (an out-of-place ReduceScatter); `plain`: receives with nothing to add. Each receive is
-    cut into segments, each added as soon as it arrived where the backend gives one request each."""
+    """One step that receives into buffers and adds into place while sending. `receives`: (into, buffer, peer)
+    or (addend, buffer, peer, out); `plain`: receives with nothing to add. Receives are cut into segments,
+    each added as it arrives where the backend gives one request each."""
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
                  receives: list[tuple],  # (into, buffer, peer) or (addend, buffer, peer, out)
@@ -128,8 +123,7 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
 
 
 def power_of_two_part(tensor: torch.Tensor, world: World) -> tuple[torch.Tensor, int | None, list, list]:
-    """(the tensor flattened, this rank's virtual rank in the power-of-two part or None where it has
-    no steps there, the fold-in calls, the fold-out calls)."""
+    """(flat tensor, virtual rank or None without steps there, fold-in calls, fold-out calls)."""
     flat = tensor.view(-1)
     fold_in, fold_out = folded(flat, world)
     v = virtual_rank(world.rank, world.size) if world.size > 1 else None

@@ -1,6 +1,5 @@
-"""Recursive doubling: log2 N exchanges of the whole vector with rank XOR 2^j, each followed by an
-add (both partners add the same two values: every rank ends with the same bits); other N folded
-(`base.fold`). log2 N latencies at S bytes per step: it wins at small sizes."""
+"""Recursive doubling: log2 N exchanges of the whole vector with rank XOR 2^j, each added (same bits on every
+rank); other N folded. Fewest latencies at S bytes a step: it wins at small sizes."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,6 +1,5 @@
-"""Reduce (sum) to rank 0 of the (sub-)world, in place as torch's (other ranks keep partial sums):
-binomial tree (the broadcast's rounds backwards), pipelined chain N-1 -> 0, and ring ReduceScatter +
-gather (Rabenseifner: (N-1)/N S into the root)."""
+"""Reduce (sum) to rank 0, in place as torch's: binomial tree, pipelined chain N-1 -> 0, and ring
+ReduceScatter + gather (Rabenseifner)."""
 from __future__ import annotations
 
 from collections.abc import Callable

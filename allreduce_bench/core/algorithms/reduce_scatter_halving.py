@@ -1,6 +1,5 @@
-"""Recursive-halving ReduceScatter: log2 p steps, each halving the window of chunks a rank sums
-(`halving_doubling.windows`; other N folded in pairs, `base.fold`), out of place through a scratch
-buffer. The ring's bandwidth term in log2 p latencies."""
+"""Recursive-halving ReduceScatter: log2 p steps, each halving the window a rank sums (other N folded), out of
+place: the ring's bandwidth term in log2 p latencies."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -45,8 +44,8 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Fold in (S sent and added), log2 p halving steps (S/N per real chunk given up, the kept half
-    added), fold out (S/N)."""
+    """Fold in (S), log2 p halving steps (S/N per real chunk given up, the kept half added), fold out
+    (S/N)."""
     s = float(size_bytes)
     into, back = fold_steps(s, world_size, ranks_per_node, back_bytes=s / world_size)
     halving = [traffic([(a, b, given) for a, b, _, given in step], ranks_per_node,

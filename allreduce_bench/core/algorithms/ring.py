@@ -1,6 +1,6 @@
-"""Ring ReduceScatter and ring AllGather (N-1 steps each) and the ring AllReduce made of the two:
-`ring-steps` runs one whole step after another, `ring` pipelines each chunk in slices as NCCL's ring
-does (gloo only; under NCCL it runs the steps). doc/algorithms.md has the schedule."""
+"""Ring ReduceScatter and AllGather (N-1 steps each) and the ring AllReduce of the two: `ring-steps` one whole
+step after another, `ring` pipelined in slices as NCCL's ring (gloo; NCCL runs the steps).
+doc/algorithms.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +23,7 @@ def parts(flat: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch.Tenso
 
 
 def flat_parts(tensor: torch.Tensor, n: int) -> tuple[torch.Tensor, list[tuple[int, int]], list[torch.Tensor]]:
-    """The tensor flattened, the bounds of its n parts (chunk_bounds) and the parts as views."""
+    """The tensor flattened, the bounds of its n parts and the parts as views."""
     flat = tensor.view(-1)
     bounds = chunk_bounds(flat.numel(), n)
     return flat, bounds, parts(flat, bounds)
@@ -34,7 +34,7 @@ def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 class ReduceScatterPlan:
-    """Ring ReduceScatter of `send` (cut at `bounds`, one chunk per member) into `recv`."""
+    """Ring ReduceScatter of `send` (cut at `bounds`) into `recv`."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -61,8 +61,7 @@ class ReduceScatterPlan:
 
 
 class AllGatherPlan:
-    """Ring AllGather of `send` (this member's chunk) into `recv` cut at `bounds`; out of place, the
-    local copy runs while the first step's transfers are in flight."""
+    """Ring AllGather of `send` into `recv` cut at `bounds`; the local copy runs during the first step."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -86,8 +85,7 @@ class AllGatherPlan:
 
 
 class RingPlan:
-    """The ring AllReduce of one tensor on one group, step by step, in place; `owned` is the chunk
-    fully reduced here between the two phases."""
+    """The ring AllReduce of one tensor, step by step, in place; `owned`: the chunk reduced here."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup):
         flat, bounds, views = flat_parts(tensor, group.size)
@@ -108,8 +106,7 @@ RingStep = tuple
 
 def reduce_scatter_steps(chunks: list[torch.Tensor], out: torch.Tensor, group: CommGroup,
                          keep_input: bool) -> list[RingStep]:
-    """The ReduceScatter's steps into `out`: partial sums go into the chunks themselves (the
-    AllReduce), or into scratch chunks when `keep_input`."""
+    """The ReduceScatter's steps into `out`: partial sums in the chunks, or in scratch (`keep_input`)."""
     n, r = group.size, group.rank
     longest = max(c.numel() for c in chunks)
     scratch = [chunks[0].new_empty(longest) for _ in range(n - 2)] if keep_input else []
@@ -130,10 +127,9 @@ def all_gather_steps(send: torch.Tensor, chunks: list[torch.Tensor], group: Comm
 
 
 class Pipeline:
-    """Ring steps run slice by slice: a slice goes on to the next step as soon as it arrived and was
-    added. Every view is cut into the same number of slices, so sender's and receiver's match in
-    gloo's order; receives are posted `window` ahead into slice buffers reused in turn (they stay in
-    cache for the add). `copy` (to, from) runs while the first slices are in flight."""
+    """Ring steps run slice by slice, a slice passed on as soon as it arrived and was added. Sender's and
+    receiver's slices match one to one; receives are posted `window` ahead into slice buffers reused in turn
+    (cached for the add). `copy` (to, from) runs while the first slices are in flight."""
 
     def __init__(self, group: CommGroup, steps: list[RingStep], slice_bytes: int = SLICE_BYTES,
                  copy: tuple[torch.Tensor, torch.Tensor] | None = None, window: int = WINDOW):
@@ -192,8 +188,7 @@ class Pipeline:
 
 
 class PipelinedRing:
-    """The pipelined ring AllReduce of one tensor, in place, with its two phases also on their own
-    (for the hierarchical scheme)."""
+    """The pipelined ring AllReduce of one tensor, in place, with its two phases on their own too."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup, slice_bytes: int = SLICE_BYTES,
                  window: int = WINDOW):
@@ -208,8 +203,8 @@ class PipelinedRing:
 
 def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES,
          window: int = WINDOW):
-    """The pipelined ring where the backend has one request per send and receive (gloo, CPU), the
-    steps plan otherwise (NCCL)."""
+    """The pipelined ring where the backend has a request per send and receive (gloo), else the steps
+    (NCCL)."""
     if world.device.kind == "cpu":
         return PipelinedRing(tensor, group, slice_bytes, window)
     return RingPlan(tensor, group)
@@ -246,8 +241,7 @@ def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World,
 
 
 def ring_paths(world_size: int, ranks_per_node: int, part: float) -> dict[str, tuple[float, float]]:
-    """One message of `part` bytes over each class the ring's edges use (nodes hold consecutive
-    ranks: one edge out of each node, one in)."""
+    """One message of `part` bytes over each link class the ring's edges use."""
     return {c: (1.0, part) for c, used in ((INTRA, ranks_per_node > 1),
                                             (INTER, world_size > ranks_per_node)) if used}
 

@@ -1,6 +1,5 @@
-"""Binary tree (a heap: rank i's children are 2i+1, 2i+2): reduce to rank 0, then broadcast from it,
-pipelined in chunks in global ticks, so chunk c travels down while chunk c+1 still goes up: C + H +
-D - 1 ticks in all (H the root's height, D the deepest rank's depth)."""
+"""Binary tree (a heap): reduce to rank 0 and broadcast from it, pipelined in chunks in global ticks so chunk
+c goes down while c+1 still goes up: C + H + D - 1 ticks (H the root's height, D the deepest depth)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -42,8 +41,7 @@ def ticks(n: int, chunks: int) -> int:
 
 
 def schedule(me: int, n: int, chunks: int) -> dict[int, list[tuple[str, int, int]]]:
-    """tick -> this rank's (what, chunk, peer), what one of up-recv, up-send, down-recv,
-    down-send."""
+    """tick -> this rank's (what, chunk, peer), what one of up-recv, up-send, down-recv, down-send."""
     plan = defaultdict(list)
     top = height(0, n)
     for c in range(chunks):
@@ -84,8 +82,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """C + H + D - 1 ticks; in a full tick every edge carries S/C both ways and a rank with two
-    children adds two chunks."""
+    """C + H + D - 1 ticks, each edge carrying S/C both ways, a rank with two children adding two chunks."""
     n, s = world_size, float(size_bytes)
     if n < 2:
         return []

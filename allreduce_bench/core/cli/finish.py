@@ -1,7 +1,5 @@
-"""What every measuring command does once its ranks have ended (the driver returns first): the
-hooks' `after_ranks`, then the command's own finish: the summary from the stored rows, figures
-and report.md (with the features' sections), `finished` in meta.json, and the exit code from
-#wrong."""
+"""What every measuring command does once its ranks have ended: the hooks' `after_ranks`, then the
+command's own finish (summary, figures, report.md, `finished` in meta.json, the exit code)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -18,9 +16,8 @@ from allreduce_bench.core.results.store import update_meta
 
 
 def measure_then_finish(run: Run, finish: Callable[[Run], int]) -> int:
-    """The ranks of `run` through the driver; then, where this process writes and every rank has
-    ended, the hooks' `after_ranks` and `finish(run) -> exit code`, with the output directory
-    locked throughout."""
+    """The ranks of `run` through the driver; then, where this process writes and every rank ended,
+    `after_ranks` and `finish(run) -> exit code`, the output directory locked throughout."""
     from allreduce_bench.core.launch.driver import drive, writer_lock  # torch: not for `report`
 
     with writer_lock(run.launch):

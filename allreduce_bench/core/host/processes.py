@@ -13,8 +13,8 @@ _STATES = {psutil.STATUS_STOPPED: "frozen", psutil.STATUS_TRACING_STOP: "frozen"
 
 
 def spawned_ranks(parent: int | None = None) -> list[int]:
-    """The children of `parent` (default: this process) started by multiprocessing's spawn
-    (not its resource tracker), in pid order (rank order: they start one after the other)."""
+    """The children of `parent` (default: this process) started by multiprocessing's spawn, in pid
+    order (rank order)."""
     try:
         children = psutil.Process(parent).children()
     except psutil.Error:

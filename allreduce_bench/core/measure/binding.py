@@ -1,6 +1,5 @@
-"""Where each rank runs: `--bind auto|none|core|numa`, applied before it joins: an unbound rank
-migrates and shares cores with its peers, and a rank far from its GPU's NUMA node pays on every
-launch (doc/methodology.md, "Binding"). The planning is pure; `bind_rank` applies it."""
+"""Where each rank runs (`--bind auto|none|core|numa`), planned purely and applied before it joins
+(doc/methodology.md, "Binding")."""
 from __future__ import annotations
 
 import os
@@ -9,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from allreduce_bench.core.environment import variables, visible_gpus
-from allreduce_bench.core.host import cgroups, gpus
+from allreduce_bench.core.host import cgroups, gpus, read_stripped
 
 MODES = ("auto", "none", "core", "numa")
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -43,18 +42,11 @@ def format_cpulist(cpus) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def numa_nodes(root: Path = NODE_ROOT) -> dict[int, list[int]]:
     """NUMA node -> its CPUs (nodes without CPUs left out); {} where sysfs does not say."""
     nodes = {}
     for directory in sorted(root.glob("node[0-9]*")):
-        cpus = parse_cpulist(_read(directory / "cpulist") or "")
+        cpus = parse_cpulist(read_stripped(directory / "cpulist") or "")
         if cpus:
             nodes[int(directory.name[4:])] = cpus
     return nodes
@@ -67,9 +59,8 @@ def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
 
 
 def cgroup_cpus() -> list[int]:
-    """The CPUs the cgroup allows (else every online CPU): a rank bound more narrowly was bound by
-    its launcher."""
-    text = cgroups.cpuset() or _read(ONLINE_CPUS)
+    """The CPUs the cgroup allows (else every online CPU)."""
+    text = cgroups.cpuset() or read_stripped(ONLINE_CPUS)
     return parse_cpulist(text) if text else list(range(os.cpu_count() or 1))
 
 
@@ -81,16 +72,15 @@ def pci_address(domain: int, bus: int, device: int) -> str:
 
 
 def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
-    """The NUMA node sysfs gives the PCI device (None where unknown: -1 or no file)."""
-    text = _read(root / address.lower() / "numa_node")
+    """The NUMA node sysfs gives the PCI device (None where unknown)."""
+    text = read_stripped(root / address.lower() / "numa_node")
     return int(text) if text and text.lstrip("-").isdigit() and int(text) >= 0 else None
 
 
 # --- what a launcher did ---------------------------------------------------------------------
 
 def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str | None:
-    """How a launcher bound this rank, or None: srun's and mpirun's variables say it, an affinity
-    narrower than the cgroup's says it for any other."""
+    """How a launcher bound this rank (its variables, or an affinity narrower than the cgroup's), or None."""
     srun = launched_with.get("SLURM_CPU_BIND_TYPE", "")
     if srun and not srun.startswith("none") and set(current) != set(allowed):
         return f"srun --cpu-bind={srun.rstrip(':')}"
@@ -106,8 +96,7 @@ def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str 
 
 @dataclass(frozen=True)
 class Plan:
-    """What binding a rank gets: `how` core | numa | launcher | none; `cpus` its affinity (None:
-    leave it); `why` one line for meta.json and the report."""
+    """A rank's binding: `how` core | numa | launcher | none, `cpus` (None: leave it), `why` for meta.json."""
 
     how: str
     cpus: tuple[int, ...] | None
@@ -115,8 +104,8 @@ class Plan:
 
 
 def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ...]:
-    """This local rank's block of the allowed CPUs, in order; one shared CPU round-robin when there
-    are fewer CPUs than ranks."""
+    """This local rank's block of the allowed CPUs; one shared CPU round-robin if there are fewer than
+    ranks."""
     allowed = sorted(allowed)
     if len(allowed) < local_world_size:
         return (allowed[local_rank % len(allowed)],)
@@ -127,8 +116,8 @@ def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ..
 
 def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_world_size: int,
                gpu_node: int | None) -> tuple[int | None, tuple[int, ...]]:
-    """(node, its allowed CPUs): the GPU's node, or on CPU the nodes dealt out over the local ranks;
-    (None, ()) where none is known."""
+    """(node, its allowed CPUs): the GPU's node, else nodes dealt over the local ranks; (None, ()) if
+    unknown."""
     usable = {n: [c for c in cpus if c in set(allowed)] for n, cpus in nodes.items()}
     usable = {n: cpus for n, cpus in usable.items() if cpus}
     if gpu_node is not None:
@@ -169,8 +158,7 @@ class Placement:
 
 
 def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
-    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None where
-    it names devices by UUID)."""
+    """nvidia-smi's index of torch's CUDA device under CUDA_VISIBLE_DEVICES (None where named by UUID)."""
     if not visible:
         return gpu_index
     names = [name.strip() for name in visible.split(",")]
@@ -180,8 +168,7 @@ def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
 
 
 def gpu_node_of(gpu_index: int | None) -> int | None:
-    """The NUMA node of torch's CUDA device `gpu_index`: sysfs by its PCI address, else NVML's or
-    nvidia-smi's."""
+    """The NUMA node of torch's CUDA device: sysfs by its PCI address, else NVML's or nvidia-smi's."""
     if gpu_index is None:
         return None
     import torch
@@ -199,8 +186,8 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class Binder:
-    """What one rank's binding depends on, read once before it joins. A run whose sub-worlds
-    measure one after the other places the measuring ranks again for each."""
+    """What one rank's binding depends on, read once before it joins; each sub-world places its ranks
+    again."""
 
     mode: str
     allowed: tuple[int, ...]  # the CPUs it may use now
@@ -213,8 +200,7 @@ class Binder:
     @classmethod
     def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None,
              sched: dict | None = None) -> Binder:
-        """`started_here`: the rank is one of a local run's (its affinity is the driver's,
-        never a launcher's binding)."""
+        """`started_here`: a local run's rank, whose affinity is the driver's, never a launcher's binding."""
         current = tuple(sorted(os.sched_getaffinity(0)))
         launcher = None if started_here else launcher_binding(
             variables("SLURM_CPU_BIND", "OMPI_MCA_hwloc"), current, cgroup_cpus())
@@ -267,20 +253,18 @@ class Binder:
 
 def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
               gpu_index: int | None = None) -> Placement:
-    """Bind this process as `mode` asks and say where it ended up (Binder)."""
+    """Bind this process as `mode` asks and say where it ended up."""
     return Binder.here(mode, started_here=started_here, gpu_index=gpu_index).bind(
         local_rank, local_world_size)
 
 
 def local_members(world_size: int, rank: int, hosts: list[str], one_machine: bool) -> list[int]:
-    """The ranks of the sub-world of the first `world_size` ranks on this rank's host (all of them
-    on an emulated cluster)."""
+    """The ranks of the first `world_size` on this rank's host (all of them on an emulated cluster)."""
     return [r for r in range(world_size) if one_machine or hosts[r] == hosts[rank]]
 
 
 def summary(placements: list[dict], hosts: list[str]) -> str:
-    """One line for meta.json and the report: how the ranks were placed, which ran unbound and which
-    shared CPUs."""
+    """One line for meta.json and the report: how ranks were placed, which ran unbound or shared CPUs."""
     unbound = [rank for rank, p in enumerate(placements) if p["how"] == "none"]
     shared = []
     for rank, p in enumerate(placements):

@@ -1,6 +1,5 @@
-"""One measurement of any collective: buffers laid out as nccl-tests lays them out, the timed loop,
-then the check of the very call that was timed (doc/methodology.md, "Checking every result"). Timed
-buffers hold zeros, so sums never grow over back-to-back calls."""
+"""One measurement of any collective: nccl-tests' buffers (zeros, so sums never grow), the timed loop, then
+the check of the very call timed (doc/methodology.md, "Checking every result")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ MODES = {"all_gather": (False, True), "reduce_scatter": (False, True), "alltoall
 
 def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
             in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(send, recv), zeros, for one rank."""
     n, r, device = world.size, world.rank, world.device.torch_device
     whole = count * n
     if collective == "all_gather":
@@ -38,8 +36,7 @@ def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
 
 def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
                 world: World) -> int:
-    """Fill the output with junk, then the input pattern, run the timed call once more and count
-    this rank's wrong elements (reusing the plan is checked too)."""
+    """Junk in the output, the pattern in the input, the timed call once more: this rank's wrong elements."""
     n, r = world.size, world.rank
     device, dtype = send.device, send.dtype
     patterns.junk(recv)
@@ -52,8 +49,7 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
 
 @dataclass(frozen=True)
 class Payload:
-    """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or
-    not."""
+    """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or not."""
 
     count: int
     dtype: torch.dtype
@@ -62,8 +58,7 @@ class Payload:
 
 def measure(algorithm: Algorithm, world: World, payload: Payload, sampling: timing.Sampling,
             check: bool = True, together: timing.Together = timing.ALONE) -> tuple[timing.Measured, int]:
-    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size; without
-    `check` (a round before a row's last) #wrong is 0."""
+    """(every rank's samples, #wrong summed) of one algorithm at one size; without `check` #wrong is 0."""
     collective, count = algorithm.collective, payload.count
     send, recv = buffers(collective, count, world, payload.dtype, payload.in_place)
     # AllReduce's algorithms build on one buffer (in place), the others' on send and receive

@@ -20,8 +20,7 @@ HEADER = (
 
 
 def states_text(row: dict) -> str:
-    """'two states: 172 us 62% / 2.05 ms 38%' for a row whose samples have two states, ''
-    otherwise."""
+    """'two states: 172 us 62% / 2.05 ms 38%' for a row whose samples have two states, '' otherwise."""
     share = row.get("slow_share")
     if share is None or not share == share:  # None or NaN: one state
         return ""
@@ -56,8 +55,7 @@ def progress_bar(total: int, unit: str, enabled: bool, description: str = "") ->
 
 
 class Console:
-    """Progress over every measurement and one table per (collective, algorithm, world size), in
-    size order, once its rows are all settled."""
+    """Progress over every measurement and one table per (collective, algorithm, world size) once settled."""
 
     def __init__(self, total: int, enabled: bool = True, rounds: int = 1):
         self.enabled, self.rounds = enabled, rounds
@@ -66,7 +64,6 @@ class Console:
         self._rows: dict[str, list[dict]] = {}  # recorded, not yet shown
 
     def table(self, label: str, world) -> None:
-        """The rows of `label`, as its table."""
         rows = sorted(self._rows.pop(label, []), key=lambda row: row["size_bytes"])
         if self.enabled and rows:
             tqdm.write(f"\n# {label}: world size {world.size} ({world.nodes} node(s) x "
@@ -111,8 +108,7 @@ def row_label(row: dict) -> str:
 
 
 class RowBar:
-    """A benchmark's rows as a bar (rank 0, a terminal only); each row's own line prints above
-    it."""
+    """A benchmark's rows as a bar (rank 0, a terminal only); each row's own line prints above it."""
 
     def __init__(self, total: int, what: str, enabled: bool = True):
         self.what = what

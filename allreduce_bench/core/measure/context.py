@@ -18,11 +18,10 @@ class Measuring(Protocol):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares, each a module-level function of its config (spawned ranks receive
-    it by reference). Every rank: `measure(session) -> #wrong`; `meta(config)`: the new run's
-    meta.json. The writer: `prepare`, `world_sizes` (still to start; None: all), `salvage` (the
-    local driver's verdict after a rank's death), `rows` (for the progress bar). `joins_present`: a
-    world of the ranks that arrive in --timeout."""
+    """What a benchmark declares, module-level functions of its config (ranks get them by reference): on every
+    rank `measure(session) -> #wrong` and `meta`; on the writer `prepare`, `world_sizes` (None: all),
+    `salvage` (a local run's verdict after a rank died), `rows` (for the bar); `joins_present`: a world of the
+    ranks that arrive."""
 
     name: str
     meta: Callable[[Any], dict]
@@ -37,8 +36,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class LocalRun:
-    """What a local world's driver hands each rank: its reasons folder and its pid (the rank dies
-    with it)."""
+    """What a local world's driver hands each rank: its reasons folder and its pid (the rank dies with it)."""
 
     reasons: str
     driver_pid: int
@@ -46,8 +44,7 @@ class LocalRun:
 
 @dataclass(frozen=True)
 class Run:
-    """One run: its command's config, what its ranks measure, and the features' hooks. `kept`: what
-    a rank hands its command's finish in the same process."""
+    """One run: its command's config, what its ranks measure, the hooks, and what a rank `kept` for finish."""
 
     config: Any  # the command's own config (a Measuring)
     benchmark: Benchmark

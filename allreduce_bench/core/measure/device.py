@@ -1,5 +1,4 @@
-"""Device and timer, chosen once per rank: the only place that knows CPU from CUDA, so the CPU tests
-exercise everything but the CUDA calls."""
+"""Device and timer, chosen once per rank: the only place that knows CPU from CUDA."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -67,11 +66,9 @@ class Device:
         dist.barrier(group=group)
 
     def elapsed_us(self, start, stop) -> float:
-        """Microseconds between two stamps."""
         return (stop - start) / 1e3
 
     def read(self, tensor: torch.Tensor) -> list:
-        """`tensor`'s values on the host (see CudaDevice.read)."""
         return tensor.tolist()
 
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
@@ -79,8 +76,7 @@ class Device:
         self.barrier(group)
 
     def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
-        """Device-side spin before a sample's start event: none on CPU, where the host clock is the
-        only clock."""
+        """Device-side spin before a sample's start event: none on CPU, where the host clock is the only clock."""
         return 0.0
 
     def note_launch(self, host_s: float, loops: int) -> None:
@@ -100,8 +96,7 @@ class PeerTimeout(RuntimeError):
 
 
 def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
-    """Wait for `event` on the host, giving up after `timeout_s`: torch.cuda.synchronize() would
-    block forever on a lost peer. Never inside the timed region."""
+    """Wait for `event`, giving up after `timeout_s` (synchronize() would block forever on a lost peer)."""
     deadline = time.monotonic() + timeout_s
     while not event.query():
         if time.monotonic() > deadline:
@@ -110,8 +105,7 @@ def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
 
 
 def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
-    """This rank's GPU: its local rank, or the only one it sees where the scheduler gave each task
-    one (srun --gpus-per-task=1)."""
+    """This rank's GPU: its local rank, or the only one it sees (srun --gpus-per-task=1)."""
     if visible >= local_world_size and local_rank < visible:
         return local_rank
     if visible == 1:
@@ -121,8 +115,7 @@ def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
 
 
 class CudaDevice(Device):
-    """One GPU per rank, chosen by local rank; its clock is CUDA events on the current stream (no
-    host sync per stamp)."""
+    """One GPU per rank, chosen by local rank; its clock is CUDA events on the current stream."""
 
     kind = "cuda"
 
@@ -144,8 +137,7 @@ class CudaDevice(Device):
 
     @property
     def physical_id(self) -> str | None:
-        """This GPU as NVML and nvidia-smi name it: its UUID (torch >= 2.4), else nvidia-smi's index
-        under CUDA_VISIBLE_DEVICES, else None."""
+        """This GPU as NVML and nvidia-smi name it: its UUID, else nvidia-smi's index, else None."""
         uuid = getattr(torch.cuda.get_device_properties(self.torch_device), "uuid", None)
         if uuid is not None:
             return f"GPU-{uuid}"
@@ -167,14 +159,12 @@ class CudaDevice(Device):
         wait_for(event, self.timeout_s, "the GPU work")
 
     def read(self, tensor: torch.Tensor) -> list:
-        """`tensor`'s values once the GPU work before it is done, within --timeout (`.cpu()` alone
-        would wait for a lost peer until NCCL's watchdog kills the process)."""
+        """`tensor`'s values once the GPU work before it is done, within --timeout (not NCCL's watchdog)."""
         self.synchronize()
         return tensor.cpu().tolist()
 
     def guarded(self, call: Callable[[], T], what: str) -> T:
-        """`call()` on a thread of its own, given up after --timeout with PeerTimeout: torch's
-        object collectives wait on the host with no timeout but the watchdog's."""
+        """`call()` on its own thread, given up after --timeout: object collectives wait with no timeout."""
         outcome: list = []
 
         def run() -> None:
@@ -201,15 +191,13 @@ class CudaDevice(Device):
         self.synchronize()
 
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
-        """Barrier, then a device-side spin: the host queues the sample's calls while the GPU spins,
-        so the interval holds no launch overhead."""
+        """Barrier, then a device-side spin while the host queues the sample: no launch overhead timed."""
         self.barrier(group)
         if spin_s > 0:
             torch.cuda._sleep(int(spin_s * 1e3 * self.cycles_per_ms()))
 
     def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
-        """Twice the host's queueing time plus a margin, bounded, MAX over the group so the ranks'
-        start events line up. None under gloo, whose calls hold the host until done."""
+        """Twice the host's queueing time plus a margin, MAX over the group; none under gloo."""
         if dist.get_backend(group) != "nccl":
             return 0.0
         own = torch.tensor([min(0.05, 2.0 * self.launch_s_per_call * loops + 50e-6)],
@@ -230,8 +218,7 @@ NCCL_GRACE_S = 5.0  # NCCL watchdog timeout = --timeout + this
 
 
 def process_group_options(backend: str, device: Device, timeout_s: float) -> dict:
-    """init_process_group's keywords: under NCCL the communicator is bound to this GPU and its
-    watchdog waits a few seconds past --timeout, so our own timeout reports first."""
+    """init_process_group's keywords: NCCL bound to this GPU, its watchdog a little past --timeout."""
     options: dict[str, object] = {"timeout": _dt.timedelta(seconds=timeout_s)}
     if backend == "nccl":
         options["timeout"] = _dt.timedelta(seconds=timeout_s + NCCL_GRACE_S)
@@ -253,12 +240,12 @@ def cpu_model() -> str:
 
 
 def this_host() -> Host:
-    """This host's CPUs and GPUs, as the config builders take them (core/config needs no torch)."""
+    """This host's CPUs and GPUs, for the config builders (core/config needs no torch)."""
     return Host(cpus_allowed(), torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a config's dtype name (core/config names it, without torch)."""
+    """The torch dtype of a config's dtype name."""
     return getattr(torch, name)
 
 

@@ -1,6 +1,5 @@
-"""`--flight-recorder`: PyTorch's Flight Recorder on every rank, each rank's buffer dumped to
-OUT/flight-recorder/rank<R> when a collective fails and at its end, for `allreduce-bench hang`
-(doc/hang.md). A frozen or dead rank leaves no dump: that absence is the finding."""
+"""`--flight-recorder`: PyTorch's Flight Recorder on every rank, dumped to OUT/flight-recorder/rank<R> on a
+failure and at the end, for `allreduce-bench hang`; a frozen or dead rank leaves no dump (doc/hang.md)."""
 from __future__ import annotations
 
 import os
@@ -29,8 +28,7 @@ def folder(launch: LaunchConfig) -> Path:
 
 
 def buffer_variable(version: str | None = None) -> str:
-    """The buffer's variable this torch reads: TORCH_FR_BUFFER_SIZE from 2.9 (the older name then
-    warns on every rank), TORCH_NCCL_TRACE_BUFFER_SIZE before."""
+    """The buffer's variable this torch reads: TORCH_FR_BUFFER_SIZE from 2.9, the older name before."""
     if version is None:
         import torch
         version = torch.__version__
@@ -62,8 +60,7 @@ def enable(launch: LaunchConfig) -> None:
 
 
 def described(ranks) -> dict:
-    """new_group's `group_desc` naming the members (gloo's dumps list none); {} for a torch without
-    it."""
+    """new_group's `group_desc` naming the members (gloo's dumps list none); {} for a torch without it."""
     import inspect
 
     import torch.distributed as dist
@@ -79,8 +76,7 @@ def members_desc(ranks) -> str:
 
 
 def _dump_api():
-    """torch's dump call (`_dump_fr_trace`, else the older NCCL-only `_dump_nccl_trace`), or
-    None."""
+    """torch's dump call (`_dump_fr_trace`, else the older NCCL-only `_dump_nccl_trace`), or None."""
     from torch._C import _distributed_c10d as c10d
 
     for name in ("_dump_fr_trace", "_dump_nccl_trace"):
@@ -90,8 +86,8 @@ def _dump_api():
 
 
 def dump(launch: LaunchConfig, rank: int) -> Path | None:
-    """This rank's buffer to OUT/flight-recorder/rank<R>, written whole then renamed. None without
-    --flight-recorder; a failure is one line on stderr, never an error."""
+    """This rank's buffer to OUT/flight-recorder/rank<R>, written whole; a failure is one line, never an
+    error."""
     if not launch.flight_recorder:
         return None
     call = _dump_api()
@@ -115,8 +111,7 @@ def dump(launch: LaunchConfig, rank: int) -> Path | None:
 
 
 def wait_for_dumps(where: Path, world_size: int, wait_s: float) -> int:
-    """The number of dumps in `where` once every rank's is there or `wait_s` passed without a new
-    one."""
+    """The number of dumps in `where` once every rank's is there or `wait_s` passed without a new one."""
     seen, last_change = -1, time.monotonic()
     while True:
         count = sum(1 for r in range(world_size) if (where / f"{PREFIX}{r}").exists())
@@ -128,8 +123,7 @@ def wait_for_dumps(where: Path, world_size: int, wait_s: float) -> int:
 
 
 def after_failure(run: Run, rank: int, world_size: int, local: bool) -> str:
-    """On a rank whose collective failed: dump; under a launcher rank 0 then waits for the
-    survivors' dumps and adds the hooks' verdict to its line."""
+    """Dump; under a launcher rank 0 waits for the survivors' dumps and adds the hooks' verdict."""
     path = dump(run.launch, rank)
     if path is None or local or rank != 0:
         return f"; flight recorder dump {path}" if path is not None and not local else ""
@@ -139,8 +133,7 @@ def after_failure(run: Run, rank: int, world_size: int, local: bool) -> str:
 
 
 def stopped_line(run: Run) -> str | None:
-    """A stopped local run's last line: who hung, on what (None without --flight-recorder, or a
-    verdict)."""
+    """A stopped local run's last line: who hung, on what (None without --flight-recorder, or a verdict)."""
     if not run.launch.flight_recorder:
         return None
     line = run.hooks.call.dump_verdict(folder=folder(run.launch), world_size=max(run.launch.world_sizes))

@@ -1,5 +1,5 @@
-"""The peak bandwidth of the links a run crosses, as far as this machine can tell (NVLink, NIC
-ports, else a point-to-point probe on CPU), so a row can say busbw as a share of its link's."""
+"""The peak bandwidth of the links a run crosses (NVLink, NIC ports, else a probe on CPU), for busbw's
+share."""
 from __future__ import annotations
 
 import re
@@ -52,7 +52,7 @@ def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
 
 
 def local_peaks(device) -> dict:
-    """This rank's view: its GPU's NVLink (asked by physical id) and its node's NICs."""
+    """This rank's view: its GPU's NVLink and its node's NICs."""
     found: dict[str, Any] = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
         physical = device.physical_id
@@ -64,8 +64,7 @@ def local_peaks(device) -> dict:
 
 def probe(rank: int, group=None, largest: int = PROBE_BYTES,
           rounds: int = PROBE_ROUNDS) -> tuple[float, int] | None:
-    """Point-to-point bandwidth between ranks 0 and 1 in GB/s (half a ping-pong, best of `rounds`
-    after two warm-ups) and the message size used; None on the other ranks. Called by every rank."""
+    """Point-to-point GB/s between ranks 0 and 1 (half a ping-pong, best of `rounds`) and its message size."""
     import torch
     import torch.distributed as dist
 
@@ -93,16 +92,14 @@ def probe(rank: int, group=None, largest: int = PROBE_BYTES,
 
 
 def probe_size(small_bytes: int, seconds: float, largest: int) -> int:
-    """The probe's message: what moves in PROBE_TARGET_S at the rate `small_bytes` took `seconds` to
-    move, in whole float32 elements, between `small_bytes` and `largest`."""
+    """The probe's message: what moves in PROBE_TARGET_S at the rate measured, within the bounds."""
     rate = small_bytes / seconds if seconds > 0 else float("inf")
     fits = min(float(largest), max(float(small_bytes), rate * PROBE_TARGET_S))
     return int(fits) // 4 * 4
 
 
 def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
-    """`probe_size` at the first message (growing 4x) whose transfer takes a quarter of
-    PROBE_TARGET_S: a small one alone fits a shaped link's burst. Rank 0 decides each step."""
+    """`probe_size` at the first message (growing 4x) that outlasts a shaped link's burst; rank 0 decides."""
     import torch
     import torch.distributed as dist
 
@@ -125,8 +122,8 @@ def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
 
 
 def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:
-    """Each link class's peak for the world: intra the slowest rank's NVLink (on CPU the probe),
-    inter the node whose NICs add up to the least (on one host the probe)."""
+    """Each link class's peak for the world: the slowest rank's NVLink, the weakest node's NICs, or the
+    probe."""
     gpus: list[Any] = [r.get("gpu") for r in per_rank]
     intra = how_intra = None
     if gpus and all(g and g.get("nvlink_GBps") for g in gpus):

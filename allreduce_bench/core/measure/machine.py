@@ -1,10 +1,11 @@
-"""What decides whether this machine's own noise reaches the numbers: CPUs against ranks, the idle
-driver and governor, and the CPU time others and the hypervisor took over the run. Read from /proc
-and /sys (each reader takes its root, for tests); None off Linux."""
+"""What decides whether this machine's own noise reaches the numbers, read from /proc and /sys (each reader
+takes its root, for tests); None off Linux."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from allreduce_bench.core.host import read_stripped
 
 CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
 PROC_STAT = Path("/proc/stat")
@@ -13,30 +14,22 @@ STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "st
 
 
 def cpus_allowed() -> int:
-    """How many CPUs this process may run on (its affinity: taskset, a cgroup, a launcher)."""
+    """How many CPUs this process may run on (its affinity)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def cpuidle(root: Path = CPUIDLE) -> dict:
     """{"driver": ..., "governor": ...}: None where sysfs does not say."""
-    return {"driver": _read(root / "current_driver"),
-            "governor": _read(root / "current_governor_ro") or _read(root / "current_governor")}
+    return {"driver": read_stripped(root / "current_driver"),
+            "governor": read_stripped(root / "current_governor_ro") or read_stripped(root / "current_governor")}
 
 
 def cpu_times(path: Path = PROC_STAT) -> dict | None:
-    """The whole machine's CPU time so far in clock ticks, per /proc/stat field; None if
-    unreadable."""
-    text = _read(path)
+    """The whole machine's CPU time so far in clock ticks, per /proc/stat field; None if unreadable."""
+    text = read_stripped(path)
     if not text:
         return None
     for line in text.splitlines():
@@ -47,29 +40,28 @@ def cpu_times(path: Path = PROC_STAT) -> dict | None:
     return None
 
 
-def steal_share(start: dict | None, end: dict | None) -> float | None:
-    """The share of CPU time between two `cpu_times` the hypervisor gave to others (steal)."""
+def _share(start: dict | None, end: dict | None, fields: tuple[str, ...]) -> float | None:
+    """The share of all CPU time between two `cpu_times` that `fields` took; None when unknown."""
     if not start or not end:
         return None
     total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
-    if total <= 0:
-        return None
-    return (end.get("steal", 0) - start.get("steal", 0)) / total
+    return None if total <= 0 else sum(end.get(k, 0) - start.get(k, 0) for k in fields) / total
+
+
+def steal_share(start: dict | None, end: dict | None) -> float | None:
+    """The share of CPU time between two `cpu_times` the hypervisor gave to others (steal)."""
+    return _share(start, end, ("steal",))
 
 
 def busy_share(start: dict | None, end: dict | None) -> float | None:
     """The share of CPU time between two `cpu_times` that was not idle."""
-    if not start or not end:
-        return None
-    total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
-    idle = sum(end.get(k, 0) - start.get(k, 0) for k in ("idle", "iowait"))
-    return None if total <= 0 else 1.0 - idle / total
+    idle = _share(start, end, ("idle", "iowait"))
+    return None if idle is None else 1.0 - idle
 
 
 def others_share(start: dict | None, end: dict | None, own_s: float | None) -> float | None:
-    """The share of CPU time between two `cpu_times` that processes other than this run's took: busy
-    time less `own_s`, this process's and its ranks' CPU seconds (known in a local run). Unlike the
-    load average it says what ran during the run."""
+    """The share of CPU time processes other than this run's took (busy time less `own_s`): unlike the load
+    average, what ran during the run."""
     if not start or not end or own_s is None:
         return None
     total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
@@ -101,8 +93,7 @@ def facts_at_start() -> dict:
 
 
 def facts_at_end(started: dict, ranks_are_children: bool = False) -> dict:
-    """`started` completed with the steal and busy shares and the end load; with
-    `ranks_are_children` (a local run) the share other processes took."""
+    """`started` completed over the run; with `ranks_are_children` the share others took."""
     end = cpu_times()
     start = started.get("cpu_times_start")
     own = started.get("own_cpu_s_start")

@@ -74,8 +74,7 @@ def environment() -> dict:
 
 
 def config_meta(config: Measuring) -> dict:
-    """Every field of a command's config, its launch's included (meta.json's `config`: resume
-    compares them)."""
+    """Every field of a command's config, its launch's included (meta.json's `config`: resume compares them)."""
     launch = {f.name: getattr(config.launch, f.name) for f in fields(config.launch)
               if f.name not in ("emulation", "link_peaks")}
     own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "launch"}  # type: ignore[arg-type]

@@ -1,5 +1,4 @@
-"""`--nccl-debug`: NCCL's own log of a run (INIT,GRAPH,ENV,TUNING, what NCCL's maintainers ask for),
-one file per rank, read by rank 0 at the end of each world into meta.json's `nccl` block
+"""`--nccl-debug`: NCCL's own log, one file per rank, read into meta.json's `nccl` block
 (nccl_log/parse.py)."""
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
 
 
 def debug_environment(folder: Path | str) -> dict[str, str]:
-    """The variables a rank runs with: NCCL expands %h (host) and %p (pid) in the file name."""
+    """The variables a rank runs with (NCCL expands %h and %p)."""
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": SUBSYSTEMS,
             "NCCL_DEBUG_FILE": str(Path(folder).resolve() / "%h.%p.log")}
 
@@ -47,8 +46,8 @@ def own_files(launch: LaunchConfig, pid: int | None = None) -> list[Path]:
 
 
 def collect(launch: LaunchConfig, rank: int, world_size: int, guarded: Callable) -> None:
-    """Collective on the default group after a world's measurements: rank 0 gets every rank's debug
-    file it cannot see and records the block, within --timeout (`guarded`)."""
+    """Collective after a world's measurements: rank 0 gets every debug file it cannot see and records
+    them."""
     if not launch.nccl_debug:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch

@@ -1,6 +1,5 @@
-"""Input patterns whose exact result is known, for every collective, dtype and world size, so a
-result matches bit for bit whatever the order of additions (doc/collectives.md). Sums: rank r holds
-(i % P) * (1 + r % 3); moves: tagged parts, (k * STRIDE + i) mod M."""
+"""Input patterns whose exact result is known for every collective, dtype and world size, whatever the order
+of additions (doc/collectives.md)."""
 from __future__ import annotations
 
 import math
@@ -51,7 +50,7 @@ def expected_sum(numel: int, world_size: int, dtype: torch.dtype,
 
 
 def count_wrong(result: torch.Tensor, expected: torch.Tensor) -> int:
-    """Number of elements that differ from the expectation (nccl-tests' #wrong, per rank)."""
+    """Elements that differ from the expectation (nccl-tests' #wrong, per rank)."""
     return int((result.reshape(-1) != expected.reshape(-1)).sum().item())
 
 
@@ -88,8 +87,7 @@ def _summed(numel: int, rank: int, world_size: int, dtype: torch.dtype, device) 
 
 def collective_input(collective: str, count: int, rank: int, world_size: int, dtype: torch.dtype,
                      device="cpu") -> torch.Tensor:
-    """What rank `rank` puts in (its send buffer) for one collective; `count` is one rank's part
-    for AllGather, ReduceScatter and AllToAll and the whole buffer otherwise."""
+    """What rank `rank` sends in one collective (`count`: one rank's part for the per-rank ones)."""
     n = world_size
     if collective in ("reduce_scatter", "reduce", "all_reduce"):
         return _summed(count * (n if collective == "reduce_scatter" else 1), rank, n, dtype, device)
@@ -100,8 +98,7 @@ def collective_input(collective: str, count: int, rank: int, world_size: int, dt
 
 def collective_expected(collective: str, count: int, rank: int, world_size: int,
                         dtype: torch.dtype, device="cpu") -> torch.Tensor | None:
-    """What rank `rank`'s output must hold, exactly; None where nothing is defined (Reduce's
-    ranks other than the root)."""
+    """What rank `rank`'s output must hold, exactly; None where undefined (Reduce off the root)."""
     n = world_size
     if collective == "all_reduce" or (collective == "reduce" and rank == 0):
         return expected_sum(count, n, dtype, device)

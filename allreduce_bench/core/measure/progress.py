@@ -1,6 +1,5 @@
-"""Where each rank is in the sweep, so a failure names the step and the rank that fell behind, in
-one end line per process: every rank publishes its (phase, step), pid and host in the launch's store
-before each measurement; a failed rank reads its world's (doc/faults.md)."""
+"""Where each rank is in the sweep, published in the launch's store, so a failure names the step and the rank
+that fell behind in one end line per process (doc/faults.md)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -27,14 +26,12 @@ MIN_LINGER_S = 1.0
 
 
 def store_host() -> str:
-    """Who serves the rendezvous store: torch's elastic agent, else rank 0 (env:// under srun or
-    mpirun)."""
+    """Who serves the rendezvous store: torch's elastic agent, else rank 0."""
     return "agent" if under_elastic_agent() else "rank 0"
 
 
 def store_reachable(master: tuple[str | None, int | None], timeout_s: float = 1.0) -> bool:
-    """Whether anything still listens at the store's (address, port): a plain socket costs no C++
-    warnings from torch's client."""
+    """Whether anything listens at the store's address: a socket costs no warnings from torch's client."""
     addr, port = master
     if port is None:
         return False
@@ -51,8 +48,7 @@ def _settled(seconds: float = 0.2) -> bool:
 
 
 class Board:
-    """The one liveness protocol over the launch's c10d store: JSON values and counters under
-    `name`'s prefix and, with `beat`, this rank's heartbeat counter (bumped every HEARTBEAT_S)."""
+    """The one liveness protocol over the launch's c10d store: JSON values, counters and a heartbeat."""
 
     def __init__(self, name: str, rank: int, beat: bool = True):
         self.store = dist.PrefixStore(f"allreduce-bench/{name}/", dist.distributed_c10d._get_default_store())
@@ -72,8 +68,7 @@ class Board:
             self._stop.wait(HEARTBEAT_S)
 
     def unanswered_s(self) -> float:
-        """Seconds since the store last took a heartbeat: a cut-off store host leaves calls hanging,
-        not failing."""
+        """Seconds since the store last took a heartbeat (a cut-off host hangs calls)."""
         return time.monotonic() - self.beaten
 
     def close(self) -> None:
@@ -143,8 +138,7 @@ class Progress:
                 self.board = None
 
     def missing(self) -> str:
-        """Which ranks this rank's failure waits on, in words: 'missing rank 1', 'missing ranks 1,3
-        (1 frozen)', 'missing rank 0 (the store's host) is gone', or 'missing rank unknown'."""
+        """Which ranks this failure waits on: 'missing rank 1', 'missing ranks 1,3 (1 frozen)', ..."""
         host_is_rank0 = store_host() == "rank 0" and self.rank != 0 and 0 in self.members
         if self.board is None:
             return "missing rank unknown"
@@ -175,8 +169,7 @@ class Progress:
         return f"{text} ({', '.join(states)})" if states else text
 
     def _not_here(self) -> dict[int, str] | None:
-        """Ranks of my world behind my step, or on this host and stopped or dead, with that state
-        ('' when only behind); None when the store cannot tell."""
+        """Ranks behind my step, or stopped or dead on this host, with that state; None if unknown."""
         board = self.board
         if board is None:
             return None
@@ -206,7 +199,7 @@ LOST_MARK = "lost-"  # + the rank: the ranks a rank of a local world gave up on,
 
 
 def leave_lost(folder: str, rank: int, progress: Progress) -> None:
-    """What `progress.missing` found, as JSON in a local world's reasons folder, for its driver."""
+    """What `missing` found, as JSON in a local world's reasons folder, for its driver."""
     try:
         (Path(folder) / f"{LOST_MARK}{rank}").write_text(json.dumps(
             {"lost": progress.lost, "where": progress.where, "t": time.time()}))
@@ -240,8 +233,7 @@ def peer_silent(error: BaseException) -> bool:
 
 
 class EndLine:
-    """One end line per process: the main thread's failure or the SIGTERM watcher's, whichever
-    claims first; the other waits and leaves."""
+    """One end line per process: the main thread's or the SIGTERM watcher's, whichever claims first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -270,16 +262,14 @@ class EndLine:
         self._written.wait()
 
     def exit(self, line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
-        """Print one line and leave at once (tearing a failed group down can block); `linger_s` lets
-        a launcher that watches every rank see the peer that died first."""
+        """Print one line and leave at once; `linger_s` lets a launcher see the peer that died first."""
         self.claim_or_wait()
         leave(line, code, linger_s, written=self._written)
 
 
 def leave(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0,
           written: threading.Event | None = None) -> None:
-    """Print `line` in one write, wrapped, and exit; a rank that gave up stays MIN_LINGER_S, as it
-    may serve the store its peers still read."""
+    """Print `line` in one write and exit; a rank that gave up lingers, as it may serve the store."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -1,6 +1,5 @@
-"""The one per-rank entry point of every benchmark under every launcher: join the world, record
-where every rank runs, hand the benchmark a `Session`, and turn a lost peer, a timeout or Ctrl-C
-into one line and an exit code."""
+"""The one per-rank entry point of every benchmark: join the world, hand the benchmark a `Session`, and turn a
+lost peer, a timeout or Ctrl-C into one line and an exit code."""
 from __future__ import annotations
 
 import os
@@ -63,8 +62,7 @@ def _quiet_interrupt(signum, frame) -> None:
 
 @dataclass(frozen=True)
 class Joined:
-    """A rank in its world: its device, where it runs, and who came (`presence.env`: its place in a
-    world of the ranks that arrived, None when it sits out)."""
+    """A rank in its world: device, binding, placement and who came (None: all launched ranks)."""
 
     device: Device
     binder: binding.Binder
@@ -73,8 +71,7 @@ class Joined:
 
 
 def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
-    """This rank's device, binding and place in the default process group; the binding is applied
-    before the group's threads start. A rank that cannot join exits with one line."""
+    """This rank's device, binding and place in the default group; one line and exit if it cannot join."""
     launch = run.launch
     nccl_debug.enable(launch)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
     flight_recorder.enable(launch)  # before the process group: torch reads TORCH_FR_* then
@@ -109,8 +106,7 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
 
 
 class Session:
-    """One rank's services, the same for every benchmark: its run, place, device, progress, and the
-    writer of rows and samples (rank 0 writes)."""
+    """One rank's services, the same for every benchmark; rank 0 writes rows and samples."""
 
     def __init__(self, run: Run, env: RankEnv, joined: Joined, progress: Progress, hosts: list[str],
                  local: bool = False):
@@ -130,9 +126,7 @@ class Session:
         self._samples = SamplesWriter(out_dir) if self.writer else None
 
     def record(self, row: dict, samples=None) -> None:
-        """Keep one finished measurement: its row and, on rank 0, its raw samples (a DataFrame or
-        None). Called on every rank between two measurements (the hooks' `row_recorded` runs
-        then)."""
+        """Keep one finished measurement's row and raw samples (rank 0); every rank calls it."""
         if self.writer:
             assert self._rows is not None and self._samples is not None  # the writer's
             if samples is not None and len(samples):
@@ -147,7 +141,7 @@ class Session:
         self.run.hooks.call.row_recorded(session=self)
 
     def expect(self, rows: int, what: str) -> None:
-        """Show a progress bar over the `rows` this run will record (rank 0, a terminal)."""
+        """A progress bar over the `rows` this run will record (rank 0, a terminal)."""
         if self.writer:
             self.bar = RowBar(rows, what)
 
@@ -156,8 +150,7 @@ class Session:
             self.bar.close()
 
     def bind_phase(self, world_size: int) -> None:
-        """Before the sub-world of the first `world_size` ranks measures: place its ranks again as
-        that many local ranks and record it in meta.json `binding.<world_size>`. Collective."""
+        """Place the first `world_size` ranks again for their sub-world, into meta.json. Collective."""
         if self.binder is None:
             return
         members = binding.local_members(world_size, self.env.rank, self.hosts,
@@ -173,8 +166,7 @@ class Session:
                     "summary": binding.summary(placements, self.hosts), "ranks": placements}})
 
     def with_peak(self, row: dict) -> dict:
-        """The row with `link_peak_GBps` (of the link class bounding its world) and busbw as a
-        percentage of it."""
+        """The row with its link's peak and busbw as a percentage of it."""
         busbw = row.get("busbw_GBps")
         if busbw is None:
             return row
@@ -186,9 +178,7 @@ class Session:
 
 
 def rank_main(run: Run, env: RankEnv | None = None, local: LocalRun | None = None) -> bool:
-    """Measure `run`'s benchmark on this rank; returns whether this process finishes the run. A
-    failed or timed-out collective ends the process with exit code 3 and one line naming the step
-    and the missing rank; rows already written stay."""
+    """Measure `run`'s benchmark on this rank; True where this process finishes the run."""
     env = env or launcher_env()
     assert env is not None, "a rank runs under the driver or a launcher"
     run.hooks.call.rank_starting(rank=env.rank)
@@ -214,7 +204,7 @@ def rank_main(run: Run, env: RankEnv | None = None, local: LocalRun | None = Non
 
 def _measure_or_exit(run: Run, env: RankEnv, joined: Joined, progress: Progress,
                      local: LocalRun | None) -> int:
-    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line."""
+    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process in one line."""
     launch = run.launch
     try:
         hosts = _gather_meta(run, env, joined)
@@ -245,8 +235,7 @@ def _measure_or_exit(run: Run, env: RankEnv, joined: Joined, progress: Progress,
 
 
 def _write_parquet(out_dir) -> None:
-    """results.parquet beside the CSV once this world is done (nothing when no row was measured);
-    the CSV stays the record."""
+    """results.parquet beside the CSV (which stays the record), where rows were measured."""
     if not (Path(out_dir) / RESULTS_FILE).exists():
         return
     try:
@@ -257,8 +246,7 @@ def _write_parquet(out_dir) -> None:
 
 
 def _gather_meta(run: Run, env: RankEnv, joined: Joined) -> list[str]:
-    """Where every rank runs and the link peaks it can know, into meta.json `peaks.<N>` and
-    `binding.<N>` (rank 0 writes); returns every rank's hostname."""
+    """Where every rank runs and its link peaks, into meta.json (rank 0); every rank's hostname."""
     device, launch = joined.device, run.launch
     probe_GBps = probe_bytes = None
     if device.kind == "cpu" and env.world_size > 1:

@@ -1,6 +1,5 @@
-"""Interleaved rounds (`--rounds R`): the sweep as R passes over (algorithm, size), so a change of
-the machine's state spreads over every size instead of landing on one (doc/methodology.md,
-"Interleaved rounds"). Pure."""
+"""Interleaved rounds (`--rounds R`), so a change of the machine's state spreads over every size instead of
+landing on one (doc/methodology.md, "Interleaved rounds"). Pure."""
 from __future__ import annotations
 
 import math
@@ -16,8 +15,7 @@ Item = TypeVar("Item")
 
 
 def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
-    """(round, item) in the order to measure: passes alternate direction and the last runs forward,
-    so rows come in the order of `items`."""
+    """(round, item) to measure: passes alternate direction, the last forward (rows in `items`' order)."""
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     planned: list[tuple[int, Item]] = []
@@ -28,8 +26,7 @@ def order(items: Sequence[Item], rounds: int) -> list[tuple[int, Item]]:
 
 
 def round_sampling(sampling, rounds: int, index: int, first=None):
-    """The sampling of round `index`: budget and sample counts split over the rounds; after the
-    first round (`first`, its Measured) its loops and samples, so later rounds only sample."""
+    """Round `index`'s sampling: the budget split; after the first round its loops and samples."""
     if rounds == 1:
         return sampling
     share = {"budget_s": sampling.budget_s / rounds,
@@ -53,8 +50,7 @@ def _slowest(one) -> np.ndarray:
 
 
 def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
-    """(high - low) / median of the per-round medians of the slowest rank's times, (low, high) their
-    median's confidence interval; 0 with one round."""
+    """(high - low) / median of the per-round medians' confidence interval; 0 with one round."""
     medians = np.array([np.median(_slowest(one)) for one in per_round])
     if len(medians) < 2:
         return 0.0
@@ -63,8 +59,7 @@ def round_spread(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
 
 
 def round_p(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
-    """Kruskal-Wallis p that the rounds' samples come from one distribution; nan with one round or
-    identical samples."""
+    """Kruskal-Wallis p that the rounds' samples come from one distribution (nan where undefined)."""
     from scipy.stats import kruskal
 
     groups = [_slowest(one) for one in per_round]
@@ -74,8 +69,7 @@ def round_p(per_round: Sequence[Sequence[Sequence[float]]]) -> float:
 
 
 def round_columns(per_round: Sequence[Sequence[Sequence[float]]]) -> dict:
-    """A row's round columns: how many, how much their medians differ, and whether more than their
-    samples' spread explains."""
+    """A row's round columns: how many, their medians' spread, and whether they disagree."""
     spread = round_spread(per_round)
     p = round_p(per_round) if spread > ROUNDS_DISAGREE else math.nan
     return {"rounds": len(per_round), "round_spread": spread, "round_p": p,

@@ -1,6 +1,4 @@
-"""`--sched auto|fifo|other`: the scheduling policy of a rank's threads, set before gloo starts its
-threads. SCHED_FIFO lets a woken gloo thread run at once (doc/noise.md); it needs root or
-RLIMIT_RTPRIO >= 1, else the rank runs as started and meta.json says why."""
+"""`--sched`: a rank's threads SCHED_FIFO (a woken gloo thread runs at once: doc/noise.md) where permitted."""
 from __future__ import annotations
 
 import os

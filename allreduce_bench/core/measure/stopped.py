@@ -1,7 +1,5 @@
-"""A rank that its launcher ends (SIGTERM) still says where it was and which rank it waited on:
-launchers send SIGTERM to every rank once one fails, which by default ends a rank silently before
-its own failure line (doc/faults.md). Watched on a thread through Python's wakeup fd, as a rank
-blocked in a collective runs no Python handler."""
+"""A rank its launcher ends (SIGTERM) still says where it was and whom it waited on, watched on a thread
+through Python's wakeup fd: a rank blocked in a collective runs no Python handler (doc/faults.md)."""
 from __future__ import annotations
 
 import os
@@ -20,8 +18,7 @@ GRACE_S = 0.5  # the main thread's own failure, already on its way, goes first
 
 @contextmanager
 def signals_seen(handle: Callable[[int], None]) -> Iterator[None]:
-    """Within the block, hand `handle(signum)`, on a thread, every signal that has a Python handler,
-    even while the main thread is blocked in C++. Call it from the main thread."""
+    """Within the block, hand `handle(signum)` every signal with a Python handler, on a thread."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -53,8 +50,7 @@ def _relay(read_fd: int, handle: Callable[[int], None]) -> None:
 
 @contextmanager
 def watch(run: Run, progress: Progress, world_size: int) -> Iterator[None]:
-    """Within the block, report this rank's end on SIGTERM after GRACE_S for the main thread's own
-    failure, then exit 143. Call it from the main thread; nothing where SIGTERM is ignored."""
+    """Within the block, report this rank's end on SIGTERM and exit 143 (not where SIGTERM is ignored)."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
         yield
         return

@@ -1,6 +1,5 @@
-"""The one timing loop of every benchmark: calibrated samples of back-to-back calls, every count
-decided from times MAX-reduced over the ranks so every rank makes the same calls
-(doc/methodology.md, "The sample loop")."""
+"""The one timing loop of every benchmark: calibrated samples of back-to-back calls, every count decided over
+the ranks so all make the same calls (doc/methodology.md, "The sample loop")."""
 from __future__ import annotations
 
 import math
@@ -22,11 +21,8 @@ if TYPE_CHECKING:
 def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: float,
                     max_loops: int, max_skew_share: float | None = None,
                     max_sample_s: float = math.inf) -> tuple[int, float]:
-    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample lasts >=
-    min_sample_s and >= its skew / max_skew_share (up to max_sample_s). `sample(loops)` gives
-    (slowest rank's seconds, slowest minus fastest). One call that reaches the minimum alone is
-    confirmed by a second: gloo's two states would otherwise fix loops at 1 in the slow one
-    (doc/methodology.md, "Calls with two states")."""
+    """(loops, seconds): the fewest loops whose sample lasts min_sample_s and skew / max_skew_share; one call
+    that reaches it alone is confirmed by a second (doc/methodology.md, "Calls with two states")."""
     loops, pace = 1, math.inf
     for attempt in range(8):
         took, skew = sample(loops)
@@ -47,8 +43,7 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
 
 
 def longest_sample_s(sampling: Sampling) -> float:
-    """How long the skew may make a sample: max_sample_s, and no longer than the budget still holds
-    min_samples samples."""
+    """How long the skew may make a sample: within max_sample_s and the budget's min_samples."""
     return min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
 
 
@@ -76,8 +71,7 @@ def gather(values: list[float], group, device: Device) -> list[list[float]]:
 
 
 def total(count: int | torch.Tensor, group, device: Device) -> int:
-    """A count (an int, or a device tensor not read yet) summed over the group, read within the
-    device's timeout."""
+    """A count (an int, or a device tensor not read yet) summed over the group, read within the device's timeout."""
     t = torch.as_tensor(count, dtype=torch.int64, device=device.torch_device).reshape(1)
     dist.all_reduce(t, group=group)
     return int(device.read(t)[0])
@@ -85,9 +79,7 @@ def total(count: int | torch.Tensor, group, device: Device) -> int:
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
                  host_launch: bool = False, before_sample: Callable[[], None] | None = None) -> list[float]:
-    """This rank's time per call (us) in each of `count` samples of `loops` calls, each started
-    after an alignment over `group` (and a device-side spin, unless `host_launch`) and the
-    `before_sample` hook."""
+    """This rank's time per call (us) in `count` samples of `loops` calls, each after an alignment."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
 
@@ -115,10 +107,9 @@ def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: 
 
 @dataclass(frozen=True)
 class Together:
-    """How a group sampling beside others coordinates with them. `agree_over`: a larger group whose
-    ranks all sample at once, counts and times decided over it (the slowest group's result);
-    `lockstep`: a larger group whose groups must overlap in every sample (rails sharing one link),
-    counts decided and samples aligned over it, times the group's own."""
+    """How a group sampling beside others coordinates: `agree_over` decides counts and gathers times over a
+    larger group; `lockstep` also aligns every sample over it (rails sharing a link), times the group's
+    own."""
 
     agree_over: Any = None
     lockstep: Any = None
@@ -138,8 +129,7 @@ class Measured:
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
            together: Together = ALONE) -> Measured:
-    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group` (None:
-    the default world)."""
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`."""
     # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
     lockstep = together.lockstep
     agree = lockstep if lockstep is not None else group if together.agree_over is None else together.agree_over
@@ -151,8 +141,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     wall = [0.0]  # the last calibration sample's wall time, the longest rank's
 
     def one_sample(loops: int) -> tuple[float, float]:
-        """(slowest rank's seconds, its skew) of one sample over `agree`: the longer of its interval
-        and the host's queueing of its calls."""
+        """(slowest rank's seconds, its skew) of one sample: its interval or the host's queueing."""
         started = time.perf_counter()
         mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0] * loops / 1e6
         wall_s = time.perf_counter() - started
@@ -186,8 +175,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
 
 
 def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
-    """(loops, seconds a sample of them takes) where the median sample lasted under min_sample_s
-    (the calibration saw slow calls); None where long enough or at max_loops."""
+    """(loops, seconds) where the median sample fell short of min_sample_s; None otherwise."""
     median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
     if median_s * loops >= sampling.min_sample_s or loops >= sampling.max_loops:
         return None
@@ -196,8 +184,7 @@ def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tu
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:
-    """A call that spins for exactly `seconds`: what the harness reports beyond it is its own bias
-    (scripts/perf_core.py)."""
+    """A call that spins for exactly `seconds`: what is reported beyond it is the harness's bias."""
     def call() -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:

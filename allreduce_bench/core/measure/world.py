@@ -1,6 +1,5 @@
-"""The per-rank view of a (sub-)world: who I am, my node (runs of `ranks_per_node` consecutive
-ranks), and the groups I talk on: the whole, my node's (intra) and my local rank's on every node
-(inter), built by every rank in the same order with the run's timeout."""
+"""The per-rank view of a (sub-)world: who I am, my node, and the groups I talk on (the whole, intra,
+inter)."""
 from __future__ import annotations
 
 import dataclasses
@@ -41,9 +40,8 @@ class CommGroup:
 
 @dataclass(frozen=True)
 class World:
-    """What an algorithm's `build(tensor, world)` gets; plug-ins may use `rank`, `size`,
-    `process_group` (None: the default group), `group`, `intra`, `inter` (CommGroups),
-    `ranks_per_node`, `nodes` and `device`."""
+    """What an algorithm's `build` gets; plug-ins may use `rank`, `size`, `process_group` (None: the default
+    group), `group`, `intra`, `inter`, `ranks_per_node`, `nodes` and `device`."""
 
     group: CommGroup  # the whole (sub-)world
     intra: CommGroup  # my node
@@ -69,15 +67,14 @@ class World:
         return self.size // self.ranks_per_node
 
     def close(self) -> None:
-        """Free this world's groups in the same order on every rank: NCCL's finalize may wait for
-        its peers."""
+        """Free this world's groups in the same order on every rank (NCCL's finalize may wait)."""
         for group in dict.fromkeys((self.group.pg, self.intra.pg, self.inter.pg)):
             if group is not None and group != dist.GroupMember.WORLD:
                 dist.destroy_process_group(group)
 
 
 def group_timeout(device: Device, timeout_s: float) -> timedelta:
-    """A sub-group's collective timeout: this run's (--timeout), not torch's default."""
+    """A sub-group's collective timeout: this run's, not torch's default."""
     return process_group_options(dist.get_backend(), device, timeout_s)["timeout"]
 
 
@@ -90,8 +87,7 @@ def _subgroup(lists: list[list[int]], me: int, timeout: timedelta) -> CommGroup 
 
 
 def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: float) -> World | None:
-    """The groups of the sub-world of global ranks 0..world_size-1; collective over the default
-    group, ranks outside get None."""
+    """The groups of the sub-world of ranks 0..world_size-1 (collective; ranks outside get None)."""
     me, total = dist.get_rank(), dist.get_world_size()
     if world_size > total:
         raise UsageError(f"world size {world_size} is larger than the {total} ranks launched; "
@@ -120,8 +116,7 @@ SIT_OUT_LIMIT = timedelta(days=7)
 
 
 def end_phase(world: World | None, name: str, device: Device) -> None:
-    """Close a phase measured on a sub-world, on every rank: the sub-world's rank 0 marks `name`
-    done in the launcher's store, ranks outside wait for it, then all meet at a barrier."""
+    """Close a sub-world's phase on every rank: its rank 0 marks it done, the others wait, all meet."""
     store = dist.PrefixStore("allreduce_bench/phases", dist.distributed_c10d._get_default_store())
     if world is None:
         store.wait([name], SIT_OUT_LIMIT)
@@ -150,7 +145,7 @@ class Presence:
     serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
 
     def leads(self) -> bool:
-        """The world's first rank finishes the run: rank 0 may never have come, or sit out."""
+        """The world's first rank finishes the run (rank 0 may not have come)."""
         return self.env is not None and self.env.rank == 0
 
     def end_world(self) -> None:
@@ -159,8 +154,7 @@ class Presence:
             self.store.set("ended", "1")
 
     def sit_out(self) -> None:
-        """A rank left out of the world leaves at once, unless it serves the store the world meets
-        on: then it stays until the world's first rank is done."""
+        """Leave at once, unless this rank serves the world's store: then stay until the world is done."""
         if not self.serves:
             return
         while not self.store.check(["ended"]):
@@ -169,9 +163,8 @@ class Presence:
 
 
 def _launch_store(env, timeout: timedelta, serves: bool):
-    """The store every launched rank can reach without waiting for the others: the elastic agent's,
-    else one rank 0 serves at MASTER_ADDR:MASTER_PORT. RuntimeError (one line) when it does not
-    answer within `timeout`."""
+    """The store every launched rank reaches without waiting for the others: the agent's, else one rank 0
+    serves; RuntimeError (one line) when it does not answer within `timeout`."""
     addr, port = master_of(env)  # set by the launcher, or found by launcher_env
     if addr is None or port is None:
         raise RuntimeError("the launch's store has no address: set MASTER_ADDR and MASTER_PORT")
@@ -220,16 +213,14 @@ def _quiet_stderr():
 
 
 def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
-    """The arrived ranks of hosts all of whose ranks arrived, so every host in the world has the
-    same ranks per node."""
+    """The arrived ranks of hosts all of whose ranks arrived (same ranks per node everywhere)."""
     L = max(1, ranks_per_node)
     return tuple(r for r in range(launched)
                  if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
 
 
 def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
-    """Wait until every launched rank came or `timeout_s` passed since this one did; the first to
-    stop waiting sets the members (compare-and-set: all read one list)."""
+    """Wait for every rank or `timeout_s`; the first to stop waiting sets the members (compare-and-set)."""
     arrived_at = time.monotonic()
     while not store.check(["members"]):
         if store.add("count", 0) >= env.world_size or time.monotonic() - arrived_at > timeout_s:
@@ -242,10 +233,8 @@ def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
 
 def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
                  ranks_per_node: int) -> Presence:
-    """Form the default group from the launched ranks that arrive within `timeout_s` instead of
-    waiting for all (health judges a host that hangs at start-up). No `device_id`: torch would then
-    split this communicator for every later NCCL group, a collective over the whole world
-    (health/coordination.py)."""
+    """The default group of the ranks that arrive within `timeout_s` (health judges a host that hangs). No
+    `device_id`: torch would split this communicator for every later group, over the whole world."""
     serves = env.rank == 0 and not agent_store()
     store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)

@@ -1,10 +1,6 @@
-"""The interleaved passes every sweep runs (AllReduce's and the other collectives'): each
-measurement in `config.rounds` passes that alternate direction (measure/rounds.py), calibrated
-and planned in the first, checked in the last, its row pooled from all of them; rows whose
-median cannot be trusted yet get extra rounds within --extra-budget (`extra_rounds`).
-
-A sweep hands over its measurements as `Item`s: what resume and progress call it, how to
-measure it once, and how to make its row from its rounds."""
+"""The interleaved passes every sweep runs: each measurement in `config.rounds` alternating passes
+(measure/rounds.py), calibrated in the first, checked in the last, its row pooled from all; rows
+whose median cannot be trusted yet get extra rounds within --extra-budget."""
 from __future__ import annotations
 
 from collections import Counter
@@ -49,10 +45,9 @@ class Phase(Protocol):
 
 
 def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int:
-    """Measure `items` in the rounds' order and record each row once it is done: after its last
-    round, or, for a row flagged `unstable` there, after the extra round that settles it or the
-    last one the extra budget allows (`extra_rounds`). Whether to measure an item is asked once
-    and remembered. #wrong summed over the rows."""
+    """Measure `items` in the rounds' order and record each row once done: after its last round or,
+    flagged `unstable` there, after the extra round that settles it or the last the budget allows.
+    #wrong summed."""
     wrong_total, last = 0, config.rounds - 1
     skipped, unsettled = set(), []
     taken: dict[tuple[str, int], list] = {}
@@ -97,11 +92,9 @@ def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int
 
 def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: dict,
                  measure: Callable, emit: Callable) -> None:
-    """Rows flagged `unstable` after the planned rounds get more, in passes over them that
-    alternate direction as the planned ones do, each row leaving as soon as it is no longer
-    flagged, until the sweep's share of --extra-budget is spent (`extra_share`): counted in the
-    time its calls took (the same on every rank, which all stop at the same row), at least each
-    round's own budget. The rows left are emitted as they stand, still flagged."""
+    """Rows flagged `unstable` get more rounds, in alternating passes, each leaving once no longer
+    flagged, until the sweep's share of --extra-budget is spent (counted the same on every rank);
+    those left are emitted still flagged."""
     spent, budget, index = 0.0, extra_share(config), config.rounds
     while unsettled and spent < budget:
         order = unsettled if (index - config.rounds) % 2 else unsettled[::-1]
@@ -120,15 +113,14 @@ def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: di
 
 
 def calls_s(measured: timing.Measured, warmup: int) -> float:
-    """Seconds the calls of one measurement took, by its slowest rank's median: its samples'
-    loops and the warm-up calls."""
+    """Seconds one measurement's calls took, by its slowest rank's median."""
     per_call_us = float(np.median(np.max(np.asarray(measured.per_rank_us, dtype=float), axis=0)))
     return per_call_us * 1e-6 * (measured.samples * measured.loops + warmup)
 
 
 def extra_share(config: RunConfig) -> float:
-    """This sweep's share of --extra-budget: the run's budget split evenly over its world sizes
-    and collectives (each a sweep of its own); none where --samples fixed the total."""
+    """This sweep's share of --extra-budget, split evenly over world sizes and collectives; none
+    where --samples fixed the total."""
     if config.sampling.samples is not None:
         return 0.0
     sweeps = len(config.launch.world_sizes) * (bool(config.algorithms) + len(config.collectives))
