@@ -1,6 +1,5 @@
-"""Which rank this process is, from what a launcher put in the environment (torchrun, srun, Open
-MPI, MPICH/PMI), and what torch's `env://` needs. The one module that reads how a process was
-started (doc/architecture.md, "Configuration travels as parameters"). No torch."""
+"""Which rank this process is, from what a launcher set (torchrun, srun, Open MPI, MPICH/PMI): the one module
+that reads how a process was started (doc/architecture.md). No torch."""
 from __future__ import annotations
 
 import json
@@ -64,8 +63,8 @@ SLURM_NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
 # ---- Slurm's compact notations ------------------------------------------------------------
 
 def expand_nodelist(nodelist: str) -> list[str]:
-    """Every host of a Slurm nodelist, in order: 'gpu[01-03,07],cpu5' -> gpu01 gpu02 gpu03 gpu07
-    cpu5, by python-hostlist, else `scontrol show hostnames`."""
+    """Every host of a Slurm nodelist: 'gpu[01-03],cpu5' -> gpu01 gpu02 gpu03 cpu5 (python-hostlist, else
+    scontrol)."""
     hosts: list[str] = []
     try:
         import hostlist
@@ -93,7 +92,7 @@ def _scontrol_hostnames(nodelist: str) -> list[str]:
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
-    """Tasks on each node: '4(x2),2' -> [4, 4, 2]; '8' -> [8] (the same on every node)."""
+    """Tasks on each node: '4(x2),2' -> [4, 4, 2]."""
     counts = []
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
@@ -160,8 +159,7 @@ def _master(env: Mapping, family: Family, world_size: int, local_world_size: int
 
 
 def launcher_env(env: Mapping | None = None) -> RankEnv | None:
-    """The rank layout a launcher put in the environment, or None for a local run. torchrun wins (it
-    runs inside srun/mpirun allocations); a one-rank Slurm or MPI step is a local run."""
+    """The rank layout a launcher set, or None for a local run (torchrun wins; one rank is a local run)."""
     env = os.environ if env is None else env
     family = next((f for f in FAMILIES if _present(env, f)), None)
     if family is None:
@@ -196,7 +194,7 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
 
 
 def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | None = None) -> None:
-    """Set what `init_process_group(init_method='env://')` reads, where the launcher did not."""
+    """Set what torch's `env://` reads, where the launcher did not."""
     environ = os.environ if environ is None else environ
     values = {"RANK": rank_env.rank, "WORLD_SIZE": rank_env.world_size,
               "LOCAL_RANK": rank_env.local_rank, "LOCAL_WORLD_SIZE": rank_env.local_world_size,
@@ -209,8 +207,7 @@ def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | N
 
 @dataclass(frozen=True)
 class Started:
-    """How this process was started, read once by its command: the launcher's rank layout (None: a
-    local run), the emulated cluster's label and link rates, and the command line."""
+    """How this process was started, read once by its command: rank layout, emulation, command line."""
 
     env: RankEnv | None = None
     emulation: str = ""
@@ -242,12 +239,12 @@ def under_elastic_agent() -> bool:
 
 
 def agent_store() -> bool:
-    """The agent hands its ranks its own store (TORCHELASTIC_USE_AGENT_STORE): rank 0 serves none."""
+    """The agent hands its ranks its own store: rank 0 serves none."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
 
 
 def visible_gpus() -> str | None:
-    """CUDA_VISIBLE_DEVICES as the launcher or the user set it (None: every GPU)."""
+    """CUDA_VISIBLE_DEVICES as set (None: every GPU)."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
@@ -257,7 +254,7 @@ def variables(*prefixes: str) -> dict[str, str]:
 
 
 def user_setting(*names: str, environ: Mapping | None = None) -> str | None:
-    """The first of `names` set (non-empty) by the user or a test (a hook, a torch knob)."""
+    """The first of `names` set (non-empty) by the user or a test."""
     environ = os.environ if environ is None else environ
     return next((environ[n] for n in names if environ.get(n)), None)
 

@@ -1,6 +1,5 @@
-"""The named hooks through which features reach the core, with pluggy as pytest does:
-the core calls a hook, never a feature. A `Hooks` registry travels inside a run's context to its
-ranks and is rebuilt there from its plugins' module names. No torch."""
+"""The named hooks through which features reach the core (pluggy, as pytest): the core calls a hook, never a
+feature. `Hooks` travels to the ranks as its plugins' module names. No torch."""
 from __future__ import annotations
 
 import importlib
@@ -109,8 +108,7 @@ class Spec:
 
 
 class Hooks:
-    """The plugins of one run, by module. Pickled as the modules' names (spawned ranks import
-    them again), so a run's context reaches its ranks whole."""
+    """The plugins of one run, by module, pickled as the modules' names (spawned ranks import them again)."""
 
     def __init__(self, plugins: Sequence[ModuleType] = ()):
         self.plugins = tuple(plugins)

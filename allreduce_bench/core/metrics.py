@@ -31,8 +31,7 @@ IN_PLACE = "-in-place"
 
 
 def benchmark_of(collective: str, in_place: bool = False) -> str:
-    """A row's `benchmark`: allreduce for AllReduce, else the collective's name; `-in-place` marks
-    an in-place half measured beside an out-of-place one."""
+    """A row's `benchmark`: allreduce, else the collective's name, `-in-place` for an in-place half."""
     name = "allreduce" if collective == "all_reduce" else collective
     return name + IN_PLACE if in_place else name
 
@@ -55,9 +54,8 @@ def busbw_GBps(size_bytes: float, time_us: float, world_size: int,
 
 def collective_counts(collective: str, size_bytes: int, itemsize: int,
                       world_size: int) -> tuple[int, int]:
-    """(count, size_bytes) of one measurement as nccl-tests' GetCollByteCount sets them: for
-    AllGather, ReduceScatter and AllToAll `count` is one rank's part in whole 16-byte units and the
-    size N parts; for the others the whole buffer."""
+    """(count, size_bytes) as nccl-tests' GetCollByteCount sets them: one rank's part (16-byte units) of the
+    per-rank collectives, else the whole buffer."""
     count = size_bytes // itemsize
     if collective not in PER_RANK:
         return count, count * itemsize
@@ -83,8 +81,7 @@ NO_STATES = {"fast_us_median": math.nan, "fast_share": math.nan, "slow_us_median
 
 
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """(low, high): the distribution-free confidence interval of the median, from order statistics
-    (the whole range where even it falls short)."""
+    """(low, high): the median's distribution-free confidence interval, from order statistics."""
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     if n == 0:
@@ -108,8 +105,7 @@ def untrusted(median: float, interval: tuple[float, float]) -> bool:
 
 
 def two_states(values: Sequence[float]) -> dict:
-    """The two states' medians and shares when the samples split at the widest gap (by ratio) that
-    leaves STATE_MIN_SHARE on each side; NaNs otherwise."""
+    """The two states' medians and shares where the samples split at a wide gap; NaNs otherwise."""
     x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     least = max(1, math.ceil(STATE_MIN_SHARE * n))
@@ -125,9 +121,8 @@ def two_states(values: Sequence[float]) -> dict:
 
 
 def sample_stats(per_rank_us, loops: int = 1) -> dict:
-    """The numbers of one row from `per_rank_us[rank][sample]` (doc/results.md has the columns).
-    Each sample's time is the MAX over ranks; `time_us_rank_mean` is what nccl-tests prints; the
-    late rank is the one with the MINIMUM time per sample (the others waited for it)."""
+    """A row's numbers from `per_rank_us[rank][sample]` (doc/results.md): each sample's time is the MAX over
+    ranks; the late rank is the one with the MINIMUM (the others waited for it)."""
     times = np.asarray(per_rank_us, dtype=float)
     if times.ndim != 2 or times.size == 0:
         raise ValueError("no samples")

@@ -1,6 +1,6 @@
-"""Quantities as people write them (7B, 14GB, 25GB/s, 200Gb/s, 0.5s, 10us): the one module that
-turns text into quantities, each parser raising a `UsageError` with a good example. Decimal, as
-hardware is quoted, except tensor sizes, whose bare K/M/G are binary as nccl-tests' -b/-e."""
+"""Quantities as people write them (7B, 14GB, 25GB/s, 0.5s): the one module turning text into quantities, each
+parser raising a `UsageError` with an example. Decimal, but tensor sizes' bare K/M/G are binary
+(nccl-tests)."""
 from __future__ import annotations
 
 import math
@@ -61,7 +61,6 @@ def parse_whole_count(text, what: str = "count") -> int:
 
 
 def _scaled(text, what: str, example: str, scale_of, refusal: str) -> float:
-    """A positive number times the scale its unit names; `refusal` when the unit names none."""
     value, unit = _split(text, what, example)
     scale = scale_of(unit)
     if scale is None:
@@ -129,7 +128,7 @@ def format_bandwidth(bytes_per_s: float) -> str:
 
 
 def format_seconds(seconds: float, unit: str | None = None) -> str:
-    """0.0311 -> '31.1 ms'; with unit='s' -> '0.0311 s', though under a millisecond keeps its own unit."""
+    """0.0311 -> '31.1 ms'; unit='s' -> '0.0311 s', though under a millisecond keeps its own unit."""
     scales = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     if unit is None or abs(seconds) < 1e-3 * scales[unit]:
         unit = next((u for u, s in scales.items() if abs(seconds) >= s), "ns") if seconds else "s"
@@ -155,8 +154,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str | int, what: str = "size") -> int:
-    """'64M' -> 67108864, '64MB' -> 64000000 (SIZE_UNITS); a fraction must come out whole bytes
-    ('1.3K' is refused, never rounded)."""
+    """'64M' -> 67108864, '64MB' -> 64000000; a fraction must come out whole bytes, never rounded."""
     if isinstance(text, int):
         value = text
     else:
@@ -231,6 +229,3 @@ def parse_size_list(text: str, option: str = "--sizes") -> list[int]:
     if len(sizes) > MAX_SWEEP_SIZES:
         raise UsageError(f"{option} lists {len(sizes)} sizes; give at most {MAX_SWEEP_SIZES}")
     return sizes
-
-
-# --- link rates in tc's units (the emulator's --inter-bandwidth) -----------------------------

@@ -1,5 +1,4 @@
-"""`--min-busbw` of `run` and `links`, nccl-tests' NCCL_TESTS_MIN_BW: after the run's own finish,
-every table's footer and a line per table below 90% of the floor; exit 1 when there is any."""
+"""`--min-busbw` (nccl-tests' NCCL_TESTS_MIN_BW): after the finish, each table's footer; exit 1 below 90%."""
 from __future__ import annotations
 
 import sys

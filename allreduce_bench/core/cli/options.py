@@ -1,5 +1,4 @@
-"""The options every measuring command shares (run, links, ddp, ...), declared once so one
-option name means one thing everywhere; `config.options.launch_config` parses them."""
+"""The options every measuring command shares, declared once so one name means one thing everywhere."""
 from __future__ import annotations
 
 import click
@@ -60,6 +59,5 @@ def with_options(options: list):
 
 
 def command_hooks() -> Hooks:
-    """The features' hooks, as the command group (allreduce_bench/cli.py) put them in the
-    command's context; the core alone for a command run outside the group."""
+    """The features' hooks from the command's context (the core alone outside the group)."""
     return click.get_current_context().find_object(Hooks) or NONE

@@ -1,5 +1,4 @@
-"""This host as the ranks and checks see it: its GPUs (NVML, else nvidia-smi), its cgroup and its
-processes (psutil), each read in one module. No torch."""
+"""This host as the ranks and checks see it: GPUs, cgroup and processes, each read in one module. No torch."""
 from __future__ import annotations
 
 from pathlib import Path

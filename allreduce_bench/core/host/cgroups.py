@@ -1,5 +1,5 @@
-"""This process's cgroup, v1 or v2: the CPUs its cpuset allows, the tightest CPU quota over it and
-the time the kernel throttled it for that quota. Read-only, best effort: None and zeros without."""
+"""This process's cgroup (v1 or v2): its cpuset, the tightest CPU quota over it and its throttling. Best
+effort."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -68,14 +68,13 @@ def _v2_quota(directory: Path) -> float | None:
 
 
 def _ancestors(root: Path, path: str) -> list[Path]:
-    """The cgroup directories from this process's own up to the root, own first."""
+    """The cgroup directories from this process's own up to the root."""
     parts = [p for p in path.strip("/").split("/") if p]
     return [root.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
 
 
 def cpu_throttle(root: Path = ROOT, proc_cgroup: str | None = None) -> dict[str, Any]:
-    """{quota_cpus, nr_throttled, throttled_s, cgroup}: the tightest CPU quota over this process's
-    cgroup and its ancestors, and that cgroup's cumulative throttling."""
+    """The tightest CPU quota over this process's cgroup and its ancestors, and that cgroup's throttling."""
     text = own() if proc_cgroup is None else proc_cgroup
     groups = memberships(text)
     v1 = next((path for controllers, path in groups.items() if "cpu" in controllers.split(",")), None)
@@ -95,7 +94,7 @@ def cpu_throttle(root: Path = ROOT, proc_cgroup: str | None = None) -> dict[str,
 
 
 def throttled_since(start: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """The throttling between two `cpu_throttle` readings (the quota as now)."""
+    """The throttling between two `cpu_throttle` readings."""
     return {"quota_cpus": now["quota_cpus"], "cgroup": now.get("cgroup"),
             "nr_throttled": max(0, now["nr_throttled"] - start["nr_throttled"]),
             "throttled_s": round(max(0.0, now["throttled_s"] - start["throttled_s"]), 4)}

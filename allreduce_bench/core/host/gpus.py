@@ -1,5 +1,5 @@
-"""This host's NVIDIA GPUs from NVML, else nvidia-smi: the one place either is asked, with no torch
-and no CUDA context. A GPU is named as nvidia-smi's --id names it (index or UUID)."""
+"""This host's NVIDIA GPUs from NVML, else nvidia-smi, with no torch or CUDA context; named by index or
+UUID."""
 from __future__ import annotations
 
 import re
@@ -28,7 +28,6 @@ def smi(*args: str, timeout_s: float = 20.0) -> str | None:
 
 
 def _output(text: str | None) -> str | None:
-    """nvidia-smi's output, None where it is missing or failed."""
     return None if text is None or text.startswith("nvidia-smi") else text
 
 

@@ -1,5 +1,4 @@
-"""How ranks come to exist locally: a world of ranks started on this host with torch's launcher,
-and the line that says why one failed."""
+"""How ranks come to exist locally (torch's launcher on this host), and the line saying why one failed."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +26,7 @@ LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM bef
 # ---- a local world -------------------------------------------------------------------------
 
 def quiet_elastic_logs() -> None:
-    """torch's launcher logs every start and stop: keep what breaks it only (each of its loggers
-    sets its own level)."""
+    """torch's launcher logs every start and stop: keep what breaks it only."""
     prefixes = ("torch.distributed.elastic", "torch.distributed.launcher",
                 "torch.multiprocessing.spawn")
     for name in list(logging.root.manager.loggerDict) + list(prefixes):
@@ -37,9 +35,8 @@ def quiet_elastic_logs() -> None:
 
 
 def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], marks: Path) -> None:
-    """Watch a local world's ranks for one stopped (SIGSTOP): wake it (SIGCONT) once a sibling has
-    ended, so torch's SIGTERM reaches it; kill it (into `killed`) once every other rank has
-    returned, as torch's launcher would wait for it for ever."""
+    """Wake a stopped (SIGSTOP) rank once a sibling ended, so torch's SIGTERM reaches it; kill it (into
+    `killed`) once every other rank returned, as torch would wait for it for ever."""
     if not os.path.isdir("/proc"):
         return
     pids: set[int] = set()
@@ -61,9 +58,8 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], 
 
 
 def launch_local(nprocs: int, entrypoint: Callable, *args, marks: str | Path | None = None) -> dict[int, object]:
-    """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback with a port the
-    OS picks (concurrent runs never collide); returns each rank's return value. A failed rank raises
-    ChildFailedError, SIGINT/SIGTERM SignalException, the others stopped first."""
+    """`nprocs` ranks on this host under torch's elastic launcher, on loopback (a port the OS picks); each
+    rank's return value. Raises ChildFailedError or SignalException."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -105,7 +101,7 @@ def _how(failure) -> str:
 
 
 def _ordered(error: BaseException) -> list:
-    """(rank, failure) of a failed local world, the cause first: a rank killed by a signal, then by time."""
+    """(rank, failure) of a failed local world, a rank killed by a signal first, then by time."""
     failures = getattr(error, "failures", {}) or {}
     return sorted(failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[1].timestamp, kv[0]))
 
@@ -124,9 +120,8 @@ def describe_failure(error: BaseException) -> str:
 
 
 def stopped_record(error: BaseException, reason_dir) -> dict:
-    """meta.json's `stopped` for a local world: which rank, on which host, how and when. The cause
-    is a rank killed by a signal, else one that left a reason, else the rank the others gave up on
-    (`leave_lost`), else the first that failed."""
+    """meta.json's `stopped`: which rank, where, how and when: one killed by a signal, else one that left a
+    reason, else the rank the others gave up on, else the first that failed."""
     from allreduce_bench.core.measure.progress import LOST_MARK  # torch: not for the shell scripts' _main
 
     ordered = _ordered(error)

@@ -1,6 +1,5 @@
-"""Why a rank stopped, in one line: out of memory, disk full, a bad environment, or a bug. A local
-rank leaves it in a file its driver reads (so the user sees the real reason, not an exit code);
-under a launcher the rank prints it."""
+"""Why a rank stopped, in one line (out of memory, disk full, a bad environment, a bug): a local rank leaves
+it for its driver, a rank under a launcher prints it."""
 from __future__ import annotations
 
 import errno
@@ -39,8 +38,7 @@ def reason(error: BaseException) -> str:
 
 
 def _die_with_driver(local: LocalRun | None) -> None:
-    """A local rank ends when its driver does (SIGKILL on the driver's exit), even when the driver
-    was interrupted while starting ranks."""
+    """A local rank dies with its driver, even one interrupted while starting ranks."""
     if local is None:
         return
     try:
@@ -54,8 +52,7 @@ def _die_with_driver(local: LocalRun | None) -> None:
 
 def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalRun | None], T],
             run: Any, env: RankEnv | None = None) -> T:
-    """Run one rank's `entry(run, env, local)`; an exception ends the rank with one line (in
-    `local`'s folder for a local world's driver, else on stderr)."""
+    """Run one rank's `entry(run, env, local)`; an exception ends it with one line."""
     _die_with_driver(local)
     try:
         returned = entry(run, env, local)
@@ -73,8 +70,7 @@ def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalR
 
 
 def _leave_mark(local: LocalRun | None, name: str, text: str) -> bool:
-    """A file in the local world's reason directory: why this rank failed (`rank-R`) or that it
-    returned (`returned-PID`). False where there is none or it cannot be written."""
+    """A file for the local driver (`rank-R`: why; `returned-PID`); False where none can be left."""
     if local is None:
         return False
     try:

@@ -28,7 +28,7 @@ from allreduce_bench.core.text import wrapped
 
 
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
-    """One AllReduce measurement; sizes are whole elements (config/run.py run_sizes)."""
+    """One AllReduce measurement; sizes are whole elements."""
     def measure_once(sampling: timing.Sampling, check: bool):
         return measuring.measure(algorithms.lookup(name), world,
                                  measuring.Payload(count, torch_dtype(config.dtype)), sampling, check)
@@ -38,16 +38,13 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
 
 
 def left_out(config: RunConfig, world_size: int) -> list[str]:
-    """The built-in algorithms world size 1 leaves out: with one rank they have no steps, and the
-    backend's own call is what N=1 measures."""
+    """The built-ins world size 1 leaves out: with one rank they have no steps (the backend's call stays)."""
     return [name for name in config.algorithms if name in algorithms.BUILT_IN and name != "native"
             and name not in nccl.VARIANTS] if world_size == 1 else []
 
 
 def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]) -> int:
-    """Measure every algorithm at every size, then every other collective's, in `config.rounds`
-    interleaved passes; #wrong summed. NCCL variants NCCL refuses here, and the hand-written
-    algorithms at world size 1, are left out in one line."""
+    """Every algorithm at every size, then every other collective's, in interleaved passes; #wrong summed."""
     out = left_out(config, world.size)
     if world.size == 1 and world.rank == 0:
         print(wrapped("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL "
@@ -67,8 +64,7 @@ def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]
 # --- the per-rank entry point ----------------------------------------------------------------
 
 class Phase:
-    """One world size's sweep as this rank reports it: the rows a resumed run has, where the rank
-    is, progress, the rows, and on rank 0 one table per (collective, algorithm) once settled."""
+    """One world size's sweep as this rank reports it: resumed rows, progress, rows and rank 0's tables."""
 
     def __init__(self, session: Session, console: Console, world_size: int, index: int, done: set):
         self.session, self.console, self.done = session, console, done
@@ -95,8 +91,7 @@ class Phase:
 
 
 def measure_phases(session: Session) -> int:
-    """Every world size of the run, one phase each: the sub-world of its first k ranks measures
-    while the others wait; a resumed run's finished rows are skipped."""
+    """Every world size, one phase each: the first k ranks measure while the others wait."""
     config, env, device, progress = session.config, session.env, session.device, session.progress
     launch = session.launch
     ranks_per_node = launch.ranks_per_node or env.local_world_size
@@ -140,7 +135,7 @@ def prepare(config: RunConfig) -> None:
 
 
 def world_sizes_to_do(config: RunConfig) -> list[int]:
-    """The world sizes with a row still missing (all of them, unless the run is resumed)."""
+    """The world sizes with a row still missing."""
     done = resume.done_keys(config.launch.out_dir, config.launch.run_id)
     return [k for k in config.launch.world_sizes
             if any(key not in done and key[0] not in left_out(config, k)

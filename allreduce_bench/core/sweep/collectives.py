@@ -1,7 +1,5 @@
-"""The sweep of every collective other than AllReduce on one (sub-)world (`run --collectives`).
-Sizes are nccl-tests' (metrics.collective_counts), so rows line up with an imported nccl-tests log;
-`--in-place` measures AllGather and ReduceScatter a second time in place; `runs_as` says when the
-backend ran another collective in its place."""
+"""The sweep of every collective other than AllReduce (`run --collectives`), at nccl-tests' counts
+(metrics.collective_counts), so rows line up with an imported nccl-tests log."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,16 +15,15 @@ from allreduce_bench.core.sweep.rows import Point, pooled_row
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:
-    """How progress, the console and resume name a measurement: `<benchmark>/<algorithm>`
-    (all_gather/ring), AllReduce's algorithms by their bare names."""
+    """How progress, the console and resume name a measurement: `<benchmark>/<algorithm>` (bare for
+    AllReduce)."""
     if collective == "all_reduce":
         return name
     return f"{metrics.benchmark_of(collective, in_place)}/{name}"
 
 
 def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int, int]]:
-    """(label, world size, size_bytes) of every measurement at this world size, as resume keys them
-    (AllReduce's included)."""
+    """(label, world size, size_bytes) of every measurement at this world size, as resume keys them."""
     keys = [(a, world_size, s // config.itemsize * config.itemsize)
             for a in config.algorithms for s in config.sizes]
     for collective, names in config.collectives:
@@ -39,8 +36,7 @@ def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int,
 
 def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
           phase: passes.Phase, hosts: list[str]) -> int:
-    """Measure each named algorithm of `collective` at every size, in each of its halves, in
-    `config.rounds` interleaved passes; #wrong summed."""
+    """Each named algorithm of `collective` at every size and half, in interleaved passes; #wrong summed."""
     items = []  # in the order rows come
     for name in names:
         algorithm = algorithms.lookup(name, collective)
@@ -67,7 +63,6 @@ class Measurement:
 
 
 def collective_item(config: RunConfig, world: World, m: Measurement, hosts: list[str]) -> passes.Item:
-    """One measurement of a collective by an algorithm in one half."""
     # the first half out of place where the collective has it, the second in place
     in_place = m.in_place_half or measuring.MODES[m.collective][0]
 

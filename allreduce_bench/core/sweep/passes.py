@@ -1,6 +1,5 @@
-"""The interleaved passes every sweep runs: each measurement in `config.rounds` alternating passes
-(measure/rounds.py), calibrated in the first, checked in the last, its row pooled from all; rows
-whose median cannot be trusted yet get extra rounds within --extra-budget."""
+"""The interleaved passes every sweep runs (measure/rounds.py): calibrated in the first, checked in the last,
+rows pooled from all; rows not yet trusted get extra rounds within --extra-budget."""
 from __future__ import annotations
 
 from collections import Counter
@@ -29,7 +28,7 @@ class Item:
 
 
 class Phase(Protocol):
-    """What a sweep reports to (sweep/allreduce.py's one per world size)."""
+    """What a sweep reports to."""
 
     def wanted(self, label: str, size_bytes: int) -> bool:
         """False to skip a measurement (a resumed run's finished row); the same on every rank."""
@@ -45,9 +44,8 @@ class Phase(Protocol):
 
 
 def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int:
-    """Measure `items` in the rounds' order and record each row once done: after its last round or,
-    flagged `unstable` there, after the extra round that settles it or the last the budget allows.
-    #wrong summed."""
+    """Measure `items` in the rounds' order, recording each row after its last round (or its extra rounds);
+    the number of wrong elements summed."""
     wrong_total, last = 0, config.rounds - 1
     skipped, unsettled = set(), []
     taken: dict[tuple[str, int], list] = {}
@@ -92,9 +90,8 @@ def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int
 
 def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: dict,
                  measure: Callable, emit: Callable) -> None:
-    """Rows flagged `unstable` get more rounds, in alternating passes, each leaving once no longer
-    flagged, until the sweep's share of --extra-budget is spent (counted the same on every rank);
-    those left are emitted still flagged."""
+    """Extra alternating rounds for rows flagged `unstable`, each leaving once settled, until this sweep's
+    share of --extra-budget is spent (the same on every rank); the rest are emitted flagged."""
     spent, budget, index = 0.0, extra_share(config), config.rounds
     while unsettled and spent < budget:
         order = unsettled if (index - config.rounds) % 2 else unsettled[::-1]
@@ -119,8 +116,7 @@ def calls_s(measured: timing.Measured, warmup: int) -> float:
 
 
 def extra_share(config: RunConfig) -> float:
-    """This sweep's share of --extra-budget, split evenly over world sizes and collectives; none
-    where --samples fixed the total."""
+    """This sweep's share of --extra-budget (none where --samples fixed the total)."""
     if config.sampling.samples is not None:
         return 0.0
     sweeps = len(config.launch.world_sizes) * (bool(config.algorithms) + len(config.collectives))

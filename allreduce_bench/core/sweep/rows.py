@@ -18,7 +18,7 @@ from allreduce_bench.core.results.schema import samples_frame
 
 
 class Sampled(Protocol):
-    """A config whose rows are sampled collectives (`run`'s, `links`', `health`'s)."""
+    """A config whose rows are sampled collectives."""
 
     @property
     def launch(self) -> LaunchConfig: ...
@@ -35,8 +35,7 @@ class Sampled(Protocol):
 
 @dataclass(frozen=True)
 class Point:
-    """What one measurement is: the algorithm of a collective at `count` elements; `size_bytes` the
-    whole buffer (None: `count` elements); `in_place` the in-place half."""
+    """One measurement: an algorithm of a collective at `count` elements (`size_bytes`: the whole buffer)."""
 
     algorithm: str
     count: int
@@ -47,8 +46,7 @@ class Point:
 
 def result_row(launch: LaunchConfig, world: World, stats: dict, columns: dict,
                bandwidth_of: str | None) -> dict:
-    """The one builder of a results row: `stats` (metrics.sample_stats), the measurement's
-    `columns`, algbw and busbw as `bandwidth_of`'s (None: both NaN)."""
+    """The one builder of a results row; algbw and busbw as `bandwidth_of`'s (None: both NaN)."""
     median, size_bytes = stats["time_us_median"], columns["size_bytes"]
     return {
         "run_id": launch.run_id,
@@ -64,8 +62,7 @@ def result_row(launch: LaunchConfig, world: World, stats: dict, columns: dict,
 
 def make_row(config: Sampled, world: World, point: Point, measured: timing.Measured, wrong: int,
              ranks=None) -> dict:
-    """The row of one measurement of a collective; `ranks`: the global rank of each of per_rank_us's
-    rows (default: the world's members)."""
+    """The row of one measurement; `ranks`: the global rank of each of per_rank_us's rows."""
     stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
     stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
     size_bytes = point.count * config.itemsize if point.size_bytes is None else point.size_bytes
