@@ -6,14 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms import p2p
-from allreduce_bench.core.algorithms.base import (
-    Algorithm,
-    Step,
-    fold,
-    fold_steps,
-    real_rank,
-    traffic,
-)
+from allreduce_bench.core.algorithms.base import Algorithm, Step, fold, fold_steps, real_rank, traffic
 
 if TYPE_CHECKING:
     import torch

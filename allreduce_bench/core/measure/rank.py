@@ -18,15 +18,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of, under_elastic_agent
 from allreduce_bench.core.errors import is_out_of_memory
-from allreduce_bench.core.measure import (
-    binding,
-    flight_recorder,
-    link_peaks,
-    nccl_debug,
-    scheduling,
-    stopped,
-    world,
-)
+from allreduce_bench.core.measure import binding, flight_recorder, link_peaks, nccl_debug, scheduling, stopped, world
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import RowBar
 from allreduce_bench.core.measure.context import LocalRun, Run
