@@ -194,7 +194,6 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
 
 
 def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | None = None) -> None:
-    """Set what torch's `env://` reads, where the launcher did not."""
     environ = os.environ if environ is None else environ
     values = {"RANK": rank_env.rank, "WORLD_SIZE": rank_env.world_size,
               "LOCAL_RANK": rank_env.local_rank, "LOCAL_WORLD_SIZE": rank_env.local_world_size,
@@ -244,7 +243,6 @@ def agent_store() -> bool:
 
 
 def visible_gpus() -> str | None:
-    """CUDA_VISIBLE_DEVICES as set (None: every GPU)."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 

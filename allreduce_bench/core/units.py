@@ -1,6 +1,5 @@
-"""Quantities as people write them (7B, 14GB, 25GB/s, 0.5s): the one module turning text into quantities, each
-parser raising a `UsageError` with an example. Decimal, but tensor sizes' bare K/M/G are binary
-(nccl-tests)."""
+"""Quantities as people write them (7B, 14GB, 25GB/s, 0.5s): the one module turning text into quantities, each parser
+raising a `UsageError` with an example. Decimal, but tensor sizes' bare K/M/G are binary (nccl-tests)."""
 from __future__ import annotations
 
 import math

@@ -11,8 +11,7 @@ INTRA, INTER = "intra", "inter"
 
 @dataclass(frozen=True)
 class Step:
-    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the bytes
-    reduced."""
+    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the bytes reduced."""
 
     repeat: int
     paths: dict[str, tuple[float, float]]

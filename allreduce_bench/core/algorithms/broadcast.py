@@ -41,7 +41,6 @@ def build_binomial(send: torch.Tensor, recv: torch.Tensor, world: World) -> Call
 
 
 def chain_views(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """The chunks a chain pipelines (as tree's chunks)."""
     flat = tensor.view(-1)
     chunks = chunk_count(flat.numel() * flat.element_size(), max(1, flat.numel()))
     return [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]

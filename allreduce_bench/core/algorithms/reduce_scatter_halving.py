@@ -44,8 +44,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Fold in (S), log2 p halving steps (S/N per real chunk given up, the kept half added), fold out
-    (S/N)."""
+    """Fold in (S), log2 p halving steps (S/N per real chunk given up, the kept half added), fold out (S/N)."""
     s = float(size_bytes)
     into, back = fold_steps(s, world_size, ranks_per_node, back_bytes=s / world_size)
     halving = [traffic([(a, b, given) for a, b, _, given in step], ranks_per_node,

@@ -1,6 +1,5 @@
-"""Ring ReduceScatter and AllGather (N-1 steps each) and the ring AllReduce of the two: `ring-steps` one whole
-step after another, `ring` pipelined in slices as NCCL's ring (gloo; NCCL runs the steps).
-doc/algorithms.md."""
+"""Ring ReduceScatter and AllGather (N-1 steps each) and the ring AllReduce of the two: `ring-steps` one whole step
+after another, `ring` pipelined in slices as NCCL's ring (gloo; NCCL runs the steps). doc/algorithms.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +22,6 @@ def parts(flat: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch.Tenso
 
 
 def flat_parts(tensor: torch.Tensor, n: int) -> tuple[torch.Tensor, list[tuple[int, int]], list[torch.Tensor]]:
-    """The tensor flattened, the bounds of its n parts and the parts as views."""
     flat = tensor.view(-1)
     bounds = chunk_bounds(flat.numel(), n)
     return flat, bounds, parts(flat, bounds)
@@ -34,7 +32,6 @@ def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 class ReduceScatterPlan:
-    """Ring ReduceScatter of `send` (cut at `bounds`) into `recv`."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -203,8 +200,7 @@ class PipelinedRing:
 
 def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES,
          window: int = WINDOW):
-    """The pipelined ring where the backend has a request per send and receive (gloo), else the steps
-    (NCCL)."""
+    """The pipelined ring where the backend has a request per send and receive (gloo), else the steps (NCCL)."""
     if world.device.kind == "cpu":
         return PipelinedRing(tensor, group, slice_bytes, window)
     return RingPlan(tensor, group)

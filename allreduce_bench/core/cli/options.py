@@ -10,7 +10,6 @@ from allreduce_bench.core.measure.binding import MODES as BIND_MODES
 
 
 def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
-    """Decorate a click command with the shared launch options."""
     options = [
         click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU (only "
                      "2 where this process may use fewer than 4 CPUs: more ranks than CPUs "

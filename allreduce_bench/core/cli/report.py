@@ -40,8 +40,7 @@ def earlier_report(out_dir: Path) -> set[str]:
 
 
 def _load(paths: tuple[Path, ...], out_dir: Path, force: bool):
-    """The rows, checked before drawing: readable, something to report, and a folder with no earlier
-    report."""
+    """The rows, checked before drawing: readable, something to report, and a folder with no earlier report."""
     from allreduce_bench.core.analysis.report import chosen_size
     from allreduce_bench.core.config.checks import check_writable_dir
     from allreduce_bench.core.results.store import replace_own

@@ -1,5 +1,4 @@
-"""This process's cgroup (v1 or v2): its cpuset, the tightest CPU quota over it and its throttling. Best
-effort."""
+"""This process's cgroup (v1 or v2): its cpuset, the tightest CPU quota over it and its throttling. Best effort."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,7 +14,6 @@ CPUSET_FILES = ("cpuset.cpus.effective", "cpuset/cpuset.effective_cpus")
 
 
 def own() -> str:
-    """/proc/self/cgroup's text ('' where there is none)."""
     return read_stripped(PROC_CGROUP) or ""
 
 
@@ -94,7 +92,6 @@ def cpu_throttle(root: Path = ROOT, proc_cgroup: str | None = None) -> dict[str,
 
 
 def throttled_since(start: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """The throttling between two `cpu_throttle` readings."""
     return {"quota_cpus": now["quota_cpus"], "cgroup": now.get("cgroup"),
             "nr_throttled": max(0, now["nr_throttled"] - start["nr_throttled"]),
             "throttled_s": round(max(0.0, now["throttled_s"] - start["throttled_s"]), 4)}

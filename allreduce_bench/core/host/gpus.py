@@ -1,5 +1,4 @@
-"""This host's NVIDIA GPUs from NVML, else nvidia-smi, with no torch or CUDA context; named by index or
-UUID."""
+"""This host's NVIDIA GPUs from NVML, else nvidia-smi, with no torch or CUDA context; named by index or UUID."""
 from __future__ import annotations
 
 import re

@@ -39,7 +39,6 @@ def process_state(pid: int) -> str | None:
 
 
 def send(pids: Iterable[int], sig: int) -> None:
-    """`sig` to each of `pids` that is still there."""
     for pid in pids:
         try:
             os.kill(pid, sig)

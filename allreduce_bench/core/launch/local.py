@@ -146,7 +146,6 @@ def stopped_record(error: BaseException, reason_dir) -> dict:
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m allreduce_bench.core.launch first-host NODELIST`: for the shell scripts."""
     if len(argv) == 2 and argv[0] == "first-host":
         try:
             print(expand_nodelist(argv[1])[0])

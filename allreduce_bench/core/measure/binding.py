@@ -53,7 +53,6 @@ def numa_nodes(root: Path = NODE_ROOT) -> dict[int, list[int]]:
 
 
 def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
-    """The NUMA nodes that hold any of `cpus`."""
     wanted = set(cpus)
     return [node for node, members in sorted(nodes.items()) if wanted & set(members)]
 
@@ -104,8 +103,7 @@ class Plan:
 
 
 def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ...]:
-    """This local rank's block of the allowed CPUs; one shared CPU round-robin if there are fewer than
-    ranks."""
+    """This local rank's block of the allowed CPUs; one shared CPU round-robin if there are fewer than ranks."""
     allowed = sorted(allowed)
     if len(allowed) < local_world_size:
         return (allowed[local_rank % len(allowed)],)
@@ -116,8 +114,7 @@ def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ..
 
 def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_world_size: int,
                gpu_node: int | None) -> tuple[int | None, tuple[int, ...]]:
-    """(node, its allowed CPUs): the GPU's node, else nodes dealt over the local ranks; (None, ()) if
-    unknown."""
+    """(node, its allowed CPUs): the GPU's node, else nodes dealt over the local ranks; (None, ()) if unknown."""
     usable = {n: [c for c in cpus if c in set(allowed)] for n, cpus in nodes.items()}
     usable = {n: cpus for n, cpus in usable.items() if cpus}
     if gpu_node is not None:
@@ -186,8 +183,7 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class Binder:
-    """What one rank's binding depends on, read once before it joins; each sub-world places its ranks
-    again."""
+    """What one rank's binding depends on, read once before it joins; each sub-world places its ranks again."""
 
     mode: str
     allowed: tuple[int, ...]  # the CPUs it may use now
@@ -239,7 +235,6 @@ class Binder:
                     + (" (shared: fewer CPUs than ranks)" if shared else ""))
 
     def bind(self, local_rank: int, local_world_size: int) -> Placement:
-        """Place this process as one of `local_world_size` ranks on this host."""
         sched = self.sched or {"policy": "other", "why": "as started"}
         chosen = self.plan(local_rank, local_world_size)
         try:
@@ -253,7 +248,6 @@ class Binder:
 
 def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
               gpu_index: int | None = None) -> Placement:
-    """Bind this process as `mode` asks and say where it ended up."""
     return Binder.here(mode, started_here=started_here, gpu_index=gpu_index).bind(
         local_rank, local_world_size)
 

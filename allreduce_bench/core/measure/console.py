@@ -71,7 +71,6 @@ class Console:
                        + "\n".join(map(format_row, rows)))
 
     def measuring(self, label: str, world_size: int, size_bytes: int, round_index: int) -> None:
-        """One measurement starts: the one before it is done."""
         self.bar.update(self._started)
         self._started = 1
         if round_index >= self.rounds:  # an unstable row's extra round (sweep/passes.py)

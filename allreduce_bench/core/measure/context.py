@@ -18,10 +18,9 @@ class Measuring(Protocol):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares, module-level functions of its config (ranks get them by reference): on every
-    rank `measure(session) -> #wrong` and `meta`; on the writer `prepare`, `world_sizes` (None: all),
-    `salvage` (a local run's verdict after a rank died), `rows` (for the bar); `joins_present`: a world of the
-    ranks that arrive."""
+    """What a benchmark declares, module-level functions of its config (ranks get them by reference): on every rank
+    `measure(session) -> #wrong` and `meta`; on the writer `prepare`, `world_sizes` (None: all), `salvage` (a local
+    run's verdict after a rank died), `rows` (for the bar); `joins_present`: a world of the ranks that arrive."""
 
     name: str
     meta: Callable[[Any], dict]

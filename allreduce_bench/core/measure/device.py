@@ -56,7 +56,6 @@ class Device:
 
     @property
     def physical_id(self) -> str | None:
-        """The GPU as NVML and nvidia-smi name it: none on CPU."""
         return None
 
     def synchronize(self) -> None:
@@ -72,7 +71,6 @@ class Device:
         return tensor.tolist()
 
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
-        """Line the ranks up before a sample, outside the clock."""
         self.barrier(group)
 
     def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
@@ -245,7 +243,6 @@ def this_host() -> Host:
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a config's dtype name."""
     return getattr(torch, name)
 
 

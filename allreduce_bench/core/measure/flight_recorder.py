@@ -40,7 +40,6 @@ def buffer_variable(version: str | None = None) -> str:
 
 
 def recording_environment(where: Path, backend: str) -> dict[str, str]:
-    """The variables torch reads when a process group is created."""
     size = user_setting("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE") or str(ENTRIES)
     variables = {buffer_variable(): size}
     if backend == "nccl":  # the watchdog's own dump on a timeout, where our ranks cannot run
@@ -51,7 +50,6 @@ def recording_environment(where: Path, backend: str) -> dict[str, str]:
 
 
 def enable(launch: LaunchConfig) -> None:
-    """Before this rank's process group is created, with --flight-recorder."""
     if not launch.flight_recorder:
         return
     where = folder(launch)
@@ -86,8 +84,7 @@ def _dump_api():
 
 
 def dump(launch: LaunchConfig, rank: int) -> Path | None:
-    """This rank's buffer to OUT/flight-recorder/rank<R>, written whole; a failure is one line, never an
-    error."""
+    """This rank's buffer to OUT/flight-recorder/rank<R>, written whole; a failure is one line, never an error."""
     if not launch.flight_recorder:
         return None
     call = _dump_api()

@@ -1,5 +1,4 @@
-"""The peak bandwidth of the links a run crosses (NVLink, NIC ports, else a probe on CPU), for busbw's
-share."""
+"""The peak bandwidth of the links a run crosses (NVLink, NIC ports, else a probe on CPU), for busbw's share."""
 from __future__ import annotations
 
 import re
@@ -122,8 +121,7 @@ def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
 
 
 def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:
-    """Each link class's peak for the world: the slowest rank's NVLink, the weakest node's NICs, or the
-    probe."""
+    """Each link class's peak for the world: the slowest rank's NVLink, the weakest node's NICs, or the probe."""
     gpus: list[Any] = [r.get("gpu") for r in per_rank]
     intra = how_intra = None
     if gpus and all(g and g.get("nvlink_GBps") for g in gpus):

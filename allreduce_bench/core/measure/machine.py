@@ -14,7 +14,6 @@ STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "st
 
 
 def cpus_allowed() -> int:
-    """How many CPUs this process may run on (its affinity)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -54,7 +53,6 @@ def steal_share(start: dict | None, end: dict | None) -> float | None:
 
 
 def busy_share(start: dict | None, end: dict | None) -> float | None:
-    """The share of CPU time between two `cpu_times` that was not idle."""
     idle = _share(start, end, ("idle", "iowait"))
     return None if idle is None else 1.0 - idle
 
@@ -86,7 +84,6 @@ def load_average() -> float | None:
 
 
 def facts_at_start() -> dict:
-    """meta.json's `machine` as a run starts, completed by `facts_at_end`."""
     return {"cpus_allowed": cpus_allowed(), "cpu_count": os.cpu_count(),
             "cpuidle": cpuidle(), "load_average_start": load_average(),
             "cpu_times_start": cpu_times(), "own_cpu_s_start": own_cpu_s()}

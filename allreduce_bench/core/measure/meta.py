@@ -41,7 +41,6 @@ def versions() -> dict:
 
 
 def gpus() -> list[dict]:
-    """Name and memory of every GPU this process sees (empty without CUDA)."""
     if not torch.cuda.is_available():
         return []
     found = []
@@ -84,7 +83,6 @@ def config_meta(config: Measuring) -> dict:
 
 
 def host_meta(config: Measuring) -> dict:
-    """Facts about the run and the host rank 0 runs on."""
     return {
         "run_id": config.launch.run_id,
         "tag": config.launch.tag,
@@ -132,7 +130,6 @@ def rank_info(device, env=None) -> dict:
 
 
 def world_meta(infos: list[dict]) -> dict:
-    """meta.json fields from every rank's `rank_info`, in rank order."""
     found = {"hostnames": [i["hostname"] for i in infos],
              "device_names": [i["device"] for i in infos], "device_name": infos[0]["device"],
              "pids": [i.get("pid") for i in infos],  # what `export` writes as nccl-tests' pid

@@ -1,5 +1,4 @@
-"""`--nccl-debug`: NCCL's own log, one file per rank, read into meta.json's `nccl` block
-(nccl_log/parse.py)."""
+"""`--nccl-debug`: NCCL's own log, one file per rank, read into meta.json's `nccl` block (nccl_log/parse.py)."""
 from __future__ import annotations
 
 import os
@@ -30,7 +29,6 @@ def _scratch() -> Path:
 
 
 def enable(launch: LaunchConfig) -> None:
-    """Before this rank's first NCCL call: the variables above, with --nccl-debug."""
     if not launch.nccl_debug:
         return
     folder = _folder(launch)
@@ -46,8 +44,7 @@ def own_files(launch: LaunchConfig, pid: int | None = None) -> list[Path]:
 
 
 def collect(launch: LaunchConfig, rank: int, world_size: int, guarded: Callable) -> None:
-    """Collective after a world's measurements: rank 0 gets every debug file it cannot see and records
-    them."""
+    """Collective after a world's measurements: rank 0 gets every debug file it cannot see and records them."""
     if not launch.nccl_debug:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch

@@ -36,7 +36,6 @@ def _values(numel: int, weight: int, p: int, dtype: torch.dtype, device) -> torc
 
 
 def fill(tensor: torch.Tensor, rank: int, world_size: int) -> None:
-    """Write rank `rank`'s pattern into `tensor` (any device, any shape) in place."""
     weight = rank_weights(tensor.dtype, world_size)[rank]
     p = period(tensor.dtype, world_size)
     tensor.copy_(_values(tensor.numel(), weight, p, tensor.dtype, tensor.device).view_as(tensor))
@@ -44,7 +43,6 @@ def fill(tensor: torch.Tensor, rank: int, world_size: int) -> None:
 
 def expected_sum(numel: int, world_size: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> torch.Tensor:
-    """The exact elementwise sum of every rank's pattern."""
     total = sum(rank_weights(dtype, world_size))
     return _values(numel, total, period(dtype, world_size), dtype, device)
 

@@ -26,7 +26,6 @@ MIN_LINGER_S = 1.0
 
 
 def store_host() -> str:
-    """Who serves the rendezvous store: torch's elastic agent, else rank 0."""
     return "agent" if under_elastic_agent() else "rank 0"
 
 
@@ -241,7 +240,6 @@ class EndLine:
         self._owner: int | None = None  # the thread that claimed
 
     def claim(self) -> bool:
-        """True for the thread that claims first (and on its later calls)."""
         with self._lock:
             if self._owner is None:
                 self._owner = threading.get_ident()
@@ -258,7 +256,6 @@ class EndLine:
         return self._claimed.wait(within_s)
 
     def wait_written(self) -> None:
-        """Until the claimed line is out (the launcher's SIGKILL bounds the wait)."""
         self._written.wait()
 
     def exit(self, line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:

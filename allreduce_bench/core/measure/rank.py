@@ -133,7 +133,6 @@ class Session:
         self.run.hooks.call.row_recorded(session=self)
 
     def expect(self, rows: int, what: str) -> None:
-        """A progress bar over the `rows` this run will record (rank 0, a terminal)."""
         if self.writer:
             self.bar = RowBar(rows, what)
 

@@ -40,7 +40,6 @@ def round_sampling(sampling, rounds: int, index: int, first=None):
 
 
 def pooled(per_round: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
-    """Every rank's samples of all rounds, round after round: [rank][sample]."""
     ranks = len(per_round[0])
     return [[t for one in per_round for t in one[rank]] for rank in range(ranks)]
 

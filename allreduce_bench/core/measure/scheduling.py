@@ -45,7 +45,6 @@ def set_fifo(priority: int = PRIORITY) -> str | None:
 
 
 def apply(option: str, device: str, times_collectives: bool = True) -> Sched:
-    """Set this rank's policy as --sched asks (see `wanted`) and say what it runs with."""
     policy = wanted(option, device, times_collectives)
     if policy == "other":
         return Sched(option, "other", f"--sched {option}: as started")

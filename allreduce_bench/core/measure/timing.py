@@ -48,7 +48,6 @@ def longest_sample_s(sampling: Sampling) -> float:
 
 
 def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples: int) -> int:
-    """As many samples as fit the budget, within [min_samples, max_samples]."""
     fit = int(budget_s / sample_s) if sample_s > 0 else max_samples
     return max(min_samples, min(max_samples, fit))
 
@@ -56,7 +55,6 @@ def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples
 # --- the loop ---------------------------------------------------------------------------------
 
 def slowest(values: list[float], group, device: Device) -> list[float]:
-    """Element-wise MAX over the group's ranks."""
     t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return device.read(t)
@@ -95,7 +93,6 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
 
 def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: int,
                 align: Callable[[], None]) -> None:
-    """Sample i of `timer`: `align()`, then `loops` calls between the timer's start and stop."""
     align()
     queued = time.perf_counter()  # outside the interval: only the calls are timed
     timer.start(i)
@@ -107,9 +104,8 @@ def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: 
 
 @dataclass(frozen=True)
 class Together:
-    """How a group sampling beside others coordinates: `agree_over` decides counts and gathers times over a
-    larger group; `lockstep` also aligns every sample over it (rails sharing a link), times the group's
-    own."""
+    """How a group sampling beside others coordinates: `agree_over` decides counts and gathers times over a larger
+    group; `lockstep` also aligns every sample over it (rails sharing a link), times the group's own."""
 
     agree_over: Any = None
     lockstep: Any = None
@@ -120,7 +116,6 @@ ALONE = Together()
 
 @dataclass(frozen=True)
 class Measured:
-    """One measurement: every rank's per-call times per sample, and how they were taken."""
 
     per_rank_us: list[list[float]]  # [rank][sample], group-rank order
     loops: int

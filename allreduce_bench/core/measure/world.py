@@ -1,5 +1,4 @@
-"""The per-rank view of a (sub-)world: who I am, my node, and the groups I talk on (the whole, intra,
-inter)."""
+"""The per-rank view of a (sub-)world: who I am, my node, and the groups I talk on (the whole, intra, inter)."""
 from __future__ import annotations
 
 import dataclasses
@@ -34,7 +33,6 @@ class CommGroup:
         return len(self.ranks)
 
     def peer(self, offset: int) -> int:
-        """Global rank of the member `offset` places after me on the ring."""
         return self.ranks[(self.rank + offset) % self.size]
 
 
@@ -74,7 +72,6 @@ class World:
 
 
 def group_timeout(device: Device, timeout_s: float) -> timedelta:
-    """A sub-group's collective timeout: this run's, not torch's default."""
     return process_group_options(dist.get_backend(), device, timeout_s)["timeout"]
 
 
@@ -145,7 +142,6 @@ class Presence:
     serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
 
     def leads(self) -> bool:
-        """The world's first rank finishes the run (rank 0 may not have come)."""
         return self.env is not None and self.env.rank == 0
 
     def end_world(self) -> None:

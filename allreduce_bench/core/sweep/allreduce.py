@@ -28,7 +28,6 @@ from allreduce_bench.core.text import wrapped
 
 
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
-    """One AllReduce measurement; sizes are whole elements."""
     def measure_once(sampling: timing.Sampling, check: bool):
         return measuring.measure(algorithms.lookup(name), world,
                                  measuring.Payload(count, torch_dtype(config.dtype)), sampling, check)

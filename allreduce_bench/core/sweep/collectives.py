@@ -15,8 +15,7 @@ from allreduce_bench.core.sweep.rows import Point, pooled_row
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:
-    """How progress, the console and resume name a measurement: `<benchmark>/<algorithm>` (bare for
-    AllReduce)."""
+    """How progress, the console and resume name a measurement: `<benchmark>/<algorithm>` (bare for AllReduce)."""
     if collective == "all_reduce":
         return name
     return f"{metrics.benchmark_of(collective, in_place)}/{name}"
@@ -52,7 +51,6 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
 
 @dataclass(frozen=True)
 class Measurement:
-    """One (collective, algorithm, half, size) of the sweep."""
 
     collective: str
     name: str

@@ -17,7 +17,6 @@ from allreduce_bench.core.measure.world import World
 
 @dataclass(frozen=True)
 class Item:
-    """One measurement of a sweep."""
 
     label: str  # as progress, the console and resume name it (collectives.label)
     size_bytes: int
