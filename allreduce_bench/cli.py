@@ -95,8 +95,7 @@ def main(context):
     context.obj = HOOKS  # every command finds the features' hooks (core/cli/options.py)
 
 
-# One module per command; a new command is a module and one line here. The modules are bound
-# by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
+# one module per command, bound by its own name; a new command is a module and one line in COMMANDS
 from allreduce_bench.core.cli import report as analysis  # noqa: E402
 from allreduce_bench.core.cli import run  # noqa: E402
 from allreduce_bench.ddp import cli as ddp  # noqa: E402

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from allreduce_bench.core.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
-# `emulate` starts every host's processes with it: JSON {"label": the rows' `emulation` column,
-# "link_peaks": {link class: GB/s}}, the cluster's facts as data
+# `emulate`'s hosts get JSON {"label": the rows' `emulation` column, "link_peaks": {link class: GB/s}}
 EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"
 # the Kubernetes node a rank's pod runs on (spec.nodeName): `k8s`'s manifests set it, meta.json keeps it
 KUBERNETES_NODE_ENV = "ALLREDUCE_BENCH_K8S_NODE"

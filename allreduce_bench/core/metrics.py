@@ -1,6 +1,5 @@
-"""Bandwidth definitions and timing statistics, plain functions of numbers (no torch). algbw and
-busbw are nccl-tests' (doc/methodology.md, "algbw and busbw"): one factor per collective, so numbers
-of different algorithms and world sizes compare directly."""
+"""Bandwidth definitions and timing statistics, plain functions of numbers (no torch); algbw and busbw are nccl-tests'
+(doc/methodology.md, "algbw and busbw")."""
 from __future__ import annotations
 
 import math
@@ -9,8 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-# The collectives, in the order tables, plots and `--collectives all` list them, by the names
-# nccl-tests' programs (and `import`) give them.
+# the collectives in the order tables, plots and `--collectives all` list them, by nccl-tests' names
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce",
                "sendrecv")
 # busbw / algbw per collective as a function of the world size N
@@ -63,16 +61,13 @@ def collective_counts(collective: str, size_bytes: int, itemsize: int,
     return per_rank, per_rank * world_size * itemsize
 
 
-# `unstable`: the median cannot be trusted to within TRUSTED_TO either way: its confidence
-# interval reaches further, or its rounds disagree (spread above ROUNDS_DISAGREE) and their
-# samples differ more than their spread explains (Kruskal-Wallis p < ROUNDS_ALPHA)
-# (doc/methodology.md, "Unstable rows")
+# `unstable`: the median's confidence interval reaches beyond TRUSTED_TO, or its rounds' medians spread beyond
+# ROUNDS_DISAGREE and Kruskal-Wallis p < ROUNDS_ALPHA (doc/methodology.md, "Unstable rows")
 TRUSTED_TO = 0.10
 CONFIDENCE = 0.90
 ROUNDS_DISAGREE = 2 * TRUSTED_TO
 ROUNDS_ALPHA = 0.05
-# two states: sorted samples split at a gap > STATE_GAP into a fast and a slow group, each at least
-# STATE_MIN_SHARE, medians STATE_RATIO apart (gloo's slow state on a VM)
+# two states: a gap > STATE_GAP splits the samples, each side >= STATE_MIN_SHARE, medians STATE_RATIO apart
 STATE_GAP = 1.25
 STATE_MIN_SHARE = 0.10
 STATE_RATIO = 1.5

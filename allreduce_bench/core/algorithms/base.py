@@ -23,9 +23,7 @@ Cost = Callable[[float, int, int], "list[Step]"]  # (size_bytes, world_size, ran
 Supports = Callable[[int, "int | None", str], "str | None"]
 
 
-# What `send` and `recv` hold for each collective (c: one rank's count; rooted ones use rank 0 of
-# the (sub-)world as root, nccl-tests' default). Broadcast and Reduce are in place, as torch's
-# calls are: `send` is `recv`.
+# what `send` and `recv` hold per collective (c: one rank's count; the root is rank 0, as in nccl-tests)
 BUFFERS = {
     "all_gather": "send: c elements; recv: N c, rank q's part at q c (in place: send is that part)",
     "reduce_scatter": "send: N c; recv: c, the sum of everyone's part r (in place: send's part r)",
@@ -45,8 +43,7 @@ class Algorithm:
     supports: Supports | None = None  # None: every world size, layout and backend
     origin: str = "built-in"  # or the plug-in's entry point
     collective: str = "all_reduce"
-    # backend -> the collective the backend really runs when it is not this one (gloo's
-    # ReduceScatter is an AllReduce), so rows say what was measured
+    # backend -> the collective it really runs in this one's place (gloo's ReduceScatter: an AllReduce)
     runs_as: Callable[[str], str] | None = None
 
     def refusal(self, world_size: int, ranks_per_node: int | None, backend: str) -> str | None:

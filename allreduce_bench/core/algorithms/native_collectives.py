@@ -1,5 +1,4 @@
-"""The backend's own call for every collective but AllReduce (gloo's ReduceScatter is an AllReduce:
-`runs_as`)."""
+"""The backend's own call for every collective but AllReduce (gloo's ReduceScatter runs as an AllReduce)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,10 +1,7 @@
-"""NCCL's own algorithms and protocols (`native:ring`, `native:tree:LL`, ...): NCCL's AllReduce on a
-communicator of its own, created while NCCL_ALGO (NCCL_PROTO) are set, so only it is pinned; blocking (torch
-2.6-2.7.0 split nonblocking, #138527).
-
-A GPU-bound default group makes each NCCL group by ncclCommSplit, joined by every rank: so `create` makes a
-sub-world's communicators on every rank in --algos order, and `communicator` runs one small AllReduce first,
-both with the variables set. No `:LL128` (doc/algorithms.md)."""
+"""NCCL's own algorithms and protocols (`native:ring`, `native:tree:LL`, ...): NCCL's AllReduce on a communicator
+created while NCCL_ALGO (NCCL_PROTO) are set, blocking (torch 2.6-2.7.0 split nonblocking, #138527), so only it is
+pinned. A GPU-bound default group splits each new NCCL group with every rank: `create` runs on every rank in --algos
+order and `communicator` warms each up, both with the variables set. No `:LL128` (doc/algorithms.md)."""
 from __future__ import annotations
 
 import re
@@ -24,8 +21,7 @@ if TYPE_CHECKING:
 
     from allreduce_bench.core.measure.world import World
 
-# our name -> NCCL_ALGO value, the cost it is modelled with (NVLS reduces inside the NVSwitch,
-# which this model has no term for: measured, not modelled), and the protocols NCCL has for it
+# our name -> (NCCL_ALGO, its cost model (NVLS, reducing in the NVSwitch, has none), NCCL's protocols for it)
 NCCL_PROTOS = ("LL", "Simple")
 NCCL_ALGOS = {"ring": ("Ring", ring.cost, NCCL_PROTOS), "tree": ("Tree", tree.cost, NCCL_PROTOS),
               "nvls": ("NVLS", None, ("Simple",))}

@@ -54,8 +54,7 @@ def run(ops: Ops) -> None:
         request.wait()
 
 
-# Reducing steps are cut into segments of about this size, so that where the backend gives
-# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
+# reducing steps' segments: with a request per receive (gloo), adding one overlaps receiving the next
 SEGMENT_BYTES = 1 << 20
 MAX_SEGMENTS = 8
 

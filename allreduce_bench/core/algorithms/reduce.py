@@ -1,5 +1,4 @@
-"""Reduce (sum) to rank 0, in place as torch's: binomial tree, pipelined chain N-1 -> 0, and ring
-ReduceScatter + gather (Rabenseifner)."""
+"""Reduce to rank 0, in place: binomial tree, pipelined chain N-1 -> 0, ring ReduceScatter + gather."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -145,8 +145,7 @@ class Pipeline:
         reducing = [step[1] for step in steps if step[2] is not None]
         buffers = [reducing[0].new_empty(max(v.numel() for c in reducing for v in cut(c)))
                    for _ in range(window)] if reducing else []
-        # (receive into, None or (addend, out), None or the onward send) of every non-empty slice
-        # of every step, in order; an empty slice's chunk is empty at both ends
+        # (receive into, None or (addend, out), None or the onward send) of every non-empty slice, in order
         self._slices: list[tuple] = []
         added = 0
         for t, (_, chunk, partial) in enumerate(steps):

@@ -1,5 +1,4 @@
-"""Where each rank runs (`--bind auto|none|core|numa`), planned purely and applied before it joins
-(doc/methodology.md, "Binding")."""
+"""Where each rank runs (`--bind`), planned purely and applied before it joins (doc/methodology.md, "Binding")."""
 from __future__ import annotations
 
 import os

@@ -8,9 +8,8 @@ from tqdm import tqdm
 
 from allreduce_bench.core.units import format_size
 
-# time: median over samples of the slowest rank's time per call (p95, and p99 as nccl-tests -I's
-# i_p99); rank-mean: what nccl-tests would print for the same calls; cv: spread over samples;
-# samples x loops calls were timed.
+# time: median of the slowest rank's time per call (p99 as nccl-tests -I's i_p99); rank-mean: what
+# nccl-tests would print; cv: spread over samples; samples x loops calls were timed
 HEADER = (
     f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'p95':>10} {'p99':>10} {'rank-mean':>10} "
     f"{'cv':>6} {'samples':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"

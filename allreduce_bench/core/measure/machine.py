@@ -1,5 +1,4 @@
-"""What decides whether this machine's own noise reaches the numbers, read from /proc and /sys (each reader
-takes its root, for tests); None off Linux."""
+"""What decides whether this machine's noise reaches the numbers, from /proc and /sys; None off Linux."""
 from __future__ import annotations
 
 import os

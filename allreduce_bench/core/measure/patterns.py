@@ -1,5 +1,4 @@
-"""Input patterns whose exact result is known for every collective, dtype and world size, whatever the order
-of additions (doc/collectives.md)."""
+"""Input patterns whose exact result is known whatever the order of additions (doc/collectives.md)."""
 from __future__ import annotations
 
 import math

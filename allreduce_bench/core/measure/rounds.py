@@ -1,5 +1,4 @@
-"""Interleaved rounds (`--rounds R`), so a change of the machine's state spreads over every size instead of
-landing on one (doc/methodology.md, "Interleaved rounds"). Pure."""
+"""Interleaved rounds (`--rounds R`): a change of the machine's state spreads over every size (doc/methodology.md)."""
 from __future__ import annotations
 
 import math

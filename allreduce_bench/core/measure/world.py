@@ -107,8 +107,7 @@ def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: 
     return world
 
 
-# Ranks outside a sub-world wait for it without a collective timeout: --timeout bounds each
-# collective, and a whole phase (every algorithm at every size) may well take longer.
+# ranks outside a sub-world wait out its whole phase, which --timeout (per collective) does not bound
 SIT_OUT_LIMIT = timedelta(days=7)
 
 
@@ -169,8 +168,7 @@ def _launch_store(env, timeout: timedelta, serves: bool):
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
         f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
         ": rank 0 hung or died at start-up, and the others cannot meet without it"))
-    # wait for the listener with plain sockets: torch's client logs every retry, with a C++
-    # stack, for as long as it waits; it is asked only once something listens
+    # plain sockets first: torch's client logs every retry with a C++ stack
     if not serves and not _listening(addr, port, timeout.total_seconds()):
         raise failed
     try:
