@@ -203,7 +203,7 @@ class Binder:
                    gpu_node_of(gpu_index) if mode in ("auto", "numa") else None, sched)
 
     def plan(self, local_rank: int, local_world_size: int) -> Plan:
-        """The binding of one of `local_world_size` ranks on this host (see the module doc)."""
+        """The binding of one of `local_world_size` ranks on this host (doc/methodology.md, "Binding")."""
         mode, allowed, gpu, gpu_node = self.mode, self.allowed, self.gpu, self.gpu_node
         realtime = self.sched is not None and self.sched["policy"] == "fifo"  # SCHED_FIFO threads
         if mode not in MODES:
