@@ -77,7 +77,7 @@ def total(count: int | torch.Tensor, group, device: Device) -> int:
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
                  host_launch: bool = False, before_sample: Callable[[], None] | None = None) -> list[float]:
-    """This rank's time per call (us) in `count` samples of `loops` calls, each after the alignment and hook."""
+    """This rank's time per call (us) in `count` samples of `loops` calls, each after `align` and `before_sample`."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
 
