@@ -41,15 +41,8 @@ def _by_collective(declared: list[Algorithm]) -> dict[str, dict[str, Algorithm]]
 
 
 BUILT_IN_BY_COLLECTIVE = _by_collective([
-    native.ALGORITHM,
-    ring.ALGORITHM,
-    ring.STEPS,
-    naive.ALGORITHM,
-    hierarchical.ALGORITHM,
-    recursive_doubling.ALGORITHM,
-    halving_doubling.ALGORITHM,
-    tree.ALGORITHM,
-    direct.ALGORITHM,
+    native.ALGORITHM, ring.ALGORITHM, ring.STEPS, naive.ALGORITHM, hierarchical.ALGORITHM,
+    recursive_doubling.ALGORITHM, halving_doubling.ALGORITHM, tree.ALGORITHM, direct.ALGORITHM,
     *nccl.variants(),
     *native_collectives.ALGORITHMS,
     ring.ALL_GATHER, all_gather_doubling.ALGORITHM, direct.ALL_GATHER,
