@@ -56,7 +56,7 @@ class OneLineErrors(click.Group):
             _say("allreduce-bench: interrupted")
             sys.exit(130)
         except (OSError, MemoryError) as error:  # the disk, the terminal, the memory: one line
-            _say(f"allreduce-bench: error: {reason(error, 0)}")
+            _say(f"allreduce-bench: error: {reason(error)}")
             sys.exit(1)
         finally:
             config = sys.modules.get("allreduce_bench.core.config")  # a command that made a folder
@@ -95,8 +95,7 @@ def main(context):
     context.obj = HOOKS  # every command finds the features' hooks (core/cli/options.py)
 
 
-# One module per command; a new command is a module and one line here. The modules are bound
-# by their own names (allreduce_bench.core.cli.run is the module), the commands live in COMMANDS.
+# one module per command, bound by its own name; a new command is a module and one line in COMMANDS
 from allreduce_bench.core.cli import report as analysis  # noqa: E402
 from allreduce_bench.core.cli import run  # noqa: E402
 from allreduce_bench.ddp import cli as ddp  # noqa: E402

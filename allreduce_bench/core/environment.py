@@ -1,13 +1,5 @@
-"""Which rank this process is: what a launcher put in the environment (pure: no torch).
-
-Every launcher runs the same per-rank entry point (`measure.rank.rank_main`); they differ only in
-how rank, world size, local rank, local world size, node rank and the master address reach it.
-`launcher_env` reads them from torchrun, Slurm (srun), Open MPI or MPICH / Intel MPI (PMI), and
-`export_for_env_init` writes what torch's `env://` initialisation needs where it is missing.
-
-This is the one module that reads what a process was started with (doc/architecture.md,
-"Configuration travels as parameters"): a command reads it once (`started`) and passes it on.
-"""
+"""Which rank this process is, from what a launcher set (torchrun, srun, Open MPI, MPICH/PMI): the one module
+that reads how a process was started (doc/architecture.md). No torch."""
 from __future__ import annotations
 
 import json
@@ -20,8 +12,7 @@ from dataclasses import dataclass
 from allreduce_bench.core.errors import UsageError
 
 DEFAULT_MASTER_PORT = 29500
-# `emulate` starts every host's processes with it: JSON {"label": the rows' `emulation` column,
-# "link_peaks": {link class: GB/s}}, the cluster's facts as data
+# `emulate`'s hosts get JSON {"label": the rows' `emulation` column, "link_peaks": {link class: GB/s}}
 EMULATION_ENV = "ALLREDUCE_BENCH_EMULATION"
 # the Kubernetes node a rank's pod runs on (spec.nodeName): `k8s`'s manifests set it, meta.json keeps it
 KUBERNETES_NODE_ENV = "ALLREDUCE_BENCH_K8S_NODE"
@@ -71,13 +62,8 @@ SLURM_NODELISTS = ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
 # ---- Slurm's compact notations ------------------------------------------------------------
 
 def expand_nodelist(nodelist: str) -> list[str]:
-    """Every host of a Slurm nodelist, in order: 'gpu[01-03,07],cpu5' -> gpu01 gpu02 gpu03 gpu07 cpu5.
-
-    python-hostlist reads Slurm's notation (zero padding kept, several bracket groups in one
-    name as a product: 'r[1-2]n[1-2]' -> r1n1 r1n2 r2n1 r2n2), as `scontrol show hostnames`
-    does, without needing Slurm's tools where the rank runs; where it is not installed,
-    scontrol is asked.
-    """
+    """Every host of a Slurm nodelist: 'gpu[01-03],cpu5' -> gpu01 gpu02 gpu03 cpu5 (python-hostlist, else
+    scontrol)."""
     hosts: list[str] = []
     try:
         import hostlist
@@ -105,7 +91,7 @@ def _scontrol_hostnames(nodelist: str) -> list[str]:
 
 
 def parse_tasks_per_node(text: str) -> list[int]:
-    """Tasks on each node: '4(x2),2' -> [4, 4, 2]; '8' -> [8] (the same on every node)."""
+    """Tasks on each node: '4(x2),2' -> [4, 4, 2]."""
     counts = []
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
@@ -128,8 +114,7 @@ def _int(env: Mapping, name: str) -> int:
 
 def _present(env: Mapping, family: Family) -> bool:
     if family.name == "slurm":
-        # The batch script itself also carries SLURM_PROCID=0 and the job's SLURM_NTASKS; only a
-        # job step started by srun (numeric SLURM_STEP_ID) is a world of ranks.
+        # the batch script carries SLURM_PROCID too: only an srun step is a world of ranks
         step = env.get("SLURM_STEP_ID", env.get("SLURM_STEPID", ""))
         return family.rank in env and step.isdigit()
     return family.rank in env or family.size in env
@@ -173,12 +158,7 @@ def _master(env: Mapping, family: Family, world_size: int, local_world_size: int
 
 
 def launcher_env(env: Mapping | None = None) -> RankEnv | None:
-    """The rank layout a launcher put in the environment, or None for a local run.
-
-    torchrun wins over the others (it runs inside srun/mpirun allocations and sets its own
-    ranks); then Open MPI, MPICH/PMI, Slurm. A one-rank Slurm or MPI step is a local run: the
-    suite starts its own worlds on that host, as it does outside any launcher.
-    """
+    """The rank layout a launcher set, or None for a local run (torchrun wins; one rank is a local run)."""
     env = os.environ if env is None else env
     family = next((f for f in FAMILIES if _present(env, f)), None)
     if family is None:
@@ -213,7 +193,6 @@ def launcher_env(env: Mapping | None = None) -> RankEnv | None:
 
 
 def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | None = None) -> None:
-    """Set what `init_process_group(init_method='env://')` reads, where the launcher did not."""
     environ = os.environ if environ is None else environ
     values = {"RANK": rank_env.rank, "WORLD_SIZE": rank_env.world_size,
               "LOCAL_RANK": rank_env.local_rank, "LOCAL_WORLD_SIZE": rank_env.local_world_size,
@@ -226,10 +205,7 @@ def export_for_env_init(rank_env: RankEnv, environ: MutableMapping[str, str] | N
 
 @dataclass(frozen=True)
 class Started:
-    """How this process was started, read once by its command and handed to the config
-    builders: the launcher's rank layout (None: a local run, whose driver starts the ranks),
-    the emulated cluster's label ("" on real hardware) and the link rates it set, and the
-    command line."""
+    """How this process was started, read once by its command: rank layout, emulation, command line."""
 
     env: RankEnv | None = None
     emulation: str = ""
@@ -248,8 +224,7 @@ def how_started(environ: Mapping | None = None) -> Started:
 
 
 def master_of(env: RankEnv) -> tuple[str | None, int | None]:
-    """(address, port) of the world's store: the launcher's (torchrun set them for the rank),
-    else what the layout found (export_for_env_init passes them on to torch); None if absent."""
+    """(address, port) of the world's store: the launcher's, else what the layout found; None if absent."""
     port = env.master_port or os.environ.get("MASTER_PORT")
     return env.master_addr or os.environ.get("MASTER_ADDR"), None if port is None else int(port)
 
@@ -257,36 +232,32 @@ def master_of(env: RankEnv) -> tuple[str | None, int | None]:
 # ---- what torch's agent, CUDA and the user set, each read where the module needs it ------------
 
 def under_elastic_agent() -> bool:
-    """torch's elastic agent started this process (torchrun, a local run): it handles Ctrl-C,
-    and its store, not rank 0's, is the rendezvous."""
+    """torch's elastic agent started this process: it handles Ctrl-C, and its store is the rendezvous."""
     return "TORCHELASTIC_RUN_ID" in os.environ
 
 
 def agent_store() -> bool:
-    """The agent hands its ranks its own store (TORCHELASTIC_USE_AGENT_STORE): rank 0 serves none."""
+    """The agent hands its ranks its own store: rank 0 serves none."""
     return os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
 
 
 def visible_gpus() -> str | None:
-    """CUDA_VISIBLE_DEVICES as the launcher or the user set it (None: every GPU)."""
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def variables(*prefixes: str) -> dict[str, str]:
-    """The variables, sorted, whose names start with one of `prefixes`: what a launcher or the
-    user set for NCCL, gloo, torch or the CPU binding."""
+    """The variables, sorted, whose names start with one of `prefixes`."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(prefixes)}
 
 
 def user_setting(*names: str, environ: Mapping | None = None) -> str | None:
-    """The first of `names` set (non-empty) by the user or a test (a hook, a torch knob)."""
+    """The first of `names` set (non-empty) by the user or a test."""
     environ = os.environ if environ is None else environ
     return next((environ[n] for n in names if environ.get(n)), None)
 
 
 def launcher_hosts(own: str) -> list[str]:
-    """The launcher's hosts in node-rank order, where `own` (the user's, in Slurm's notation) or
-    Slurm names them; [] where none does or the list cannot be read."""
+    """The launcher's hosts in node-rank order, where `own` (Slurm's notation) or Slurm names them; [] otherwise."""
     try:
         return expand_nodelist(text) if (text := user_setting(own, *SLURM_NODELISTS)) else []
     except UsageError:
@@ -300,8 +271,7 @@ def is_writer(env: RankEnv | None) -> bool:
 
 @contextmanager
 def overridden(values: Mapping[str, str]) -> Iterator[None]:
-    """os.environ with `values` set for the duration (what NCCL reads when a communicator is
-    made, algorithms/nccl.py), then exactly as it was."""
+    """os.environ with `values` set for the duration, then exactly as it was."""
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     try:

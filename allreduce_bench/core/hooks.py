@@ -1,6 +1,5 @@
-"""The named hooks through which features (and tests) reach the core, with pluggy as pytest does:
-the core calls a hook, never a feature. A `Hooks` registry travels inside a run's context to its
-ranks and is rebuilt there from its plugins' module names. No torch."""
+"""The named hooks through which features reach the core (pluggy, as pytest): the core calls a hook, never a
+feature. `Hooks` travels to the ranks as its plugins' module names. No torch."""
 from __future__ import annotations
 
 import importlib
@@ -22,11 +21,10 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 @dataclass(frozen=True)
 class Section:
-    """A feature's part of report.md and plots/, from the rows alone: `draw(frame, out_dir, fmt,
-    footnote) -> {name: path}`, `markdown(frame, out_dir, figures) -> lines` ([] where the rows
-    do not concern it), `tables(frame, size_bytes) -> [(title, how to read it, table)]`,
-    `own_figures(name)`: figures it embeds itself; `benchmarks`: the rows it reports, which make
-    a report without AllReduce rows."""
+    """A feature's part of report.md and plots/, from the rows alone: `draw(frame, out_dir, fmt, footnote) ->
+    {name: path}`, `markdown(frame, out_dir, figures) -> lines` ([] where the rows do not concern it),
+    `tables(frame, size_bytes) -> [(title, how to read it, table)]`, `own_figures(name)`: figures it embeds
+    itself; `benchmarks`: the rows it reports, which make a report without AllReduce rows."""
 
     name: str
     markdown: Callable[..., list[str]] = lambda frame, out_dir, figures: []
@@ -105,13 +103,12 @@ class Spec:
         """On every rank after each measurement's row, between two measurements."""
 
     @hookspec(firstresult=True)
-    def before_clock(self, rank: int) -> Callable[[], None] | None:
+    def before_sample(self, rank: int) -> Callable[[], None] | None:
         """What a rank runs before each sample's clock starts (after the alignment)."""
 
 
 class Hooks:
-    """The plugins of one run, by module. Pickled as the modules' names (spawned ranks import
-    them again), so a run's context reaches its ranks whole."""
+    """The plugins of one run, by module, pickled as the modules' names (spawned ranks import them again)."""
 
     def __init__(self, plugins: Sequence[ModuleType] = ()):
         self.plugins = tuple(plugins)

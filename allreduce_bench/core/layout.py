@@ -1,15 +1,11 @@
-"""Node layout: nodes are runs of `ranks_per_node` consecutive ranks (plain arithmetic, shared
-by the process groups in world.py and the cost model)."""
+"""Node layout: nodes are runs of `ranks_per_node` consecutive ranks (for world.py and the cost model)."""
 from __future__ import annotations
 
 from allreduce_bench.core.errors import UsageError
 
 
 def node_layout(world_size: int, ranks_per_node: int) -> int:
-    """Ranks per node used for a (sub-)world of `world_size` ranks; raises on a bad layout.
-
-    A sub-world smaller than one node is that part of one node; otherwise it is whole nodes.
-    """
+    """Ranks per node of a (sub-)world: a part of one node, or whole nodes; raises on a bad layout."""
     if ranks_per_node < 1:
         raise UsageError(f"--ranks-per-node must be at least 1, got {ranks_per_node}")
     if world_size <= ranks_per_node:

@@ -1,5 +1,4 @@
-"""Lines fitted to a terminal of WIDTH columns: what the driver's start line and every
-command's printed text share (core/analysis/terminal.py prints tables with it)."""
+"""Lines fitted to a terminal of WIDTH columns, for every command's printed text."""
 from __future__ import annotations
 
 import textwrap
@@ -8,8 +7,7 @@ WIDTH = 120
 
 
 def wrapped(text: str, indent: str = "") -> str:
-    """Each line of `text` after `indent`, one longer than WIDTH wrapped with its continuation
-    lines two spaces further in; shorter lines (a table's) exactly as they are."""
+    """Each line of `text` after `indent`, wrapped past WIDTH with continuations two spaces in."""
     return "\n".join(textwrap.fill(line, WIDTH, initial_indent=indent, subsequent_indent=" " * (len(indent) + 2),
                                    break_on_hyphens=False) if len(indent + line) > WIDTH else indent + line
                       for line in text.splitlines())

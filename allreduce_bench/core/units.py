@@ -1,14 +1,5 @@
-"""Quantities for the cost model as people write them: 7B, 14GB, 25GB/s, 200Gb/s, 0.5s, 10us.
-
-These are decimal, as hardware and model sizes are quoted: 1 GB = 1e9 bytes, 25 GB/s = 25e9
-bytes/s, 7B parameters = 7e9 (so 7B bf16 gradients are 14 GB and 28 GB / 25 GB/s is 1.12 s, the
-seed's arithmetic). KiB/MiB/GiB are binary; a lower-case b is bits (200Gb/s = 25 GB/s).
-Tensor sizes of the benchmark itself (--sizes, --min-bytes, --size 1G) read a bare K/M/G as
-binary, as nccl-tests' -b/-e do, and KB/MB/GB as decimal, as here (`parse_size` below); the
-emulator's tc rates use tc's own units (emulate/cluster.py). This is the one module that turns
-text into quantities. Every parser raises `UsageError` naming the option and showing a good
-example.
-"""
+"""Quantities as people write them (7B, 14GB, 25GB/s, 0.5s): the one module turning text into quantities, each parser
+raising a `UsageError` with an example. Decimal, but tensor sizes' bare K/M/G are binary (nccl-tests)."""
 from __future__ import annotations
 
 import math
@@ -69,7 +60,6 @@ def parse_whole_count(text, what: str = "count") -> int:
 
 
 def _scaled(text, what: str, example: str, scale_of, refusal: str) -> float:
-    """A positive number times the scale its unit names; `refusal` when the unit names none."""
     value, unit = _split(text, what, example)
     scale = scale_of(unit)
     if scale is None:
@@ -137,8 +127,7 @@ def format_bandwidth(bytes_per_s: float) -> str:
 
 
 def format_seconds(seconds: float, unit: str | None = None) -> str:
-    """0.0311 -> '31.1 ms'; with unit='s' -> '0.0311 s' (so a column compares at a glance),
-    though anything under a millisecond still gets its own unit ('3.36 us', not '3.36e-06 s')."""
+    """0.0311 -> '31.1 ms'; unit='s' -> '0.0311 s', though under a millisecond keeps its own unit."""
     scales = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
     if unit is None or abs(seconds) < 1e-3 * scales[unit]:
         unit = next((u for u, s in scales.items() if abs(seconds) >= s), "ns") if seconds else "s"
@@ -154,9 +143,6 @@ def format_count(count: float) -> str:
 
 
 # --- tensor sizes: K/M/G binary as nccl-tests' -b/-e/-f, KB/MB/GB decimal as every GB/s -------
-# One reading per spelling, case aside: a bare K/M/G/T and KiB/MiB/GiB/TiB are binary (16M =
-# 16MiB = 16777216 B, what nccl-tests' -e 16M means); kB/KB/MB/GB/TB are decimal (16MB =
-# 16000000 B), as the bandwidths this package prints (GB/s) and the cost model's 14GB are.
 SIZE_UNITS = {"": 1, "B": 1,
               "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40,
               "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
@@ -167,9 +153,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 
 
 def parse_size(text: str | int, what: str = "size") -> int:
-    """'64M' -> 67108864, '64MB' -> 64000000 (SIZE_UNITS). A fraction must come out a whole
-    number of bytes ('1.5K' is 1536 B; '1.3K' is refused, never rounded). Raises UsageError
-    naming `what` on anything else."""
+    """'64M' -> 67108864, '64MB' -> 64000000; a fraction must come out whole bytes, never rounded."""
     if isinstance(text, int):
         value = text
     else:
@@ -202,8 +186,7 @@ def format_size(size_bytes: float) -> str:
 
 
 def byte_list(sizes, most: int = 8) -> str:
-    """[4096, 16384] -> '4096, 16384 B': sizes as the exact bytes they are (a run's first line);
-    more than `most`: the first three, '...', the last two and how many."""
+    """[4096, 16384] -> '4096, 16384 B'; more than `most`: the first three, '...', the last two."""
     shown = [str(s) for s in sizes]
     if len(shown) > most:
         shown = [*shown[:3], "...", *shown[-2:]]
@@ -245,6 +228,3 @@ def parse_size_list(text: str, option: str = "--sizes") -> list[int]:
     if len(sizes) > MAX_SWEEP_SIZES:
         raise UsageError(f"{option} lists {len(sizes)} sizes; give at most {MAX_SWEEP_SIZES}")
     return sizes
-
-
-# --- link rates in tc's units (the emulator's --inter-bandwidth) -----------------------------

@@ -6,17 +6,19 @@ import pytest
 from allreduce_bench.core.host.gpus import topo_numa_node
 from allreduce_bench.core.measure import binding
 from allreduce_bench.core.measure.binding import (
+    Binder,
     core_block,
     format_cpulist,
     gpu_numa_node,
     launcher_binding,
     numa_nodes,
     parse_cpulist,
-    plan,
     summary,
 )
 
 TWO_NODES = {0: [0, 1, 2, 3, 8, 9, 10, 11], 1: [4, 5, 6, 7, 12, 13, 14, 15]}
+ALL16 = tuple(range(16))
+FIFO = {"policy": "fifo", "why": "test"}  # a rank's threads under SCHED_FIFO
 
 
 def test_cpulists_round_trip():
@@ -34,37 +36,38 @@ def test_core_blocks_split_the_allowed_cpus():
 
 
 def test_auto_binds_one_core_per_rank_on_cpu_when_there_are_enough():
-    chosen = plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False)
+    chosen = Binder("auto", (0, 1), {0: [0, 1]}, sched=FIFO).plan(1, 2)
     assert chosen.how == "core" and chosen.cpus == (1,)
 
 
 def test_auto_leaves_more_ranks_than_cpus_unbound_and_core_shares():
-    chosen = plan("auto", 3, 4, [0, 1], {0: [0, 1]}, gpu=False)
+    chosen = Binder("auto", (0, 1), {0: [0, 1]}, sched=FIFO).plan(3, 4)
     assert chosen.how == "none" and chosen.cpus is None and "2 CPU(s) for 4" in chosen.why
-    forced = plan("core", 3, 4, [0, 1], {0: [0, 1]}, gpu=False)
+    forced = Binder("core", (0, 1), {0: [0, 1]}, sched=FIFO).plan(3, 4)
     assert forced.cpus == (1,) and "shared" in forced.why
 
 
 def test_auto_on_gpu_takes_the_gpus_numa_node():
-    chosen = plan("auto", 0, 8, list(range(16)), TWO_NODES, gpu=True, gpu_node=1)
+    chosen = Binder("auto", ALL16, TWO_NODES, gpu=True, gpu_node=1, sched=FIFO).plan(0, 8)
     assert chosen.how == "numa" and chosen.cpus == (4, 5, 6, 7, 12, 13, 14, 15)
-    unknown = plan("auto", 0, 8, list(range(16)), TWO_NODES, gpu=True, gpu_node=None)
+    unknown = Binder("auto", ALL16, TWO_NODES, gpu=True, sched=FIFO).plan(0, 8)
     assert unknown.how == "none" and "unknown" in unknown.why
 
 
 def test_numa_on_cpu_deals_nodes_over_local_ranks():
-    cpus = [plan("numa", r, 4, list(range(16)), TWO_NODES, gpu=False).cpus for r in range(4)]
+    numa = Binder("numa", ALL16, TWO_NODES, sched=FIFO)
+    cpus = [numa.plan(r, 4).cpus for r in range(4)]
     assert cpus[0] == cpus[1] == tuple(TWO_NODES[0]) and cpus[2] == cpus[3] == tuple(TWO_NODES[1])
     # only the allowed CPUs of a node
-    assert plan("numa", 0, 1, [1, 2], TWO_NODES, gpu=False).cpus == (1, 2)
+    assert Binder("numa", (1, 2), TWO_NODES, sched=FIFO).plan(0, 1).cpus == (1, 2)
 
 
 def test_a_launchers_binding_is_kept():
-    chosen = plan("auto", 0, 2, [3], TWO_NODES, gpu=False, launcher="srun --cpu-bind=mask_cpu")
+    chosen = Binder("auto", (3,), TWO_NODES, launcher="srun --cpu-bind=mask_cpu", sched=FIFO).plan(0, 2)
     assert chosen.how == "launcher" and chosen.cpus is None and "srun" in chosen.why
     # asked for explicitly, a mode overrides it
-    assert plan("core", 0, 2, [2, 3], TWO_NODES, gpu=False, launcher="srun").cpus == (2,)
-    assert plan("none", 0, 2, [2, 3], TWO_NODES, gpu=False).how == "none"
+    assert Binder("core", (2, 3), TWO_NODES, launcher="srun", sched=FIFO).plan(0, 2).cpus == (2,)
+    assert Binder("none", (2, 3), TWO_NODES, sched=FIFO).plan(0, 2).how == "none"
 
 
 def test_launcher_binding_from_variables_and_affinity():

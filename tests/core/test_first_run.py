@@ -222,13 +222,14 @@ def test_sched_fifo_reaches_every_thread_or_says_why_not():
 
 
 def test_auto_binding_pins_one_cpu_per_rank_only_with_sched_fifo():
-    from allreduce_bench.core.measure.binding import plan
+    from allreduce_bench.core.measure.binding import Binder
 
-    assert plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=True).how == "core"
-    unpinned = plan("auto", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False)
+    fifo = {"policy": "fifo", "why": "test"}
+    assert Binder("auto", (0, 1), {0: [0, 1]}, sched=fifo).plan(1, 2).how == "core"
+    unpinned = Binder("auto", (0, 1), {0: [0, 1]}).plan(1, 2)
     assert unpinned.how == "none" and "SCHED_FIFO" in unpinned.why
-    assert plan("auto", 1, 2, [0, 1, 2, 3], {0: [0, 1, 2, 3]}, gpu=False, realtime=False).how == "core"
-    assert plan("core", 1, 2, [0, 1], {0: [0, 1]}, gpu=False, realtime=False).how == "core"
+    assert Binder("auto", (0, 1, 2, 3), {0: [0, 1, 2, 3]}).plan(1, 2).how == "core"
+    assert Binder("core", (0, 1), {0: [0, 1]}).plan(1, 2).how == "core"
 
 
 def test_the_summary_names_the_policy_and_advises_fifo_where_it_was_refused(tmp_path):

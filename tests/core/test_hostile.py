@@ -470,7 +470,7 @@ def test_a_full_disk_never_leaves_a_torn_row(tmp_path, monkeypatch):
         writer.append(row)
     assert caught.value.filename == str(tmp_path / "results.csv")
     assert (tmp_path / "results.csv").read_bytes() == before
-    assert "disk full writing" in reasons.reason(caught.value, 0)
+    assert "disk full writing" in reasons.reason(caught.value)
 
 
 def test_a_torn_row_is_never_counted_or_reported(tmp_path):

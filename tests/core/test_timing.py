@@ -156,7 +156,7 @@ def test_each_sample_is_aligned_then_timed_around_loops_calls_only():
     events = []
     device = RecordingDevice(events)
     times = timing.take_samples(lambda: events.append("call"), device, None, loops=3, count=2,
-                                before_clock=lambda: events.append("late"))  # the hooks' (Device.before_clock)
+                                before_sample=lambda: events.append("late"))  # the hooks' (Device.before_sample)
     assert times == [100.0 / 3] * 2
     one = [("align", 0.003), "late", ("start", 0), "call", "call", "call", ("stop", 0), ("launched", 3)]
     assert events[:8] == one and events[8] == ("align", 0.003) and len(events) == 16

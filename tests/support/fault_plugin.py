@@ -92,7 +92,7 @@ def row_recorded(session) -> None:
 
 
 @hookimpl
-def before_clock(rank: int):
+def before_sample(rank: int):
     fault = Fault.from_env()
     if not fault or fault.action != "delay" or rank != fault.rank:
         return None

@@ -1,13 +1,5 @@
-"""The registry: every algorithm's declaration (name, collective, description, build, cost,
-supported layouts), looked up per collective.
-
-Built-ins are listed in BUILT_IN_BY_COLLECTIVE (one line each); other packages add theirs through
-the entry-point group `allreduce_bench.core.algorithms`, naming a module or an object with a `build`
-(and optionally `COLLECTIVE` (default all_reduce), `cost`, `supports`, `DESCRIPTION`; see
-doc/algorithms.md, "Plug-in algorithms"). Nothing here imports torch, so the CLI's help, the cost model and the
-report read the registry without it; `build` imports torch when it runs. Every function takes
-the collective (default all_reduce, what every AllReduce-only caller means).
-"""
+"""The registry of every algorithm, per collective: the built-ins below and the plug-ins of the entry-point
+group (doc/algorithms.md). No torch: the CLI's help, the cost model and the report read it without."""
 from __future__ import annotations
 
 import functools
@@ -49,15 +41,8 @@ def _by_collective(declared: list[Algorithm]) -> dict[str, dict[str, Algorithm]]
 
 
 BUILT_IN_BY_COLLECTIVE = _by_collective([
-    native.ALGORITHM,
-    ring.ALGORITHM,
-    ring.STEPS,
-    naive.ALGORITHM,
-    hierarchical.ALGORITHM,
-    recursive_doubling.ALGORITHM,
-    halving_doubling.ALGORITHM,
-    tree.ALGORITHM,
-    direct.ALGORITHM,
+    native.ALGORITHM, ring.ALGORITHM, ring.STEPS, naive.ALGORITHM, hierarchical.ALGORITHM,
+    recursive_doubling.ALGORITHM, halving_doubling.ALGORITHM, tree.ALGORITHM, direct.ALGORITHM,
     *nccl.variants(),
     *native_collectives.ALGORITHMS,
     ring.ALL_GATHER, all_gather_doubling.ALGORITHM, direct.ALL_GATHER,
@@ -88,9 +73,8 @@ def _entry_points() -> list:
 
 
 def from_object(name: str, target, origin: str) -> Algorithm:
-    """An Algorithm from what an entry point names: an Algorithm, or a module / object with
-    `build` and optionally `COLLECTIVE`, `cost`, `supports` and `DESCRIPTION` (else its
-    docstring's first line)."""
+    """An Algorithm from what an entry point names: an Algorithm, or an object with `build` (and optionally
+    `COLLECTIVE`, `cost`, `supports`, `DESCRIPTION`, else its docstring's first line)."""
     if isinstance(target, Algorithm):
         return target
     build = getattr(target, "build", None)
@@ -126,8 +110,7 @@ def _loaded() -> tuple[dict[str, dict[str, Algorithm]], tuple[str, ...]]:
 
 
 def plugins(collective: str = ALL_REDUCE) -> dict[str, Algorithm]:
-    """Algorithms of installed plug-ins for this collective. One that fails to load (say it
-    imports torch where there is none) is left out, in `plugin_problems`."""
+    """Algorithms of installed plug-ins for this collective (those that fail to load: `plugin_problems`)."""
     return _loaded()[0][collective]
 
 
@@ -146,8 +129,7 @@ def order(collective: str = ALL_REDUCE) -> list[str]:
 
 
 def lookup(name: str, collective: str = ALL_REDUCE, backend: str | None = None) -> Algorithm:
-    """The algorithm `name`; an unknown one is refused with the choices (those that run on
-    `backend`, where given)."""
+    """The algorithm `name`; an unknown one is refused with the choices (those that run on `backend`)."""
     known = registry(collective)
     try:
         return known[name]
@@ -172,8 +154,7 @@ def names_for(backend: str, collective: str = ALL_REDUCE) -> list[str]:
 
 def check_supported(names: Iterable[str], world_sizes: Iterable[int], ranks_per_node: int | None,
                     backend: str, collective: str = ALL_REDUCE) -> None:
-    """Refuse, before any process starts, an algorithm that does not support a world size,
-    layout or backend of the run (one line, exit 2)."""
+    """Refuse, before any process starts, an algorithm that does not support the run's layout."""
     for name in names:
         algorithm = lookup(name, collective)
         for world_size in world_sizes:
@@ -184,8 +165,7 @@ def check_supported(names: Iterable[str], world_sizes: Iterable[int], ranks_per_
 
 
 def parse(text: str, backend: str, collective: str = ALL_REDUCE) -> tuple[str, ...]:
-    """The names of --algos (comma-separated, or `all`), each checked against the collective's
-    registry."""
+    """The names of --algos (comma-separated, or `all`), each checked against the registry."""
     names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     if not names:
         raise UsageError("--algos is empty; choose from " + ", ".join(registry(collective)) + " (or all)")
@@ -210,8 +190,7 @@ def parse_collectives(text: str) -> tuple[str, ...]:
 
 
 def help_text() -> str:
-    """--algos help: the built-in names, NCCL's variants as algorithms/nccl.py declares them
-    (descriptions in doc/algorithms.md and doc/collectives.md)."""
+    """--algos help: the built-in names and NCCL's variants."""
     plain = [name for name in BUILT_IN if not name.startswith("native:")]
     variants = ", ".join(f"native:{algo} (also {'/'.join(':' + p for p in protos)})"
                          for algo, (_, _, protos) in nccl.NCCL_ALGOS.items())

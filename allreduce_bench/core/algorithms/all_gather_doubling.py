@@ -1,12 +1,5 @@
-"""Recursive-doubling AllGather: log2 p steps, each doubling the window a rank holds.
-
-The p ranks of the power-of-two part (other N: the first 2r ranks fold in pairs, `base.fold`)
-retrace the recursive-halving windows backwards (m = 1, 2, ..., p/2): virtual ranks v and
-v XOR m swap the windows they hold, received straight into place. A folded pair's virtual rank
-stands for both its real ranks' chunks: the even rank sends its part to the odd one before the
-steps and receives the whole result after them. log2 p latencies instead of the ring's N-1, the
-same (p-1)/p of the buffer received.
-"""
+"""Recursive-doubling AllGather: the recursive-halving windows retraced, partners swapping what they hold
+(other N folded, `base.fold`): log2 p latencies instead of the ring's N-1, the same bytes."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -42,8 +35,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Fold in (S/N), log2 p doubling steps (each virtual rank sends the window it holds, S/N per
-    real chunk), fold out (the whole S)."""
+    """Fold in (S/N), log2 p doubling steps (the window held, S/N per real chunk), fold out (S)."""
     s = float(size_bytes)
     into, back = fold_steps(s / world_size, world_size, ranks_per_node, back_bytes=s, reduced=0.0)
     doubling = [traffic([(a, b, kept) for a, b, kept, _ in step], ranks_per_node)

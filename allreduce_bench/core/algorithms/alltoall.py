@@ -1,11 +1,5 @@
-"""AllToAll from point-to-point steps: pairwise exchange (N-1 steps) and direct (all at once).
-
-`send` and `recv` hold N parts of c elements; part q of `send` goes to rank q and part q of
-`recv` comes from rank q; a rank's own part is copied locally. Pairwise: in step s = 1..N-1 rank
-r sends part r+s to rank r+s and receives part r-s from rank r-s, one message each way per step,
-so no rank is ever the target of more than one transfer. Direct: every transfer posted at once:
-one latency, N-1 concurrent messages per rank (it fits fully connected nodes).
-"""
+"""AllToAll from point-to-point steps: pairwise exchange (step s: to r+s, from r-s, no rank the target of two
+transfers) and direct (every transfer at once, for fully connected nodes)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,20 +1,5 @@
-"""What an algorithm declares, and the vocabulary of its cost (no torch: the cost model reads it).
-
-An `Algorithm` is a name, the collective it implements, a one-line description, a builder
-(allocation and planning in `build`; the call it returns is what gets timed), optionally its
-cost and the layouts it supports. An AllReduce is built as `build(tensor, world)` and sums
-`tensor` in place; every other collective as `build(send, recv, world)` (see `BUFFERS`; in place
-is `send` and `recv` sharing memory the way nccl-tests lays them out). Sizes in costs are the
-whole buffer, as nccl-tests prints them (metrics.collective_counts).
-
-The cost is a list of `Step`s on the critical path, in the alpha-beta-gamma model:
-in each step, every link class carries some messages and bytes on its busiest link (a rank's own
-intra-node link; a node's uplink for inter-node traffic), and some bytes are summed on the way.
-A step lasts max over classes of (messages x alpha_c + bytes / B_c), plus gamma x bytes reduced.
-
-`traffic` turns a step's list of transfers (source rank, destination rank, bytes) into those
-per-class numbers, so a schedule written once serves both the builder and the cost.
-"""
+"""What an algorithm declares, and the vocabulary of its cost in the alpha-beta-gamma model (no
+torch: the cost model reads it). doc/algorithms.md says how to write one."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,8 +11,7 @@ INTRA, INTER = "intra", "inter"
 
 @dataclass(frozen=True)
 class Step:
-    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the
-    bytes a rank on the critical path reduces (adds) in the step."""
+    """`repeat` identical steps: per link class (messages, bytes) on its busiest link, and the bytes reduced."""
 
     repeat: int
     paths: dict[str, tuple[float, float]]
@@ -39,9 +23,7 @@ Cost = Callable[[float, int, int], "list[Step]"]  # (size_bytes, world_size, ran
 Supports = Callable[[int, "int | None", str], "str | None"]
 
 
-# What `send` and `recv` hold for each collective (c: one rank's count; rooted ones use rank 0 of
-# the (sub-)world as root, nccl-tests' default). Broadcast and Reduce are in place, as torch's
-# calls are: `send` is `recv`.
+# what `send` and `recv` hold per collective (c: one rank's count; the root is rank 0, as in nccl-tests)
 BUFFERS = {
     "all_gather": "send: c elements; recv: N c, rank q's part at q c (in place: send is that part)",
     "reduce_scatter": "send: N c; recv: c, the sum of everyone's part r (in place: send's part r)",
@@ -61,8 +43,7 @@ class Algorithm:
     supports: Supports | None = None  # None: every world size, layout and backend
     origin: str = "built-in"  # or the plug-in's entry point
     collective: str = "all_reduce"
-    # backend -> the collective the backend really runs when it is not this one (gloo's
-    # ReduceScatter is an AllReduce), so rows say what was measured
+    # backend -> the collective it really runs in this one's place (gloo's ReduceScatter: an AllReduce)
     runs_as: Callable[[str], str] | None = None
 
     def refusal(self, world_size: int, ranks_per_node: int | None, backend: str) -> str | None:
@@ -74,8 +55,7 @@ class Algorithm:
 
 
 def in_sequence(*costs: Cost) -> Cost:
-    """The cost of running algorithms one after the other (a ReduceScatter, then an AllGather):
-    their steps in order."""
+    """The cost of running algorithms one after the other: their steps in order."""
     def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
         return [step for part in costs for step in part(size_bytes, world_size, ranks_per_node)]
     return cost
@@ -83,12 +63,8 @@ def in_sequence(*costs: Cost) -> Cost:
 
 def traffic(transfers: Iterable[tuple[int, int, float]], ranks_per_node: int,
             reduced: float = 0.0, repeat: int = 1) -> Step:
-    """The step in which every (source, destination, bytes) transfer happens at once.
-
-    Intra-node: the busiest rank, by messages and by bytes, each the larger of what it sends and
-    what it receives (links are full duplex). Inter-node: messages per rank likewise, bytes
-    through the busiest node's uplink (every rank of a node shares it).
-    """
+    """The step of these (source, destination, bytes) transfers at once: the busiest rank intra-node (full
+    duplex), the busiest node's uplink inter-node."""
     # (class, 'out'|'in', rank or node) -> [messages, bytes]
     sent: defaultdict[tuple, list[float]] = defaultdict(lambda: [0, 0.0])
     for source, destination, size in transfers:
@@ -123,17 +99,13 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 # --- folding a world into a power of two (recursive doubling, halving-doubling) -------------
 
 def fold(world_size: int) -> tuple[int, int]:
-    """(p, extra): the largest power of two p <= N and the r = N - p ranks folded in first.
-
-    Ranks 2i and 2i+1, i < r, pair up: the even one hands its vector to the odd one before the
-    power-of-two part and gets the result back after it.
-    """
+    """(p, extra): the largest power of two p <= N and the N - p pairs (2i, 2i+1) folded in first."""
     p = 1 << (world_size.bit_length() - 1)
     return p, world_size - p
 
 
 def virtual_rank(rank: int, world_size: int) -> int | None:
-    """Rank in the power-of-two part, or None for a rank folded out (an even rank below 2r)."""
+    """Rank in the power-of-two part, or None for a rank folded out."""
     _, extra = fold(world_size)
     if rank < 2 * extra:
         return rank // 2 if rank % 2 else None
@@ -147,9 +119,7 @@ def real_rank(virtual: int, world_size: int) -> int:
 
 def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_bytes: float | None = None,
                reduced: float | None = None) -> tuple[list[Step], list[Step]]:
-    """The fold-in step (even ranks send their vector of `size_bytes`, odd ones add `reduced`
-    of it: all by default) and the fold-out step (the result back: `back_bytes`, by default as
-    many), empty for a power of two."""
+    """The fold-in step (`size_bytes` sent, `reduced` added) and fold-out step, empty for a power of two."""
     _, extra = fold(world_size)
     if not extra:
         return [], []
@@ -161,7 +131,6 @@ def fold_steps(size_bytes: float, world_size: int, ranks_per_node: int, back_byt
     return [into], [back]
 
 
-
 def members(virtual: int, world_size: int) -> list[int]:
     """The real ranks a virtual rank stands for: two for a folded pair, else one."""
     _, extra = fold(world_size)
@@ -169,5 +138,5 @@ def members(virtual: int, world_size: int) -> list[int]:
 
 
 def window_ranks(window: tuple[int, int], world_size: int) -> list[int]:
-    """The real ranks (so the real chunks) behind virtual ranks [a, b), in increasing order."""
+    """The real ranks behind virtual ranks [a, b), in increasing order."""
     return [q for v in range(*window) for q in members(v, world_size)]

@@ -1,12 +1,5 @@
-"""Broadcast from rank 0 of the (sub-)world: binomial tree, pipelined chain, scatter + AllGather.
-
-Binomial tree: in round j (mask m = 2^j) every rank r < m that has the data sends it to r + m:
-ceil(log2 N) rounds of the whole tensor, fewest latencies. Pipelined chain: rank r passes chunk c
-on to r+1 in tick c + r, while receiving chunk c+1 from r-1: C + N - 2 ticks of S/C, each link
-busy at once. Scatter + AllGather (van de Geijn): the root sends part q to rank q, then the ring
-AllGather: the root sends (N-1)/N S instead of the tree's S log2 N, the bandwidth winner.
-Broadcast is in place as torch's is: `send` is `recv`.
-"""
+"""Broadcast from rank 0, in place as torch's: binomial tree (fewest latencies), pipelined chain, and scatter
++ ring AllGather (van de Geijn: the bandwidth winner)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -48,7 +41,6 @@ def build_binomial(send: torch.Tensor, recv: torch.Tensor, world: World) -> Call
 
 
 def chain_views(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """The chunks a chain pipelines (about tree.CHUNK_BYTES each, at most tree.MAX_CHUNKS)."""
     flat = tensor.view(-1)
     chunks = chunk_count(flat.numel() * flat.element_size(), max(1, flat.numel()))
     return [flat[a:b] for a, b in chunk_bounds(flat.numel(), chunks)]
@@ -68,8 +60,7 @@ def build_chain(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callabl
 
 
 def root_parts(group, views: list[torch.Tensor], rank: int, to_root: bool = False) -> p2p.Ops:
-    """Part q between the root and rank q, for every q > 0, as `rank` takes part: out of the
-    root (a scatter), or into it (a gather, `to_root`)."""
+    """Part q between the root and each rank q > 0: a scatter, or with `to_root` a gather."""
     if rank == 0:
         others = [(views[q], group.ranks[q]) for q in range(1, len(views))]
         return p2p.step(group, [], others) if to_root else p2p.step(group, others, [])
@@ -91,8 +82,7 @@ def cost_binomial(size_bytes: float, world_size: int, ranks_per_node: int) -> li
 
 
 def cost_chain(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """C + N - 2 ticks; in a full tick every edge r -> r+1 carries S/C (fill and drain counted
-    as full)."""
+    """C + N - 2 ticks; in a full tick every edge r -> r+1 carries S/C."""
     n, s = world_size, float(size_bytes)
     if n < 2:
         return []

@@ -1,12 +1,5 @@
-"""Direct: a one-step ReduceScatter to every peer, a one-step AllGather, and the AllReduce of both.
-
-The buffer is cut into N chunks. ReduceScatter: rank r sends chunk j to rank j, for every j != r,
-all at once, receives every peer's chunk r into a buffer of its own and adds them all to its own
-chunk r. AllGather: rank r sends its chunk to every peer and receives chunk j from rank j
-straight into place. One latency each, N-1 concurrent transfers per rank and step, (N-1)/N of
-the buffer sent per phase like the ring: it fits fully connected nodes (NVSwitch), where all
-those transfers can run at once.
-"""
+"""Direct: one-step ReduceScatter and AllGather to every peer at once, and the AllReduce of both: one latency
+each, N-1 concurrent transfers per rank, for fully connected nodes (NVSwitch)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,8 +16,7 @@ if TYPE_CHECKING:
 
 
 class ReduceScatterPlan:
-    """`send` cut at `bounds`; the sum of everyone's chunk r lands in `recv`, `send` kept unless
-    recv is its chunk r."""
+    """`send` cut at `bounds`; the sum of everyone's chunk r lands in `recv`."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -77,8 +69,7 @@ def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World) -> Ca
 
 
 def one_step(size_bytes: float, world_size: int, ranks_per_node: int, reduced: float) -> list[Step]:
-    """Every rank exchanges S/N with each peer: L-1 of them in its node (over its own link), N-L
-    in other nodes (the node's uplink carries L (N-L) S/N)."""
+    """Every rank exchanges S/N with each peer; the node's uplink carries L (N-L) S/N."""
     n, s, per_node = world_size, float(size_bytes), ranks_per_node
     if n < 2:
         return []

@@ -1,14 +1,5 @@
-"""Halving-doubling (Rabenseifner): recursive-halving ReduceScatter, recursive-doubling AllGather.
-
-The p ranks of the power-of-two part (other N: folded as in recursive doubling, `base.fold`) cut
-the tensor into p chunks. ReduceScatter: in the step with distance m = p/2, p/4, ..., 1, rank v
-and v XOR m hold the same window of chunks; the one with bit m clear keeps the lower half and
-sends the upper half, the other the reverse, and each adds the half it receives. After log2 p
-steps rank v holds the full sum of chunk v. AllGather retraces the steps (m = 1, 2, ..., p/2):
-partners swap their windows, received straight into place.
-
-2 log2 p latencies with the ring's bandwidth term: each rank sends 2(p-1)/p of the tensor.
-"""
+"""Halving-doubling (Rabenseifner): recursive-halving ReduceScatter, then recursive-doubling AllGather; other
+N folded. 2 log2 p latencies with the ring's bandwidth term."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -48,9 +39,7 @@ def windows(v: int, p: int) -> list[tuple[int, tuple[int, int], tuple[int, int]]
 
 
 def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[int]]]:
-    """Per halving step of real rank `me` (not folded out), for any N: (the partner's global
-    rank, the real ranks whose chunks `me` keeps, those it gives up). Recursive halving walks
-    them in order; recursive doubling, in reverse, sends what it holds and receives the rest."""
+    """Per halving step of real rank `me`: (partner's global rank, real ranks it keeps, those it gives)."""
     v, (p, _) = virtual_rank(me, n), fold(n)
     assert v is not None, "a rank folded out has no halving steps"
     return [(group.ranks[real_rank(v ^ m, n)], window_ranks(keep, n), window_ranks(give, n))
@@ -58,15 +47,11 @@ def partner_windows(group, me: int, n: int) -> list[tuple[int, list[int], list[i
 
 
 def every_rank_windows(p: int) -> list[tuple]:
-    """Per halving step, every virtual rank's (distance, kept, sent) windows, rank order."""
     return list(zip(*(windows(v, p) for v in range(p))))
 
 
 def window_transfers(world_size: int, part: float) -> list[list[tuple[int, int, float, float]]]:
-    """Per halving step for any N, every virtual rank's (real rank, its partner's, bytes of the
-    chunks it keeps, bytes of those it gives up), at `part` bytes per real chunk. Recursive
-    halving sends what it gives up and adds into what it keeps; recursive doubling walks the
-    steps backwards, sending what it holds."""
+    """Per halving step, every virtual rank's (rank, partner, bytes kept, bytes given up)."""
     n, (p, _) = world_size, fold(world_size)
     return [[(real_rank(v, n), real_rank(v ^ m, n), len(window_ranks(keep, n)) * part,
               len(window_ranks(give, n)) * part) for v, (m, keep, give) in enumerate(v_windows)]

@@ -1,12 +1,5 @@
-"""Hierarchical AllReduce: ReduceScatter inside the node, AllReduce across nodes, AllGather inside.
-
-(a) the ring's ReduceScatter (pipelined in slices on gloo) on the node's group leaves each local
-rank with the node's sum of one shard (1/L of the tensor, L = ranks per node); (b) the backend's AllReduce of that shard
-among the ranks with the same local rank on every node; (c) the ring's AllGather inside the
-node. Only 1/L of the tensor crosses the inter-node link per rank, where a flat ring sends
-about twice the tensor over it. One node: (b) is skipped. One rank per node: (a) and (c) are
-empty and (b) is the whole AllReduce.
-"""
+"""Hierarchical AllReduce: ring ReduceScatter inside the node, the backend's AllReduce of each 1/L shard
+across nodes, ring AllGather inside: 1/L of the tensor crosses nodes per rank."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,9 +31,7 @@ def build(tensor: torch.Tensor, world: World, slice_bytes: int = ring.SLICE_BYTE
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Intra ring ReduceScatter + AllGather: 2(L-1) steps of S/L; inter: a ring AllReduce of each
-    S/L shard over the M nodes, the L shards sharing the node's uplink, so S/M through it per
-    step, 2(M-1) steps."""
+    """Intra: 2(L-1) ring steps of S/L; inter: ring AllReduces of the L shards sharing the uplink."""
     s, per_node = float(size_bytes), ranks_per_node
     nodes = world_size // per_node
     out = []

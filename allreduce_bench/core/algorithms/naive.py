@@ -1,9 +1,4 @@
-"""Naive AllReduce: everyone sends to rank 0, rank 0 adds, then sends the sum to everyone.
-
-Only point-to-point calls (the backend's reduce/broadcast are trees or rings inside). Rank 0
-receives and sends N-1 whole tensors, (N-1)x what any other rank moves: the bottleneck the ring
-removes. Rank 0 keeps one receive buffer per peer so every receive can be in flight at once.
-"""
+"""Naive AllReduce: everyone sends to rank 0, which adds and sends the sum back (the ring's baseline)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -47,8 +42,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Rank 0 receives N-1 whole tensors (L-1 from its node, N-L through its node's uplink) and
-    adds them, then sends as many back."""
+    """Rank 0 receives N-1 whole tensors and adds them, then sends as many back."""
     if world_size < 2:
         return []
     s = float(size_bytes)

@@ -1,9 +1,4 @@
-"""The backend's own call for every collective other than AllReduce (algorithms/native.py).
-
-On gloo, torch's `reduce_scatter_tensor` is no ReduceScatter: gloo has none, and torch runs an
-AllReduce of the whole input and keeps this rank's part. It is measured as it is, declared with
-`runs_as` so every row and the report say it ran an AllReduce, and modelled as one.
-"""
+"""The backend's own call for every collective but AllReduce (gloo's ReduceScatter runs as an AllReduce)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -57,8 +52,7 @@ def build_reduce(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callab
 
 
 def build_sendrecv(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], object]:
-    """nccl-tests' sendrecv: every rank sends to rank r+1 and receives from r-1, all at once
-    (one rank: a copy, as NCCL's send to itself)."""
+    """nccl-tests' sendrecv: every rank sends to r+1 and receives from r-1 at once (one rank: a copy)."""
     from allreduce_bench.core.algorithms import p2p
 
     group = world.group

@@ -1,32 +1,7 @@
-"""NCCL's own algorithms and protocols as algorithms: `native:ring`, `native:tree:LL`, ...
-
-Each variant runs the backend's AllReduce on a communicator of its own, created while
-NCCL_ALGO (and NCCL_PROTO) are set: NCCL reads them when it initialises a communicator, a new
-or a split one (src/graph/tuning.cc `ncclTopoTuneModel`), so only that communicator is pinned;
-the variables are restored right after. On gloo they do not apply and are refused before any
-process starts. TORCH_NCCL_USE_COMM_NONBLOCKING=0 goes with them: torch 2.6-2.7.0 make a
-split from a GPU-bound group nonblocking (ProcessGroupNCCL.cpp `useNonblocking`, #138527,
-reverted for 2.7.1 by #154055; the variable ranks above that choice), and NCCL would read
-NCCL_ALGO after they are restored.
-
-With the default group bound to the GPU (`device_id`, measure/device.py) torch creates each new
-NCCL group by `ncclCommSplit` of the default group's communicator, which every rank of the
-default group must join (non-members through `perform_nocolor_split`), inside `new_group`
-from torch 2.5 (which passes the bound device on), at the members' first collective in 2.3
-and 2.4; unbound, NCCL connects the members at the group's first collective. So `create`
-makes a sub-world's communicators on every rank, in --algos order, and `communicator` runs one
-small AllReduce on first use, both with the variables set.
-
-NCCL refuses an algorithm it has nothing for on this machine at that first AllReduce
-(enqueue.cc, "no algorithm/protocol available"): NVLS without NVSwitch, or across nodes without
-CollNet. From NCCL 2.24 the result is ncclInvalidUsage; before (the NCCL of torch 2.1-2.6) it
-is ncclInternalError, whose torch message carries NCCL's last error, the same words. `refused`
-matches either, says so in one line, and the sweep leaves the variant out. A protocol is not
-checked so: NVLS has the Simple protocol only (tuning.cc), so there is no `native:nvls:LL`; and
-NCCL enables LL128 by default only where tuning.cc's platform check passes ("Other cases are
-not tested and may cause silent data corruption", NCCL 2.21.5), a check NCCL_PROTO=LL128 skips:
-no `:LL128` variant is offered (`native:ring` and `native:tree` use it where NCCL enables it).
-"""
+"""NCCL's own algorithms and protocols (`native:ring`, `native:tree:LL`, ...): NCCL's AllReduce on a communicator
+created while NCCL_ALGO (NCCL_PROTO) are set, blocking (torch 2.6-2.7.0 split nonblocking, #138527), so only it is
+pinned. A GPU-bound default group splits each new NCCL group with every rank: `create` runs on every rank in --algos
+order and `communicator` warms each up, both with the variables set. No `:LL128` (doc/algorithms.md)."""
 from __future__ import annotations
 
 import re
@@ -46,8 +21,7 @@ if TYPE_CHECKING:
 
     from allreduce_bench.core.measure.world import World
 
-# our name -> NCCL_ALGO value, the cost it is modelled with (NVLS reduces inside the NVSwitch,
-# which this model has no term for: measured, not modelled), and the protocols NCCL has for it
+# our name -> (NCCL_ALGO, its cost model (NVLS, reducing in the NVSwitch, has none), NCCL's protocols for it)
 NCCL_PROTOS = ("LL", "Simple")
 NCCL_ALGOS = {"ring": ("Ring", ring.cost, NCCL_PROTOS), "tree": ("Tree", tree.cost, NCCL_PROTOS),
               "nvls": ("NVLS", None, ("Simple",))}
@@ -65,8 +39,7 @@ def nccl_environment(algo: str, proto: str | None) -> dict[str, str]:
 
 
 class Pinned:
-    """The pinned variants' communicators of one sub-world on this rank, (algo, proto) -> its
-    group (none on a rank outside the sub-world), and those whose first AllReduce ran."""
+    """The pinned variants' communicators of one sub-world on this rank, and those already warmed up."""
 
     def __init__(self, groups: dict[tuple, ProcessGroup]):
         self.groups, self.warm = groups, set[tuple]()
@@ -80,9 +53,8 @@ class Pinned:
 
 
 def create(names, world_size: int, timeout: timedelta) -> Pinned:
-    """The communicators of the pinned variants among `names` for the sub-world of ranks
-    0..world_size-1. Collective: every rank of the default group calls it with the same
-    arguments (see above), including ranks outside the sub-world, which keep no group."""
+    """The pinned variants' communicators among `names` for ranks 0..world_size-1; collective over the default
+    group, ranks outside keep none."""
     import torch.distributed as dist
 
     groups, members = {}, list(range(world_size))
@@ -115,9 +87,7 @@ REFUSAL = re.compile(r"invalid usage|no algorithm/protocol available", re.IGNORE
 
 
 def refused(name: str, world: World) -> bool:
-    """Whether NCCL refuses the pinned variant `name` on this sub-world (said in one line by its
-    rank 0); False for any other algorithm. NCCL decides from the topology every rank of the
-    communicator shares, so every rank gets the same answer."""
+    """Whether NCCL refuses the variant `name` here (NVLS without NVSwitch, ...), said once by rank 0."""
     if name not in VARIANTS:
         return False
     try:

@@ -1,12 +1,5 @@
-"""Point-to-point steps: sends and receives posted together and waited on together.
-
-Every step goes through `batch_isend_irecv`, which NCCL runs as one group (separate isend/irecv
-can deadlock NCCL at 4 and 8 ranks) and gloo as plain isend/irecv. Receives are listed first so
-a receive is already posted when the matching send arrives.
-
-torch is imported inside the functions, not at the top, so that the algorithm modules (which
-import this one) can be read for their name and cost without torch, as the analysis does.
-"""
+"""Point-to-point steps through `batch_isend_irecv` (separate isend/irecv can deadlock NCCL), receives first;
+torch imported inside the functions, so costs are read without it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -21,18 +14,14 @@ if TYPE_CHECKING:
     from allreduce_bench.core.measure.world import CommGroup, World
 
 class Ops(list):
-    """One step's torch.distributed.P2POp operations (a cost's step is base.Step), with torch's
-    batch call bound when they are built, so the timed calls import nothing."""
+    """One step's P2POps, with torch's batch call bound at build, so the timed calls import nothing."""
 
     post: Callable[[list], list]
 
 
 def step(group: CommGroup, sends: list[tuple[torch.Tensor, int]],
          recvs: list[tuple[torch.Tensor, int]]) -> Ops:
-    """Build one step's ops (tensors with their global peer ranks); empty tensors are skipped.
-
-    Built once per size, outside the timed region; `run` only posts and waits.
-    """
+    """One step's ops (peers as global ranks, empty tensors skipped), built once per size."""
     import torch.distributed as dist
 
     ops = Ops(dist.P2POp(dist.irecv, t, peer, group=group.pg) for t, peer in recvs if t.numel())
@@ -55,8 +44,7 @@ def in_order(calls: list) -> Callable[[], None]:
 
 
 def hand_over(group: CommGroup, out: torch.Tensor, back: torch.Tensor, partner: int) -> Callable[[], None]:
-    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive
-    `back` from it."""
+    """A rank folded out of a power-of-two scheme: send `out` to its partner, then receive `back`."""
     return in_order([partial(run, step(group, [(out, partner)], [])),
                      partial(run, step(group, [], [(back, partner)]))])
 
@@ -66,8 +54,7 @@ def run(ops: Ops) -> None:
         request.wait()
 
 
-# Reducing steps are cut into segments of about this size, so that where the backend gives
-# one request per receive (gloo), adding segment k overlaps receiving segment k+1.
+# reducing steps' segments: with a request per receive (gloo), adding one overlaps receiving the next
 SEGMENT_BYTES = 1 << 20
 MAX_SEGMENTS = 8
 
@@ -78,15 +65,9 @@ def segments(view: torch.Tensor) -> list[torch.Tensor]:
 
 
 class ReduceStep:
-    """One step that receives views into buffers and adds them into place, while sending.
-
-    `receives` are (view to add into, buffer of the same length, peer), or (addend, buffer, peer,
-    out) to write addend + buffer into `out` and leave the addend as it is (an out-of-place
-    ReduceScatter keeps its input); `sends` are (view, peer); `plain` are receives (view, peer)
-    that land in place with nothing to add. Each receive is cut into segments (sender and
-    receiver cut the same range, so they match one to one), and with one request per receive
-    each segment is added as soon as it has arrived.
-    """
+    """One step that receives into buffers and adds into place while sending. `receives`: (into, buffer, peer)
+    or (addend, buffer, peer, out); `plain`: receives with nothing to add. Receives are cut into segments,
+    each added as it arrives where the backend gives one request each."""
 
     def __init__(self, group: CommGroup, sends: list[tuple[torch.Tensor, int]],
                  receives: list[tuple],  # (into, buffer, peer) or (addend, buffer, peer, out)
@@ -141,9 +122,7 @@ def folded(flat: torch.Tensor, world: World) -> tuple[list[Callable[[], None]], 
 
 
 def power_of_two_part(tensor: torch.Tensor, world: World) -> tuple[torch.Tensor, int | None, list, list]:
-    """(the tensor flattened, this rank's virtual rank in the world's power-of-two part, or None
-    where it has no steps there (folded out, or a world of one), the fold-in calls, the fold-out
-    calls): what recursive doubling and halving-doubling start from."""
+    """(flat tensor, virtual rank or None without steps there, fold-in calls, fold-out calls)."""
     flat = tensor.view(-1)
     fold_in, fold_out = folded(flat, world)
     v = virtual_rank(world.rank, world.size) if world.size > 1 else None

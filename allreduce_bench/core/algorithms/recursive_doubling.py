@@ -1,28 +1,12 @@
-"""Recursive doubling: log2 N exchanges of the whole vector, each followed by an add.
-
-In step j, rank v exchanges its whole (partly summed) vector with rank v XOR 2^j and adds what it
-received; after log2 N steps every rank holds the sum. Both partners add the same two values
-(a + b = b + a exactly), so every rank ends with the same bits. N not a power of two: the first
-2r ranks (r = N - p, p the largest power of two <= N) pair up, the even one folds its vector into
-the odd one before the exchanges and gets the result back after them (`base.fold`).
-
-log2 N latencies instead of the ring's 2(N-1), at the price of S bytes per step instead of S/N:
-it wins at small sizes.
-"""
+"""Recursive doubling: log2 N exchanges of the whole vector with rank XOR 2^j, each added (same bits on every
+rank); other N folded. Fewest latencies at S bytes a step: it wins at small sizes."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from allreduce_bench.core.algorithms import p2p
-from allreduce_bench.core.algorithms.base import (
-    Algorithm,
-    Step,
-    fold,
-    fold_steps,
-    real_rank,
-    traffic,
-)
+from allreduce_bench.core.algorithms.base import Algorithm, Step, fold, fold_steps, real_rank, traffic
 
 if TYPE_CHECKING:
     import torch

@@ -1,12 +1,4 @@
-"""Reduce (sum) to rank 0 of the (sub-)world: binomial tree, pipelined chain, ReduceScatter + gather.
-
-Binomial tree: the broadcast's rounds run backwards; in each, the receiver adds the sender's
-partial sum: ceil(log2 N) rounds of the whole tensor. Pipelined chain: rank N-1 sends chunk c to
-N-2 in tick c; rank r adds it and passes it on in the next tick: C + N - 2 ticks of S/C.
-ReduceScatter + gather (Rabenseifner): the ring ReduceScatter, then every rank sends its summed
-part to the root: the root receives (N-1)/N S instead of S log2 N. In place as torch's reduce:
-`send` is `recv`; ranks other than the root are left with partial sums.
-"""
+"""Reduce to rank 0, in place: binomial tree, pipelined chain N-1 -> 0, ring ReduceScatter + gather."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,14 +1,5 @@
-"""Recursive-halving ReduceScatter: log2 p steps, each halving the window a rank is summing.
-
-The p ranks of the power-of-two part (other N: the first 2r ranks fold in pairs, `base.fold`)
-work on windows of chunks. In the step with distance m = p/2, ..., 1, virtual rank v and v XOR m
-hold the same window; the one with bit m clear keeps the lower half and sends the upper half,
-the other the reverse, and each adds the half it receives (`halving_doubling.windows`). A folded
-pair's virtual rank stands for both its real ranks' chunks, so windows are lists of real chunks:
-the even rank hands its whole input to the odd one before the steps and gets its own summed
-chunk back after them. Sums build up in a scratch buffer, so the input is kept (out of place).
-log2 p latencies, (p-1)/p of the buffer sent: the ring's bandwidth term in fewer steps.
-"""
+"""Recursive-halving ReduceScatter: log2 p steps, each halving the window a rank sums (other N folded), out of
+place: the ring's bandwidth term in log2 p latencies."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -53,8 +44,7 @@ def build(send: torch.Tensor, recv: torch.Tensor, world: World) -> Callable[[], 
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """Fold in (S sent and added), log2 p halving steps (each virtual rank sends the half it
-    gives up, S/N per real chunk, and adds the half it keeps), fold out (S/N)."""
+    """Fold in (S), log2 p halving steps (S/N per real chunk given up, the kept half added), fold out (S/N)."""
     s = float(size_bytes)
     into, back = fold_steps(s, world_size, ranks_per_node, back_bytes=s / world_size)
     halving = [traffic([(a, b, given) for a, b, _, given in step], ranks_per_node,

@@ -1,27 +1,5 @@
-"""Ring ReduceScatter and ring AllGather (N-1 steps each), and the ring AllReduce made of the two.
-
-The buffer is cut into N chunks (for the AllReduce sizes differ by at most one element and some
-are empty when there are fewer elements than ranks). ReduceScatter step s: rank r sends the
-partial sum of chunk (r-s-1) mod N to r+1 and receives the partial sum of chunk (r-s-2) mod N
-from r-1, adding its own part of that chunk; after N-1 steps it holds the full sum of chunk r.
-AllGather step s: rank r sends chunk (r-s) mod N and receives chunk (r-s-1) mod N straight into
-place. Each rank sends (N-1)/N of the buffer per phase, whatever N.
-
-Two ways to run those steps:
-
-* `ring-steps` (`ReduceScatterPlan`, `AllGatherPlan`): one step after the other, each waited for
-  whole, the seed's picture. The partial sums travel through two scratch chunks, so the input is
-  left as it is (an out-of-place ReduceScatter) unless the output is its chunk r.
-* `ring` (`Pipeline`), as NCCL's ring runs: every chunk is cut into slices of about
-  SLICE_BYTES, and slice k goes on to the next step as soon as it has been received and added,
-  while the next ones are still in flight. Receives are posted WINDOW slices ahead (gloo sends
-  only to a posted receive), a reducing step's into WINDOW slice buffers reused in turn; sends
-  are non-blocking. Needs one request per send and receive (gloo); under NCCL, whose separate
-  point-to-point calls can deadlock, `ring` runs the steps plan.
-
-The AllReduce is the two phases on one tensor, in place (`RingPlan`, `PipelinedRing`); the
-hierarchical scheme reuses their phases inside a node.
-"""
+"""Ring ReduceScatter and AllGather (N-1 steps each) and the ring AllReduce of the two: `ring-steps` one whole step
+after another, `ring` pipelined in slices as NCCL's ring (gloo; NCCL runs the steps). doc/algorithms.md."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -44,7 +22,6 @@ def parts(flat: torch.Tensor, bounds: list[tuple[int, int]]) -> list[torch.Tenso
 
 
 def flat_parts(tensor: torch.Tensor, n: int) -> tuple[torch.Tensor, list[tuple[int, int]], list[torch.Tensor]]:
-    """The tensor flattened, the bounds of its n parts (chunk_bounds) and the parts as views."""
     flat = tensor.view(-1)
     bounds = chunk_bounds(flat.numel(), n)
     return flat, bounds, parts(flat, bounds)
@@ -55,7 +32,6 @@ def same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 class ReduceScatterPlan:
-    """Ring ReduceScatter of `send` (cut at `bounds`, one chunk per member) into `recv`."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -82,8 +58,7 @@ class ReduceScatterPlan:
 
 
 class AllGatherPlan:
-    """Ring AllGather of `send` (this member's chunk) into `recv` cut at `bounds`. Out of place,
-    the local copy into recv runs while the first step's transfers are in flight."""
+    """Ring AllGather of `send` into `recv` cut at `bounds`; the local copy runs during the first step."""
 
     def __init__(self, send: torch.Tensor, recv: torch.Tensor, bounds: list[tuple[int, int]],
                  group: CommGroup):
@@ -107,8 +82,7 @@ class AllGatherPlan:
 
 
 class RingPlan:
-    """The ring AllReduce of one tensor on one group, step by step: its ReduceScatter, then its
-    AllGather, in place. `owned` is the chunk fully reduced here between the two."""
+    """The ring AllReduce of one tensor, step by step, in place; `owned`: the chunk reduced here."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup):
         flat, bounds, views = flat_parts(tensor, group.size)
@@ -118,9 +92,7 @@ class RingPlan:
         self.all_reduce = p2p.in_order([self.reduce_scatter, self.all_gather])
 
 
-# The pipelined ring's slice, and how many slices' receives are posted ahead (a reducing step
-# receives into that many slice buffers, reused in turn). `scripts/perf_ring.py --slices`,
-# ranks SCHED_FIFO as `run` has them, 64M at N=2 on the shared 2-core VM: see doc/algorithms.md.
+# the pipelined ring's slice and receives posted ahead (scripts/perf_ring.py; doc/algorithms.md)
 SLICE_BYTES = 1 << 20
 WINDOW = 8
 
@@ -131,9 +103,7 @@ RingStep = tuple
 
 def reduce_scatter_steps(chunks: list[torch.Tensor], out: torch.Tensor, group: CommGroup,
                          keep_input: bool) -> list[RingStep]:
-    """The ReduceScatter's steps into `out`. Partial sums go into the chunks themselves (the
-    AllReduce, whose chunks the AllGather overwrites), or into scratch chunks (one per step but
-    the last) when `keep_input`."""
+    """The ReduceScatter's steps into `out`: partial sums in the chunks, or in scratch (`keep_input`)."""
     n, r = group.size, group.rank
     longest = max(c.numel() for c in chunks)
     scratch = [chunks[0].new_empty(longest) for _ in range(n - 2)] if keep_input else []
@@ -154,13 +124,9 @@ def all_gather_steps(send: torch.Tensor, chunks: list[torch.Tensor], group: Comm
 
 
 class Pipeline:
-    """Ring steps run slice by slice: step t's slice k is sent on (step t+1) as soon as it has
-    arrived and been added, while the next slices are on their way. Every view is cut into the
-    same number of slices, so a sender's slices and its receiver's match one to one, in the
-    order gloo matches them. Receives are posted `window` slices ahead, across steps (gloo
-    sends only to a posted receive); a reducing step receives into `window` slice buffers used
-    in turn, which stay in cache for the add (a chunk-sized receive buffer cost 5-10% at 64M).
-    `copy` (to, from) runs while the first slices are in flight."""
+    """Ring steps run slice by slice, a slice passed on as soon as it arrived and was added. Sender's and
+    receiver's slices match one to one; receives are posted `window` ahead into slice buffers reused in turn
+    (cached for the add). `copy` (to, from) runs while the first slices are in flight."""
 
     def __init__(self, group: CommGroup, steps: list[RingStep], slice_bytes: int = SLICE_BYTES,
                  copy: tuple[torch.Tensor, torch.Tensor] | None = None, window: int = WINDOW):
@@ -179,8 +145,7 @@ class Pipeline:
         reducing = [step[1] for step in steps if step[2] is not None]
         buffers = [reducing[0].new_empty(max(v.numel() for c in reducing for v in cut(c)))
                    for _ in range(window)] if reducing else []
-        # (receive into, None or (addend, out), None or the onward send) of every non-empty slice
-        # of every step, in order; an empty slice's chunk is empty at both ends
+        # (receive into, None or (addend, out), None or the onward send) of every non-empty slice, in order
         self._slices: list[tuple] = []
         added = 0
         for t, (_, chunk, partial) in enumerate(steps):
@@ -219,8 +184,7 @@ class Pipeline:
 
 
 class PipelinedRing:
-    """The pipelined ring AllReduce of one tensor on one group, in place, with its two phases
-    also on their own (the hierarchical scheme runs them inside a node)."""
+    """The pipelined ring AllReduce of one tensor, in place, with its two phases on their own too."""
 
     def __init__(self, tensor: torch.Tensor, group: CommGroup, slice_bytes: int = SLICE_BYTES,
                  window: int = WINDOW):
@@ -235,8 +199,7 @@ class PipelinedRing:
 
 def plan(tensor: torch.Tensor, group: CommGroup, world: World, slice_bytes: int = SLICE_BYTES,
          window: int = WINDOW):
-    """The pipelined ring where the backend has one request per send and receive (gloo, CPU
-    tensors), the steps plan otherwise (NCCL)."""
+    """The pipelined ring where the backend has a request per send and receive (gloo), else the steps (NCCL)."""
     if world.device.kind == "cpu":
         return PipelinedRing(tensor, group, slice_bytes, window)
     return RingPlan(tensor, group)
@@ -273,8 +236,7 @@ def build_all_gather(send: torch.Tensor, recv: torch.Tensor, world: World,
 
 
 def ring_paths(world_size: int, ranks_per_node: int, part: float) -> dict[str, tuple[float, float]]:
-    """One message of `part` bytes over each class the ring's edges use: intra if L > 1, inter if
-    there are several nodes (nodes hold consecutive ranks: one edge out of each node, one in)."""
+    """One message of `part` bytes over each link class the ring's edges use."""
     return {c: (1.0, part) for c, used in ((INTRA, ranks_per_node > 1),
                                             (INTER, world_size > ranks_per_node)) if used}
 

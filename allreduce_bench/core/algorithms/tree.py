@@ -1,13 +1,5 @@
-"""Binary tree: reduce to rank 0, then broadcast from it, pipelined in chunks so both overlap.
-
-Ranks form a heap: rank i's children are 2i+1 and 2i+2. The tensor is cut into C chunks
-(about CHUNK_BYTES each, at most MAX_CHUNKS). Everything happens in global ticks, each one
-p2p step: a rank of height h (its longest path down to a leaf) sends its summed chunk c to its
-parent in tick c + h, after its children's copies of chunk c arrived (in earlier ticks) and were
-added; the root's chunk c is final after tick c + H - 1 (H its height); a rank at depth d gets
-final chunk c from its parent in tick c + H + d - 1 and passes it on in the next tick. So chunk c
-travels down while chunk c+1 is still going up: C + H + D - 1 ticks in all (D the depth).
-"""
+"""Binary tree (a heap): reduce to rank 0 and broadcast from it, pipelined in chunks in global ticks so chunk
+c goes down while c+1 still goes up: C + H + D - 1 ticks (H the root's height, D the deepest depth)."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -49,7 +41,7 @@ def ticks(n: int, chunks: int) -> int:
 
 
 def schedule(me: int, n: int, chunks: int) -> dict[int, list[tuple[str, int, int]]]:
-    """tick -> this rank's (what, chunk, peer) with what in up-recv, up-send, down-recv, down-send."""
+    """tick -> this rank's (what, chunk, peer), what one of up-recv, up-send, down-recv, down-send."""
     plan = defaultdict(list)
     top = height(0, n)
     for c in range(chunks):
@@ -90,8 +82,7 @@ def build(tensor: torch.Tensor, world: World) -> Callable[[], None]:
 
 
 def cost(size_bytes: float, world_size: int, ranks_per_node: int) -> list[Step]:
-    """C + H + D - 1 ticks; in a full tick every tree edge carries a chunk S/C both ways and a
-    rank with two children adds two chunks (fill and drain ticks are counted as full ones)."""
+    """C + H + D - 1 ticks, each edge carrying S/C both ways, a rank with two children adding two chunks."""
     n, s = world_size, float(size_bytes)
     if n < 2:
         return []

@@ -1,7 +1,4 @@
-"""What every measuring command does once its ranks have ended (the driver returns first): the
-hooks' `after_ranks`, then the command's own finish: the summary from the stored rows, figures
-and report.md (with the features' sections), `finished` in meta.json, and the exit code from
-#wrong."""
+"""What every measuring command does once its ranks have ended: the hooks' `after_ranks`, then its finish."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -18,9 +15,7 @@ from allreduce_bench.core.results.store import update_meta
 
 
 def measure_then_finish(run: Run, finish: Callable[[Run], int]) -> int:
-    """The ranks of `run` through the driver; then, where this process writes and every rank has
-    ended, the hooks' `after_ranks` and `finish(run) -> exit code`, with the output directory
-    locked throughout."""
+    """The ranks through the driver, then `after_ranks` and `finish(run)` where this process writes."""
     from allreduce_bench.core.launch.driver import drive, writer_lock  # torch: not for `report`
 
     with writer_lock(run.launch):
@@ -43,8 +38,7 @@ def run_rows(run: Run, select: Callable[[pd.DataFrame], pd.DataFrame] | None = N
 def finish(run: Run, summarize: Callable[[pd.DataFrame], str], *,
            select: Callable[[pd.DataFrame], pd.DataFrame] | None = None, draw: bool = True,
            wrong_means: str = "element(s) wrong; the results above are not to be trusted") -> int:
-    """`summarize(frame) -> text` of this run's rows; figures when `draw` and the run plots
-    (with the hooks' sections); exit code 1 when any element was wrong."""
+    """The summary of this run's rows, figures when it plots, `finished`; 1 when any element was wrong."""
     from allreduce_bench.core.analysis.terminal import wrapped
 
     launch = run.launch

@@ -1,6 +1,4 @@
-"""`--min-busbw` of `run` and `links`: nccl-tests' NCCL_TESTS_MIN_BW for our tables. After the
-run's own finish (results, figures, report: all written either way) the footer of every table
-and one line per table below 90% of the floor; exit 1 when there is any."""
+"""`--min-busbw` (nccl-tests' NCCL_TESTS_MIN_BW): after the finish, each table's footer; exit 1 below 90%."""
 from __future__ import annotations
 
 import sys
@@ -25,16 +23,14 @@ MIN_BUSBW_OPTION = click.option(
 
 
 def checked_floor(options: dict) -> float | None:
-    """--min-busbw of the command's options in GB/s (the run's config only checks it), refused
-    before any rank starts when it is not a bandwidth."""
+    """--min-busbw in GB/s, refused before any rank starts when it is not a bandwidth."""
     text = options.get("min_busbw")
     return None if text is None else parse_floor(text)
 
 
 def judged(finish: Callable[[Run], int], floor_GBps: float | None,
            select: Callable[[pd.DataFrame], pd.DataFrame] | None = None) -> Callable[[Run], int]:
-    """`finish(run) -> code` followed by the floor's judgement of this run's rows (`select(frame)`
-    first: links judges its own rows)."""
+    """`finish(run) -> code` followed by the floor's judgement of this run's rows (`select` first)."""
     if floor_GBps is None:
         return finish
 

@@ -1,5 +1,4 @@
-"""The options every measuring command shares (run, links, ddp, ...), declared once so one
-option name means one thing everywhere; `config.options.launch_config` parses them."""
+"""The options every measuring command shares, declared once so one name means one thing everywhere."""
 from __future__ import annotations
 
 import click
@@ -11,7 +10,6 @@ from allreduce_bench.core.measure.binding import MODES as BIND_MODES
 
 
 def measuring_options(out_default: str = "results/<UTC timestamp>[-<tag>]"):
-    """Decorate a click command with the shared launch options."""
     options = [
         click.option("--world-sizes", help="Comma-separated world sizes. Default: 2,4 on CPU (only "
                      "2 where this process may use fewer than 4 CPUs: more ranks than CPUs "
@@ -60,6 +58,5 @@ def with_options(options: list):
 
 
 def command_hooks() -> Hooks:
-    """The features' hooks, as the command group (allreduce_bench/cli.py) put them in the
-    command's context; the core alone for a command run outside the group."""
+    """The features' hooks from the command's context (the core alone outside the group)."""
     return click.get_current_context().find_object(Hooks) or NONE

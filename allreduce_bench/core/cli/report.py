@@ -24,16 +24,14 @@ SIZE = click.option("--size", help="Size the scaling figure and table compare wo
 
 
 def default_out_dir(paths: tuple[Path, ...]) -> Path:
-    """plots/<first run's folder name>, +N for N more runs, under the current directory: not
-    into the runs read (a committed example stays as it is) unless --out-dir names a place there."""
+    """plots/<first run's folder name>[+N] under the current directory: not into the runs read."""
     first = paths[0] if paths[0].is_dir() else paths[0].parent
     name = first.resolve().name or "run"
     return Path("plots") / (name + (f"+{len(paths) - 1}" if len(paths) > 1 else ""))
 
 
 def earlier_report(out_dir: Path) -> set[str]:
-    """The files an earlier report left in out_dir: report.md, report.html and the figures its
-    "Figures" lists (not those a section links, e.g. `model fit`'s)."""
+    """The files an earlier report left in out_dir: report.md, report.html and the figures its "Figures" lists."""
     from allreduce_bench.core.analysis.report import HTML_FILE
 
     text = (out_dir / "report.md").read_text(errors="replace") if (out_dir / "report.md").is_file() else ""
@@ -42,8 +40,7 @@ def earlier_report(out_dir: Path) -> set[str]:
 
 
 def _load(paths: tuple[Path, ...], out_dir: Path, force: bool):
-    """The rows, checked before anything is drawn: readable, some AllReduce rows, and a place
-    to write figures that holds no earlier report (unless --force)."""
+    """The rows, checked before drawing: readable, something to report, and a folder with no earlier report."""
     from allreduce_bench.core.analysis.report import chosen_size
     from allreduce_bench.core.config.checks import check_writable_dir
     from allreduce_bench.core.results.store import replace_own

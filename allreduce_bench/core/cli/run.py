@@ -138,7 +138,6 @@ def run(**options):
 
 
 def finish_run(run: Run) -> int:
-    """The sweep's summary, figures and report.md once the ranks have ended."""
     from allreduce_bench.core.analysis.report import terminal_summary
     from allreduce_bench.core.cli.finish import finish
     from allreduce_bench.core.environment import launcher_env

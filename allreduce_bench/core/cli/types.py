@@ -1,5 +1,4 @@
-"""Option types every command shares, so one option name means one thing everywhere and a bad
-value is refused by click before anything runs (one line, exit 2)."""
+"""Option types every command shares: a bad value is refused by click before anything runs."""
 from __future__ import annotations
 
 import click

@@ -1,10 +1,10 @@
-"""This process's cgroup, v1 or v2 (/proc/self/cgroup, /sys/fs/cgroup): the CPUs its cpuset
-allows, the tightest CPU quota over it and the periods and time the kernel stopped it for
-exhausting that quota (`cpu.stat`). Read-only, best effort: without them, None and zeros."""
+"""This process's cgroup (v1 or v2): its cpuset, the tightest CPU quota over it and its throttling. Best effort."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from allreduce_bench.core.host import read_stripped
 
 ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -13,21 +13,12 @@ V1_CPU_MOUNTS = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 CPUSET_FILES = ("cpuset.cpus.effective", "cpuset/cpuset.effective_cpus")
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def own() -> str:
-    """/proc/self/cgroup's text ('' where there is none)."""
-    return _read(PROC_CGROUP) or ""
+    return read_stripped(PROC_CGROUP) or ""
 
 
 def memberships(proc_cgroup: str) -> dict[str, str]:
-    """{controllers: path} from /proc/self/cgroup's text: each v1 hierarchy by its controller
-    list ('cpu,cpuacct', 'name=systemd'), the v2 one by ''."""
+    """{controllers: path} from /proc/self/cgroup's text (v2's under '')."""
     found = {}
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)
@@ -47,7 +38,7 @@ def is_v2(root: Path = ROOT) -> bool:
 
 def cpuset(root: Path = ROOT) -> str | None:
     """The CPUs the cgroup allows, in cpulist notation; None where it does not say."""
-    return next((text for name in CPUSET_FILES if (text := _read(root / name))), None)
+    return next((text for name in CPUSET_FILES if (text := read_stripped(root / name))), None)
 
 
 def _stat(text: str | None) -> dict[str, int]:
@@ -60,14 +51,14 @@ def _stat(text: str | None) -> dict[str, int]:
 
 
 def _v1_quota(directory: Path) -> float | None:
-    quota, period = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+    quota, period = read_stripped(directory / "cpu.cfs_quota_us"), read_stripped(directory / "cpu.cfs_period_us")
     if quota is None or period is None or int(quota) <= 0 or int(period) <= 0:
         return None
     return int(quota) / int(period)
 
 
 def _v2_quota(directory: Path) -> float | None:
-    text = _read(directory / "cpu.max")
+    text = read_stripped(directory / "cpu.max")
     if not text or text.split()[0] == "max":
         return None
     quota, period = text.split()[:2]
@@ -75,14 +66,13 @@ def _v2_quota(directory: Path) -> float | None:
 
 
 def _ancestors(root: Path, path: str) -> list[Path]:
-    """The cgroup directories from this process's own up to the root, own first."""
+    """The cgroup directories from this process's own up to the root."""
     parts = [p for p in path.strip("/").split("/") if p]
     return [root.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
 
 
 def cpu_throttle(root: Path = ROOT, proc_cgroup: str | None = None) -> dict[str, Any]:
-    """{quota_cpus, nr_throttled, throttled_s, cgroup}: the tightest CPU quota over this
-    process's cgroup and its ancestors, and that cgroup's throttling counters (cumulative)."""
+    """The tightest CPU quota over this process's cgroup and its ancestors, and that cgroup's throttling."""
     text = own() if proc_cgroup is None else proc_cgroup
     groups = memberships(text)
     v1 = next((path for controllers, path in groups.items() if "cpu" in controllers.split(",")), None)
@@ -96,13 +86,12 @@ def cpu_throttle(root: Path = ROOT, proc_cgroup: str | None = None) -> dict[str,
     if not limited:
         return {"quota_cpus": None, "nr_throttled": 0, "throttled_s": 0.0, "cgroup": None}
     directory, quota, key, scale = min(limited, key=lambda c: c[1])
-    stat = _stat(_read(directory / "cpu.stat"))
+    stat = _stat(read_stripped(directory / "cpu.stat"))
     return {"quota_cpus": round(quota, 4), "nr_throttled": stat.get("nr_throttled", 0),
             "throttled_s": stat.get(key, 0) * scale, "cgroup": str(directory)}
 
 
 def throttled_since(start: dict[str, Any], now: dict[str, Any]) -> dict[str, Any]:
-    """The throttling between two `cpu_throttle` readings (the quota as now)."""
     return {"quota_cpus": now["quota_cpus"], "cgroup": now.get("cgroup"),
             "nr_throttled": max(0, now["nr_throttled"] - start["nr_throttled"]),
             "throttled_s": round(max(0.0, now["throttled_s"] - start["throttled_s"]), 4)}

@@ -1,6 +1,4 @@
-"""This host's NVIDIA GPUs from NVML (nvidia-ml-py), else nvidia-smi: the one place either is
-asked. No torch and no CUDA context, so the checks may ask before a rank chooses its GPU. A GPU
-is named as nvidia-smi's --id names it: its index or UUID (CudaDevice.physical_id)."""
+"""This host's NVIDIA GPUs from NVML, else nvidia-smi, with no torch or CUDA context; named by index or UUID."""
 from __future__ import annotations
 
 import re
@@ -29,7 +27,6 @@ def smi(*args: str, timeout_s: float = 20.0) -> str | None:
 
 
 def _output(text: str | None) -> str | None:
-    """nvidia-smi's output, None where it is missing or failed."""
     return None if text is None or text.startswith("nvidia-smi") else text
 
 
@@ -74,8 +71,7 @@ def topo_numa_node(topology: str, gpu_index: int) -> int | None:
 
 
 def numa_node(gpu: str) -> int | None:
-    """The NUMA node of `gpu`: NVML's, else the NUMA Affinity column of `nvidia-smi topo -m`
-    (by index); None where neither tells."""
+    """The NUMA node of `gpu`: NVML's, else `nvidia-smi topo -m`'s (by index); None where neither tells."""
     try:
         nvml = _nvml()
         node = nvml.nvmlDeviceGetNumaNodeId(_handle(nvml, gpu))
@@ -122,8 +118,7 @@ def parse_nvlink_status(text: str) -> dict[int, list[float]]:
 
 
 def nvlinks(gpu: str) -> dict[str, Any]:
-    """`gpu`'s active NVLinks and their peak in one direction (links x the generation's rate;
-    nvidia-smi's per-link rates summed), and `how` they were read."""
+    """`gpu`'s active NVLinks and their peak in one direction, and `how` they were read."""
     try:
         nvml = _nvml()
         handle = _handle(nvml, gpu)
@@ -151,8 +146,7 @@ def nvlinks(gpu: str) -> dict[str, Any]:
 
 
 def clock_events(gpu: str | None) -> list[str]:
-    """`gpu`'s active clock event (throttle) reasons other than idle; [] where it has no such
-    id or nothing tells."""
+    """`gpu`'s active clock event (throttle) reasons other than idle; [] where nothing tells."""
     if gpu is None:
         return []
     try:

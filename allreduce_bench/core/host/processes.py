@@ -1,5 +1,4 @@
-"""This host's processes, through psutil: the ranks a local run spawned, whether one can still
-answer, and signals to those not yet gone."""
+"""This host's processes (psutil): the ranks a local run spawned, whether one can answer, signals."""
 from __future__ import annotations
 
 import os
@@ -13,8 +12,7 @@ _STATES = {psutil.STATUS_STOPPED: "frozen", psutil.STATUS_TRACING_STOP: "frozen"
 
 
 def spawned_ranks(parent: int | None = None) -> list[int]:
-    """The children of `parent` (default: this process) started by multiprocessing's spawn
-    (not its resource tracker), in pid order (rank order: they start one after the other)."""
+    """The children of `parent` started by multiprocessing's spawn, in pid (rank) order."""
     try:
         children = psutil.Process(parent).children()
     except psutil.Error:
@@ -41,7 +39,6 @@ def process_state(pid: int) -> str | None:
 
 
 def send(pids: Iterable[int], sig: int) -> None:
-    """`sig` to each of `pids` that is still there."""
     for pid in pids:
         try:
             os.kill(pid, sig)

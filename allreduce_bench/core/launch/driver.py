@@ -1,6 +1,5 @@
-"""The driver every measuring command shares: it is handed a run's context and runs its ranks on a
-launcher's world or on local worlds, then returns; what comes after the ranks (summary, figures,
-verdicts, exit code) is the command's (core/cli/finish.py). It names no benchmark and no feature."""
+"""The driver every measuring command shares: it runs a run's ranks on a launcher's world or a local one and
+returns; what comes after is the command's (core/cli/finish.py)."""
 from __future__ import annotations
 
 import os
@@ -30,13 +29,8 @@ from allreduce_bench.core.text import wrapped
 
 @contextmanager
 def _ranks_ignore_ctrl_c(scratch: str):
-    """Ctrl-C goes to the driver only: local ranks start with SIGINT ignored, so one pressed
-    while they import torch prints no KeyboardInterrupt tracebacks; the driver prints one line.
-    An ignored signal stays ignored through exec, and Python then installs no KeyboardInterrupt
-    handler; multiprocessing's spawn starts its children through this tiny wrapper, which
-    ignores SIGINT and execs the same Python. torch's launcher stops its ranks with the signal it
-    got (SIGINT), which a starting rank ignores: a watcher sees every signal this process gets
-    (Python's wakeup fd) and sends the ranks SIGTERM at once instead."""
+    """Ctrl-C goes to the driver only: local ranks start with SIGINT ignored (a wrapper execs them) and get
+    SIGTERM on the driver's SIGINT."""
     import multiprocessing.spawn as mp_spawn
     import shlex
 
@@ -63,8 +57,7 @@ def _stop_ranks_on_sigint(signum: int) -> None:
 
 @contextmanager
 def writer_lock(launch: LaunchConfig) -> Iterator[None]:
-    """The output directory locked for the whole command where this process writes (the local
-    driver, rank 0 under a launcher): one run per directory."""
+    """The output directory locked for the whole command where this process writes: one run per directory."""
     lock = DirectoryLock(launch.out_dir).acquire() if is_writer(launcher_env()) else None
     try:
         yield
@@ -74,13 +67,8 @@ def writer_lock(launch: LaunchConfig) -> Iterator[None]:
 
 
 def drive(run: Run) -> int | None:
-    """Run the benchmark's ranks: under a launcher on this rank of its world; else on one local
-    world of the largest world size `benchmark.world_sizes(config)` leaves to do, whose first k
-    ranks measure world size k, as under a launcher: one start of ranks and torch instead of
-    one per world size. The writer runs `benchmark.prepare(config)` first (call it inside
-    `writer_lock`). None when every rank finished and this process writes: the command then
-    finishes the run; else the exit code (0 for a rank that does not write). A rank that dies
-    or Ctrl-C ends a local run with one line, the rows kept."""
+    """Run the benchmark's ranks on the launcher's world, else on one local world of the largest world size
+    left, whose first k ranks measure size k. None when the command finishes the run, else the exit code."""
     env, benchmark = launcher_env(), run.benchmark
     if benchmark.prepare is not None and is_writer(env):
         benchmark.prepare(run.config)
@@ -93,7 +81,7 @@ def drive(run: Run) -> int | None:
 
 
 def _abandoned_ranks(error) -> str:
-    """'1,3': the ranks the watcher killed as stopped after the others had returned."""
+    """'1,3': the ranks the watcher killed as stopped after the others returned."""
     pids = set(getattr(error, "abandoned", ()))
     failures = getattr(error, "failures", {}) or {}
     return ",".join(str(rank) for rank, failure in sorted(failures.items())
@@ -101,7 +89,7 @@ def _abandoned_ranks(error) -> str:
 
 
 def _drive_local(run: Run, world_sizes: tuple[int, ...]) -> int | None:
-    """None when every world finished, else the exit code after the one line saying why not."""
+    """None when every world finished, else the exit code after one line saying why."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 

@@ -1,5 +1,4 @@
-"""How ranks come to exist locally: a world of ranks started on this host with torch's launcher,
-and the line that says why one failed."""
+"""How ranks come to exist locally (torch's launcher on this host), and the line saying why one failed."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,8 +26,7 @@ LOCAL_SHUTDOWN_S = 3  # a local run's launcher waits this long after SIGTERM bef
 # ---- a local world -------------------------------------------------------------------------
 
 def quiet_elastic_logs() -> None:
-    """torch's launcher logs every start, stop and teardown; keep what breaks it only (our
-    own lines say what happened). Its loggers set their own levels, so each is set here."""
+    """torch's launcher logs every start and stop: keep what breaks it only."""
     prefixes = ("torch.distributed.elastic", "torch.distributed.launcher",
                 "torch.multiprocessing.spawn")
     for name in list(logging.root.manager.loggerDict) + list(prefixes):
@@ -37,17 +35,8 @@ def quiet_elastic_logs() -> None:
 
 
 def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], marks: Path) -> None:
-    """Watch a local world's ranks (their /proc entries, twice a second, once all are known)
-    for one that was stopped (SIGSTOP) and will not be waited for:
-
-    - when a sibling has ended, wake it (SIGCONT). torch's launcher then sends SIGTERM to the
-      survivors and waits before SIGKILL; a stopped process never sees the SIGTERM, so a frozen
-      rank held the run for the whole grace after its peers had given up (Slurm wakes a
-      stopped job the same way on a cancel);
-    - when every other rank has returned (the mark `guarded` leaves), kill it (SIGKILL) and add
-      it to `killed`: no rank waits on it any more (health names it unreachable and goes on),
-      but torch's launcher would wait for it for ever. The driver then finishes the run.
-    """
+    """Wake a stopped (SIGSTOP) rank once a sibling ended, so torch's SIGTERM reaches it; kill it (into
+    `killed`) once every other rank returned, as torch would wait for it for ever."""
     if not os.path.isdir("/proc"):
         return
     pids: set[int] = set()
@@ -69,28 +58,19 @@ def _watch_stopped_ranks(nprocs: int, done: threading.Event, killed: list[int], 
 
 
 def launch_local(nprocs: int, entrypoint: Callable, *args, marks: str | Path | None = None) -> dict[int, object]:
-    """Start `nprocs` ranks on this host with torch's elastic launcher, on loopback only.
-
-    The rendezvous store listens on 127.0.0.1 with a port the OS picks, so concurrent runs never
-    collide; gloo is pinned to the loopback interface unless the user chose one. Returns each
-    rank's return value. When a rank fails, the launcher stops the others (SIGTERM, then
-    SIGKILL) before raising torch's ChildFailedError; on SIGINT/SIGTERM it stops them and raises
-    its SignalException.
-    """
+    """`nprocs` ranks on this host under torch's elastic launcher, on loopback (a port the OS picks); each
+    rank's return value. Raises ChildFailedError or SignalException."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: ranks share the cores
-    # Ranks stopped by the launcher after a failure leave their queues' semaphores to
-    # multiprocessing's tracker, which would warn about them at exit: nothing is lost.
+    # ranks the launcher stopped leave semaphores the tracker would warn about: nothing is lost
     os.environ.setdefault("PYTHONWARNINGS", "ignore:resource_tracker:UserWarning")
     quiet_elastic_logs()
     options: dict[str, Any] = {}  # keywords of torch's LaunchConfig
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
-        # The agent's SIGTERM never reaches a stopped (SIGSTOP) rank; its SIGKILL comes only after
-        # this grace (30 s by default). Our ranks hold nothing worth a longer wait: rows are
-        # flushed as they finish.
+        # the SIGKILL after SIGTERM, for a stopped rank; ours hold nothing worth torch's 30 s
         options["shutdown_timeout"] = LOCAL_SHUTDOWN_S
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nprocs, run_id=uuid.uuid4().hex,
@@ -121,8 +101,7 @@ def _how(failure) -> str:
 
 
 def _ordered(error: BaseException) -> list:
-    """(rank, failure) of a failed local world, the cause first: a rank killed by a signal (the
-    others failed because it vanished), then by time."""
+    """(rank, failure) of a failed local world, a rank killed by a signal first, then by time."""
     failures = getattr(error, "failures", {}) or {}
     return sorted(failures.items(), key=lambda kv: (kv[1].exitcode >= 0, kv[1].timestamp, kv[0]))
 
@@ -141,10 +120,8 @@ def describe_failure(error: BaseException) -> str:
 
 
 def stopped_record(error: BaseException, reason_dir) -> dict:
-    """meta.json's `stopped` for a local world a rank stopped: which rank, on which host, how and
-    when. A rank killed by a signal is the cause; else one that failed with a reason (out of
-    memory, a bug: launch/reasons.py); else the rank the others gave up on (frozen or stalled:
-    their marks, measure/progress.py `leave_lost`); else the first that failed."""
+    """meta.json's `stopped`: which rank, where, how and when: one killed by a signal, else one that left a
+    reason, else the rank the others gave up on, else the first that failed."""
     from allreduce_bench.core.measure.progress import LOST_MARK  # torch: not for the shell scripts' _main
 
     ordered = _ordered(error)
@@ -169,7 +146,6 @@ def stopped_record(error: BaseException, reason_dir) -> dict:
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m allreduce_bench.core.launch first-host NODELIST`: for the shell scripts."""
     if len(argv) == 2 and argv[0] == "first-host":
         try:
             print(expand_nodelist(argv[1])[0])

@@ -1,8 +1,5 @@
-"""Why a rank stopped, in one line: out of memory, disk full, a bad environment, or a bug.
-
-A local world's ranks run `guarded`, which turns any exception into that line in a file the
-driver reads (so the user sees the real reason, not "rank 0 exited with code 1"); under a
-launcher the rank prints the line itself. The driver hands each local rank its `LocalRun`."""
+"""Why a rank stopped, in one line (out of memory, disk full, a bad environment, a bug): a local rank leaves
+it for its driver, a rank under a launcher prints it."""
 from __future__ import annotations
 
 import errno
@@ -21,7 +18,7 @@ FAILED_EXIT = 1
 T = TypeVar("T")
 
 
-def reason(error: BaseException, rank: int) -> str:
+def reason(error: BaseException) -> str:
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
     if is_out_of_memory(error):
         return (f"out of memory ({first}); choose a smaller --max-bytes/--params or fewer ranks")
@@ -41,9 +38,7 @@ def reason(error: BaseException, rank: int) -> str:
 
 
 def _die_with_driver(local: LocalRun | None) -> None:
-    """A local rank ends when its driver does, even when the driver was interrupted while it
-    was still starting ranks (torch's launcher then never learns of them): the kernel sends
-    SIGKILL on the driver's exit, and a rank whose driver is already gone leaves at once."""
+    """A local rank dies with its driver, even one interrupted while starting ranks."""
     if local is None:
         return
     try:
@@ -57,8 +52,7 @@ def _die_with_driver(local: LocalRun | None) -> None:
 
 def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalRun | None], T],
             run: Any, env: RankEnv | None = None) -> T:
-    """Run one rank's `entry(run, env, local)`; an exception ends the rank with one line (in
-    `local`'s folder for a local world's driver, else on stderr)."""
+    """Run one rank's `entry(run, env, local)`; an exception ends it with one line."""
     _die_with_driver(local)
     try:
         returned = entry(run, env, local)
@@ -67,7 +61,7 @@ def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalR
     except Exception as error:  # noqa: BLE001  (the whole point: nothing escapes as a traceback)
         env = launcher_env()
         rank = env.rank if env else 0
-        line = reason(error, rank)
+        line = reason(error)
         if not (is_out_of_memory(error) or isinstance(error, (OSError, UsageError))):
             line += f"; traceback in {_save_traceback(rank)}"
         if not _leave_mark(local, f"rank-{rank}", line):
@@ -76,9 +70,7 @@ def guarded(local: LocalRun | None, entry: Callable[[Any, RankEnv | None, LocalR
 
 
 def _leave_mark(local: LocalRun | None, name: str, text: str) -> bool:
-    """A file in the local world's reason directory, for the driver: why this rank failed
-    (`rank-R`), or that it returned (`returned-PID`, for launch/local.py's watcher).
-    False where there is none (under a launcher) or it cannot be written."""
+    """A file for the local driver (`rank-R`: why; `returned-PID`); False where none can be left."""
     if local is None:
         return False
     try:

@@ -1,11 +1,4 @@
-"""Where each rank runs: `--bind auto|none|core|numa`, applied on the rank before it joins.
-
-An unbound rank migrates between cores and shares them with its peers (on a small CPU host a
-gloo AllReduce of 64K takes 2-4x longer and varies far more); on a GPU node a rank far from its
-GPU's NUMA node pays on every launch and copy. doc/methodology.md ("Binding") says what each
-mode gives. The planning is pure (CPU lists, NUMA maps and the launcher's variables in, a plan
-out); `bind_rank` reads this host and applies the plan to every thread of the process.
-"""
+"""Where each rank runs (`--bind`), planned purely and applied before it joins (doc/methodology.md, "Binding")."""
 from __future__ import annotations
 
 import os
@@ -14,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from allreduce_bench.core.environment import variables, visible_gpus
-from allreduce_bench.core.host import cgroups, gpus
+from allreduce_bench.core.host import cgroups, gpus, read_stripped
 
 MODES = ("auto", "none", "core", "numa")
 NODE_ROOT = Path("/sys/devices/system/node")
@@ -48,33 +41,24 @@ def format_cpulist(cpus) -> str:
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def numa_nodes(root: Path = NODE_ROOT) -> dict[int, list[int]]:
     """NUMA node -> its CPUs (nodes without CPUs left out); {} where sysfs does not say."""
     nodes = {}
     for directory in sorted(root.glob("node[0-9]*")):
-        cpus = parse_cpulist(_read(directory / "cpulist") or "")
+        cpus = parse_cpulist(read_stripped(directory / "cpulist") or "")
         if cpus:
             nodes[int(directory.name[4:])] = cpus
     return nodes
 
 
 def node_of(cpus, nodes: Mapping[int, list[int]]) -> list[int]:
-    """The NUMA nodes that hold any of `cpus`."""
     wanted = set(cpus)
     return [node for node, members in sorted(nodes.items()) if wanted & set(members)]
 
 
 def cgroup_cpus() -> list[int]:
-    """The CPUs the cgroup allows (else every online CPU): a rank bound more narrowly was bound
-    by its launcher."""
-    text = cgroups.cpuset() or _read(ONLINE_CPUS)
+    """The CPUs the cgroup allows (else every online CPU)."""
+    text = cgroups.cpuset() or read_stripped(ONLINE_CPUS)
     return parse_cpulist(text) if text else list(range(os.cpu_count() or 1))
 
 
@@ -86,17 +70,15 @@ def pci_address(domain: int, bus: int, device: int) -> str:
 
 
 def gpu_numa_node(address: str, root: Path = PCI_ROOT) -> int | None:
-    """The NUMA node sysfs gives the PCI device (None where unknown: -1 or no file)."""
-    text = _read(root / address.lower() / "numa_node")
+    """The NUMA node sysfs gives the PCI device (None where unknown)."""
+    text = read_stripped(root / address.lower() / "numa_node")
     return int(text) if text and text.lstrip("-").isdigit() and int(text) >= 0 else None
 
 
 # --- what a launcher did ---------------------------------------------------------------------
 
 def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str | None:
-    """How a launcher bound this rank, or None. Its variables (`launched_with`) say it for srun and mpirun; an
-    affinity narrower than the cgroup allows says it for any other (torchrun --numa-binding
-    wraps the rank in numactl, taskset, mpirun's default binding)."""
+    """How a launcher bound this rank (its variables, or an affinity narrower than the cgroup's), or None."""
     srun = launched_with.get("SLURM_CPU_BIND_TYPE", "")
     if srun and not srun.startswith("none") and set(current) != set(allowed):
         return f"srun --cpu-bind={srun.rstrip(':')}"
@@ -112,8 +94,7 @@ def launcher_binding(launched_with: Mapping[str, str], current, allowed) -> str 
 
 @dataclass(frozen=True)
 class Plan:
-    """What binding a rank gets: `how` is core | numa | launcher | none; `cpus` its affinity
-    (None: leave it); `why` one line for meta.json and the report."""
+    """A rank's binding: `how` core | numa | launcher | none, `cpus` (None: leave it), `why` for meta.json."""
 
     how: str
     cpus: tuple[int, ...] | None
@@ -121,9 +102,7 @@ class Plan:
 
 
 def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ...]:
-    """This local rank's block of the allowed CPUs: len // ranks each, in order (the last
-    blocks one larger when it does not divide); one shared CPU round-robin when there are
-    fewer CPUs than ranks."""
+    """This local rank's block of the allowed CPUs; one shared CPU round-robin if there are fewer than ranks."""
     allowed = sorted(allowed)
     if len(allowed) < local_world_size:
         return (allowed[local_rank % len(allowed)],)
@@ -134,8 +113,7 @@ def core_block(allowed, local_rank: int, local_world_size: int) -> tuple[int, ..
 
 def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_world_size: int,
                gpu_node: int | None) -> tuple[int | None, tuple[int, ...]]:
-    """(node, its allowed CPUs): the GPU's node, or on CPU the nodes dealt out over the local
-    ranks in order; (None, ()) where no node with allowed CPUs is known."""
+    """(node, its allowed CPUs): the GPU's node, else nodes dealt over the local ranks; (None, ()) if unknown."""
     usable = {n: [c for c in cpus if c in set(allowed)] for n, cpus in nodes.items()}
     usable = {n: cpus for n, cpus in usable.items() if cpus}
     if gpu_node is not None:
@@ -147,45 +125,10 @@ def numa_block(allowed, nodes: Mapping[int, list[int]], local_rank: int, local_w
     return node, tuple(usable[node])
 
 
-def plan(mode: str, local_rank: int, local_world_size: int, allowed, nodes, *, gpu: bool,
-         gpu_node: int | None = None, launcher: str | None = None, realtime: bool = True) -> Plan:
-    """The binding of one rank (see the module doc). `allowed`: the CPUs it may use now;
-    `launcher`: how a launcher bound it, if one did (launcher_binding); `realtime`: its threads
-    are SCHED_FIFO (measure/scheduling.py)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown binding mode {mode!r}")
-    if mode == "none":
-        return Plan("none", None, "--bind none")
-    if mode == "auto" and launcher:
-        return Plan("launcher", None, f"kept the binding of {launcher}")
-    if mode == "auto" and gpu and gpu_node is None:
-        return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
-    if mode == "numa" or (mode == "auto" and gpu):
-        node, cpus = numa_block(allowed, nodes, local_rank, local_world_size, gpu_node)
-        if cpus:
-            where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
-            return Plan("numa", cpus, f"the CPUs of the {where}")
-        return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
-    if mode == "auto" and len(allowed) < local_world_size:
-        return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
-                    "binding would only stack them")
-    if mode == "auto" and not realtime and len(allowed) < 2 * local_world_size:
-        # measured on a 2-core VM, quiet and busy: a rank pinned to one CPU waits for it while
-        # its own gloo threads or other work hold it (1M median 0.9 -> 3 ms); with SCHED_FIFO
-        # it does not (doc/noise.md)
-        return Plan("none", None, "one CPU per rank without SCHED_FIFO: a pinned rank waits for "
-                    "its CPU (--sched fifo, or --bind core)")
-    cpus = core_block(allowed, local_rank, local_world_size)
-    shared = len(allowed) < local_world_size
-    return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
-                + (" (shared: fewer CPUs than ranks)" if shared else ""))
-
-
 # --- applying it and what meta.json keeps ------------------------------------------------------
 
 def set_affinity(cpus) -> None:
-    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves the calling thread
-    only; threads started later inherit it)."""
+    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves only the caller)."""
     for task in Path("/proc/self/task").iterdir():
         try:
             os.sched_setaffinity(int(task.name), cpus)
@@ -211,8 +154,7 @@ class Placement:
 
 
 def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
-    """nvidia-smi's index of torch's CUDA device `gpu_index` under CUDA_VISIBLE_DEVICES (None
-    where it names devices by UUID)."""
+    """nvidia-smi's index of torch's CUDA device under CUDA_VISIBLE_DEVICES (None where named by UUID)."""
     if not visible:
         return gpu_index
     names = [name.strip() for name in visible.split(",")]
@@ -222,8 +164,7 @@ def physical_gpu(gpu_index: int, visible: str | None) -> int | None:
 
 
 def gpu_node_of(gpu_index: int | None) -> int | None:
-    """The NUMA node of CUDA device `gpu_index` (torch's index): sysfs by the device's PCI
-    address (recent torch reports it), else NVML's or nvidia-smi's (core/host/gpus.py)."""
+    """The NUMA node of torch's CUDA device: sysfs by its PCI address, else NVML's or nvidia-smi's."""
     if gpu_index is None:
         return None
     import torch
@@ -241,35 +182,60 @@ def gpu_node_of(gpu_index: int | None) -> int | None:
 
 @dataclass(frozen=True)
 class Binder:
-    """What one rank's binding depends on, read once before it joins: the mode, the CPUs it
-    may use, the NUMA map, a launcher's binding and its GPU's node. `bind` places it as one of
-    `local_world_size` ranks on this host; a run whose sub-worlds measure one after the other
-    (world sizes 2 then 4 in one world) places the measuring ranks again for each."""
+    """What one rank's binding depends on, read once before it joins; each sub-world places its ranks again."""
 
     mode: str
-    allowed: tuple[int, ...]
+    allowed: tuple[int, ...]  # the CPUs it may use now
     nodes: dict
-    launcher: str | None
-    gpu: bool
-    gpu_node: int | None
+    launcher: str | None = None  # how a launcher bound it, if one did (launcher_binding)
+    gpu: bool = False
+    gpu_node: int | None = None
     sched: dict | None = None  # scheduling.Sched.as_dict() of this rank; None: as started
 
     @classmethod
     def here(cls, mode: str, *, started_here: bool, gpu_index: int | None = None,
              sched: dict | None = None) -> Binder:
-        """`started_here`: the rank is one of a local run's (its affinity is the driver's,
-        never a launcher's binding); `sched`: the policy its threads got."""
+        """`started_here`: a local run's rank, whose affinity is the driver's, never a launcher's binding."""
         current = tuple(sorted(os.sched_getaffinity(0)))
         launcher = None if started_here else launcher_binding(
             variables("SLURM_CPU_BIND", "OMPI_MCA_hwloc"), current, cgroup_cpus())
         return cls(mode, current, numa_nodes(), launcher, gpu_index is not None,
                    gpu_node_of(gpu_index) if mode in ("auto", "numa") else None, sched)
 
+    def plan(self, local_rank: int, local_world_size: int) -> Plan:
+        """The binding of one of `local_world_size` ranks on this host (doc/methodology.md, "Binding")."""
+        mode, allowed, gpu, gpu_node = self.mode, self.allowed, self.gpu, self.gpu_node
+        realtime = self.sched is not None and self.sched["policy"] == "fifo"  # SCHED_FIFO threads
+        if mode not in MODES:
+            raise ValueError(f"unknown binding mode {mode!r}")
+        if mode == "none":
+            return Plan("none", None, "--bind none")
+        if mode == "auto" and self.launcher:
+            return Plan("launcher", None, f"kept the binding of {self.launcher}")
+        if mode == "auto" and gpu and gpu_node is None:
+            return Plan("none", None, "the GPU's NUMA node is unknown (sysfs, nvidia-smi)")
+        if mode == "numa" or (mode == "auto" and gpu):
+            node, cpus = numa_block(allowed, self.nodes, local_rank, local_world_size, gpu_node)
+            if cpus:
+                where = f"GPU's NUMA node {node}" if gpu_node is not None else f"NUMA node {node}"
+                return Plan("numa", cpus, f"the CPUs of the {where}")
+            return Plan("none", None, f"--bind {mode}: no NUMA node with usable CPUs is known")
+        if mode == "auto" and len(allowed) < local_world_size:
+            return Plan("none", None, f"{len(allowed)} CPU(s) for {local_world_size} local ranks: "
+                        "binding would only stack them")
+        if mode == "auto" and not realtime and len(allowed) < 2 * local_world_size:
+            # a rank pinned to one CPU waits for it while its own gloo threads or other work
+            # hold it (measured on a 2-core VM: 1M median 0.9 -> 3 ms); doc/noise.md
+            return Plan("none", None, "one CPU per rank without SCHED_FIFO: a pinned rank waits for "
+                        "its CPU (--sched fifo, or --bind core)")
+        cpus = core_block(allowed, local_rank, local_world_size)
+        shared = len(allowed) < local_world_size
+        return Plan("core", cpus, f"core block {local_rank} of {local_world_size}"
+                    + (" (shared: fewer CPUs than ranks)" if shared else ""))
+
     def bind(self, local_rank: int, local_world_size: int) -> Placement:
         sched = self.sched or {"policy": "other", "why": "as started"}
-        chosen = plan(self.mode, local_rank, local_world_size, self.allowed, self.nodes,
-                      gpu=self.gpu, gpu_node=self.gpu_node, launcher=self.launcher,
-                      realtime=sched["policy"] == "fifo")
+        chosen = self.plan(local_rank, local_world_size)
         try:
             set_affinity(chosen.cpus if chosen.cpus is not None else self.allowed)
         except OSError as error:
@@ -281,20 +247,17 @@ class Binder:
 
 def bind_rank(mode: str, local_rank: int, local_world_size: int, *, started_here: bool,
               gpu_index: int | None = None) -> Placement:
-    """Bind this process as `mode` asks and say where it ended up (Binder)."""
     return Binder.here(mode, started_here=started_here, gpu_index=gpu_index).bind(
         local_rank, local_world_size)
 
 
 def local_members(world_size: int, rank: int, hosts: list[str], one_machine: bool) -> list[int]:
-    """The ranks of the sub-world of the first `world_size` ranks that run on this rank's host
-    (all of them where every host is this machine: an emulated cluster)."""
+    """The ranks of the first `world_size` on this rank's host (all of them on an emulated cluster)."""
     return [r for r in range(world_size) if one_machine or hosts[r] == hosts[rank]]
 
 
 def summary(placements: list[dict], hosts: list[str]) -> str:
-    """One line for meta.json and the report: how the ranks were placed, which ran unbound and
-    which shared CPUs with another rank of their host."""
+    """One line for meta.json and the report: how ranks were placed, which ran unbound or shared CPUs."""
     unbound = [rank for rank, p in enumerate(placements) if p["how"] == "none"]
     shared = []
     for rank, p in enumerate(placements):

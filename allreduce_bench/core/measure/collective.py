@@ -1,15 +1,5 @@
-"""One measurement of any collective, AllReduce's included: buffers laid out as nccl-tests lays
-them out, the timed loop of measure/timing.py, then the check of the very call that was timed.
-
-`count` is one rank's part for AllGather, ReduceScatter and AllToAll and the whole buffer for
-the others (metrics.collective_counts). In place is nccl-tests' layout: AllGather's input is
-rank r's part of the output, ReduceScatter's output is rank r's part of the input; AllReduce,
-Broadcast and Reduce are always in place (torch's calls are); AllToAll and SendRecv only out of
-place. Timed buffers hold zeros: sums stay zero over any number of back-to-back calls, so values
-never grow or overflow and nothing has to be restored inside or between samples. Afterwards the
-input is filled with a pattern of known exact result (measure/patterns.py) and the call runs
-once more; every element is compared and mismatches summed over ranks are `wrong`.
-"""
+"""One measurement of any collective: nccl-tests' buffers (zeros, so sums never grow), the timed loop, then
+the check of the very call timed (doc/methodology.md, "Checking every result")."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +17,6 @@ MODES = {"all_gather": (False, True), "reduce_scatter": (False, True), "alltoall
 
 def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
             in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(send, recv), zeros, for one rank."""
     n, r, device = world.size, world.rank, world.device.torch_device
     whole = count * n
     if collective == "all_gather":
@@ -47,10 +36,7 @@ def buffers(collective: str, count: int, world: World, dtype: torch.dtype,
 
 def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, count: int,
                 world: World) -> int:
-    """Fill the output with junk, then the input pattern (in place, over its part of the output),
-    run the call once and count this rank's wrong elements. It runs the very call that was
-    timed (no second plan: naive's root would hold twice (N-1) x S of buffers), so reusing a
-    plan is checked too."""
+    """Junk in the output, the pattern in the input, the timed call once more: this rank's wrong elements."""
     n, r = world.size, world.rank
     device, dtype = send.device, send.dtype
     patterns.junk(recv)
@@ -63,8 +49,7 @@ def count_wrong(collective: str, call, send: torch.Tensor, recv: torch.Tensor, c
 
 @dataclass(frozen=True)
 class Payload:
-    """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or
-    not (AllReduce, Broadcast and Reduce always are)."""
+    """What a call moves: `count` elements of `dtype` (metrics.collective_counts), in place or not."""
 
     count: int
     dtype: torch.dtype
@@ -73,8 +58,7 @@ class Payload:
 
 def measure(algorithm: Algorithm, world: World, payload: Payload, sampling: timing.Sampling,
             check: bool = True, together: timing.Together = timing.ALONE) -> tuple[timing.Measured, int]:
-    """(every rank's samples, #wrong summed over ranks) of one algorithm at one size. Without
-    `check` (a round before a row's last) nothing is checked and #wrong is 0."""
+    """(every rank's samples, #wrong summed) of one algorithm at one size; without `check` #wrong is 0."""
     collective, count = algorithm.collective, payload.count
     send, recv = buffers(collective, count, world, payload.dtype, payload.in_place)
     # AllReduce's algorithms build on one buffer (in place), the others' on send and receive

@@ -8,9 +8,8 @@ from tqdm import tqdm
 
 from allreduce_bench.core.units import format_size
 
-# time: median over samples of the slowest rank's time per call (p95, and p99 as nccl-tests -I's
-# i_p99); rank-mean: what nccl-tests would print for the same calls; cv: spread over samples;
-# samples x loops calls were timed.
+# time: median of the slowest rank's time per call (p99 as nccl-tests -I's i_p99); rank-mean: what
+# nccl-tests would print; cv: spread over samples; samples x loops calls were timed
 HEADER = (
     f"#{'size':>11} {'count':>12} {'type':>9} {'time':>10} {'p95':>10} {'p99':>10} {'rank-mean':>10} "
     f"{'cv':>6} {'samples':>11} {'algbw':>8} {'busbw':>8} {'#wrong':>7}\n"
@@ -20,8 +19,7 @@ HEADER = (
 
 
 def states_text(row: dict) -> str:
-    """'two states: 172 us 62% / 2.05 ms 38%' for a row whose samples have a fast and a slow
-    state (metrics.two_states), '' otherwise: one median would lie between them."""
+    """'two states: 172 us 62% / 2.05 ms 38%' for a row whose samples have two states, '' otherwise."""
     share = row.get("slow_share")
     if share is None or not share == share:  # None or NaN: one state
         return ""
@@ -34,8 +32,7 @@ def format_us(us: float) -> str:
 
 
 def format_row(row: dict) -> str:
-    """The row in HEADER's columns; an unstable row's or two states' words on a `#` line below it,
-    so no line is wider than the header."""
+    """The row in HEADER's columns; notes go on a `#` line below it."""
     counts = f"{row['samples']}x{row['loops']}"
     notes = "; ".join(part for part in ("unstable" if row.get("unstable") else "", states_text(row)) if part)
     return (f" {row['size_bytes']:>11} {row['count']:>12} {row['dtype']:>9} "
@@ -50,17 +47,14 @@ BAR_FORMAT = "{desc}{percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elaps
 
 
 def progress_bar(total: int, unit: str, enabled: bool, description: str = "") -> tqdm:
-    """A bar on stderr, drawn only where stderr is a terminal (tqdm's disable=None) and only
-    when `enabled` (rank 0): piped or logged output stays the plain lines."""
+    """A bar on stderr, drawn only on a terminal and when `enabled` (rank 0)."""
     return tqdm(total=total, unit=unit, desc=description, file=sys.stderr,
                 disable=None if enabled else True, dynamic_ncols=True, leave=False,
                 bar_format=BAR_FORMAT)
 
 
 class Console:
-    """Progress over every measurement (each (world size, algorithm, size) once per round) and
-    one table per (collective, algorithm, world size), its rows in size order, once they are
-    all settled (nccl-tests prints one table per run)."""
+    """Progress over every measurement and one table per (collective, algorithm, world size) once settled."""
 
     def __init__(self, total: int, enabled: bool = True, rounds: int = 1):
         self.enabled, self.rounds = enabled, rounds
@@ -69,7 +63,6 @@ class Console:
         self._rows: dict[str, list[dict]] = {}  # recorded, not yet shown
 
     def table(self, label: str, world) -> None:
-        """The rows of `label`, as its table."""
         rows = sorted(self._rows.pop(label, []), key=lambda row: row["size_bytes"])
         if self.enabled and rows:
             tqdm.write(f"\n# {label}: world size {world.size} ({world.nodes} node(s) x "
@@ -77,7 +70,6 @@ class Console:
                        + "\n".join(map(format_row, rows)))
 
     def measuring(self, label: str, world_size: int, size_bytes: int, round_index: int) -> None:
-        """One measurement starts: the one before it is done."""
         self.bar.update(self._started)
         self._started = 1
         if round_index >= self.rounds:  # an unstable row's extra round (sweep/passes.py)
@@ -114,9 +106,7 @@ def row_label(row: dict) -> str:
 
 
 class RowBar:
-    """A benchmark's rows as a bar (rank 0, a terminal only): how many of the rows it will
-    record are done, the last one, and the time left at the rate so far. The benchmark's own
-    line for each row prints above the bar."""
+    """A benchmark's rows as a bar (rank 0, a terminal only); each row's own line prints above it."""
 
     def __init__(self, total: int, what: str, enabled: bool = True):
         self.what = what

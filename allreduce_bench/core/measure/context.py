@@ -18,17 +18,9 @@ class Measuring(Protocol):
 
 @dataclass(frozen=True)
 class Benchmark:
-    """What a benchmark declares, each a module-level function of its own config (spawned ranks
-    receive the declaration by reference).
-
-    On every rank `measure(session) -> #wrong`, rows through `session.record`; `meta(config)`:
-    the meta.json a new run starts with. On the writer (the local driver, or rank 0 under a
-    launcher): `prepare(config)` before any rank starts, `world_sizes(config)` the local worlds
-    still to start (None: every world size). `resumable`: a stopped run says how to continue it.
-    `joins_present`: its world is made of the ranks that arrive in --timeout, not of all
-    launched. `salvage(run, {rank: exit code}, since) -> exit code`: the local driver's verdict
-    from what survived a rank's death, instead of its one line. `rows(config)`: the rows a run
-    records, where known ahead (its progress bar counts them)."""
+    """What a benchmark declares, module-level functions of its config (ranks get them by reference): on every rank
+    `measure(session) -> #wrong` and `meta`; on the writer `prepare`, `world_sizes` (None: all), `salvage` (a local
+    run's verdict after a rank died), `rows` (for the bar); `joins_present`: a world of the ranks that arrive."""
 
     name: str
     meta: Callable[[Any], dict]
@@ -43,8 +35,7 @@ class Benchmark:
 
 @dataclass(frozen=True)
 class LocalRun:
-    """What a local world's driver hands each rank it starts: the folder where ranks leave
-    their reasons and marks, and its own pid (the rank dies with it)."""
+    """What a local world's driver hands each rank: its reasons folder and its pid (the rank dies with it)."""
 
     reasons: str
     driver_pid: int
@@ -52,9 +43,7 @@ class LocalRun:
 
 @dataclass(frozen=True)
 class Run:
-    """One run: its command's config, what its ranks measure, and the features' hooks. `kept`:
-    what a benchmark's rank hands its command's finish in the same process (health's board,
-    held open for the confirmation at the end); each process has its own."""
+    """One run: its command's config, what its ranks measure, the hooks, and what a rank `kept` for finish."""
 
     config: Any  # the command's own config (a Measuring)
     benchmark: Benchmark

@@ -1,8 +1,4 @@
-"""Device and timer, chosen once per rank: the only place that knows CPU from CUDA.
-
-Everything else (algorithms, sweep, checks) calls these methods, so the CPU tests exercise all
-of it but the CUDA calls themselves.
-"""
+"""Device and timer, chosen once per rank: the only place that knows CPU from CUDA."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -47,8 +43,8 @@ class Device:
 
     kind = "cpu"
     stamp = staticmethod(time.perf_counter_ns)  # the one clock: timing loop, DDP timeline, link probe
-    # run after each sample's alignment, before its clock starts (the hooks' `before_clock`)
-    before_clock: Callable[[], None] | None = None
+    # the hooks' `before_sample`: run after each sample's alignment, before its clock starts
+    before_sample: Callable[[], None] | None = None
     launch_s_per_call = 20e-6  # the host's time to queue one call, until measured (a c10d launch)
 
     def __init__(self) -> None:
@@ -60,7 +56,6 @@ class Device:
 
     @property
     def physical_id(self) -> str | None:
-        """The GPU as NVML and nvidia-smi name it: none on CPU."""
         return None
 
     def synchronize(self) -> None:
@@ -70,32 +65,27 @@ class Device:
         dist.barrier(group=group)
 
     def elapsed_us(self, start, stop) -> float:
-        """Microseconds between two stamps."""
         return (stop - start) / 1e3
 
     def read(self, tensor: torch.Tensor) -> list:
-        """`tensor`'s values on the host (see CudaDevice.read)."""
         return tensor.tolist()
 
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
-        """Line the ranks up before a sample, outside the clock."""
         self.barrier(group)
 
     def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
-        """Device-side spin to queue before a sample's start event, the same on every rank of
-        `group` (none on CPU: gloo calls return when done, so the host clock is the only clock)."""
+        """Device-side spin before a sample's start event: none on CPU, where the host clock is the only clock."""
         return 0.0
 
     def note_launch(self, host_s: float, loops: int) -> None:
-        """How long the host took to queue `loops` calls (sizes the next spin on GPU, and a
-        sample whose device had nothing to do: timing.py)."""
+        """How long the host took to queue `loops` calls (sizes the next spin on GPU)."""
         self.launch_s_per_call = host_s / max(loops, 1)
 
     def timer(self, iters: int) -> Timer:
         return Timer(self, iters)
 
     def guarded(self, call: Callable[[], T], what: str) -> T:
-        """`call()`, an object collective (all_gather_object, ...): gloo ends it at --timeout."""
+        """`call()`, an object collective: gloo ends it at --timeout."""
         return call()
 
 
@@ -104,12 +94,7 @@ class PeerTimeout(RuntimeError):
 
 
 def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
-    """Wait for `event` on the host, but give up after `timeout_s`.
-
-    torch.cuda.synchronize() would block forever on a collective whose peer is gone; polling
-    lets the sweep report where it stopped before NCCL's watchdog (given a few seconds more)
-    aborts the process. Never used inside the timed region.
-    """
+    """Wait for `event`, giving up after `timeout_s` (synchronize() would block forever on a lost peer)."""
     deadline = time.monotonic() + timeout_s
     while not event.query():
         if time.monotonic() > deadline:
@@ -118,8 +103,7 @@ def wait_for(event: torch.cuda.Event, timeout_s: float, what: str) -> None:
 
 
 def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
-    """The GPU this rank uses: its local rank, or the only GPU it sees when the scheduler bound
-    one GPU to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES set per rank)."""
+    """This rank's GPU: its local rank, or the only one it sees (srun --gpus-per-task=1)."""
     if visible >= local_world_size and local_rank < visible:
         return local_rank
     if visible == 1:
@@ -129,8 +113,7 @@ def gpu_index(local_rank: int, local_world_size: int, visible: int) -> int:
 
 
 class CudaDevice(Device):
-    """One GPU per rank, chosen by local rank before the process group exists. Its clock is
-    CUDA events on the current stream: the GPU's own, no host sync per stamp."""
+    """One GPU per rank, chosen by local rank; its clock is CUDA events on the current stream."""
 
     kind = "cuda"
 
@@ -152,9 +135,7 @@ class CudaDevice(Device):
 
     @property
     def physical_id(self) -> str | None:
-        """This GPU as NVML and nvidia-smi name it (torch's index counts only the GPUs that
-        CUDA_VISIBLE_DEVICES shows): its UUID (torch >= 2.4), else nvidia-smi's index under
-        CUDA_VISIBLE_DEVICES; None where neither is known (devices named by UUID)."""
+        """This GPU as NVML and nvidia-smi name it: its UUID, else nvidia-smi's index, else None."""
         uuid = getattr(torch.cuda.get_device_properties(self.torch_device), "uuid", None)
         if uuid is not None:
             return f"GPU-{uuid}"
@@ -176,16 +157,12 @@ class CudaDevice(Device):
         wait_for(event, self.timeout_s, "the GPU work")
 
     def read(self, tensor: torch.Tensor) -> list:
-        """`tensor`'s values on the host once the GPU work queued before it (a collective and
-        its peers) is done, within --timeout: `.cpu()` alone would wait for a lost peer until
-        NCCL's watchdog aborts the process."""
+        """`tensor`'s values once the GPU work before it is done, within --timeout (not NCCL's watchdog)."""
         self.synchronize()
         return tensor.cpu().tolist()
 
     def guarded(self, call: Callable[[], T], what: str) -> T:
-        """`call()` on a thread of its own, given up after --timeout with PeerTimeout: torch's
-        object collectives wait for NCCL's result on the host (`.cpu()`, `.item()`) with no
-        timeout but the watchdog's, which ends the process before its one line."""
+        """`call()` on its own thread, given up after --timeout: object collectives wait with no timeout."""
         outcome: list = []
 
         def run() -> None:
@@ -205,27 +182,20 @@ class CudaDevice(Device):
         return outcome[0][0]
 
     def barrier(self, group: dist.ProcessGroup | None) -> None:
-        # A one-element all_reduce on this rank's own device: dist.barrier() with NCCL guesses
-        # the device from the rank, which is wrong for sub-groups.
+        # on this rank's own device: NCCL's dist.barrier() guesses it wrong for sub-groups
         if self._flag is None:
             self._flag = torch.zeros(1, device=self.torch_device)
         dist.all_reduce(self._flag, group=group)
         self.synchronize()
 
     def align(self, group: dist.ProcessGroup | None, spin_s: float = 0.0) -> None:
-        """Barrier (host-synchronised), then a device-side spin on this rank's stream: the host
-        queues the sample's calls while the GPU spins, so the start event (recorded after the
-        spin) fires with the work already queued, and the interval holds no launch overhead."""
+        """Barrier, then a device-side spin while the host queues the sample: no launch overhead timed."""
         self.barrier(group)
         if spin_s > 0:
             torch.cuda._sleep(int(spin_s * 1e3 * self.cycles_per_ms()))
 
     def launch_spin_s(self, loops: int, group: dist.ProcessGroup | None) -> float:
-        """Twice the host's queueing time, plus a margin, bounded so a slow first launch (lazy
-        initialisation) cannot stall a sample for long; the longest of the group's ranks, so
-        their start events are not offset by their own spins' difference (a MAX, outside the
-        clock). None under gloo: its calls hold the host until the GPU is done, so nothing is
-        queued ahead, and a spin would be waited out and counted as launch time."""
+        """Twice the host's queueing time plus a margin, MAX over the group; none under gloo."""
         if dist.get_backend(group) != "nccl":
             return 0.0
         own = torch.tensor([min(0.05, 2.0 * self.launch_s_per_call * loops + 50e-6)],
@@ -234,8 +204,7 @@ class CudaDevice(Device):
         return self.read(own)[0]
 
     def cycles_per_ms(self) -> float:
-        """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once (as torch's
-        own tests do): the spin is given in cycles."""
+        """GPU clock cycles per millisecond of `torch.cuda._sleep`, measured once."""
         if self._cycles_per_ms is None:
             start = self.stamp()
             torch.cuda._sleep(1_000_000)
@@ -247,12 +216,7 @@ NCCL_GRACE_S = 5.0  # NCCL watchdog timeout = --timeout + this
 
 
 def process_group_options(backend: str, device: Device, timeout_s: float) -> dict:
-    """Keyword arguments for init_process_group.
-
-    NCCL: bind the communicator to this rank's GPU (`device_id`, torch >= 2.3) so it is created
-    eagerly on the right device; its watchdog gets a few seconds more than --timeout, so the
-    sweep's own timeout (see `wait_for`) reports first and says where it stopped.
-    """
+    """init_process_group's keywords: NCCL bound to this GPU, its watchdog a little past --timeout."""
     options: dict[str, object] = {"timeout": _dt.timedelta(seconds=timeout_s)}
     if backend == "nccl":
         options["timeout"] = _dt.timedelta(seconds=timeout_s + NCCL_GRACE_S)
@@ -274,12 +238,11 @@ def cpu_model() -> str:
 
 
 def this_host() -> Host:
-    """This host's CPUs and GPUs, as the config builders take them (core/config needs no torch)."""
+    """This host's CPUs and GPUs, for the config builders (core/config needs no torch)."""
     return Host(cpus_allowed(), torch.cuda.device_count() if torch.cuda.is_available() else 0)
 
 
 def torch_dtype(name: str) -> torch.dtype:
-    """The torch dtype of a config's dtype name (core/config names it, without torch)."""
     return getattr(torch, name)
 
 

@@ -1,15 +1,4 @@
-"""The peak bandwidth of the links a run crosses, as far as this machine can tell.
-
-On GPUs: the active NVLink count and generation (core/host/gpus.py: NVML, else `nvidia-smi
-nvlink -s`), so intra-node peak = links x per-link rate in one direction (an H100 SXM: 18 x 25 =
-450 GB/s). Across nodes: the active NIC ports' rates (`/sys/class/infiniband/*/ports/*/rate`,
-e.g. "400 Gb/sec (4X NDR)" = 50 GB/s; Ethernet ports' /sys/class/net/*/speed when there is no
-InfiniBand), summed per node, as NCCL spreads its rings over every NIC. On CPU nothing names a
-peak, so rank 0 and rank 1 time a short point-to-point ping-pong at the start of the run (`probe`).
-
-The peaks are for busbw: a bandwidth-optimal AllReduce moves busbw through each rank's link,
-so busbw / peak is how close a measurement came to what the link can do.
-"""
+"""The peak bandwidth of the links a run crosses (NVLink, NIC ports, else a probe on CPU), for busbw's share."""
 from __future__ import annotations
 
 import re
@@ -21,9 +10,7 @@ from allreduce_bench.core.host import gpus
 
 PROBE_BYTES = 8 << 20  # the largest probe message: a fast link's transfer outlasts its latency
 PROBE_ROUNDS = 5
-# The probe is sized so one transfer takes about PROBE_TARGET_S (`_agreed_size`): every other
-# rank waits for it in the next world collective, under --timeout; 8 MiB at an emulated
-# 200 Mbit/s took 0.34 s a transfer, 4.8 s in all, and an 8 s timeout ran out.
+# one transfer takes about PROBE_TARGET_S: the other ranks wait for it under --timeout
 PROBE_SIZING_BYTES = 64 << 10
 PROBE_TARGET_S = 0.05
 
@@ -64,8 +51,7 @@ def nic_peaks(root: Path = Path("/sys/class")) -> list[dict]:
 
 
 def local_peaks(device) -> dict:
-    """This rank's view: its GPU's NVLink (asked by its physical id: NVML's and nvidia-smi's
-    indices ignore CUDA_VISIBLE_DEVICES) and its node's NICs (gathered to rank 0)."""
+    """This rank's view: its GPU's NVLink and its node's NICs."""
     found: dict[str, Any] = {"host": socket.gethostname(), "nics": nic_peaks()}
     if getattr(device, "kind", "cpu") == "cuda":
         physical = device.physical_id
@@ -77,10 +63,7 @@ def local_peaks(device) -> dict:
 
 def probe(rank: int, group=None, largest: int = PROBE_BYTES,
           rounds: int = PROBE_ROUNDS) -> tuple[float, int] | None:
-    """Point-to-point bandwidth between ranks 0 and 1 in GB/s (one direction: half a ping-pong),
-    the best of `rounds` after two warm-ups, and the message size it used (at most `largest`);
-    None on the other ranks. Called by every rank; timed on the CPU device's clock (gloo's
-    send and recv return when done, within the process group's --timeout)."""
+    """Point-to-point GB/s between ranks 0 and 1 (half a ping-pong, best of `rounds`) and its message size."""
     import torch
     import torch.distributed as dist
 
@@ -108,18 +91,14 @@ def probe(rank: int, group=None, largest: int = PROBE_BYTES,
 
 
 def probe_size(small_bytes: int, seconds: float, largest: int) -> int:
-    """The probe's message: what moves in PROBE_TARGET_S at the rate `small_bytes` took
-    `seconds` to move, in whole float32 elements, between `small_bytes` and `largest`."""
+    """The probe's message: what moves in PROBE_TARGET_S at the rate measured, within the bounds."""
     rate = small_bytes / seconds if seconds > 0 else float("inf")
     fits = min(float(largest), max(float(small_bytes), rate * PROBE_TARGET_S))
     return int(fits) // 4 * 4
 
 
 def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
-    """`probe_size` at the first message, growing 4x from PROBE_SIZING_BYTES, whose transfer
-    takes a quarter of PROBE_TARGET_S (best of two, after one that connects): a small one alone
-    would fit inside a shaped link's burst and look fast. Rank 0 decides each step and sends it,
-    so both ranks run the same transfers."""
+    """`probe_size` at the first message (growing 4x) that outlasts a shaped link's burst; rank 0 decides."""
     import torch
     import torch.distributed as dist
 
@@ -142,8 +121,7 @@ def _agreed_size(rank: int, peer: int, largest: int, group, ping_pong) -> int:
 
 
 def world_peaks(per_rank: list[dict], probe_GBps: float | None = None) -> dict:
-    """The peak of each link class for the whole world: intra = the slowest rank's NVLink (or,
-    on CPU, the probe); inter = the node whose NICs add up to the least (on one host: the probe)."""
+    """Each link class's peak for the world: the slowest rank's NVLink, the weakest node's NICs, or the probe."""
     gpus: list[Any] = [r.get("gpu") for r in per_rank]
     intra = how_intra = None
     if gpus and all(g and g.get("nvlink_GBps") for g in gpus):

@@ -1,14 +1,10 @@
-"""What decides whether this machine's own noise reaches the numbers: the CPUs this process may
-use against the ranks, the idle driver and governor (how a vCPU waits for work, and so how long
-it takes to wake for the next message), and the time the hypervisor took (steal) over the run.
-
-Read from /proc and /sys, nothing else; every reader takes its root so tests give it a fake one.
-Linux only: elsewhere the answers are None and the report says "not known".
-"""
+"""What decides whether this machine's noise reaches the numbers, from /proc and /sys; None off Linux."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from allreduce_bench.core.host import read_stripped
 
 CPUIDLE = Path("/sys/devices/system/cpu/cpuidle")
 PROC_STAT = Path("/proc/stat")
@@ -17,31 +13,21 @@ STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "st
 
 
 def cpus_allowed() -> int:
-    """How many CPUs this process may run on (its affinity: taskset, a cgroup, a launcher)."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         return os.cpu_count() or 1
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
 def cpuidle(root: Path = CPUIDLE) -> dict:
-    """{"driver": "haltpoll", "governor": "haltpoll"}: None where sysfs does not say (a
-    container without /sys, or no cpuidle driver: then the kernel's default idle loop, `none`)."""
-    return {"driver": _read(root / "current_driver"),
-            "governor": _read(root / "current_governor_ro") or _read(root / "current_governor")}
+    """{"driver": ..., "governor": ...}: None where sysfs does not say."""
+    return {"driver": read_stripped(root / "current_driver"),
+            "governor": read_stripped(root / "current_governor_ro") or read_stripped(root / "current_governor")}
 
 
 def cpu_times(path: Path = PROC_STAT) -> dict | None:
-    """The whole machine's CPU time so far in clock ticks, per /proc/stat field; None if
-    unreadable."""
-    text = _read(path)
+    """The whole machine's CPU time so far in clock ticks, per /proc/stat field; None if unreadable."""
+    text = read_stripped(path)
     if not text:
         return None
     for line in text.splitlines():
@@ -52,33 +38,27 @@ def cpu_times(path: Path = PROC_STAT) -> dict | None:
     return None
 
 
-def steal_share(start: dict | None, end: dict | None) -> float | None:
-    """The share of all CPU time between two `cpu_times` that the hypervisor gave to others
-    (steal): what another VM's load took from this one. None when either is unknown."""
+def _share(start: dict | None, end: dict | None, fields: tuple[str, ...]) -> float | None:
+    """The share of all CPU time between two `cpu_times` that `fields` took; None when unknown."""
     if not start or not end:
         return None
     total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
-    if total <= 0:
-        return None
-    return (end.get("steal", 0) - start.get("steal", 0)) / total
+    return None if total <= 0 else sum(end.get(k, 0) - start.get(k, 0) for k in fields) / total
+
+
+def steal_share(start: dict | None, end: dict | None) -> float | None:
+    """The share of CPU time between two `cpu_times` the hypervisor gave to others (steal)."""
+    return _share(start, end, ("steal",))
 
 
 def busy_share(start: dict | None, end: dict | None) -> float | None:
-    """The share of all CPU time between two `cpu_times` that was not idle (this run's ranks and
-    anything else running): near 1 means the CPUs had no time to spare."""
-    if not start or not end:
-        return None
-    total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
-    idle = sum(end.get(k, 0) - start.get(k, 0) for k in ("idle", "iowait"))
-    return None if total <= 0 else 1.0 - idle / total
+    idle = _share(start, end, ("idle", "iowait"))
+    return None if idle is None else 1.0 - idle
 
 
 def others_share(start: dict | None, end: dict | None, own_s: float | None) -> float | None:
-    """The share of all CPU time between two `cpu_times` that processes other than this run's
-    took: the busy time less `own_s`, the CPU seconds this process and its ranks used meanwhile
-    (`own_cpu_s` deltas; known only where the ranks are this process's children, a local run).
-    Unlike the load average, which trails by a minute (a test suite that just ended still
-    counts), it says what ran *during* the run. None when unknown."""
+    """The share of CPU time processes other than this run's took (busy time less `own_s`): unlike the load
+    average, what ran during the run."""
     if not start or not end or own_s is None:
         return None
     total = sum(end.get(k, 0) - start.get(k, 0) for k in STAT_FIELDS)
@@ -90,7 +70,7 @@ def others_share(start: dict | None, end: dict | None, own_s: float | None) -> f
 
 
 def own_cpu_s() -> float:
-    """CPU seconds of this process and its ended (waited-for) children: the local ranks."""
+    """CPU seconds of this process and its waited-for children: the local ranks."""
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system
 
@@ -103,16 +83,13 @@ def load_average() -> float | None:
 
 
 def facts_at_start() -> dict:
-    """meta.json's `machine` as a run starts: what the run's end completes (`facts_at_end`)."""
     return {"cpus_allowed": cpus_allowed(), "cpu_count": os.cpu_count(),
             "cpuidle": cpuidle(), "load_average_start": load_average(),
             "cpu_times_start": cpu_times(), "own_cpu_s_start": own_cpu_s()}
 
 
 def facts_at_end(started: dict, ranks_are_children: bool = False) -> dict:
-    """`started` completed with the steal and busy shares over the run and the load at its end;
-    with `ranks_are_children` (a local run, finished by the process that started it and its
-    ranks), the share other processes took (`others_share`)."""
+    """`started` completed over the run; with `ranks_are_children` the share others took."""
     end = cpu_times()
     start = started.get("cpu_times_start")
     own = started.get("own_cpu_s_start")

@@ -23,8 +23,7 @@ ENV_PREFIXES = ("NCCL_", "GLOO_", "TORCH_NCCL_", "TORCH_DISTRIBUTED_", "OMP_NUM_
 
 
 def versions() -> dict:
-    """Python, torch and, with CUDA, the CUDA runtime torch was built with, the NCCL it loaded
-    (torch.cuda.nccl.version()) and the NVIDIA driver."""
+    """Python, torch and, with CUDA, the CUDA runtime, NCCL and NVIDIA driver versions."""
     found: dict[str, str | None] = {"python": platform.python_version(), "torch": torch.__version__}
     if torch.cuda.is_available():
         found["cuda"] = torch.version.cuda
@@ -42,7 +41,6 @@ def versions() -> dict:
 
 
 def gpus() -> list[dict]:
-    """Name and memory of every GPU this process sees (empty without CUDA)."""
     if not torch.cuda.is_available():
         return []
     found = []
@@ -75,8 +73,7 @@ def environment() -> dict:
 
 
 def config_meta(config: Measuring) -> dict:
-    """Every field of a command's config, its launch's included, in one mapping (meta.json's
-    `config`: resume compares them)."""
+    """Every field of a command's config, its launch's included (meta.json's `config`: resume compares them)."""
     launch = {f.name: getattr(config.launch, f.name) for f in fields(config.launch)
               if f.name not in ("emulation", "link_peaks")}
     own = {f.name: getattr(config, f.name) for f in fields(config) if f.name != "launch"}  # type: ignore[arg-type]
@@ -86,7 +83,6 @@ def config_meta(config: Measuring) -> dict:
 
 
 def host_meta(config: Measuring) -> dict:
-    """Facts about the run and the host rank 0 runs on."""
     return {
         "run_id": config.launch.run_id,
         "tag": config.launch.tag,
@@ -101,15 +97,12 @@ def host_meta(config: Measuring) -> dict:
         "platform": platform.platform(),
         "gpus": gpus(),
         "environment": environment(),
-        # CPUs allowed, idle driver and governor, the load and CPU times now; the run's end adds
-        # the steal over it (machine.facts_at_end)
         "machine": machine.facts_at_start(),
     }
 
 
 def close_machine_facts(out_dir, ranks_are_children: bool = False) -> None:
-    """meta.json's `machine` completed with the steal and load over the run (once the ranks
-    have ended, before the summary reads it); `ranks_are_children`: machine.facts_at_end."""
+    """meta.json's `machine` completed over the run, once the ranks have ended."""
     from allreduce_bench.core.results.store import read_meta, update_meta
 
     started = read_meta(out_dir).get("machine")
@@ -118,10 +111,7 @@ def close_machine_facts(out_dir, ranks_are_children: bool = False) -> None:
 
 
 def rank_info(device, env=None) -> dict:
-    """Per rank: where it ran and on what; gathered to rank 0.
-
-    The first rank of each node also brings its node's GPU topology.
-    """
+    """Per rank: where it ran and on what; a node's first rank brings its GPU topology."""
     info = {"hostname": socket.gethostname(), "device": device.name, "pid": os.getpid()}
     if env is not None:
         info.update(rank=env.rank, local_rank=env.local_rank, node_rank=env.node_rank,
@@ -140,7 +130,6 @@ def rank_info(device, env=None) -> dict:
 
 
 def world_meta(infos: list[dict]) -> dict:
-    """meta.json fields from every rank's `rank_info`, in rank order."""
     found = {"hostnames": [i["hostname"] for i in infos],
              "device_names": [i["device"] for i in infos], "device_name": infos[0]["device"],
              "pids": [i.get("pid") for i in infos],  # what `export` writes as nccl-tests' pid

@@ -1,13 +1,4 @@
-"""`--nccl-debug`: NCCL's own log of a run, one file per rank, read into meta.json's `nccl` block.
-
-Every rank sets NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING (what NCCL's
-maintainers ask for on "my bandwidth is low" reports) and NCCL_DEBUG_FILE=OUT/nccl-debug/%h.%p.log
-before NCCL starts (it reads them once per process). At the end of each world rank 0 reads the
-files (ranks whose OUT it cannot see send theirs over the process group) and records what NCCL
-said (nccl_log/parse.py) in meta.json, where `report` and `health` read it. The TUNING
-subsystem writes one line per collective on each communicator's rank 0: the log is for seeing
-what NCCL set up, not for the figures of small sizes.
-"""
+"""`--nccl-debug`: NCCL's own log, one file per rank, read into meta.json's `nccl` block (nccl_log/parse.py)."""
 from __future__ import annotations
 
 import os
@@ -22,15 +13,13 @@ SUBSYSTEMS = "INIT,GRAPH,ENV,TUNING"
 
 
 def debug_environment(folder: Path | str) -> dict[str, str]:
-    """The variables a rank runs with: NCCL expands %h (host) and %p (pid) in the file name."""
+    """The variables a rank runs with (NCCL expands %h and %p)."""
     return {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": SUBSYSTEMS,
             "NCCL_DEBUG_FILE": str(Path(folder).resolve() / "%h.%p.log")}
 
 
 def _folder(launch: LaunchConfig) -> Path:
-    """OUT/nccl-debug where OUT is here (rank 0, a local run, a shared file system); else a
-    scratch folder, whose files are sent to rank 0 (a rank under a launcher that named its
-    own default OUT, or whose OUT is not created yet on this host)."""
+    """OUT/nccl-debug where OUT is here; else a scratch folder whose files are sent to rank 0."""
     out = Path(launch.out_dir)
     return out / DEBUG_DIR if out.is_dir() else _scratch()
 
@@ -40,7 +29,6 @@ def _scratch() -> Path:
 
 
 def enable(launch: LaunchConfig) -> None:
-    """Before this rank's first NCCL call: the variables above, with --nccl-debug."""
     if not launch.nccl_debug:
         return
     folder = _folder(launch)
@@ -49,17 +37,14 @@ def enable(launch: LaunchConfig) -> None:
 
 
 def own_files(launch: LaunchConfig, pid: int | None = None) -> list[Path]:
-    """This process's debug file(s) (`<host>.<pid>.log`) in either folder `enable` may have
-    chosen (OUT/nccl-debug or the scratch one: OUT may have appeared since)."""
+    """This process's debug file(s) in either folder `enable` may have chosen."""
     pid = os.getpid() if pid is None else pid
     return sorted(path for folder in (Path(launch.out_dir) / DEBUG_DIR, _scratch())
                   for path in folder.glob(f"*.{pid}.log"))
 
 
 def collect(launch: LaunchConfig, rank: int, world_size: int, guarded: Callable) -> None:
-    """Collective on the default group, after a world's measurements: rank 0 gets every rank's
-    debug file (those it cannot see in its OUT are sent to it) and records the block. The
-    exchange runs `guarded` (Device.guarded): a lost peer ends it at --timeout."""
+    """Collective after a world's measurements: rank 0 gets every debug file it cannot see and records them."""
     if not launch.nccl_debug:
         return
     import torch.distributed as dist  # here: nccl_log/record.py reads DEBUG_DIR without torch

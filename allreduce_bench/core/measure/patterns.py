@@ -1,13 +1,4 @@
-"""Input patterns whose exact result is known, for every collective, dtype and world size.
-
-Rank r holds (i % P) * w(r) at element i, w(r) = 1 + r % 3: a chunk reduced into the wrong place
-or a missing or doubled contribution shows up, and P keeps every partial sum an integer the
-dtype holds exactly (bfloat16 up to 256, float16 up to 2048), so a result matches bit for bit
-whatever the order of additions. Collectives that move data without adding get a tagged pattern,
-(k * STRIDE + i) mod M with M the largest prime the dtype holds exactly and the key k naming the
-part's rank (and AllToAll's destination); outputs start as M, which no part holds
-(doc/collectives.md). The count of a part is one rank's count (metrics.collective_counts).
-"""
+"""Input patterns whose exact result is known whatever the order of additions (doc/collectives.md)."""
 from __future__ import annotations
 
 import math
@@ -38,14 +29,12 @@ def period(dtype: torch.dtype, world_size: int) -> int:
 
 
 def _values(numel: int, weight: int, p: int, dtype: torch.dtype, device) -> torch.Tensor:
-    # one period, tiled: 13x faster at 16 MB than indexing by an int64 arange (30 ms on a CPU),
-    # and the check runs once per row of every run
+    # one period, tiled: 13x faster than indexing by an int64 arange
     table = torch.arange(p, dtype=torch.int64, device=device).mul_(weight).to(dtype)
     return table.repeat(-(-numel // p))[:numel]
 
 
 def fill(tensor: torch.Tensor, rank: int, world_size: int) -> None:
-    """Write rank `rank`'s pattern into `tensor` (any device, any shape) in place."""
     weight = rank_weights(tensor.dtype, world_size)[rank]
     p = period(tensor.dtype, world_size)
     tensor.copy_(_values(tensor.numel(), weight, p, tensor.dtype, tensor.device).view_as(tensor))
@@ -53,13 +42,12 @@ def fill(tensor: torch.Tensor, rank: int, world_size: int) -> None:
 
 def expected_sum(numel: int, world_size: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu") -> torch.Tensor:
-    """The exact elementwise sum of every rank's pattern."""
     total = sum(rank_weights(dtype, world_size))
     return _values(numel, total, period(dtype, world_size), dtype, device)
 
 
 def count_wrong(result: torch.Tensor, expected: torch.Tensor) -> int:
-    """Number of elements that differ from the expectation (nccl-tests' #wrong, per rank)."""
+    """Elements that differ from the expectation (nccl-tests' #wrong, per rank)."""
     return int((result.reshape(-1) != expected.reshape(-1)).sum().item())
 
 
@@ -96,8 +84,7 @@ def _summed(numel: int, rank: int, world_size: int, dtype: torch.dtype, device) 
 
 def collective_input(collective: str, count: int, rank: int, world_size: int, dtype: torch.dtype,
                      device="cpu") -> torch.Tensor:
-    """What rank `rank` puts in (its send buffer) for one collective; `count` is one rank's part
-    for AllGather, ReduceScatter and AllToAll and the whole buffer otherwise."""
+    """What rank `rank` sends in one collective (`count`: one rank's part for the per-rank ones)."""
     n = world_size
     if collective in ("reduce_scatter", "reduce", "all_reduce"):
         return _summed(count * (n if collective == "reduce_scatter" else 1), rank, n, dtype, device)
@@ -108,8 +95,7 @@ def collective_input(collective: str, count: int, rank: int, world_size: int, dt
 
 def collective_expected(collective: str, count: int, rank: int, world_size: int,
                         dtype: torch.dtype, device="cpu") -> torch.Tensor | None:
-    """What rank `rank`'s output must hold, exactly; None where nothing is defined (Reduce's
-    ranks other than the root)."""
+    """What rank `rank`'s output must hold, exactly; None where undefined (Reduce off the root)."""
     n = world_size
     if collective == "all_reduce" or (collective == "reduce" and rank == 0):
         return expected_sum(count, n, dtype, device)

@@ -1,14 +1,5 @@
-"""Where each rank is in the sweep, so a failure names the step and the rank that fell behind,
-in one end line per process.
-
-Every rank publishes a (phase, step) counter, with its pid and host, in the rendezvous store
-before each measurement (outside the timed region). When a collective fails or times out, a
-surviving rank reads the counters of its world: the ranks behind it never reached this step, so
-they are the ones missing; a peer on this host that is at the same step but whose process is
-gone or stopped (SIGSTOP) is missing too. The store lives in the launcher's agent (torchrun,
-local runs) or in rank 0 (srun, mpirun); when rank 0 hosts it and it no longer answers, rank 0
-is the one missing. Only when none of this can tell is the missing rank reported as unknown.
-"""
+"""Where each rank is in the sweep, published in the launch's store, so a failure names the step and the rank
+that fell behind in one end line per process (doc/faults.md)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -30,20 +21,16 @@ from allreduce_bench.core.text import wrapped
 DONE = 1 << 30  # step value at the barrier that ends a phase
 HEARTBEAT_S = 1.0  # a Board's heartbeat
 STORE_WAIT_S = 2.0  # how long a failed rank waits on the store before it gives up on it
-# A rank that gives up stays this long before it exits, so that peers can still read the store
-# it may host (rank 0 under srun/mpirun) before the launcher kills the job.
+# a rank that gives up stays this long: peers may still read the store it hosts
 MIN_LINGER_S = 1.0
 
 
 def store_host() -> str:
-    """Who serves the rendezvous store: torch's elastic agent (torchrun, a local run), else rank
-    0 (env:// under srun or mpirun: rank 0 opens MASTER_ADDR:MASTER_PORT)."""
     return "agent" if under_elastic_agent() else "rank 0"
 
 
 def store_reachable(master: tuple[str | None, int | None], timeout_s: float = 1.0) -> bool:
-    """Whether anything still listens at the store's (address, port) (environment.master_of); a
-    plain socket, so a dead store host costs no C++ warnings from torch's store client."""
+    """Whether anything listens at the store's address: a socket costs no warnings from torch's client."""
     addr, port = master
     if port is None:
         return False
@@ -60,9 +47,7 @@ def _settled(seconds: float = 0.2) -> bool:
 
 
 class Board:
-    """The one liveness protocol over the launch's c10d store (torchrun's agent store, or rank
-    0's TCPStore): JSON values and counters under `name`'s prefix, and, with `beat`, this rank's
-    heartbeat (a counter bumped every HEARTBEAT_S: a SIGSTOPped or dead process bumps nothing)."""
+    """The one liveness protocol over the launch's c10d store: JSON values, counters and a heartbeat."""
 
     def __init__(self, name: str, rank: int, beat: bool = True):
         self.store = dist.PrefixStore(f"allreduce-bench/{name}/", dist.distributed_c10d._get_default_store())
@@ -82,8 +67,7 @@ class Board:
             self._stop.wait(HEARTBEAT_S)
 
     def unanswered_s(self) -> float:
-        """Seconds since the store last took a heartbeat: a store whose host was cut off leaves
-        the calls hanging far beyond any timeout (TCP retransmits), not failing."""
+        """Seconds since the store last took a heartbeat (a cut-off host hangs calls)."""
         return time.monotonic() - self.beaten
 
     def close(self) -> None:
@@ -127,8 +111,7 @@ class Liveness:
 
 
 class Progress:
-    """Where this rank is (phase, step, pid, host) on the Board, and, once a collective failed,
-    which ranks of its world it waits on."""
+    """Where this rank is on the Board and, once a collective failed, which ranks it waits on."""
 
     def __init__(self, rank: int, world_size: int, master: tuple[str | None, int | None] = (None, None)):
         self.rank, self.members, self.master = rank, tuple(range(world_size)), master
@@ -154,19 +137,15 @@ class Progress:
                 self.board = None
 
     def missing(self) -> str:
-        """Which ranks of my world this rank's failure is waiting on, in words:
-        'missing rank 1', 'missing ranks 1,3 (1 frozen)', 'missing rank 0 (the store's host) is
-        gone', or 'missing rank unknown'."""
+        """Which ranks this failure waits on: 'missing rank 1', 'missing ranks 1,3 (1 frozen)', ..."""
         host_is_rank0 = store_host() == "rank 0" and self.rank != 0 and 0 in self.members
         if self.board is None:
             return "missing rank unknown"
         gone = "missing rank 0 (the store's host) is gone"
-        # A killed process's sockets close one by one: the listening one may outlive, by a few
-        # milliseconds, the connection whose loss brought us here. Probe twice.
+        # a killed process's listening socket may outlive its connections by milliseconds
         if host_is_rank0 and not (store_reachable(self.master) and _settled() and store_reachable(self.master)):
             return gone
-        # A store whose host is stopped accepts the connection but never answers, and not every
-        # store call honours the store's timeout: ask from a thread and stop waiting for it.
+        # a stopped store host accepts but never answers: ask from a thread, with a deadline
         answer: list[dict[int, str] | None] = []
         asking = threading.Thread(target=lambda: answer.append(self._not_here()), daemon=True)
         asking.start()
@@ -189,14 +168,13 @@ class Progress:
         return f"{text} ({', '.join(states)})" if states else text
 
     def _not_here(self) -> dict[int, str] | None:
-        """Ranks of my world behind my step, or on this host and stopped or dead, with that
-        state ('' when only behind); None when the store cannot tell."""
+        """Ranks behind my step, or stopped or dead on this host, with that state; None if unknown."""
         board = self.board
         if board is None:
             return None
         try:
             board.store.set_timeout(_dt.timedelta(seconds=STORE_WAIT_S))
-            # Say that I gave up too: a peer that finds me gone later must not blame me.
+            # I gave up too: a peer that finds me gone later must not blame me
             board.put(str(self.rank), [self.phase, self.step, self.pid, self.host, True])
             found: dict[int, str] = {}
             for rank in self.members:
@@ -208,7 +186,6 @@ class Progress:
                 phase, step, pid, host, gave_up = board.get(str(rank))
                 if gave_up:
                     continue  # failed like me, waiting on the same missing rank(s)
-                # A peer at my step whose process is stopped or dead froze inside it.
                 state = process_state(int(pid)) if host == self.host else None
                 if state or (int(phase), int(step)) < (self.phase, self.step):
                     found[rank] = state or ""
@@ -221,8 +198,7 @@ LOST_MARK = "lost-"  # + the rank: the ranks a rank of a local world gave up on,
 
 
 def leave_lost(folder: str, rank: int, progress: Progress) -> None:
-    """What `progress.missing` found, as JSON in a local world's reasons folder
-    (launch/local.py `stopped_record` names the stopped rank from it)."""
+    """What `missing` found, as JSON in a local world's reasons folder, for its driver."""
     try:
         (Path(folder) / f"{LOST_MARK}{rank}").write_text(json.dumps(
             {"lost": progress.lost, "where": progress.where, "t": time.time()}))
@@ -256,8 +232,7 @@ def peer_silent(error: BaseException) -> bool:
 
 
 class EndLine:
-    """One end line per process: the main thread's own failure, or the SIGTERM watcher's
-    (stopped.py), whichever claims it first; the other waits for that line and leaves."""
+    """One end line per process: the main thread's or the SIGTERM watcher's, whichever claims first."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -265,7 +240,6 @@ class EndLine:
         self._owner: int | None = None  # the thread that claimed
 
     def claim(self) -> bool:
-        """True for the thread that claims first (and on its later calls)."""
         with self._lock:
             if self._owner is None:
                 self._owner = threading.get_ident()
@@ -282,22 +256,17 @@ class EndLine:
         return self._claimed.wait(within_s)
 
     def wait_written(self) -> None:
-        """Until the claimed line is out (the launcher's SIGKILL bounds the wait)."""
         self._written.wait()
 
     def exit(self, line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0) -> None:
-        """Print one line and leave at once: after a failed collective, tearing the process
-        group down cleanly can itself block. `linger_s`: when a peer died, stay a moment, so a
-        launcher that watches every rank reports the rank that died first, not this one."""
+        """Print one line and leave at once; `linger_s` lets a launcher see the peer that died first."""
         self.claim_or_wait()
         leave(line, code, linger_s, written=self._written)
 
 
 def leave(line: str, code: int = PEER_LOST_EXIT, linger_s: float = 0.0,
           written: threading.Event | None = None) -> None:
-    """Print `line` in one write (lines of several ranks never interleave), wrapped to a
-    terminal's width, and exit; a rank that gave up (or was ended) stays MIN_LINGER_S, as it
-    may serve the store its peers still read."""
+    """Print `line` in one write and exit; a rank that gave up lingers, as it may serve the store."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -1,9 +1,5 @@
-"""The one per-rank entry point of every benchmark under every launcher.
-
-`rank_main(run)` joins the world, gathers where every rank runs into meta.json, hands the
-benchmark a `Session` (device, progress, the writer of rows and samples), and turns a lost peer,
-a timeout or Ctrl-C into one line and an exit code.
-"""
+"""The one per-rank entry point of every benchmark: join the world, hand the benchmark a `Session`, and turn a
+lost peer, a timeout or Ctrl-C into one line and an exit code."""
 from __future__ import annotations
 
 import os
@@ -22,15 +18,7 @@ import torch.distributed as dist
 
 from allreduce_bench.core.environment import RankEnv, export_for_env_init, launcher_env, master_of, under_elastic_agent
 from allreduce_bench.core.errors import is_out_of_memory
-from allreduce_bench.core.measure import (
-    binding,
-    flight_recorder,
-    link_peaks,
-    nccl_debug,
-    scheduling,
-    stopped,
-    world,
-)
+from allreduce_bench.core.measure import binding, flight_recorder, link_peaks, nccl_debug, scheduling, stopped, world
 from allreduce_bench.core.measure import meta as run_meta
 from allreduce_bench.core.measure.console import RowBar
 from allreduce_bench.core.measure.context import LocalRun, Run
@@ -66,8 +54,7 @@ def _quiet_interrupt(signum, frame) -> None:
 
 @dataclass(frozen=True)
 class Joined:
-    """A rank in its world: its device, where it runs, and who came (a world of the ranks that
-    arrive: `presence.env` is this rank's place in it, None when it sits out)."""
+    """A rank in its world: device, binding, placement and who came (None: all launched ranks)."""
 
     device: Device
     binder: binding.Binder
@@ -76,9 +63,7 @@ class Joined:
 
 
 def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
-    """This rank's device, binding and place in the default process group, the same way for
-    every benchmark and launcher; the binding is applied before the process group's threads
-    start. A rank that cannot join exits with one line. `local`: a rank of a local world."""
+    """This rank's device, binding and place in the default group; one line and exit if it cannot join."""
     launch = run.launch
     nccl_debug.enable(launch)  # before NCCL's first call: it reads NCCL_DEBUG* once per process
     flight_recorder.enable(launch)  # before the process group: torch reads TORCH_FR_* then
@@ -86,7 +71,7 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
     if under_elastic_agent():  # under torchrun or a local run: the agent handles ^C
         signal.signal(signal.SIGINT, _quiet_interrupt)
     device = make_device(launch.device, env.local_rank, env.local_world_size, launch.timeout_s)
-    device.before_clock = run.hooks.call.before_clock(rank=env.rank)
+    device.before_sample = run.hooks.call.before_sample(rank=env.rank)
     # before the binding (which depends on it) and before gloo starts the threads that inherit it
     sched = scheduling.apply(launch.sched, device.kind)
     # an emulated cluster's hosts share this machine's CPUs: its ranks are all local ranks here
@@ -113,8 +98,7 @@ def join_world(run: Run, env: RankEnv, local: bool = False) -> Joined:
 
 
 class Session:
-    """One rank's services, the same for every benchmark: its run, place, device (and clock),
-    progress, and the writer of rows and samples (rank 0 writes)."""
+    """One rank's services, the same for every benchmark; rank 0 writes rows and samples."""
 
     def __init__(self, run: Run, env: RankEnv, joined: Joined, progress: Progress, hosts: list[str],
                  local: bool = False):
@@ -134,9 +118,7 @@ class Session:
         self._samples = SamplesWriter(out_dir) if self.writer else None
 
     def record(self, row: dict, samples=None) -> None:
-        """Keep one finished measurement: its row and, on rank 0, its raw per-rank samples
-        (a DataFrame in the samples schema, or None). Called on every rank, between two
-        measurements (the hooks' `row_recorded` runs then)."""
+        """Keep one finished measurement's row and raw samples (rank 0); every rank calls it."""
         if self.writer:
             assert self._rows is not None and self._samples is not None  # the writer's
             if samples is not None and len(samples):
@@ -151,7 +133,6 @@ class Session:
         self.run.hooks.call.row_recorded(session=self)
 
     def expect(self, rows: int, what: str) -> None:
-        """Show a progress bar over the `rows` this run will record (rank 0, a terminal)."""
         if self.writer:
             self.bar = RowBar(rows, what)
 
@@ -160,9 +141,7 @@ class Session:
             self.bar.close()
 
     def bind_phase(self, world_size: int) -> None:
-        """Before the sub-world of the first `world_size` ranks measures: its ranks on each
-        host are placed again as that many local ranks (the others wait, where they are), and
-        rank 0 writes the placements to meta.json `binding.<world_size>`. Collective."""
+        """Place the first `world_size` ranks again for their sub-world, into meta.json. Collective."""
         if self.binder is None:
             return
         members = binding.local_members(world_size, self.env.rank, self.hosts,
@@ -178,9 +157,7 @@ class Session:
                     "summary": binding.summary(placements, self.hosts), "ranks": placements}})
 
     def with_peak(self, row: dict) -> dict:
-        """`link_peak_GBps` (the link class bounding this row's world: its `link`, else intra
-        inside one node and inter across nodes; a rate the launcher knows, e.g. an emulated
-        cluster's shaped link, before one measured) and busbw as a percentage of it."""
+        """The row with its link's peak and busbw as a percentage of it."""
         busbw = row.get("busbw_GBps")
         if busbw is None:
             return row
@@ -192,13 +169,7 @@ class Session:
 
 
 def rank_main(run: Run, env: RankEnv | None = None, local: LocalRun | None = None) -> bool:
-    """Measure `run`'s benchmark on this rank; returns whether this process finishes the run:
-    rank 0, or the first rank of a world of the ranks that came (rank 0 may sit out). `local`:
-    the LocalRun of a local world's driver (None under a launcher).
-
-    A collective that fails or times out ends this process at once with exit code 3 and one
-    line naming the step and the missing rank (measure/progress.py); rows already written stay.
-    """
+    """Measure `run`'s benchmark on this rank; True where this process finishes the run."""
     env = env or launcher_env()
     assert env is not None, "a rank runs under the driver or a launcher"
     run.hooks.call.rank_starting(rank=env.rank)
@@ -224,8 +195,7 @@ def rank_main(run: Run, env: RankEnv | None = None, local: LocalRun | None = Non
 
 def _measure_or_exit(run: Run, env: RankEnv, joined: Joined, progress: Progress,
                      local: LocalRun | None) -> int:
-    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process with one line
-    (and, in a local world, the ranks it gave up on for its driver: progress.leave_lost)."""
+    """The benchmark's #wrong; a lost peer, a timeout or Ctrl-C ends the process in one line."""
     launch = run.launch
     try:
         hosts = _gather_meta(run, env, joined)
@@ -256,8 +226,7 @@ def _measure_or_exit(run: Run, env: RankEnv, joined: Joined, progress: Progress,
 
 
 def _write_parquet(out_dir) -> None:
-    """results.parquet beside the CSV once this world is done; the CSV stays the record.
-    Nothing when no row was measured (a health check whose only pair lost a member)."""
+    """results.parquet beside the CSV (which stays the record), where rows were measured."""
     if not (Path(out_dir) / RESULTS_FILE).exists():
         return
     try:
@@ -268,10 +237,7 @@ def _write_parquet(out_dir) -> None:
 
 
 def _gather_meta(run: Run, env: RankEnv, joined: Joined) -> list[str]:
-    """Where every rank runs and the link peaks it can know, into meta.json (rank 0 writes; a
-    new run starts its meta here when no driver did, as under a launcher). On CPU, ranks 0 and 1
-    first time a short point-to-point probe; the world's peaks go to meta.json `peaks.<N>`, its
-    ranks' placements to `binding.<N>`. Returns every rank's hostname (for the raw samples)."""
+    """Where every rank runs and its link peaks, into meta.json (rank 0); every rank's hostname."""
     device, launch = joined.device, run.launch
     probe_GBps = probe_bytes = None
     if device.kind == "cpu" and env.world_size > 1:

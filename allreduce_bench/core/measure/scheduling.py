@@ -1,13 +1,4 @@
-"""`--sched auto|fifo|other`: the scheduling policy of a rank's threads, set on the rank before
-it joins (before gloo starts its threads, which inherit it).
-
-Why: on a small VM gloo's calls switch between a fast state and one a scheduler tick slower,
-as often as the machine's other work says; with every rank's threads SCHED_FIFO (priority 1) a
-woken gloo thread runs at once, and nothing else tried moved it consistently (doc/noise.md has
-the rounds). gloo waits by blocking, so a FIFO rank gives its CPU back whenever it waits, and
-RT throttling leaves other work 5%. It needs root or an RLIMIT_RTPRIO >= 1: without, the rank
-runs as it was started and meta.json says why.
-"""
+"""`--sched`: a rank's threads SCHED_FIFO (a woken gloo thread runs at once: doc/noise.md) where permitted."""
 from __future__ import annotations
 
 import os
@@ -21,8 +12,7 @@ PRIORITY = 1  # the lowest real-time priority: above every normal thread, below 
 
 @dataclass(frozen=True)
 class Sched:
-    """What one rank runs with: `asked` (the option, auto resolved), `policy` fifo | other, and
-    `why` one line for meta.json and the summary."""
+    """What one rank runs with: `asked`, `policy` fifo | other, and `why` for meta.json."""
 
     asked: str
     policy: str
@@ -37,8 +27,7 @@ class Sched:
 
 
 def set_fifo(priority: int = PRIORITY) -> str | None:
-    """Every thread of this process SCHED_FIFO at `priority` (threads started later inherit it);
-    None when done, else why not (the threads keep their policy)."""
+    """Every thread of this process SCHED_FIFO at `priority`; None when done, else why not."""
     try:
         tasks = [int(task.name) for task in Path("/proc/self/task").iterdir()]
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
@@ -56,7 +45,6 @@ def set_fifo(priority: int = PRIORITY) -> str | None:
 
 
 def apply(option: str, device: str, times_collectives: bool = True) -> Sched:
-    """Set this rank's policy as --sched asks (see `wanted`) and say what it runs with."""
     policy = wanted(option, device, times_collectives)
     if policy == "other":
         return Sched(option, "other", f"--sched {option}: as started")

@@ -1,35 +1,5 @@
-"""The one timing loop of every benchmark: calibrated samples of back-to-back calls.
-
-A *sample* is `loops` back-to-back calls of the built algorithm between two clock reads on
-every rank; its time per call is the interval / loops. Before each sample the ranks align
-(a barrier, outside the clock; on GPU also a short device-side spin, the same on every rank,
-so the host has queued the whole sample before its start event fires and the interval holds
-no launch overhead). Results of collectives reach the host through `device.read`, within
---timeout.
-
-The ranks leave the barrier at different instants (its *exit skew*). A rank that leaves early
-starts its clock early and waits inside the first call for the last one, so the slowest rank's
-interval (the sample's time) holds that skew once per sample, however many calls follow. The
-skew of a sample is measured as the slowest minus the fastest rank's interval (the late rank's
-lag: the rank that started last measures the shortest interval).
-
-`loops` is calibrated per measurement, as pyperf does, so a sample lasts at least
-`min_sample_s` AND the skew measured in the calibration samples is at most `max_skew_share` of
-it: back-to-back calls amortise the skew, as nccl-tests' 20 calls do, but only as many as this
-machine's skew needs. A sample is never stretched beyond `max_sample_s`, nor beyond the
-budget's share of one of `min_samples` samples, for the skew's sake (a rank descheduled for
-milliseconds would ask for seconds, and the run's length would follow): there the row's
-`skew_share` says how much of a sample was skew. Samples whose median falls short of
-`min_sample_s` (the calibration saw slow calls) are taken again with the loops that median asks.
-A sample's length is the longer of its interval and the host's time to queue its calls: on a
-GPU with nothing to do (one rank: NCCL launches nothing for an in-place sum) the interval is
-~0, and without the host's time the loops would run to `max_loops`. The number of samples then
-fits a time budget by each sample's wall time (alignment, spin and reads included): small
-sizes get many, large ones at least `min_samples`. Both can be fixed by hand.
-
-Everything that decides a count (loops, samples) is computed from times MAX-reduced over the
-ranks, so every rank makes the same number of calls.
-"""
+"""The one timing loop of every benchmark: calibrated samples of back-to-back calls, every count decided over
+the ranks so all make the same calls (doc/methodology.md, "The sample loop")."""
 from __future__ import annotations
 
 import math
@@ -51,21 +21,8 @@ if TYPE_CHECKING:
 def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: float,
                     max_loops: int, max_skew_share: float | None = None,
                     max_sample_s: float = math.inf) -> tuple[int, float]:
-    """(loops, seconds its sample took): the smallest loops (within max_loops) whose sample
-    lasts >= min_sample_s and >= its skew / max_skew_share (up to max_sample_s).
-
-    `sample(loops)` times one sample: (the slowest rank's seconds, the skew it held: slowest
-    minus fastest rank's seconds), the same on every rank. From a first sample of one call,
-    jump to the estimate (with 20% headroom), then confirm; at most a few samples are spent,
-    and they double as warm-up. Each sample's own skew sets what the next must reach; the
-    estimate counts the skew once per sample and the calls at the fastest pace seen so far
-    (took - skew: the late rank's interval, which holds the calls and no waiting).
-
-    One call that reaches the minimum alone is not trusted: gloo has two states (a 256K
-    AllReduce at ~0.3 or ~2 ms per call), and a slow first call would fix loops at 1 in the
-    slow state, so the median of a row jumped between the states from run to run (doc/
-    methodology.md, "Runs that agree"). A second call confirms it; the faster pace of the two
-    decides."""
+    """(loops, seconds): the fewest loops whose sample lasts min_sample_s and skew / max_skew_share; one call
+    that reaches it alone is confirmed by a second (doc/methodology.md, "Calls with two states")."""
     loops, pace = 1, math.inf
     for attempt in range(8):
         took, skew = sample(loops)
@@ -86,13 +43,11 @@ def calibrate_loops(sample: Callable[[int], tuple[float, float]], min_sample_s: 
 
 
 def longest_sample_s(sampling: Sampling) -> float:
-    """How long the skew may make a sample: max_sample_s, and no longer than the budget still
-    holds min_samples samples (the run's length stays the budget's)."""
+    """How long the skew may make a sample: within max_sample_s and the budget's min_samples."""
     return min(sampling.max_sample_s, sampling.budget_s / max(sampling.min_samples, 1))
 
 
 def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples: int) -> int:
-    """As many samples as fit the budget, within [min_samples, max_samples]."""
     fit = int(budget_s / sample_s) if sample_s > 0 else max_samples
     return max(min_samples, min(max_samples, fit))
 
@@ -100,7 +55,6 @@ def plan_samples(sample_s: float, budget_s: float, min_samples: int, max_samples
 # --- the loop ---------------------------------------------------------------------------------
 
 def slowest(values: list[float], group, device: Device) -> list[float]:
-    """Element-wise MAX over the group's ranks."""
     t = torch.tensor(values, dtype=torch.float64, device=device.torch_device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return device.read(t)
@@ -115,25 +69,22 @@ def gather(values: list[float], group, device: Device) -> list[list[float]]:
 
 
 def total(count: int | torch.Tensor, group, device: Device) -> int:
-    """A count (an int, or a tensor on the device not read yet) summed over the group's ranks,
-    read within the device's timeout (#wrong of a check)."""
+    """A count (an int, or a device tensor not read yet) summed over the group, read within the device's timeout."""
     t = torch.as_tensor(count, dtype=torch.int64, device=device.torch_device).reshape(1)
     dist.all_reduce(t, group=group)
     return int(device.read(t)[0])
 
 
 def take_samples(call: Callable[[], None], device: Device, group, loops: int, count: int,
-                 host_launch: bool = False, before_clock: Callable[[], None] | None = None) -> list[float]:
-    """This rank's time per call (us) in each of `count` samples of `loops` calls, each
-    sample started after an alignment over `group` (then a device-side spin, unless
-    `host_launch`) and `before_clock` (a hook that makes a rank late on purpose)."""
+                 host_launch: bool = False, before_sample: Callable[[], None] | None = None) -> list[float]:
+    """This rank's time per call (us) in `count` samples of `loops` calls, each after `align` and `before_sample`."""
     timer = device.timer(count)
     spin = 0.0 if host_launch else device.launch_spin_s(loops, group)
 
     def align() -> None:
         device.align(group, spin)
-        if before_clock is not None:
-            before_clock()
+        if before_sample is not None:
+            before_sample()
 
     for i in range(count):
         take_sample(call, device, timer, i, loops, align)
@@ -142,8 +93,6 @@ def take_samples(call: Callable[[], None], device: Device, group, loops: int, co
 
 def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: int,
                 align: Callable[[], None]) -> None:
-    """Sample i of `timer`: `align()`, then `loops` calls between the timer's start and stop;
-    read the times once all are taken."""
     align()
     queued = time.perf_counter()  # outside the interval: only the calls are timed
     timer.start(i)
@@ -155,16 +104,8 @@ def take_sample(call: Callable[[], None], device: Device, timer, i: int, loops: 
 
 @dataclass(frozen=True)
 class Together:
-    """How a group sampling beside others coordinates with them (None: it samples alone).
-
-    `agree_over`: a larger group (e.g. dist.group.WORLD) whose ranks all sample at once, in
-    several groups side by side: loops and samples are decided, and times gathered, over it, so
-    every group makes the same number of calls and the result is the slowest group's.
-    `lockstep`: a larger group whose groups side by side must overlap in every sample (the rails
-    of one host pair, which on the emulated cluster share one link): loops and samples are
-    decided over it and every sample starts after an alignment over it, while the times are this
-    group's own. Without it such groups drift apart, and a group sampling alone reads up to L
-    times the bandwidth of one sharing the link."""
+    """How a group sampling beside others coordinates: `agree_over` decides counts and gathers times over a larger
+    group; `lockstep` also aligns every sample over it (rails sharing a link), times the group's own."""
 
     agree_over: Any = None
     lockstep: Any = None
@@ -175,7 +116,6 @@ ALONE = Together()
 
 @dataclass(frozen=True)
 class Measured:
-    """One measurement: every rank's per-call times per sample, and how they were taken."""
 
     per_rank_us: list[list[float]]  # [rank][sample], group-rank order
     loops: int
@@ -184,8 +124,7 @@ class Measured:
 
 def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
            together: Together = ALONE) -> Measured:
-    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`
-    (None: the default world), coordinated with the groups beside it as `together` says."""
+    """Warm up, calibrate, take the samples, gather every rank's times. Collective on `group`."""
     # counts are decided over `agree`, samples aligned over `aligned`, times gathered over `kept`
     lockstep = together.lockstep
     agree = lockstep if lockstep is not None else group if together.agree_over is None else together.agree_over
@@ -197,10 +136,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
     wall = [0.0]  # the last calibration sample's wall time, the longest rank's
 
     def one_sample(loops: int) -> tuple[float, float]:
-        """(the slowest rank's seconds, its skew) of one sample, over `agree`: the longer of
-        its interval and the host's queueing of its calls. The skew is taken within the ranks
-        aligned together: how much later than the first of them each rank started (its
-        interval's shortfall from their longest)."""
+        """(slowest rank's seconds, its skew) of one sample: its interval or the host's queueing."""
         started = time.perf_counter()
         mine = take_samples(call, device, aligned, loops, 1, sampling.host_launch)[0] * loops / 1e6
         wall_s = time.perf_counter() - started
@@ -220,7 +156,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
         count = sampling.samples or plan_samples(max(took, wall[0]), sampling.budget_s,
                                                  sampling.min_samples, sampling.max_samples)
         return take_samples(call, device, aligned, loops, count, sampling.host_launch,
-                            device.before_clock), count
+                            device.before_sample), count
 
     mine, count = take(loops, took)
     again = None
@@ -234,11 +170,7 @@ def sample(call: Callable[[], None], device: Device, group, sampling: Sampling,
 
 
 def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tuple[int, float] | None:
-    """(loops, seconds a sample of them takes) where the median of the samples taken (`per_call_us`,
-    the slowest rank's time per call in each) lasted under min_sample_s: the calibration saw
-    slow calls (gloo's slow state on a VM: 2-6 ms where the median call takes 0.3 ms), and
-    the samples hold fewer calls than they should. None where they are long enough (or max_loops
-    is reached). Decided from the median, which one or two calibration calls cannot mislead."""
+    """(loops, seconds) where the median sample fell short of min_sample_s; None otherwise."""
     median_s = sorted(per_call_us)[len(per_call_us) // 2] / 1e6
     if median_s * loops >= sampling.min_sample_s or loops >= sampling.max_loops:
         return None
@@ -247,8 +179,7 @@ def recalibrated(per_call_us: list[float], loops: int, sampling: Sampling) -> tu
 
 
 def busy_wait_call(seconds: float) -> Callable[[], None]:
-    """A call that spins for exactly `seconds` and communicates nothing: the harness's own bias
-    is what it reports beyond `seconds` (scripts/perf_core.py)."""
+    """A call that spins for exactly `seconds`: what is reported beyond it is the harness's bias."""
     def call() -> None:
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:

@@ -1,15 +1,4 @@
-"""The per-rank view of a (sub-)world: who I am, my node, and the process groups I talk on.
-
-Nodes are runs of `ranks_per_node` consecutive ranks, as every launcher numbers them. Besides
-the group of the whole (sub-)world, each rank gets its node's group (intra) and the group of the
-ranks with the same local rank on every node (inter), the two levels the hierarchical scheme
-works on. Groups are built with torch's own `new_group` / `new_subgroups_by_enumeration`, by
-every rank in the same order (a bound NCCL default group splits each inside `new_group`, a
-collective over all ranks: algorithms/nccl.py), with the run's timeout.
-
-`join_present` forms the default group from the launched ranks that arrive in time instead
-of all of them (health: a host that hangs while it starts is judged, not waited for).
-"""
+"""The per-rank view of a (sub-)world: who I am, my node, and the groups I talk on (the whole, intra, inter)."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,17 +33,13 @@ class CommGroup:
         return len(self.ranks)
 
     def peer(self, offset: int) -> int:
-        """Global rank of the member `offset` places after me on the ring."""
         return self.ranks[(self.rank + offset) % self.size]
 
 
 @dataclass(frozen=True)
 class World:
-    """What an algorithm's `build(tensor, world)` gets; the public surface for plug-ins is
-    `rank`, `size`, `process_group` (the whole (sub-)world's torch ProcessGroup; None means the
-    default group, which torch's calls accept as is), `group`, `intra` and `inter` (CommGroups:
-    `pg`, `ranks` = global ranks in group order, `rank`, `size`, `peer(offset)`),
-    `ranks_per_node`, `nodes` and `device` (`device.torch_device`)."""
+    """What an algorithm's `build` gets; plug-ins may use `rank`, `size`, `process_group` (None: the default
+    group), `group`, `intra`, `inter`, `ranks_per_node`, `nodes` and `device`."""
 
     group: CommGroup  # the whole (sub-)world
     intra: CommGroup  # my node
@@ -80,16 +65,13 @@ class World:
         return self.size // self.ranks_per_node
 
     def close(self) -> None:
-        """Free this world's own groups (NCCL communicators hold device memory), in the same
-        order on every rank: NCCL's finalize of a communicator may wait for its peers."""
+        """Free this world's groups in the same order on every rank (NCCL's finalize may wait)."""
         for group in dict.fromkeys((self.group.pg, self.intra.pg, self.inter.pg)):
             if group is not None and group != dist.GroupMember.WORLD:
                 dist.destroy_process_group(group)
 
 
 def group_timeout(device: Device, timeout_s: float) -> timedelta:
-    """A sub-group's collective timeout: the default group's for this run (--timeout; NCCL's
-    with the watchdog's grace), not torch's 10- or 30-minute default."""
     return process_group_options(dist.get_backend(), device, timeout_s)["timeout"]
 
 
@@ -102,11 +84,7 @@ def _subgroup(lists: list[list[int]], me: int, timeout: timedelta) -> CommGroup 
 
 
 def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: float) -> World | None:
-    """Build the groups of the sub-world made of global ranks 0..world_size-1.
-
-    Collective: every rank of the default group must call it with the same arguments (torch
-    requires all ranks to take part in creating any group). Ranks outside get None.
-    """
+    """The groups of the sub-world of ranks 0..world_size-1 (collective; ranks outside get None)."""
     me, total = dist.get_rank(), dist.get_world_size()
     if world_size > total:
         raise UsageError(f"world size {world_size} is larger than the {total} ranks launched; "
@@ -123,25 +101,18 @@ def make_world(world_size: int, ranks_per_node: int, device: Device, timeout_s: 
         return None
     assert intra is not None and inter is not None  # a rank of the world is in one of each
     world = World(CommGroup(pg, tuple(members), me), intra, inter, per_node, device)
-    # Touch every group once so communicators NCCL creates at the first collective (no GPU
-    # binding) exist before any timing, and batch_isend_irecv is never the first call on a group.
+    # communicators NCCL creates at the first collective exist before any timing
     for group in (world.group, world.intra, world.inter):
         device.barrier(group.pg)
     return world
 
 
-# Ranks outside a sub-world wait for it without a collective timeout: --timeout bounds each
-# collective, and a whole phase (every algorithm at every size) may well take longer.
+# ranks outside a sub-world wait out its whole phase, which --timeout (per collective) does not bound
 SIT_OUT_LIMIT = timedelta(days=7)
 
 
 def end_phase(world: World | None, name: str, device: Device) -> None:
-    """Close a phase measured on a sub-world, on every rank of the default group.
-
-    The sub-world's rank 0 marks `name` done in the launcher's store; ranks outside the
-    sub-world wait for that mark, then everyone meets at a barrier. A rank that dies meanwhile
-    is seen by the launcher, which stops the job.
-    """
+    """Close a sub-world's phase on every rank: its rank 0 marks it done, the others wait, all meet."""
     store = dist.PrefixStore("allreduce_bench/phases", dist.distributed_c10d._get_default_store())
     if world is None:
         store.wait([name], SIT_OUT_LIMIT)
@@ -163,16 +134,13 @@ class Presence:
     """Who came when a world was formed from the ranks that arrived (`join_present`)."""
 
     members: tuple[int, ...]  # launched ranks in the world, in the order of their new ranks
-    # per launched rank: its hostname, None if it never came (one that came too late, or whose
-    # host was short of a rank, has its name but sits out)
+    # per launched rank: its hostname, None if it never came
     hostnames: tuple[str | None, ...]
     env: RankEnv | None  # this rank's RankEnv in the world (renumbered), None when it sits out
     store: Any = field(default=None, repr=False, compare=False)  # the join's store
     serves: bool = False  # this process serves it (rank 0 under srun/mpirun)
 
     def leads(self) -> bool:
-        """The world's first rank finishes the run (summary, exit code): rank 0 may have never
-        come, or sit out."""
         return self.env is not None and self.env.rank == 0
 
     def end_world(self) -> None:
@@ -181,9 +149,7 @@ class Presence:
             self.store.set("ended", "1")
 
     def sit_out(self) -> None:
-        """A rank left out of the world: leave at once, unless it serves the store the world
-        meets on (rank 0 under srun/mpirun whose host is short of a rank): then stay until the
-        world's first rank says it is done."""
+        """Leave at once, unless this rank serves the world's store: then stay until the world is done."""
         if not self.serves:
             return
         while not self.store.check(["ended"]):
@@ -192,10 +158,8 @@ class Presence:
 
 
 def _launch_store(env, timeout: timedelta, serves: bool):
-    """The store every rank of the launch can reach without waiting for the others: torch's
-    elastic agent's (torchrun, a local run: a client of it), else one rank 0 serves at
-    MASTER_ADDR:MASTER_PORT (srun, mpirun) that does not wait for its clients, as env://'s
-    does. Raises RuntimeError, one line, when it does not answer within `timeout`."""
+    """The store every launched rank reaches without waiting for the others: the agent's, else one rank 0
+    serves; RuntimeError (one line) when it does not answer within `timeout`."""
     addr, port = master_of(env)  # set by the launcher, or found by launcher_env
     if addr is None or port is None:
         raise RuntimeError("the launch's store has no address: set MASTER_ADDR and MASTER_PORT")
@@ -204,8 +168,7 @@ def _launch_store(env, timeout: timedelta, serves: bool):
         f"the launch's store at {addr}:{port}, served by {'the launcher' if agent else 'rank 0'}, "
         f"did not answer in {timeout.total_seconds():g} s" + ("" if agent else
         ": rank 0 hung or died at start-up, and the others cannot meet without it"))
-    # wait for the listener with plain sockets: torch's client logs every retry, with a C++
-    # stack, for as long as it waits; it is asked only once something listens
+    # plain sockets first: torch's client logs every retry with a C++ stack
     if not serves and not _listening(addr, port, timeout.total_seconds()):
         raise failed
     try:
@@ -244,17 +207,14 @@ def _quiet_stderr():
 
 
 def whole_hosts(arrived: set[int], launched: int, ranks_per_node: int) -> tuple[int, ...]:
-    """The arrived ranks of hosts every rank of which arrived: a host short of a rank is
-    judged as a whole (its other ranks sit out), so every host in the world has the same
-    ranks per node. Hosts are runs of `ranks_per_node` consecutive ranks."""
+    """The arrived ranks of hosts all of whose ranks arrived (same ranks per node everywhere)."""
     L = max(1, ranks_per_node)
     return tuple(r for r in range(launched)
                  if all(n in arrived for n in range(r // L * L, min(launched, r // L * L + L))))
 
 
 def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
-    """Wait until every launched rank came or `timeout_s` passed since this one did; the first
-    rank to stop waiting sets the members (compare-and-set: one list wins, all read it)."""
+    """Wait for every rank or `timeout_s`; the first to stop waiting sets the members (compare-and-set)."""
     arrived_at = time.monotonic()
     while not store.check(["members"]):
         if store.add("count", 0) >= env.world_size or time.monotonic() - arrived_at > timeout_s:
@@ -267,20 +227,8 @@ def _members(store, env, timeout_s: float, ranks_per_node: int) -> list[int]:
 
 def join_present(env, backend: str, options: dict, timeout_s: float, hostname: str,
                  ranks_per_node: int) -> Presence:
-    """Form the default process group from the launched ranks that arrive within `timeout_s`
-    instead of waiting for all (init_process_group over every launched rank waits, then fails,
-    when one hung at start-up). Every rank says it came on the launcher's store and waits
-    until all have come or `timeout_s` after its own arrival (`_members`); the world is made of
-    the members, renumbered in launched order. Returns the Presence, whose `env` is this rank's
-    place in that world (None when it sits out: it came late or its host is short of a rank).
-
-    The store must answer: under srun/mpirun rank 0 serves it, so a rank 0 that never came
-    fails every rank here (one line each, within `timeout_s`); under torchrun and a local
-    run the launcher's agent serves it, so a frozen rank 0 is left out like any other.
-
-    No `device_id`: bound to the GPU, torch would make every later NCCL group by splitting
-    this group's communicator, a collective over the whole world, where health's groups are
-    made by their members only (health/coordination.py)."""
+    """The default group of the ranks that arrive within `timeout_s` (health judges a host that hangs). No
+    `device_id`: torch would split this communicator for every later group, over the whole world."""
     serves = env.rank == 0 and not agent_store()
     store = dist.PrefixStore(JOIN_PREFIX, _launch_store(env, timedelta(seconds=timeout_s), serves))
     store.set(f"here/{env.rank}", hostname)

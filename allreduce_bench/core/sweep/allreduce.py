@@ -1,9 +1,4 @@
-"""The sweep on one (sub-)world: for each algorithm and size, one measurement
-(measure/collective.py: build, time, check) and its row.
-
-Timing is the one loop of measure/timing.py: calibrated samples of `loops` back-to-back calls,
-each rank's time per call kept per sample.
-"""
+"""The sweep on one (sub-)world: for each algorithm and size one measurement (build, time, check) and its row."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -33,7 +28,6 @@ from allreduce_bench.core.text import wrapped
 
 
 def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts: list[str]) -> passes.Item:
-    """One AllReduce measurement; sizes are whole elements (config/run.py run_sizes)."""
     def measure_once(sampling: timing.Sampling, check: bool):
         return measuring.measure(algorithms.lookup(name), world,
                                  measuring.Payload(count, torch_dtype(config.dtype)), sampling, check)
@@ -43,17 +37,13 @@ def allreduce_item(config: RunConfig, world: World, name: str, count: int, hosts
 
 
 def left_out(config: RunConfig, world_size: int) -> list[str]:
-    """The built-in algorithms world size 1 leaves out: with one rank they have no steps, and
-    the backend's own call (NCCL's pinned variants too) is what N=1 measures."""
+    """The built-ins world size 1 leaves out: with one rank they have no steps (the backend's call stays)."""
     return [name for name in config.algorithms if name in algorithms.BUILT_IN and name != "native"
             and name not in nccl.VARIANTS] if world_size == 1 else []
 
 
 def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]) -> int:
-    """Measure every algorithm at every size, then every other collective's, each in
-    `config.rounds` interleaved passes (sweep/passes.py); #wrong summed. A pinned NCCL variant
-    that NCCL refuses on this machine is left out, in one line (algorithms/nccl.py `refused`),
-    as are the hand-written algorithms at world size 1 (`left_out`)."""
+    """Every algorithm at every size, then every other collective's, in interleaved passes; #wrong summed."""
     out = left_out(config, world.size)
     if world.size == 1 and world.rank == 0:
         print(wrapped("allreduce-bench: world size 1 measures the backend's own call with no peer (NCCL "
@@ -73,9 +63,7 @@ def sweep(config: RunConfig, world: World, phase: passes.Phase, hosts: list[str]
 # --- the per-rank entry point ----------------------------------------------------------------
 
 class Phase:
-    """One world size's sweep as this rank reports it: which rows a resumed run has, where the
-    rank is (a failure names it), progress, the rows recorded, and on rank 0 one table per
-    (collective, algorithm) once its rows are settled, in size order."""
+    """One world size's sweep as this rank reports it: resumed rows, progress, rows and rank 0's tables."""
 
     def __init__(self, session: Session, console: Console, world_size: int, index: int, done: set):
         self.session, self.console, self.done = session, console, done
@@ -102,8 +90,7 @@ class Phase:
 
 
 def measure_phases(session: Session) -> int:
-    """Every world size of the run, one phase each: the sub-world of its first k ranks measures
-    the sweep while the other ranks wait; a resumed run's finished rows are skipped."""
+    """Every world size, one phase each: the first k ranks measure while the others wait."""
     config, env, device, progress = session.config, session.env, session.device, session.progress
     launch = session.launch
     ranks_per_node = launch.ranks_per_node or env.local_world_size
@@ -133,8 +120,7 @@ def measure_phases(session: Session) -> int:
 # --- the driver's side ---------------------------------------------------------------------
 
 def prepare(config: RunConfig) -> None:
-    """A fresh meta.json, or a resumed run's with this restart noted; a torn last row dropped
-    before anything reads which rows are done."""
+    """A fresh meta.json, or a resumed run's with this restart noted; a torn last row dropped."""
     stored = read_meta(config.launch.out_dir)
     if stored.get("run_id") == config.launch.run_id:
         restarts = stored.get("resumed", []) + [{
@@ -148,7 +134,7 @@ def prepare(config: RunConfig) -> None:
 
 
 def world_sizes_to_do(config: RunConfig) -> list[int]:
-    """The world sizes with a row still missing (all of them, unless the run is resumed)."""
+    """The world sizes with a row still missing."""
     done = resume.done_keys(config.launch.out_dir, config.launch.run_id)
     return [k for k in config.launch.world_sizes
             if any(key not in done and key[0] not in left_out(config, k)

@@ -1,18 +1,5 @@
-"""The sweep of every collective other than AllReduce on one (sub-)world (`run --collectives`).
-
-Sizes are the whole buffer, as nccl-tests prints them: a requested size becomes the count and
-size its GetCollByteCount gives (metrics.collective_counts), so AllGather, ReduceScatter and
-AllToAll measure N parts of one rank's count (16-byte aligned) and rows line up with an imported
-nccl-tests log size for size. A size too small for one element per rank is skipped. Rows are
-out of place (Broadcast and Reduce in place, as torch's calls are), named benchmark = the
-collective, and say in `runs_as` when the backend ran another collective in its place. With
-`--in-place`, AllGather and ReduceScatter are measured a second time in place (nccl-tests'
-in-place columns), each algorithm's sizes after its out-of-place ones, in rows named
-benchmark = <collective>-in-place. As AllReduce's, every measurement runs in `--rounds`
-interleaved passes and its row pools them (before, these rows were one pass of the whole budget
-beside AllReduce rows of four: a decomposition compared differently sampled rows, and `compare`
-saw one round).
-"""
+"""The sweep of every collective other than AllReduce (`run --collectives`), at nccl-tests' counts
+(metrics.collective_counts), so rows line up with an imported nccl-tests log."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,17 +15,14 @@ from allreduce_bench.core.sweep.rows import Point, pooled_row
 
 
 def label(collective: str, name: str, in_place: bool = False) -> str:
-    """How progress, the console and resume name a measurement: ring of AllGather is
-    all_gather/ring, its in-place half all_gather-in-place/ring (AllReduce's algorithms keep
-    their bare names): `<benchmark>/<algorithm>`, as results/resume.py reads rows back."""
+    """How progress, the console and resume name a measurement: `<benchmark>/<algorithm>` (bare for AllReduce)."""
     if collective == "all_reduce":
         return name
     return f"{metrics.benchmark_of(collective, in_place)}/{name}"
 
 
 def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int, int]]:
-    """(label, world size, size_bytes) of every measurement at this world size, as resume
-    keys them (AllReduce's included)."""
+    """(label, world size, size_bytes) of every measurement at this world size, as resume keys them."""
     keys = [(a, world_size, s // config.itemsize * config.itemsize)
             for a in config.algorithms for s in config.sizes]
     for collective, names in config.collectives:
@@ -51,9 +35,7 @@ def measurement_keys(config: RunConfig, world_size: int) -> list[tuple[str, int,
 
 def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ...],
           phase: passes.Phase, hosts: list[str]) -> int:
-    """Measure each named algorithm of `collective` at every size, in each of its halves
-    (out of place, then in place with --in-place), in `config.rounds` interleaved passes as
-    AllReduce's sweep does; #wrong summed."""
+    """Each named algorithm of `collective` at every size and half, in interleaved passes; #wrong summed."""
     items = []  # in the order rows come
     for name in names:
         algorithm = algorithms.lookup(name, collective)
@@ -69,7 +51,6 @@ def sweep(config: RunConfig, world: World, collective: str, names: tuple[str, ..
 
 @dataclass(frozen=True)
 class Measurement:
-    """One (collective, algorithm, half, size) of the sweep."""
 
     collective: str
     name: str
@@ -80,9 +61,7 @@ class Measurement:
 
 
 def collective_item(config: RunConfig, world: World, m: Measurement, hosts: list[str]) -> passes.Item:
-    """One measurement of a collective by an algorithm in one half."""
-    # the first half is out of place where the collective has it (Broadcast and Reduce are in
-    # place, as torch's calls are); the second is in place
+    # the first half out of place where the collective has it, the second in place
     in_place = m.in_place_half or measuring.MODES[m.collective][0]
 
     def measure_once(sampling, check: bool):

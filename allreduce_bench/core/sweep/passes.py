@@ -1,10 +1,5 @@
-"""The interleaved passes every sweep runs (AllReduce's and the other collectives'): each
-measurement in `config.rounds` passes that alternate direction (measure/rounds.py), calibrated
-and planned in the first, checked in the last, its row pooled from all of them; rows whose
-median cannot be trusted yet get extra rounds within --extra-budget (`extra_rounds`).
-
-A sweep hands over its measurements as `Item`s: what resume and progress call it, how to
-measure it once, and how to make its row from its rounds."""
+"""The interleaved passes every sweep runs (measure/rounds.py): calibrated in the first, checked in the last,
+rows pooled from all; rows not yet trusted get extra rounds within --extra-budget."""
 from __future__ import annotations
 
 from collections import Counter
@@ -22,7 +17,6 @@ from allreduce_bench.core.measure.world import World
 
 @dataclass(frozen=True)
 class Item:
-    """One measurement of a sweep."""
 
     label: str  # as progress, the console and resume name it (collectives.label)
     size_bytes: int
@@ -33,7 +27,7 @@ class Item:
 
 
 class Phase(Protocol):
-    """What a sweep reports to (sweep/allreduce.py's one per world size)."""
+    """What a sweep reports to."""
 
     def wanted(self, label: str, size_bytes: int) -> bool:
         """False to skip a measurement (a resumed run's finished row); the same on every rank."""
@@ -49,10 +43,8 @@ class Phase(Protocol):
 
 
 def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int:
-    """Measure `items` in the rounds' order and record each row once it is done: after its last
-    round, or, for a row flagged `unstable` there, after the extra round that settles it or the
-    last one the extra budget allows (`extra_rounds`). Whether to measure an item is asked once
-    and remembered. #wrong summed over the rows."""
+    """Measure `items` in the rounds' order, recording each row after its last round (or its extra rounds);
+    the number of wrong elements summed."""
     wrong_total, last = 0, config.rounds - 1
     skipped, unsettled = set(), []
     taken: dict[tuple[str, int], list] = {}
@@ -97,11 +89,8 @@ def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int
 
 def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: dict,
                  measure: Callable, emit: Callable) -> None:
-    """Rows flagged `unstable` after the planned rounds get more, in passes over them that
-    alternate direction as the planned ones do, each row leaving as soon as it is no longer
-    flagged, until the sweep's share of --extra-budget is spent (`extra_share`): counted in the
-    time its calls took (the same on every rank, which all stop at the same row), at least each
-    round's own budget. The rows left are emitted as they stand, still flagged."""
+    """Extra alternating rounds for rows flagged `unstable`, each leaving once settled, until this sweep's
+    share of --extra-budget is spent (the same on every rank); the rest are emitted flagged."""
     spent, budget, index = 0.0, extra_share(config), config.rounds
     while unsettled and spent < budget:
         order = unsettled if (index - config.rounds) % 2 else unsettled[::-1]
@@ -120,15 +109,13 @@ def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: di
 
 
 def calls_s(measured: timing.Measured, warmup: int) -> float:
-    """Seconds the calls of one measurement took, by its slowest rank's median: its samples'
-    loops and the warm-up calls."""
+    """Seconds one measurement's calls took, by its slowest rank's median."""
     per_call_us = float(np.median(np.max(np.asarray(measured.per_rank_us, dtype=float), axis=0)))
     return per_call_us * 1e-6 * (measured.samples * measured.loops + warmup)
 
 
 def extra_share(config: RunConfig) -> float:
-    """This sweep's share of --extra-budget: the run's budget split evenly over its world sizes
-    and collectives (each a sweep of its own); none where --samples fixed the total."""
+    """This sweep's share of --extra-budget (none where --samples fixed the total)."""
     if config.sampling.samples is not None:
         return 0.0
     sweeps = len(config.launch.world_sizes) * (bool(config.algorithms) + len(config.collectives))

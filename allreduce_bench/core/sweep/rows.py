@@ -18,7 +18,7 @@ from allreduce_bench.core.results.schema import samples_frame
 
 
 class Sampled(Protocol):
-    """A config whose rows are sampled collectives (`run`'s, `links`', `health`'s)."""
+    """A config whose rows are sampled collectives."""
 
     @property
     def launch(self) -> LaunchConfig: ...
@@ -35,9 +35,7 @@ class Sampled(Protocol):
 
 @dataclass(frozen=True)
 class Point:
-    """What one measurement is: the algorithm of a collective at `count` elements; `size_bytes`
-    the whole buffer, as nccl-tests prints it (None: `count` elements); `in_place` the in-place
-    half of a collective measured in both (benchmark <collective>-in-place)."""
+    """One measurement: an algorithm of a collective at `count` elements (`size_bytes`: the whole buffer)."""
 
     algorithm: str
     count: int
@@ -48,10 +46,7 @@ class Point:
 
 def result_row(launch: LaunchConfig, world: World, stats: dict, columns: dict,
                bandwidth_of: str | None) -> dict:
-    """The one builder of a results row: `stats` as metrics.sample_stats makes them, `columns`
-    the measurement's (benchmark, collective, algorithm, dtype, size_bytes, count, timing,
-    samples, loops, warmup, wrong and the benchmark's own), algbw and busbw as `bandwidth_of`'s
-    (None: the time is no collective's, both NaN)."""
+    """The one builder of a results row; algbw and busbw as `bandwidth_of`'s (None: both NaN)."""
     median, size_bytes = stats["time_us_median"], columns["size_bytes"]
     return {
         "run_id": launch.run_id,
@@ -67,8 +62,7 @@ def result_row(launch: LaunchConfig, world: World, stats: dict, columns: dict,
 
 def make_row(config: Sampled, world: World, point: Point, measured: timing.Measured, wrong: int,
              ranks=None) -> dict:
-    """The row of one measurement of a collective. `ranks`: the global rank of each of
-    measured.per_rank_us's rows (default: the world's members in group-rank order)."""
+    """The row of one measurement; `ranks`: the global rank of each of per_rank_us's rows."""
     stats = metrics.sample_stats(measured.per_rank_us, measured.loops)
     stats["late_rank"] = list(ranks or world.group.ranks)[stats["late_rank"]]
     size_bytes = point.count * config.itemsize if point.size_bytes is None else point.size_bytes
@@ -82,8 +76,7 @@ def make_row(config: Sampled, world: World, point: Point, measured: timing.Measu
 
 def pooled_row(config: RunConfig, world: World, point: Point, per_round: list[timing.Measured],
                wrong: int, hosts: list[str]) -> tuple[dict, pd.DataFrame]:
-    """One row from all rounds of a measurement (statistics over the pooled samples, and how
-    much the rounds' medians differ) and its raw samples with their `round`."""
+    """One row from all rounds of a measurement, and its raw samples with their `round`."""
     times = [m.per_rank_us for m in per_round]
     pooled = timing.Measured(rounds.pooled(times), per_round[0].loops,
                              sum(m.samples for m in per_round))
@@ -92,8 +85,7 @@ def pooled_row(config: RunConfig, world: World, point: Point, per_round: list[ti
     row.update(rounds=agreement["rounds"], round_spread=agreement["round_spread"],
                round_p=agreement["round_p"],
                unstable=row["unstable"] or agreement["rounds_disagree"])
-    # one frame of the pooled samples (numbered on across rounds), each tagged with its round:
-    # a frame per round and a concat cost ~20 ms a row
+    # one frame tagged by round: a frame per round and a concat cost ~20 ms a row
     samples = samples_frame(row, pooled.per_rank_us, world.group.ranks, hosts)
     of_round = np.repeat(np.arange(len(per_round)), [m.samples for m in per_round])
     samples["round"] = np.tile(of_round, len(pooled.per_rank_us))
