@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-# meta.json's schema_version. 1 (no field): one timed call per iteration, five statistics per
-# row; 2: calibrated samples of `loops` back-to-back calls, raw per-rank samples kept; 3: the
-# rank most often late is `late_rank` (schema 2 called it `slowest_rank`, though it names the
-# rank that started last, not the slowest: results/load.py renames the old columns); 4:
-# `skew_share` (how much of a sample was the barrier's exit skew), and loops calibrated so it is
-# <= 1% where a sample of <= max_sample_s allows (older rows leave the column empty); 5: the
-# median's confidence interval and the fast and slow states' medians and shares, `unstable`
-# judged on the interval and the rounds (metrics.py) instead of the samples' spread.
+# meta.json's schema_version; doc/results.md says what each version changed
 SCHEMA_VERSION = 5
 SCHEMA_2_NAMES = {"slowest_rank": "late_rank", "slowest_rank_share": "late_rank_share",
                   "rank_lag_us": "late_rank_lag_us"}
@@ -78,10 +71,8 @@ def allreduce_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 0,
                   first_sample: int = 0) -> pd.DataFrame:
-    """The raw samples of one measurement in the samples.parquet schema: one row per (sample,
-    rank) with that rank's time per call. `ranks` are the global ranks of the measuring group
-    in group-rank order; `hosts` the hostname of every global rank (when known). One round of
-    a row measured in several (--rounds) numbers its samples on from `first_sample`."""
+    """One measurement's samples, a row per (sample, rank): `ranks` the group's global ranks in
+    group order, `hosts` every global rank's host; a later round numbers on from `first_sample`."""
     records = []
     for index, times in enumerate(per_rank_us):
         rank = int(ranks[index])
