@@ -201,9 +201,10 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
     from allreduce_bench.core.config.checks import check_writable_file
     from allreduce_bench.model import training
     from allreduce_bench.model.predict import GivenLinks
+    from allreduce_bench.model.step import check_backward_share
 
     check_positive_int(ranks_per_node, "--ranks-per-node")
-    training.check_backward_share(backward_share)
+    check_backward_share(backward_share)
     if gpus:
         check_writable_file(plot_path, "--plot")
     step = training.training_step(params, dtype, compute, bucket, backward_share, overlappable)

@@ -12,6 +12,7 @@ import pandas as pd
 
 from allreduce_bench.core import algorithms as registry
 from allreduce_bench.core.algorithms.base import INTER, INTRA, Step
+from allreduce_bench.core.analysis.tables import algorithm_rank
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.results.schema import allreduce_rows
@@ -181,9 +182,7 @@ def solve_relative(design: np.ndarray, times: np.ndarray, loss: str = "absolute"
 class AlgorithmFit:
     links: Links
     shared: bool  # one link fitted for both classes: the rows could not tell them apart
-    rows: int
-    reduce_fitted: bool = False  # False: bytes reduced grow with bytes sent in every row, so
-    # the gamma term cannot be told apart from the bandwidth and is folded into it
+    rows: int  # gamma not fitted (infinite reduce_Bps): the rows could not tell it from B
 
 
 def _link(alpha_s: float, inverse_bandwidth: float) -> Link:
@@ -231,7 +230,7 @@ def fit_steps(found: list[list[Step]], times_s: np.ndarray, loss: str = "absolut
         shared = shared or effective
         links = Links(link if has_intra or effective else None, link if has_inter or effective else None,
                       reduce_Bps)
-    return AlgorithmFit(links, shared, len(found), with_reduce)
+    return AlgorithmFit(links, shared, len(found))
 
 
 def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
@@ -301,7 +300,7 @@ class CostModel:
         fits = {name: AlgorithmFit(Links(Link.from_json(f["intra"]), Link.from_json(f["inter"]),
                                          float(f["reduce_GBps"]) * 1e9 if f.get("reduce_GBps")
                                          else math.inf),
-                                   bool(f["shared"]), int(f["rows"]), bool(f.get("reduce_GBps")))
+                                   bool(f["shared"]), int(f["rows"]))
                 for name, f in data["algorithms"].items()}
         return cls(fits, data.get("native_as", "ring"), dict(data.get("skipped", {})),
                    data.get("loss", "absolute"), list(data.get("sources", [])),
@@ -378,10 +377,7 @@ def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) ->
     per_world.columns = [f"N={n}" for n in per_world.columns]
     per_world["all"] = big.groupby("algorithm")["abs_error_pct"].median()
     per_world["points"] = big.groupby("algorithm").size()
-    known = registry.order()
-    order = [a for a in known if a in per_world.index] + \
-        [a for a in per_world.index if a not in known]
-    return per_world.loc[order]
+    return per_world.loc[sorted(per_world.index, key=algorithm_rank)]
 
 
 # ---- which algorithm wins where ------------------------------------------------------------

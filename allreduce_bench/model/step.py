@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from allreduce_bench.core.config.checks import check_finite
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model.cost import Links, allreduce_time, layout
 
@@ -85,12 +86,17 @@ class StepTime:
         return self.exposed_s <= self.last_bucket_s * (1 + 1e-9)
 
 
+def check_backward_share(backward_share: float) -> None:
+    check_finite(backward_share, "--backward-share", low=None)
+    if not 0 <= backward_share <= 1:
+        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+
+
 def step_time(compute_s: float, comm_s: float, last_bucket_s: float,
               backward_share: float = DEFAULT_BACKWARD_SHARE,
               overlappable_s: float | None = None) -> StepTime:
     """Overlappable defaults to all but the last bucket's comm, bounded by backward (backward_share x compute)."""
-    if not 0 <= backward_share <= 1:
-        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+    check_backward_share(backward_share)
     if overlappable_s is None:
         overlappable_s = min(backward_share * compute_s, comm_s - last_bucket_s)
     return StepTime(compute_s, comm_s, min(last_bucket_s, comm_s), min(overlappable_s, comm_s))

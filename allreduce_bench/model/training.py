@@ -8,18 +8,11 @@ from pathlib import Path
 import pandas as pd
 
 from allreduce_bench.core import units
-from allreduce_bench.core.config.checks import check_finite
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model import step as ddp
 from allreduce_bench.model.cost import modelled
 from allreduce_bench.model.predict import GivenLinks, describe, load_model, native_model, resolve_links
 from allreduce_bench.model.step import TrainingStep
-
-
-def check_backward_share(backward_share: float) -> None:
-    check_finite(backward_share, "--backward-share", low=None)
-    if not 0 <= backward_share <= 1:
-        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
 
 
 def training_step(params: float, dtype: str, compute_s: float, bucket_bytes: float,
