@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from allreduce_bench.core.config.checks import check_finite, check_writable_dir
+from allreduce_bench.core.config.checks import check_positive_int, check_writable_dir
 from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
@@ -220,9 +220,8 @@ def check_sizes_fit_dtype(sizes: tuple[int, ...], dtype: str) -> None:
 def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
                      budget_s: float | None, warmup: int | None, host_launch: bool) -> Sampling:
     """`default` with what was given by hand."""
-    for name, value in (("--loops", loops), ("--samples", samples)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
+    check_positive_int(loops, "--loops")
+    check_positive_int(samples, "--samples")
     if warmup is not None and warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
     if budget_s is not None and not (0 < budget_s < 3600):  # also refuses nan and inf
@@ -232,8 +231,3 @@ def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
     return replace(default, host_launch=host_launch,
                    **{k: v for k, v in given.items() if v is not None})
 
-
-def check_timeout(timeout_s: float) -> None:
-    check_finite(timeout_s, "--timeout")
-    if not timeout_s > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")

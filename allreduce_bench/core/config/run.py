@@ -16,7 +16,6 @@ from allreduce_bench.core.config import (
     Sampling,
     SweepOptions,
     check_sizes_fit_dtype,
-    check_timeout,
     cpu_world_sizes,
     created_here,
     default_out_dir,
@@ -29,6 +28,7 @@ from allreduce_bench.core.config import resume_checks as resume
 from allreduce_bench.core.config.checks import (
     Host,
     allreduce_world_bytes,
+    check_finite,
     check_local_world,
     check_memory,
     check_positive_int,
@@ -145,7 +145,7 @@ def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
     """Every measuring command's LaunchConfig; the writer checks --out (unless `check_out` is False)
     or claims the default results/<stamp>[-<label>-<tag>]."""
     chosen, backend, device, ranks_per_node = world
-    check_timeout(options.timeout_s)
+    check_finite(options.timeout_s, "--timeout")
     tag = check_tag(options.tag)
     writer = is_writer(started.env)
     out_dir = options.out_dir
@@ -182,8 +182,7 @@ def run_sampling(sweep: SweepOptions, device: str) -> Sampling:
         if loops is not None or samples is not None:
             raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
                              "--samples/--loops")
-        if sweep.iters < 1:
-            raise UsageError(f"--iters must be at least 1, got {sweep.iters}")
+        check_positive_int(sweep.iters, "--iters")
         loops, samples = 1, sweep.iters
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     return resolve_sampling((QUICK if sweep.quick else defaults)["sampling"], loops, samples,
@@ -201,8 +200,7 @@ def extra_seconds(extra_budget: float | None, quick: bool) -> float:
 def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
     if rounds is None:
         return (QUICK if quick else GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS)["rounds"]
-    if rounds < 1:
-        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    check_positive_int(rounds, "--rounds")
     return rounds
 
 
@@ -237,7 +235,7 @@ def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) 
     dtype = parse_dtype(sweep.dtype)
     swept = run_sizes(sweep, device)
     sampling = run_sampling(sweep, device)
-    check_timeout(options.launch.timeout_s)
+    check_finite(options.launch.timeout_s, "--timeout")
     names, others = collective_plan(options.algos, options.collectives, backend)
     check_gloo_on_gpu(names, others, backend, device)
     if options.in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
