@@ -176,9 +176,5 @@ def machine_lines(frame: pd.DataFrame, meta: dict) -> list[str]:
 
 def facts_by_run(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:
     labelled = label_runs(frame)
-    found = []
-    for run, meta in run_metas(frame).items():
-        lines = machine_lines(labelled[labelled["run"] == run], meta)
-        if lines:
-            found.append((run, lines))
-    return found
+    found = [(run, machine_lines(labelled[labelled["run"] == run], meta)) for run, meta in run_metas(frame).items()]
+    return [(run, lines) for run, lines in found if lines]

@@ -10,9 +10,5 @@ def placement_lines(meta: dict) -> list[str]:
 
 def placement_warnings(metas: dict[str, dict]) -> list[str]:
     """One line per run and world size whose ranks ran unbound or shared CPUs (doc/methodology.md)."""
-    lines = []
-    for run, meta in metas.items():
-        for line in placement_lines(meta):
-            if "unbound" in line or "sharing CPUs" in line:
-                lines.append(f"placement{f' of {run}' if run else ''}: {line}")
-    return lines
+    return [f"placement{f' of {run}' if run else ''}: {line}" for run, meta in metas.items()
+            for line in placement_lines(meta) if "unbound" in line or "sharing CPUs" in line]

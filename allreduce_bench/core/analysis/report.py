@@ -210,15 +210,12 @@ def report_tables(frame: pd.DataFrame, size_bytes: int, sections=()) -> list[Tab
 
 
 def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
-    rows = []
     wrong = (label_runs(frame).groupby("run")["wrong"].sum() if "wrong" in frame.columns
              else pd.Series(dtype="int64"))
-    for run, meta in run_metas(frame).items():
-        rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
-                     "tag": meta.get("tag") or "-", "on": describe_run(meta),
-                     "placement": "; ".join(placement_lines(meta)) or "-",
-                     "#wrong": int(wrong.get(run, 0))})
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame([{"run": run or "-", "run id": meta.get("run_id", "?"),
+                           "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                           "placement": "; ".join(placement_lines(meta)) or "-",
+                           "#wrong": int(wrong.get(run, 0))} for run, meta in run_metas(frame).items()])
     return table.drop(columns="run") if (table["run"] == "-").all() else table
 
 
