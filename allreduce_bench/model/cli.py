@@ -30,8 +30,7 @@ BYTES = Quantity("bytes", units.parse_bytes)
 
 
 def link_options(command):
-    """--model and the explicit link parameters that override it (shared by predict and ddp);
-    the five parameters reach the command as keywords of predict.GivenLinks."""
+    """--model and the link parameters that override it, as keywords of predict.GivenLinks."""
     for option in reversed([
         click.option("--model", "model_path", type=click.Path(path_type=Path),
                      help="model.json from `model fit` (or the run directory holding it)."),
@@ -202,9 +201,10 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
     from allreduce_bench.core.config.checks import check_writable_file
     from allreduce_bench.model import training
     from allreduce_bench.model.predict import GivenLinks
+    from allreduce_bench.model.step import check_backward_share
 
     check_positive_int(ranks_per_node, "--ranks-per-node")
-    training.check_backward_share(backward_share)
+    check_backward_share(backward_share)
     if gpus:
         check_writable_file(plot_path, "--plot")
     step = training.training_step(params, dtype, compute, bucket, backward_share, overlappable)
@@ -215,8 +215,9 @@ def ddp_command(params, dtype, compute, bandwidths, gpus, ranks_per_node, algo, 
         return
     from allreduce_bench.model.plots import scaling_figure
 
-    table, header = training.scaling(step, gpus, ranks_per_node, algo, bandwidths, model_path,
-                                     GivenLinks(**link_parameters), native_as)
+    setup = training.Scaling(gpus, ranks_per_node, algo, bandwidths, model_path, GivenLinks(**link_parameters),
+                             native_as)
+    table, header = training.scaling(step, setup)
     _echo(training.gradient_lines(step))
     _echo(training.scaling_lines(table, header))
     figure = scaling_figure(table, plot_path, training.scaling_title(step, ranks_per_node),

@@ -1,11 +1,5 @@
-"""The alpha-beta-gamma model per collective and algorithm: fit, predict, best algorithm.
-
-One link (alpha, B) per (collective, algorithm), plus gamma where the rows tell it from B,
-fitted over the declared steps' critical path by cost.fit_steps (the fit of the two-link
-AllReduce model too), so every collective stands on the same footing for "which algorithm wins
-where". A row whose backend ran another collective in its place (`runs_as`: gloo's
-ReduceScatter is an AllReduce) is modelled with that collective's native cost.
-"""
+"""One link (alpha, B), plus gamma, per collective and algorithm, fitted as the AllReduce model is
+(cost.fit_steps), so every collective stands on the same footing for "which algorithm wins where"."""
 from __future__ import annotations
 
 import math
@@ -15,7 +9,7 @@ import pandas as pd
 from allreduce_bench.core import algorithms as registry
 from allreduce_bench.core.algorithms.base import Step
 from allreduce_bench.core.layout import node_layout
-from allreduce_bench.model.cost import critical_path, fastest, fit_steps
+from allreduce_bench.model.cost import critical_path, fastest, fit_steps, with_layout
 
 KEYS = ["collective", "algorithm", "world_size", "ranks_per_node", "size_bytes"]
 
@@ -27,21 +21,19 @@ def with_collective(frame: pd.DataFrame) -> pd.DataFrame:
     runs_as = frame.get("runs_as", pd.Series("", index=frame.index)).astype(object)
     runs_as = runs_as.where(runs_as.notna(), "")
     frame["runs_as"] = runs_as.where(runs_as != "", frame["collective"])
-    if "ranks_per_node" not in frame.columns:
-        frame["ranks_per_node"] = frame["world_size"]
-    frame["ranks_per_node"] = frame["ranks_per_node"].fillna(frame["world_size"]).astype(int)
-    return frame[frame["world_size"] > 1]
+    return with_layout(frame)[frame["world_size"] > 1]
 
 
 def steps(collective: str, algorithm: str, runs_as: str, size_bytes: float, world_size: int,
           ranks_per_node: int) -> list[Step] | None:
-    """The declared steps, or None where the algorithm declares no cost or is not installed."""
-    name_of = runs_as if runs_as != collective else collective
-    known = registry.registry(name_of)
-    name = "native" if name_of != collective else algorithm
-    if name not in known or known[name].cost is None:
+    """The declared steps (a row run as another collective, `runs_as`, has its native cost), or None
+    where the algorithm declares no cost or is not installed."""
+    known = registry.registry(runs_as)
+    name = "native" if runs_as != collective else algorithm
+    cost = known[name].cost if name in known else None
+    if cost is None:
         return None
-    return known[name].cost(float(size_bytes), world_size, node_layout(world_size, ranks_per_node))
+    return cost(float(size_bytes), world_size, node_layout(world_size, ranks_per_node))
 
 
 def fit(frame: pd.DataFrame) -> pd.DataFrame:
@@ -53,11 +45,13 @@ def fit(frame: pd.DataFrame) -> pd.DataFrame:
     for (collective, algorithm), group in rows.groupby(["collective", "algorithm"], sort=False):
         found = [steps(r.collective, r.algorithm, r.runs_as, r.size_bytes, r.world_size, r.ranks_per_node)
                  for r in group.itertuples()]
-        fitted = None if any(f is None for f in found) else fit_steps(
-            found, group["time_us_median"].to_numpy(dtype=float) * 1e-6, one_link=True)
+        declared = [f for f in found if f is not None]
+        fitted = None if len(declared) < len(found) else fit_steps(
+            declared, group["time_us_median"].to_numpy(dtype=float) * 1e-6, one_link=True)
         if fitted is None:
             continue
         link, reduce_Bps = fitted.links.intra or fitted.links.inter, fitted.links.reduce_Bps
+        assert link is not None  # a fit has at least one link class
         out.append({"collective": collective, "algorithm": algorithm, "alpha_us": link.alpha_s * 1e6,
                     "bandwidth_GBps": link.bandwidth_Bps / 1e9,
                     "reduce_GBps": reduce_Bps / 1e9 if math.isfinite(reduce_Bps) else math.nan,
@@ -66,7 +60,9 @@ def fit(frame: pd.DataFrame) -> pd.DataFrame:
                                       "reduce_GBps", "rows"])
 
 
-def predict_us(fitted: pd.Series, found: list[Step]) -> float:
+def predict_us(fitted: pd.Series, found: list[Step] | None) -> float:
+    if found is None:  # a row run as a collective without a cost, beside fitted ones
+        return math.nan
     m_intra, b_intra, m_inter, b_inter, reduced = critical_path(found)
     messages, size = m_intra + m_inter, b_intra + b_inter
     gamma = 0.0 if math.isnan(fitted["reduce_GBps"]) else reduced / (fitted["reduce_GBps"] * 1e9)

@@ -1,12 +1,5 @@
-"""An alpha-beta(-gamma) cost model of the AllReduce algorithms over intra- and inter-node links.
-
-doc/model.md states it: S bytes per rank, N ranks, L per node; a link class c costs alpha_c per
-message and 1/B_c per byte; a step lasts as long as its slowest link, plus the bytes it reduces
-on the critical path / B_reduce. Each algorithm's steps are its own declaration (`cost` in its
-module, read through the registry), plug-ins included. `fit` solves the linear system the rows
-give; where a step uses both classes it charges the inter link (predictions take the max), and
-where the rows cannot tell the classes apart one link is fitted for both (`shared`).
-"""
+"""An alpha-beta(-gamma) cost model of the AllReduce algorithms over intra- and inter-node links,
+over each algorithm's declared steps (doc/model.md states it)."""
 from __future__ import annotations
 
 import json
@@ -19,9 +12,11 @@ import pandas as pd
 
 from allreduce_bench.core import algorithms as registry
 from allreduce_bench.core.algorithms.base import INTER, INTRA, Step
+from allreduce_bench.core.analysis.tables import algorithm_rank
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.layout import node_layout
 from allreduce_bench.core.results.schema import allreduce_rows
+from allreduce_bench.core.units import format_size
 
 MODEL_FILE = "model.json"
 BEST_FILE = "model_best.csv"
@@ -50,8 +45,7 @@ class Link:
 
 @dataclass(frozen=True)
 class Links:
-    """The two link classes; None where unknown (e.g. a fit that saw one node only); and the
-    bytes per second a rank reduces (the gamma term; infinite: reductions cost nothing apart)."""
+    """The two link classes (None: unknown) and the gamma term (infinite: reductions cost nothing apart)."""
 
     intra: Link | None
     inter: Link | None
@@ -62,8 +56,7 @@ class Links:
 
 
 class MissingLink(UsageError):
-    """A prediction needs a link class the links lack; `missing` says which, for whom, and
-    the message adds what to give (a command that knows better replaces that part)."""
+    """A prediction needs a link class the links lack; `missing` says which, for a command to reword."""
 
     def __init__(self, link_class: str, algorithm: str, world_size: int, ranks_per_node: int):
         self.layout = (world_size, ranks_per_node)
@@ -74,10 +67,7 @@ class MissingLink(UsageError):
 
 
 def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
-    """(nodes, ranks per node) of a world, as the benchmark lays it out (layout.node_layout).
-
-    A world smaller than a node is part of one node; otherwise it is whole nodes.
-    """
+    """(nodes, ranks per node), as the benchmark lays a world out (layout.node_layout)."""
     if world_size < 1:
         raise UsageError(f"world size must be at least 1, got {world_size}")
     per_node = node_layout(world_size, ranks_per_node)
@@ -85,13 +75,12 @@ def layout(world_size: int, ranks_per_node: int) -> tuple[int, int]:
 
 
 def modelled() -> list[str]:
-    """The algorithms the model knows: every registered one that declares a cost."""
+    """Every registered algorithm that declares a cost."""
     return [name for name, a in registry.registry().items() if a.cost is not None]
 
 
 def steps(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
           native_as: str = "ring") -> list[Step]:
-    """The algorithm's steps on this layout, as its module declares them."""
     _, per_node = layout(world_size, ranks_per_node)
     if algorithm == "native" and native_as != "ring":
         if native_as == "native" or native_as not in modelled():
@@ -112,14 +101,19 @@ def allreduce_time(algorithm: str, size_bytes: float, world_size: int, ranks_per
     """Predicted seconds for one AllReduce of `size_bytes` per rank."""
     total = 0.0
     for step in steps(algorithm, size_bytes, world_size, ranks_per_node, native_as):
-        costs = []
-        for link_class, (messages, size) in step.paths.items():
-            link = links.get(link_class)
-            if link is None:
-                raise MissingLink(link_class, algorithm, world_size, ranks_per_node)
-            costs.append(link.cost(messages, size))
+        costs = _path_costs(step, links, algorithm, world_size, ranks_per_node).values()
         total += step.repeat * (max(costs, default=0.0) + step.reduced / links.reduce_Bps)
     return total
+
+
+def _path_costs(step: Step, links: Links, algorithm: str, world_size: int, ranks_per_node: int) -> dict[str, float]:
+    costs = {}
+    for link_class, (messages, size) in step.paths.items():
+        link = links.get(link_class)
+        if link is None:
+            raise MissingLink(link_class, algorithm, world_size, ranks_per_node)
+        costs[link_class] = link.cost(messages, size)
+    return costs
 
 
 def bottleneck(algorithm: str, size_bytes: float, world_size: int, ranks_per_node: int,
@@ -127,18 +121,17 @@ def bottleneck(algorithm: str, size_bytes: float, world_size: int, ranks_per_nod
     """Which link class the longest part of the time is spent on ('intra', 'inter' or '')."""
     spent = {INTRA: 0.0, INTER: 0.0}
     for step in steps(algorithm, size_bytes, world_size, ranks_per_node, native_as):
-        costs = {c: links.get(c).cost(m, b) for c, (m, b) in step.paths.items()}
+        costs = _path_costs(step, links, algorithm, world_size, ranks_per_node)
         slowest = max(costs, key=lambda c: (costs[c], c == INTER))  # a tie: inter, as in the fit
         spent[slowest] += step.repeat * costs[slowest]
-    return max(spent, key=spent.get) if any(spent.values()) else ""
+    return max(spent, key=spent.__getitem__) if any(spent.values()) else ""
 
 
 # ---- fitting -------------------------------------------------------------------------------
 
 def critical_path(found: list[Step]) -> np.ndarray:
-    """[m_intra, b_intra, m_inter, b_inter, reduced] of the steps `found` along the critical
-    path, the inter link taken as the bottleneck of any step that uses both:
-    T = this . [alpha_intra, 1/B_intra, alpha_inter, 1/B_inter, 1/B_reduce]."""
+    """[m_intra, b_intra, m_inter, b_inter, reduced] along the critical path (inter: the bottleneck
+    of a step over both), so T = this . [alpha_intra, 1/B_intra, alpha_inter, 1/B_inter, 1/B_reduce]."""
     out = np.zeros(5)
     for step in found:
         out[4] += step.repeat * step.reduced
@@ -152,7 +145,7 @@ def critical_path(found: list[Step]) -> np.ndarray:
 
 
 def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Least squares with every unknown >= 0: pin the most negative one to 0 and solve again."""
+    """Least squares with every unknown >= 0 (pin the most negative to 0, solve again)."""
     free = np.ones(a.shape[1], dtype=bool)
     while True:
         x = np.zeros(a.shape[1])
@@ -164,13 +157,8 @@ def _nonnegative_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def solve_relative(design: np.ndarray, times: np.ndarray, loss: str = "absolute",
                    iterations: int = 100) -> np.ndarray:
-    """x >= 0 minimising the relative errors of design @ x against times.
-
-    Relative, so 4K and 64M rows count alike. loss='squares' is plain least squares;
-    'absolute' (the default of `fit`) minimises the sum of |relative error| by iteratively
-    reweighted least squares, so a few sizes hit by scheduling noise on a shared machine do not
-    drag the whole line (a median-like fit, matching the median error it is judged by).
-    """
+    """x >= 0 minimising the relative errors of design @ x against times (4K and 64M rows count
+    alike); 'absolute' reweights towards a median-like fit, so a few noisy sizes do not drag the line."""
     a = design / times[:, None]
     scale = np.linalg.norm(a, axis=0)
     scale[scale == 0] = 1.0
@@ -194,9 +182,7 @@ def solve_relative(design: np.ndarray, times: np.ndarray, loss: str = "absolute"
 class AlgorithmFit:
     links: Links
     shared: bool  # one link fitted for both classes: the rows could not tell them apart
-    rows: int
-    reduce_fitted: bool = False  # False: bytes reduced grow with bytes sent in every row, so
-    # the gamma term cannot be told apart from the bandwidth and is folded into it
+    rows: int  # gamma not fitted (infinite reduce_Bps): the rows could not tell it from B
 
 
 def _link(alpha_s: float, inverse_bandwidth: float) -> Link:
@@ -209,10 +195,8 @@ def _rank(design: np.ndarray) -> int:
 
 def fit_steps(found: list[list[Step]], times_s: np.ndarray, loss: str = "absolute",
               one_link: bool = False) -> AlgorithmFit | None:
-    """(alpha, B) per link class fitted to rows given as their declared steps and times: one
-    link for both classes with `one_link` or where the rows cannot tell them apart, plus gamma
-    where they tell it from B. The one fit of every collective's model; None where the rows
-    cannot fix it (fewer than two sizes at a world size above 1)."""
+    """(alpha, B) per link class (one for both with `one_link` or where the rows cannot tell them
+    apart), plus gamma where the rows tell it from B; None where fewer than two sizes fix it."""
     full = np.array([critical_path(f) for f in found]).reshape(-1, 5)
     design, reduced = full[:, :4], full[:, 4]
     has_intra, has_inter = bool(design[:, :2].any()), bool(design[:, 2:].any())
@@ -246,12 +230,11 @@ def fit_steps(found: list[list[Step]], times_s: np.ndarray, loss: str = "absolut
         shared = shared or effective
         links = Links(link if has_intra or effective else None, link if has_inter or effective else None,
                       reduce_Bps)
-    return AlgorithmFit(links, shared, len(found), with_reduce)
+    return AlgorithmFit(links, shared, len(found))
 
 
 def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
                   loss: str = "absolute") -> AlgorithmFit:
-    """Fit (alpha, B) per link class to one AllReduce algorithm's rows (time against size)."""
     rows = rows[rows["time_us_median"] > 0]
     found = [steps(algorithm, r.size_bytes, r.world_size, r.ranks_per_node, native_as)
              for r in rows.itertuples()]
@@ -265,7 +248,6 @@ def fit_algorithm(rows: pd.DataFrame, algorithm: str, native_as: str = "ring",
 @dataclass
 class CostModel:
     """Fitted link parameters per algorithm, as saved in model.json."""
-
     algorithms: dict[str, AlgorithmFit]
     native_as: str = "ring"
     skipped: dict[str, str] = field(default_factory=dict)  # algorithm -> why it was not fitted
@@ -318,19 +300,24 @@ class CostModel:
         fits = {name: AlgorithmFit(Links(Link.from_json(f["intra"]), Link.from_json(f["inter"]),
                                          float(f["reduce_GBps"]) * 1e9 if f.get("reduce_GBps")
                                          else math.inf),
-                                   bool(f["shared"]), int(f["rows"]), bool(f.get("reduce_GBps")))
+                                   bool(f["shared"]), int(f["rows"]))
                 for name, f in data["algorithms"].items()}
         return cls(fits, data.get("native_as", "ring"), dict(data.get("skipped", {})),
                    data.get("loss", "absolute"), list(data.get("sources", [])),
                    dict(data.get("setup", {})))
 
 
-def model_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """AllReduce rows with a node layout (older rows without one are taken as one node)."""
-    frame = allreduce_rows(frame).copy()
+def with_layout(frame: pd.DataFrame) -> pd.DataFrame:
+    """`ranks_per_node` filled in place: one node where older rows lack it."""
     if "ranks_per_node" not in frame.columns:
         frame["ranks_per_node"] = frame["world_size"]
     frame["ranks_per_node"] = frame["ranks_per_node"].fillna(frame["world_size"]).astype(int)
+    return frame
+
+
+def model_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """AllReduce rows with a node layout."""
+    frame = with_layout(allreduce_rows(frame).copy())
     frame["nodes"] = frame["world_size"] // frame["ranks_per_node"].clip(upper=frame["world_size"])
     return frame[frame["world_size"] > 1]
 
@@ -342,7 +329,6 @@ def _setup(frame: pd.DataFrame) -> dict:
 
 def fit(frame: pd.DataFrame, native_as: str = "ring", loss: str = "absolute",
         sources: list[str] | None = None) -> CostModel:
-    """Fit every algorithm present in a results DataFrame."""
     rows = model_rows(frame)
     if rows.empty:
         others = sorted(set(frame.get("collective", pd.Series(dtype=str)).dropna()) - {"all_reduce"})
@@ -366,8 +352,7 @@ def fit(frame: pd.DataFrame, native_as: str = "ring", loss: str = "absolute",
 # ---- checking against the measurements -----------------------------------------------------
 
 def compare(frame: pd.DataFrame, model: CostModel) -> pd.DataFrame:
-    """Measured (median over runs of time_us_median) against predicted time, per algorithm,
-    layout and size, with error_pct = 100 (predicted - measured) / measured."""
+    """Measured (median over runs) against predicted time per algorithm, layout and size, with error_pct."""
     rows = model_rows(frame)
     rows = rows[rows["algorithm"].isin(model.algorithms)]
     keys = ["algorithm", "world_size", "nodes", "ranks_per_node", "size_bytes"]
@@ -382,7 +367,7 @@ def compare(frame: pd.DataFrame, model: CostModel) -> pd.DataFrame:
 
 
 def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) -> pd.DataFrame:
-    """Median |error_pct| over sizes >= min_size_bytes: per algorithm and world size, and 'all'."""
+    """Median |error_pct| over sizes >= min_size_bytes per algorithm and world size, and 'all'."""
     big = comparison[comparison["size_bytes"] >= min_size_bytes].assign(
         abs_error_pct=lambda t: t["error_pct"].abs())
     if big.empty:
@@ -392,17 +377,13 @@ def median_abs_error(comparison: pd.DataFrame, min_size_bytes: int = 1 << 20) ->
     per_world.columns = [f"N={n}" for n in per_world.columns]
     per_world["all"] = big.groupby("algorithm")["abs_error_pct"].median()
     per_world["points"] = big.groupby("algorithm").size()
-    known = registry.order()
-    order = [a for a in known if a in per_world.index] + \
-        [a for a in per_world.index if a not in known]
-    return per_world.loc[order]
+    return per_world.loc[sorted(per_world.index, key=algorithm_rank)]
 
 
 # ---- which algorithm wins where ------------------------------------------------------------
 
 def fastest(comparison: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Per group of `keys`: the measured fastest algorithm and the one the model predicts
-    fastest (among those measured there), with the measured time of each."""
+    """Per group of `keys`: the measured and the predicted fastest of those measured, with their measured times."""
     rows = []
     for key, group in comparison.groupby(keys, sort=True):
         measured = group.loc[group["measured_us"].idxmin()]
@@ -414,8 +395,7 @@ def fastest(comparison: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
-    """Per (world_size, size_bytes): `fastest`, and `predicted_best_slower_pct` = how much
-    slower the predicted best measured than the best."""
+    """`fastest` per layout and size, with how much slower the predicted best measured."""
     table = fastest(comparison, ["world_size", "ranks_per_node", "size_bytes"])
     if not table.empty:
         table["predicted_best_slower_pct"] = 100.0 * (table["predicted_best_measured_us"] /
@@ -425,14 +405,12 @@ def best_table(comparison: pd.DataFrame) -> pd.DataFrame:
 
 def predicted_best(model: CostModel, algorithms: list[str], sizes, world_size: int,
                    ranks_per_node: int) -> list[str]:
-    """The predicted fastest of `algorithms` at each size."""
     return [min(algorithms, key=lambda a: model.time(a, size, world_size, ranks_per_node))
             for size in sizes]
 
 
 def crossovers(model: CostModel, comparison: pd.DataFrame, points_per_octave: int = 4) -> pd.DataFrame:
-    """Per measured layout, the sizes (on a fine grid over the measured range) where the
-    predicted fastest algorithm changes: world_size, size_bytes, below, above."""
+    """Per measured layout, the sizes on a fine grid where the predicted fastest algorithm changes."""
     rows = []
     layouts = comparison[["world_size", "ranks_per_node"]].drop_duplicates().itertuples(index=False)
     for world_size, per_node in sorted(layouts):
@@ -450,10 +428,14 @@ def crossovers(model: CostModel, comparison: pd.DataFrame, points_per_octave: in
     return pd.DataFrame(rows, columns=["world_size", "size_bytes", "below", "above"])
 
 
+def crossover_line(cross: pd.DataFrame) -> str:
+    return "Predicted crossover sizes: " + "; ".join(
+        f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}" for r in cross.itertuples())
+
+
 def rank_algorithms(links_for, algorithms: list[str], size_bytes: float, world_size: int,
                     ranks_per_node: int, native_as: str = "ring") -> pd.DataFrame:
-    """Predicted time of each algorithm at one size and layout, fastest first; `links_for(name)`
-    gives an algorithm's links."""
+    """Predicted time of each algorithm at one size and layout, fastest first."""
     rows = [{"algorithm": name, "time_s": allreduce_time(name, size_bytes, world_size, ranks_per_node,
                                                           links_for(name), native_as)}
             for name in algorithms]
@@ -466,8 +448,7 @@ SAVED_DIGITS = 9  # significant digits kept: a refit on another machine (BLAS) d
 
 
 def _rounded(value):
-    """Floats to SAVED_DIGITS significant digits, so refitting the same rows writes the same
-    model.json everywhere (a committed example stays unchanged)."""
+    """Floats to SAVED_DIGITS digits: refitting the same rows writes the same model.json everywhere."""
     if isinstance(value, float):
         return float(f"{value:.{SAVED_DIGITS}g}") if math.isfinite(value) else value
     if isinstance(value, dict):

@@ -1,6 +1,4 @@
-"""`model fit`'s work: the rows to fit (--tag, --fit-min-size, no mix of setups unless
-pooled), the fit checked against every measured row, what it found as lines of text, and the
-files it writes."""
+"""`model fit`'s work: the rows to fit, the fit checked against every measured row, its lines and files."""
 from __future__ import annotations
 
 import math
@@ -19,8 +17,7 @@ from allreduce_bench.model.pooling import check_poolable
 
 
 def loaded(paths) -> tuple[pd.DataFrame, str | None]:
-    """The results, and the note on rows the model leaves out: only when some rows remain
-    (else the fit's own one line says what the rows are)."""
+    """The results, and a note on rows the model leaves out where some remain (else the fit says)."""
     frame = load_results(paths, explain_skips=False)
     note = skipped_note(frame)
     return frame, note if note and not allreduce_rows(frame).empty else None
@@ -39,7 +36,6 @@ def selected(frame: pd.DataFrame, tag: str | None, pool: bool) -> pd.DataFrame:
 
 
 def fitted_rows(frame: pd.DataFrame, fit_min_size: str | None) -> pd.DataFrame:
-    """The rows of --fit-min-size or more (every row without it)."""
     if fit_min_size is None:
         return frame
     fitted = frame[frame["size_bytes"] >= parse_size(fit_min_size, "--fit-min-size")]
@@ -49,8 +45,7 @@ def fitted_rows(frame: pd.DataFrame, fit_min_size: str | None) -> pd.DataFrame:
 
 
 def comparison(frame: pd.DataFrame, cost_model: cost.CostModel) -> pd.DataFrame:
-    """Measured against predicted, every measured row; refused in one line when the fitted
-    rows lack a link some measured layout needs (fitted with --fit-min-size or --tag apart)."""
+    """Measured against predicted; one line where the fitted rows lack a link a measured layout needs."""
     try:
         return cost.compare(frame, cost_model)
     except cost.MissingLink as error:  # its own advice names predict's --intra-bw/--inter-bw
@@ -80,7 +75,7 @@ def links_lines(cost_model: cost.CostModel, loss: str, comparison: pd.DataFrame)
            "bandwidth in decimal GB/s):")
     params = []
     for name, result in cost_model.algorithms.items():
-        row = {"algorithm": name}
+        row: dict[str, object] = {"algorithm": name}
         for cls in ("intra", "inter"):
             link = result.links.get(cls)
             row[f"{cls} alpha"] = units.format_seconds(link.alpha_s) if link else "-"
@@ -99,7 +94,6 @@ def links_lines(cost_model: cost.CostModel, loss: str, comparison: pd.DataFrame)
 
 
 def _separating_run(comparison: pd.DataFrame) -> str:
-    """What the rows cannot separate and which run would."""
     per_node = int(comparison["ranks_per_node"].max())
     multi = (comparison["nodes"] > 1).any()
     if multi:
@@ -112,8 +106,7 @@ def _separating_run(comparison: pd.DataFrame) -> str:
 
 
 def prediction_lines(comparison: pd.DataFrame, threshold: int) -> Iterator[str]:
-    """Measured against predicted per row, and the median |error| over sizes >= threshold (over
-    every size, said so, when none is that large)."""
+    """Measured against predicted per row, and the median |error| over sizes >= threshold (or every size)."""
     yield "\nMeasured (median over runs of time_us_median) against predicted time:"
     shown = comparison.assign(
         layout=lambda t: t["nodes"].astype(str) + "x" + t["ranks_per_node"].astype(str),
@@ -146,9 +139,7 @@ def winner_lines(best: pd.DataFrame, cost_model: cost.CostModel, comparison: pd.
            f"{len(best)} points ('slower': how much slower the predicted best measured)")
     cross = cost.crossovers(cost_model, comparison)
     if len(cross):
-        yield "Predicted crossover sizes: " + "; ".join(
-            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
-            for r in cross.itertuples())
+        yield cost.crossover_line(cross)
 
 
 def save_fit(cost_model: cost.CostModel, best: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path,

@@ -1,5 +1,4 @@
-"""What the cost model lends the core: report.md's "which algorithm wins where" and "cost model
-per collective" sections."""
+"""What the cost model lends the core: two sections of report.md."""
 from __future__ import annotations
 
 from allreduce_bench.core.hooks import Section, hookimpl

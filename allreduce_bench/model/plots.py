@@ -16,8 +16,7 @@ def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnot
     fig, axes = plt.subplots(1, len(layouts), figsize=(5.5 * len(layouts), 4.4), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, layout in zip(axes[0], layouts.itertuples()):
-        # a zero-byte row (nccl-tests prints one) has no place on a log axis: the lines start
-        # at the smallest size that has
+        # a zero-byte row (nccl-tests prints one) has no place on a log axis
         rows = comparison[(comparison["world_size"] == layout.world_size)
                           & (comparison["size_bytes"] > 0)]
         if rows.empty:
@@ -41,7 +40,6 @@ def model_figure(comparison: pd.DataFrame, model: CostModel, path: Path, footnot
 
 
 def scaling_figure(table: pd.DataFrame, path: Path, title: str, footnote: str = "") -> Path:
-    """DDP scaling efficiency against GPU count (weak scaling)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.plot(table["gpus"], 100 * table["efficiency"], marker="o")
     ax.set_xscale("log", base=2)
@@ -55,8 +53,7 @@ def scaling_figure(table: pd.DataFrame, path: Path, title: str, footnote: str = 
 
 
 def winners_figure(best: pd.DataFrame, path: Path, footnote: str = "") -> Path:
-    """Which algorithm is fastest at each size: measured (top row) and predicted (bottom row),
-    one panel per world size."""
+    """The fastest algorithm at each size, measured (top) and predicted (bottom), a panel per world size."""
     world_sizes = sorted(best["world_size"].unique())
     names = list(dict.fromkeys(list(best["measured"]) + list(best["predicted"])))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

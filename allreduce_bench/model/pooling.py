@@ -1,9 +1,5 @@
-"""Rows that may be fitted together: one backend, one dtype, one timing method.
-
-A gloo and an NCCL row, a bfloat16 and a float32 row, or a row timed per isolated call and one
-timed over calibrated samples of back-to-back calls measure different things; a fit pooling them
-describes none of them. `model fit` refuses such a mix unless told (--pool).
-"""
+"""Rows that may be fitted together: one backend, dtype and timing method (else they measure
+different things, and a fit over them describes none; --pool overrides)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -14,7 +10,7 @@ POOLED_SETTINGS = {"backend": "backends", "dtype": "dtypes", "timing": "timing m
 
 
 def mixed_settings(frame: pd.DataFrame) -> dict[str, list[str]]:
-    """setting -> its distinct values, for each setting the rows disagree on."""
+    """setting -> its values, for each setting the rows disagree on."""
     mixed = {}
     for column in POOLED_SETTINGS:
         if column in frame.columns:
@@ -25,7 +21,6 @@ def mixed_settings(frame: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def check_poolable(frame: pd.DataFrame, pool: bool) -> None:
-    """One line and exit 2 when the rows mix settings and --pool was not given."""
     mixed = mixed_settings(frame)
     if mixed and not pool:
         what = "; ".join(f"{POOLED_SETTINGS[c]} {', '.join(v)}" for c, v in mixed.items())

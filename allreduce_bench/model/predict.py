@@ -1,6 +1,4 @@
-"""`model predict`'s work, shared with `model ddp`: the links an algorithm is predicted with
-(a fitted model's, with any parameter given by hand replacing its own), and the predicted time,
-bandwidths and bottleneck per algorithm and size."""
+"""`model predict`'s work, shared with `model ddp`: the links to predict with, and the predictions."""
 from __future__ import annotations
 
 import math
@@ -47,7 +45,7 @@ def _merged(link: Link | None, bandwidth, latency, name: str) -> Link | None:
 
 
 def resolve_links(algorithm: str, cost_model: CostModel | None, given: GivenLinks) -> Links:
-    """The model's links for `algorithm`, with any explicitly given parameter replacing its own."""
+    """The model's links for `algorithm`, any parameter given by hand replacing its own."""
     base = cost_model.links(algorithm) if cost_model else Links(None, None)
     links = Links(_merged(base.intra, given.intra_bw, given.intra_latency, "intra"),
                   _merged(base.inter, given.inter_bw, given.inter_latency, "inter"),
@@ -70,8 +68,7 @@ def describe(links: Links) -> str:
 
 
 def algorithm_names(text: str, cost_model: CostModel | None) -> list[str]:
-    """--algo: names (each with a cost), or all: every algorithm with a cost (those the model
-    fitted, with a model)."""
+    """--algo: names each with a cost, or all (those the model fitted, with a model)."""
     known = modelled()
     names = [a.strip() for a in text.split(",") if a.strip()]
     if "all" in names:
@@ -88,8 +85,7 @@ def algorithm_names(text: str, cost_model: CostModel | None) -> list[str]:
 
 def predictions(names: list[str], sizes: list[int], world_size: int, per_node: int,
                 cost_model: CostModel | None, given: GivenLinks, native_as: str) -> Iterator[str]:
-    """The ranking per size (with several algorithms), then per algorithm its links and the
-    time, algbw, busbw and bottleneck per size: one text block each."""
+    """The ranking per size (with several algorithms), then each algorithm's table: a text block each."""
     def links_for(name):
         return resolve_links(name, cost_model, given)
 

@@ -1,6 +1,4 @@
-"""The cost model's sections of report.md (its `report_sections` hook): which
-algorithm wins where, measured beside what a fitted model.json predicts, and the alpha-beta-gamma
-fit per collective and algorithm."""
+"""The cost model's sections of report.md (its `report_sections` hook)."""
 from __future__ import annotations
 
 import os
@@ -13,13 +11,21 @@ from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.hooks import Section
 from allreduce_bench.core.units import format_size
 from allreduce_bench.model import collectives as collective_model
-from allreduce_bench.model.cost import MODEL_FILE, CostModel, MissingLink, best_table, compare, crossovers, model_rows
+from allreduce_bench.model.cost import (
+    MODEL_FILE,
+    CostModel,
+    MissingLink,
+    best_table,
+    compare,
+    crossover_line,
+    crossovers,
+    model_rows,
+)
 
 
 def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
-    """Which algorithm wins where, measured beside predicted, and the predicted crossover sizes,
-    where `model fit` left a model.json: in the report's folder or its parent (a run's plots/),
-    else in the run directory read (report writes elsewhere unless told)."""
+    """Which algorithm wins where, measured beside predicted, where `model fit` left a model.json: in
+    the report's folder or its parent (a run's plots/), else in a run directory read."""
     read = [Path(d) for d in dict.fromkeys(frame["source"].dropna().astype(str))] if "source" in frame else []
     path = next((p / MODEL_FILE for p in (Path(out_dir), Path(out_dir).parent, *read)
                  if (p / MODEL_FILE).exists()), None)
@@ -49,9 +55,7 @@ def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
              "point; the last column is how much slower the predicted one measured.", "",
              markdown_table(table), ""] + ([*left_out, ""] if left_out else [])
     if len(cross):
-        lines += ["Predicted crossover sizes: " + "; ".join(
-            f"N={r.world_size} at {format_size(r.size_bytes)}: {r.below} -> {r.above}"
-            for r in cross.itertuples()), ""]
+        lines += [crossover_line(cross), ""]
     figure = next((f for f in (Path(out_dir) / "model_best.png", path.parent / "plots" / "model_best.png")
                    if f.exists()), None)
     if figure is not None:  # beside the report, or `model fit`'s own beside model.json
@@ -59,10 +63,9 @@ def winner_parts(frame: pd.DataFrame, out_dir: Path, figures=None) -> list[str]:
     return lines
 
 
-def collective_parts(frame: pd.DataFrame, out_dir: Path = None, figures=None) -> list[str]:
-    """The alpha-beta-gamma fit per collective and algorithm (model/collectives.py) and
-    the fastest algorithm per collective, measured beside predicted, at the smallest and the
-    largest size of each world size."""
+def collective_parts(frame: pd.DataFrame, out_dir: Path | None = None, figures=None) -> list[str]:
+    """The fit per collective and algorithm (model/collectives.py), and the fastest per collective
+    at the smallest and the largest size of each world size."""
     rows = collective_rows(frame, with_allreduce=True)
     fits = collective_model.fit(rows)
     if fits.empty:

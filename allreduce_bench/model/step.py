@@ -1,11 +1,5 @@
-"""The seed's model of a data-parallel training step: how much AllReduce hides behind compute.
-
-step = compute + max(0, comm - overlappable), efficiency = compute / step, with comm the seed's
-2 G / bandwidth (a ring sends about 2 G per rank) or the AllReduce cost model summed over DDP's
-buckets. DDP starts each bucket's AllReduce once backward has filled it, so by default all but
-the last bucket's communication overlaps, bounded by the backward pass (2/3 of compute:
-backward costs about twice forward). doc/model.md works the seed's 7B example.
-"""
+"""The seed's model of a data-parallel training step: how much AllReduce hides behind compute
+(doc/model.md works the seed's 7B example)."""
 from __future__ import annotations
 
 import math
@@ -14,6 +8,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from allreduce_bench.core.config.checks import check_finite
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model.cost import Links, allreduce_time, layout
 
@@ -36,16 +31,34 @@ def gradient_bytes(params: float, dtype: str) -> float:
 
 
 def traffic_bytes(gradient_bytes: float) -> float:
-    """Bytes each rank sends per step: 2 G (the ring's 2(N-1)/N G for large N)."""
+    """2 G: the ring's 2(N-1)/N G for large N."""
     return 2.0 * gradient_bytes
 
 
 def buckets(gradient_bytes: float, bucket_bytes: float) -> tuple[int, float]:
-    """(number of full buckets, bytes of the last bucket); the last may be full."""
+    """(full buckets, bytes of the last, which may be full too)."""
     if bucket_bytes <= 0:
         raise UsageError("--bucket must be greater than zero")
     count = max(1, math.ceil(gradient_bytes / bucket_bytes))
     return count - 1, gradient_bytes - (count - 1) * bucket_bytes
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The data-parallel step `model ddp` is given: gradients, compute, DDP's bucket, overlap."""
+
+    params: float
+    dtype: str
+    compute_s: float
+    bucket_bytes: float
+    backward_share: float
+    overlappable_s: float | None
+    gradient_bytes: float
+    buckets: int
+
+    @property
+    def overlap(self) -> dict:
+        return {"backward_share": self.backward_share, "overlappable_s": self.overlappable_s}
 
 
 @dataclass(frozen=True)
@@ -73,13 +86,17 @@ class StepTime:
         return self.exposed_s <= self.last_bucket_s * (1 + 1e-9)
 
 
+def check_backward_share(backward_share: float) -> None:
+    check_finite(backward_share, "--backward-share", low=None)
+    if not 0 <= backward_share <= 1:
+        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+
+
 def step_time(compute_s: float, comm_s: float, last_bucket_s: float,
               backward_share: float = DEFAULT_BACKWARD_SHARE,
               overlappable_s: float | None = None) -> StepTime:
-    """step = compute + max(0, comm - overlappable); overlappable defaults to all but the last
-    bucket's communication, bounded by the backward pass (backward_share x compute)."""
-    if not 0 <= backward_share <= 1:
-        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
+    """Overlappable defaults to all but the last bucket's comm, bounded by backward (backward_share x compute)."""
+    check_backward_share(backward_share)
     if overlappable_s is None:
         overlappable_s = min(backward_share * compute_s, comm_s - last_bucket_s)
     return StepTime(compute_s, comm_s, min(last_bucket_s, comm_s), min(overlappable_s, comm_s))
@@ -95,25 +112,22 @@ def seed_step(gradient_bytes: float, compute_s: float, bandwidth_Bps: float,
 
 def bucketed_comm(gradient_bytes: float, bucket_bytes: float,
                   allreduce_s: Callable[[float], float]) -> tuple[float, float]:
-    """(total, last bucket) seconds when each bucket is its own AllReduce (as DDP does)."""
+    """(total, last bucket) seconds, each bucket its own AllReduce as in DDP."""
     full, last = buckets(gradient_bytes, bucket_bytes)
     last_s = allreduce_s(last)
     return full * (allreduce_s(bucket_bytes) if full else 0.0) + last_s, last_s
 
 
-def weak_scaling(gpu_counts: list[int], ranks_per_node: int, gradient_bytes: float,
-                 compute_s: float, links: Links, algorithm: str = "native",
-                 bucket_bytes: float = DEFAULT_BUCKET_BYTES, native_as: str = "ring",
-                 **overlap) -> pd.DataFrame:
-    """Efficiency against GPU count with fixed work per GPU: compute stays, comm follows the
-    AllReduce model (intra-node links inside a node, inter-node links across)."""
+def weak_scaling(work: TrainingStep, gpu_counts: list[int], ranks_per_node: int, links: Links,
+                 algorithm: str = "native", native_as: str = "ring") -> pd.DataFrame:
+    """Efficiency against GPU count with fixed work per GPU: compute stays, comm follows the AllReduce model."""
     rows = []
     for gpus in gpu_counts:
         nodes, _ = layout(gpus, ranks_per_node)
         comm_s, last_s = bucketed_comm(
-            gradient_bytes, bucket_bytes,
+            work.gradient_bytes, work.bucket_bytes,
             lambda size: allreduce_time(algorithm, size, gpus, ranks_per_node, links, native_as))
-        step = step_time(compute_s, comm_s, last_s, **overlap)
+        step = step_time(work.compute_s, comm_s, last_s, **work.overlap)
         rows.append({"gpus": gpus, "nodes": nodes, "comm_s": comm_s, "exposed_s": step.exposed_s,
                      "step_s": step.step_s, "efficiency": step.efficiency, "hidden": step.hidden})
     return pd.DataFrame(rows)

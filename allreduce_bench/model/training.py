@@ -1,48 +1,23 @@
-"""`model ddp`'s work: a data-parallel training step on each given link, or its weak scaling
-over GPU counts, from the step model (model/step.py), as lines of text."""
+"""`model ddp`'s work as lines of text: the step model (model/step.py) on each link, or its weak scaling."""
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import pandas as pd
 
 from allreduce_bench.core import units
-from allreduce_bench.core.config.checks import check_finite
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.model import step as ddp
 from allreduce_bench.model.cost import modelled
 from allreduce_bench.model.predict import GivenLinks, describe, load_model, native_model, resolve_links
-
-
-def check_backward_share(backward_share: float) -> None:
-    check_finite(backward_share, "--backward-share", low=None)
-    if not 0 <= backward_share <= 1:
-        raise UsageError(f"--backward-share must be between 0 and 1, got {backward_share:g}")
-
-
-@dataclass(frozen=True)
-class TrainingStep:
-    """The data-parallel step `model ddp` is given: its gradients, compute, DDP's bucket and
-    what may overlap (step.step_time's keywords)."""
-
-    params: float
-    dtype: str
-    compute_s: float
-    bucket_bytes: float
-    backward_share: float
-    overlappable_s: float | None
-    gradient_bytes: float
-    buckets: int
-
-    @property
-    def overlap(self) -> dict:
-        return {"backward_share": self.backward_share, "overlappable_s": self.overlappable_s}
+from allreduce_bench.model.step import TrainingStep
 
 
 def training_step(params: float, dtype: str, compute_s: float, bucket_bytes: float,
                   backward_share: float, overlappable_s: float | None) -> TrainingStep:
-    """The step, its gradient bytes and bucket count; one line on an unknown dtype or bucket."""
+    """One line on an unknown dtype or bucket."""
     grad = ddp.gradient_bytes(params, dtype)
     full, _ = ddp.buckets(grad, bucket_bytes)
     return TrainingStep(params, dtype, compute_s, bucket_bytes, backward_share, overlappable_s,
@@ -59,10 +34,22 @@ def steps_on_links(step: TrainingStep, bandwidths) -> list[tuple[float, ddp.Step
             for bandwidth in bandwidths]
 
 
-def scaling(step: TrainingStep, gpus: str, ranks_per_node: int, algo: str, bandwidths, model_path,
-            given: GivenLinks, native_as: str | None) -> tuple[pd.DataFrame, str]:
-    """The weak-scaling table and a line saying what it assumed. With --gpus, one --bandwidth
-    is every link's and two are intra then inter, unless the links are given apart."""
+@dataclass(frozen=True)
+class Scaling:
+    """`model ddp --gpus`: the GPU counts, layout, algorithm and where its links come from."""
+
+    gpus: str
+    ranks_per_node: int
+    algo: str
+    bandwidths: tuple[float, ...]
+    model_path: Path | None
+    given: GivenLinks
+    native_as: str | None
+
+
+def scaling(step: TrainingStep, setup: Scaling) -> tuple[pd.DataFrame, str]:
+    """The table and a line on what it assumed; one --bandwidth is every link's, two are intra then inter."""
+    algo, bandwidths, given = setup.algo, setup.bandwidths, setup.given
     if algo not in modelled():
         raise UsageError(f"unknown --algo {algo!r}; choose from {', '.join(modelled())}")
     if len(bandwidths) > 2:
@@ -70,19 +57,17 @@ def scaling(step: TrainingStep, gpus: str, ranks_per_node: int, algo: str, bandw
     if bandwidths:
         given = replace(given, intra_bw=given.intra_bw or bandwidths[0],
                         inter_bw=given.inter_bw or bandwidths[-1])
-    counts = ddp.parse_gpu_counts(gpus)
-    cost_model = load_model(model_path)
-    native_as = native_model(native_as, cost_model)
+    counts = ddp.parse_gpu_counts(setup.gpus)
+    cost_model = load_model(setup.model_path)
+    native_as = native_model(setup.native_as, cost_model)
     links = resolve_links(algo, cost_model, given)
-    table = ddp.weak_scaling(counts, ranks_per_node, step.gradient_bytes, step.compute_s, links, algo,
-                             step.bucket_bytes, native_as, **step.overlap)
+    table = ddp.weak_scaling(step, counts, setup.ranks_per_node, links, algo, native_as)
     label = f"{algo} (as {native_as})" if algo == "native" else algo
-    return table, (f"weak scaling, {ranks_per_node} GPUs per node, one {label} AllReduce per bucket; "
+    return table, (f"weak scaling, {setup.ranks_per_node} GPUs per node, one {label} AllReduce per bucket; "
                    f"{describe(links)}")
 
 
 def gradient_lines(step: TrainingStep) -> Iterator[str]:
-    """What the step moves and what may overlap it."""
     grad = step.gradient_bytes
     yield (f"gradients: {units.format_count(step.params)} parameters x {ddp.dtype_bytes(step.dtype)} B "
            f"({step.dtype}) = {units.format_bytes(grad)}; AllReduce traffic per step 2 x "

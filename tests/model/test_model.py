@@ -77,7 +77,8 @@ def test_step_model_overlap_rules():
 
 def test_weak_scaling_by_hand():
     links = Links(Link(0.0, 900e9), Link(0.0, 25e9))
-    table = ddp.weak_scaling([1, 8, 16], 8, 14e9, 0.5, links, bucket_bytes=1e9)
+    work = ddp.TrainingStep(7e9, "bfloat16", 0.5, 1e9, ddp.DEFAULT_BACKWARD_SHARE, None, 14e9, 14)
+    table = ddp.weak_scaling(work, [1, 8, 16], 8, links)
     one, node, two_nodes = table.to_dict("records")
     assert one["comm_s"] == 0 and one["efficiency"] == 1
     assert node["comm_s"] == pytest.approx(2 * 7 / 8 * 14e9 / 900e9) and node["hidden"]

@@ -1,8 +1,5 @@
-"""The summary's lines about the machine a run measured: its facts (CPUs allowed against ranks,
-idle driver and governor, steal and load over the run), the default world sizes it left out,
-the rows with two states, and for unstable rows the advice that would help on that machine,
-the first cause found in this order: more ranks than CPUs, the hypervisor's steal, other
-processes' load, calls in a slow state, too few samples, a change between rounds."""
+"""The summary's lines about the machine a run measured, and for unstable rows the advice that
+would help on it (the first cause that applies)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -12,6 +9,7 @@ from allreduce_bench.core.analysis.noise import (
     FEW_SAMPLES,
     OTHERS_NOTABLE,
     STEAL_NOTABLE,
+    flag,
     two_state_rows,
     unstable_rows,
     why_unstable,
@@ -23,8 +21,7 @@ from allreduce_bench.core.units import format_size
 
 
 def machine_line(meta: dict) -> str | None:
-    """'machine: 2 CPUs allowed for 2 ranks; idle driver haltpoll (governor haltpoll); steal 0.1%
-    of CPU time over the run; load average 0.52 at the start'; None for runs without the facts."""
+    """'machine: 2 CPUs allowed for 2 ranks; idle driver ...'; None for runs without the facts."""
     facts = meta.get("machine")
     if not isinstance(facts, dict):
         return None
@@ -47,15 +44,14 @@ def machine_line(meta: dict) -> str | None:
 
 
 def rank_scheds(meta: dict) -> list[dict]:
-    """Every rank's placement of the run's largest world (meta.json `binding`), [] if none."""
+    """Every rank's placement in the run's largest world (meta.json `binding`)."""
     found = meta.get("binding") or {}
     largest = max(found, key=int, default=None)
     return list((found.get(largest) or {}).get("ranks") or []) if largest else []
 
 
 def sched_of(meta: dict) -> str | None:
-    """'ranks SCHED_FIFO', or 'ranks as started (SCHED_FIFO was not permitted ...)'; None for
-    runs from before --sched."""
+    """'ranks SCHED_FIFO' or 'ranks as started (why)'; None for runs from before --sched."""
     ranks = [r for r in rank_scheds(meta) if r and r.get("sched")]
     if not ranks:
         return None
@@ -78,8 +74,7 @@ def left_out_line(meta: dict) -> str | None:
 
 
 def _allreduce_rows(frame: pd.DataFrame) -> str:
-    """'8 rows', or '8 AllReduce rows' where the run has rows of other collectives too: the
-    counts of these lines are over AllReduce's rows alone."""
+    """'8 rows', or '8 AllReduce rows' where the run has other collectives' rows too."""
     rows = len(allreduce_rows(frame))
     return f"{rows} AllReduce rows" if rows < len(frame) else f"{rows} rows"
 
@@ -97,7 +92,6 @@ def states_line(frame: pd.DataFrame) -> str | None:
 
 
 def advice(frame: pd.DataFrame, meta: dict) -> str:
-    """What would help the unstable rows on this machine: the first cause that applies."""
     machine = meta.get("machine")
     facts = machine if isinstance(machine, dict) else {}
     cpus = facts.get("cpus_allowed")
@@ -132,8 +126,7 @@ def advice(frame: pd.DataFrame, meta: dict) -> str:
 
 
 def states_advice(meta: dict) -> str:
-    """What helps calls in a slow state: SCHED_FIFO ranks where they were not, else nothing
-    this run could do (the fast state's median is the collective's cost)."""
+    """What helps calls in a slow state: SCHED_FIFO ranks where they were not, else nothing."""
     sched = sched_of(meta)
     if sched and sched != "ranks SCHED_FIFO":
         return ("SCHED_FIFO ranks keep gloo's calls in the fast one on machines like this "
@@ -157,8 +150,7 @@ def unstable_line(frame: pd.DataFrame, meta: dict) -> str | None:
 
 
 def extra_rounds_line(frame: pd.DataFrame, meta: dict) -> str | None:
-    """'extra rounds: 5 of 28 rows took them (--extra-budget 4 s); 2 did not settle before it
-    was spent: ring N=2 16 MiB (rounds), ...'; None where no row took any (sweep/passes.py)."""
+    """'extra rounds: 5 of 28 rows took them ...'; None where no row took any (sweep/passes.py)."""
     config = meta.get("config")
     config = config if isinstance(config, dict) else {}
     planned = config.get("rounds")
@@ -167,7 +159,7 @@ def extra_rounds_line(frame: pd.DataFrame, meta: dict) -> str | None:
     extra = frame[pd.to_numeric(frame["rounds"], errors="coerce") > planned]
     if extra.empty:
         return None
-    left = extra[extra["unstable"].astype("object").map(lambda v: str(v).lower() in ("true", "1"))]
+    left = extra[flag(extra["unstable"])]
     named = ", ".join(f"{row['algorithm']} N={row['world_size']} {format_size(row['size_bytes'])} "
                       f"({why_unstable(row)})" for row in left.to_dict("records"))
     return (f"extra rounds: {len(extra)} of {len(frame)} rows took them (--extra-budget "
@@ -177,18 +169,12 @@ def extra_rounds_line(frame: pd.DataFrame, meta: dict) -> str | None:
 
 
 def machine_lines(frame: pd.DataFrame, meta: dict) -> list[str]:
-    """Every line this module has for one run's summary, in order."""
     lines = (machine_line(meta), left_out_line(meta), states_line(frame), extra_rounds_line(frame, meta),
              unstable_line(frame, meta))
     return [line for line in lines if line]
 
 
 def facts_by_run(frame: pd.DataFrame) -> list[tuple[str, list[str]]]:
-    """(run label, its `machine_lines`) for every run of `frame` that has any."""
     labelled = label_runs(frame)
-    found = []
-    for run, meta in run_metas(frame).items():
-        lines = machine_lines(labelled[labelled["run"] == run], meta)
-        if lines:
-            found.append((run, lines))
-    return found
+    found = [(run, machine_lines(labelled[labelled["run"] == run], meta)) for run, meta in run_metas(frame).items()]
+    return [(run, lines) for run, lines in found if lines]

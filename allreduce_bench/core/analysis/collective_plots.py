@@ -1,8 +1,4 @@
-"""Figures of the collectives beside AllReduce: bandwidth and latency against size per
-collective (one panel per world size, one line per algorithm, an in-place half (`run
---in-place`) dashed as `<algorithm> (in place)`), and a summary of the peak busbw of every
-collective (AllReduce included) per world size, its best algorithm named on the bar (out of
-place, the half nccl-tests users quote)."""
+"""Figures of the collectives beside AllReduce: bandwidth and latency against size, and the peaks."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -74,8 +70,7 @@ def peak_figure(frame: pd.DataFrame):
 
 
 def draw(frame: pd.DataFrame, out_dir: Path, fmt: str = "png") -> dict[str, Path]:
-    """Save the collectives' figures as out_dir/<name>.<fmt>; name -> path (none without rows
-    of another collective)."""
+    """Save the collectives' figures as out_dir/<name>.<fmt>; name -> path."""
     rows = named_halves(collective_rows(frame, in_place=True)).dropna(subset=["busbw_GBps", "time_us_median"])
     if rows.empty:
         return {}

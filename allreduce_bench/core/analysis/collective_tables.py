@@ -1,15 +1,5 @@
-"""The collectives beside AllReduce in tables: peak busbw per collective, algorithm and world
-size, the seed's decomposition measured (ring AllReduce next to ring ReduceScatter + ring
-AllGather at the same size, and the native calls), what a backend ran in a collective's place,
-and their section of report.md and of the terminal summary.
-
-Rows of another collective carry benchmark = its name and busbw with its own nccl-tests factor;
-the AllReduce-only analyses skip them (results.schema.allreduce_rows) and this module reads
-them. In-place halves are lines of their own (doc/collectives.md, "In-place halves"); the
-decomposition compares them where a size has both (an AllReduce is in place), and the best
-algorithm per collective and the cost model read the out-of-place half (nccl-tests' quoted
-column; the declared steps are the out-of-place algorithm's).
-"""
+"""The collectives beside AllReduce in tables: their peaks, the seed's decomposition measured
+(AllReduce next to ReduceScatter + AllGather), and their report and terminal sections."""
 from __future__ import annotations
 
 import pandas as pd
@@ -23,9 +13,8 @@ IN_PLACE_LABEL = " (in place)"  # after the algorithm, on an in-place half's lin
 
 def collective_rows(frame: pd.DataFrame, with_allreduce: bool = False,
                     in_place: bool = False) -> pd.DataFrame:
-    """Out-of-place rows of every collective but AllReduce (and AllReduce's, when asked; and
-    the in-place halves, when asked), each with `collective`, `runs_as` and `in_place` filled.
-    (`run`'s AllReduce rows are in place but benchmark = allreduce: the out-of-place name.)"""
+    """Out-of-place rows of every collective but AllReduce (each of these too, when asked), with
+    `collective`, `runs_as` and `in_place` filled."""
     if "benchmark" not in frame.columns:
         return frame.iloc[0:0].assign(in_place=pd.Series(dtype=bool))
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
@@ -50,8 +39,7 @@ def _order(index: pd.Index) -> pd.Index:
 
 
 def peak_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Peak busbw (GB/s) per (collective, algorithm) and world size, collectives in nccl-tests'
-    order, algorithms as measured, an in-place half as `<algorithm> (in place)`."""
+    """Peak busbw (GB/s) per (collective, algorithm) and world size, in nccl-tests' order."""
     rows = named_halves(collective_rows(frame, in_place=True))
     if rows.empty:
         return pd.DataFrame()
@@ -63,8 +51,7 @@ def peak_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_per_collective(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per collective and world size: the highest busbw measured and the algorithm that had it
-    (AllReduce included, for the summary figure)."""
+    """Per collective (AllReduce too) and world size: the highest busbw and its algorithm."""
     rows = collective_rows(frame, with_allreduce=True).dropna(subset=["busbw_GBps"])
     if rows.empty:
         return pd.DataFrame(columns=["collective", "world_size", "algorithm", "busbw_GBps"])
@@ -75,14 +62,8 @@ def best_per_collective(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def decomposition(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per world size, size and algorithm family (ring, native): the AllReduce's median time
-    next to ReduceScatter + AllGather at the same size (the whole buffer), and their ratio.
-
-    `halves` says which halves the sum is of: "in place" where the size has both in-place
-    halves (`run --in-place`: the like-for-like comparison, as the AllReduce works in place on
-    one buffer; an imported nccl-tests table's in-place AllReduce is taken then), else "out of
-    place". `ratio_out_of_place` is the out-of-place halves' ratio beside it (the same as
-    `ratio` without in-place rows)."""
+    """Per world size, size and algorithm (ring, native): the AllReduce's median time against
+    ReduceScatter + AllGather of the same buffer, the in-place halves where measured (like for like)."""
     rows = collective_rows(frame, with_allreduce=True, in_place=True)
     rows = rows[rows["collective"].isin(["all_reduce", "reduce_scatter", "all_gather"])
                 & rows["algorithm"].isin(["ring", "native"]) & (rows["size_bytes"] >= DECOMPOSED_FROM)]
@@ -151,8 +132,7 @@ def terminal_text(frame: pd.DataFrame) -> str:
 
 
 def markdown_parts(frame: pd.DataFrame, markdown_table) -> list[str]:
-    """The report's collectives sections (empty without rows of other collectives); their
-    figures are embedded with the others."""
+    """The report's collectives sections (none without other collectives' rows)."""
     peaks = peak_table(frame)
     if peaks.empty:
         return []

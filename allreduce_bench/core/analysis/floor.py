@@ -1,13 +1,10 @@
-"""A floor on the bus bandwidth, judged as nccl-tests judges NCCL_TESTS_MIN_BW: per table, the
-plain mean of the busbw of every row (every size, both halves where a collective has an in-place
-one, small sizes included, unweighted) is "Avg bus bandwidth", and the table fails when that mean
-is below 90% of the floor (nccl-tests src/common.cu: `bw[0] < check_avg_bw * 0.9`).
-
-A table is what `run` prints one of: a collective's algorithm at one world size (and, for
-`links`, one link and operation). Pure functions of the rows: no files, no printing."""
+"""A floor on the bus bandwidth, judged as nccl-tests judges NCCL_TESTS_MIN_BW: a table fails where
+the plain mean of its rows' busbw is below 90% of it (nccl-tests src/common.cu)."""
 from __future__ import annotations
 
 import pandas as pd
+
+from allreduce_bench.core.analysis.tables import text_column
 
 # nccl-tests fails a run whose average is below this share of NCCL_TESTS_MIN_BW
 FLOOR_SHARE = 0.9
@@ -21,8 +18,7 @@ def table_averages(frame: pd.DataFrame) -> pd.DataFrame:
     key = [c for c in TABLE_KEY if c in frame.columns]
     for column in key:
         if column != "world_size":
-            values = frame[column].astype("object")
-            frame[column] = values.where(values.notna(), "").astype(str)
+            frame[column] = text_column(frame, column)
     means = frame.groupby(key, sort=False)["busbw_GBps"].mean().reset_index()
     means["table"] = [" ".join(f"N={v}" if c == "world_size" else str(v) for c, v in zip(key, row) if v != "")
                       for row in means[key].itertuples(index=False)]
@@ -30,8 +26,7 @@ def table_averages(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def footer_lines(averages: pd.DataFrame, floor_GBps: float) -> list[str]:
-    """nccl-tests' footer line per table (its printf "# %-20s : %g %s"), the table's name after
-    it, so `grep 'Avg bus bandwidth' | awk '{print $6}'` reads the number as from nccl-tests."""
+    """nccl-tests' footer line per table, so `grep 'Avg bus bandwidth' | awk '{print $6}'` reads it."""
     return [f"# {'Avg bus bandwidth':<20} : {row.avg_busbw_GBps:g} "
             f"{'FAILED' if below(row.avg_busbw_GBps, floor_GBps) else 'OK'}  ({row.table})"
             for row in averages.itertuples()]
@@ -43,7 +38,6 @@ def below(average_GBps: float, floor_GBps: float) -> bool:
 
 
 def verdict_lines(averages: pd.DataFrame, floor_GBps: float) -> list[str]:
-    """One line per table below 90% of the floor (none when all pass)."""
     return [f"FAILED: {row.table}: average bus bandwidth {row.avg_busbw_GBps:g} GB/s is below "
             f"{FLOOR_SHARE:.0%} of --min-busbw {floor_GBps:g} GB/s"
             for row in averages.itertuples() if below(row.avg_busbw_GBps, floor_GBps)]

@@ -1,7 +1,5 @@
-"""plots/report.html: report.md's markdown (report.Report) rendered as one self-contained page to
-open in a browser or send: the figures first, inline as SVG (each SavedFigure renders its own),
-then the report, the flags explained and every measurement, each cell holding results.csv's
-exact number. No script, no network: it opens offline from the file."""
+"""plots/report.html: report.md as one self-contained page (figures inline as SVG, no script, no
+network) to open offline or send, with every measurement's exact number."""
 from __future__ import annotations
 
 import html
@@ -51,8 +49,7 @@ MEASUREMENTS = (("algorithm", "algorithm", None), ("world_size", "world size", N
 
 
 def measurements(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every AllReduce row of results.csv, per run in sizes' order for each algorithm (the
-    registry's order) and world size, however the rounds appended them."""
+    """Every AllReduce row, per run in sizes' order for each algorithm and world size."""
     rows = allreduce_rows(frame)
     run = rows["source"].map({s: i for i, s in enumerate(dict.fromkeys(rows["source"]))}) \
         if "source" in rows.columns else 0
@@ -62,7 +59,6 @@ def measurements(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _shown(value, digits: int | None):
-    """A cell as the page shows it: to `digits`, NaN as '-'."""
     if digits is None or not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
         return value
     return f"{value:.{digits}f}"
@@ -76,7 +72,7 @@ def _exact(value) -> str:
 
 
 def _measurements_part(rows: pd.DataFrame) -> tuple[str, Callable[[list], None]]:
-    """The "Every measurement" section, and what marks its table's cells with the exact values."""
+    """The "Every measurement" section, and what marks its cells with the exact values."""
     digits = {c: d for c, _, d in MEASUREMENTS}
     shown = pd.DataFrame({h: [_shown(v, digits[c]) for v in rows[c]] for c, h, _ in MEASUREMENTS
                           if c in rows.columns})
@@ -97,9 +93,7 @@ def _measurements_part(rows: pd.DataFrame) -> tuple[str, Callable[[list], None]]
 
 
 def report_html(report: Report, frame: pd.DataFrame, figures: dict[str, Path]) -> str:
-    """The page: `report`'s parts, the figures first (those of `figures` that can render
-    themselves inline; any other image stays its alt text), then the flags explained and every
-    measurement."""
+    """The page: the figures that render inline (others as their alt text), `report`, the flags, every row."""
     by_file = {Path(path).name: (name, path) for name, path in figures.items()}
 
     def image(alt: str, target: str) -> str:

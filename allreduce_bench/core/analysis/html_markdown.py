@@ -1,5 +1,4 @@
-"""The markdown report.md and its sections are written in: its one pipe-table writer, and its
-rendering as HTML for report.html (markdown-it-py: CommonMark with tables, raw HTML escaped)."""
+"""report.md's markdown: its one pipe-table writer, and its rendering as HTML (CommonMark, raw HTML escaped)."""
 from __future__ import annotations
 
 import re
@@ -14,8 +13,7 @@ NUMBER = re.compile(r"[-+]?[\d.,]+(e[-+]?\d+)?\s*(%|[KMG]|x)?|nan|-")
 
 
 def cell_text(value) -> str:
-    """A cell as a pipe table holds it: NaN as '-', a flag as yes/no (every table alike), a `|`
-    escaped (GitHub's `\\|`) so that it does not start a cell of its own, a line break as a space."""
+    """A cell as a pipe table holds it: NaN as '-', a flag as yes/no, `|` escaped, a line break a space."""
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     text = "-" if isinstance(value, float) and value != value else str(value)
@@ -23,8 +21,7 @@ def cell_text(value) -> str:
 
 
 def markdown_table(table: pd.DataFrame, rule: str = "---") -> str:
-    """`table` as a pipe table: the header, the `rule` (`---:`: right-aligned), one line a row;
-    every line has the header's cells, whatever the cells hold."""
+    """`table` as a pipe table, `rule` under the header (`---:`: right-aligned)."""
     rows = ["| " + " | ".join(map(cell_text, line)) + " |"
             for line in (table.columns, *table.itertuples(index=False))]
     return "\n".join([rows[0], "|" + f"{rule}|" * len(table.columns), *rows[1:]])
@@ -32,9 +29,8 @@ def markdown_table(table: pd.DataFrame, rule: str = "---") -> str:
 
 def markdown_html(text: str, image: Callable[[str, str], str],
                   decorate: Callable[[list[Token]], None] | None = None) -> str:
-    """`text` as HTML: cells holding a number right-aligned (class num), each image as
-    `image(alt, path)` (a paragraph of one image: that alone); `decorate(tokens)` may set
-    attributes on the parsed tokens before they are rendered."""
+    """`text` as HTML, numbers right-aligned, each image as `image(alt, path)`; `decorate(tokens)`
+    may set attributes before rendering."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     md.add_render_rule("image", lambda self, tokens, at, options, env: image(
         self.renderInlineAsText(tokens[at].children, options, env), tokens[at].attrGet("src") or ""))

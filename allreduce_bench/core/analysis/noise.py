@@ -1,10 +1,5 @@
-"""What the machine's own noise did to a run's rows, and what would help: the rows whose median
-cannot be trusted (`unstable`, and why), the rows whose samples have a fast and a slow state,
-and the summary's lines built from meta.json's `machine` facts (measure/machine.py).
-
-The advice names the first thing that decides it on this machine: more ranks than CPUs, the
-hypervisor's steal, other processes' load, the slow state of the calls, too few samples, or a
-change of state between rounds."""
+"""What the machine's own noise did to a run's rows: those whose median cannot be trusted, and
+those whose samples have a fast and a slow state."""
 from __future__ import annotations
 
 import math
@@ -38,20 +33,18 @@ TWO_STATES = (
     "getting in the way (a vCPU waking up, a descheduled rank).")
 
 
-def _flag(values: pd.Series) -> pd.Series:
+def flag(values: pd.Series) -> pd.Series:
     return values.astype("object").map(lambda v: str(v).lower() in ("true", "1"))
 
 
 def unstable_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """AllReduce rows flagged unstable, labelled with their series."""
     rows = allreduce_rows(frame)
     if "unstable" not in rows.columns:
         return rows.iloc[0:0]
-    return label_runs(rows[_flag(rows["unstable"])])
+    return label_runs(rows[flag(rows["unstable"])])
 
 
 def two_state_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """AllReduce rows whose samples fell into a fast and a slow state, labelled."""
     rows = allreduce_rows(frame)
     if "slow_share" not in rows.columns:
         return rows.iloc[0:0]
@@ -81,8 +74,7 @@ def _pct(x: float) -> str:
 
 
 def unstable_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per flagged row: size, median, its interval, the rounds' spread and why it is flagged;
-    indexed by (series, algorithm, world_size)."""
+    """Per flagged row, indexed by (series, algorithm, world_size)."""
     flagged = unstable_rows(frame)
     if flagged.empty:
         return pd.DataFrame()
@@ -99,8 +91,7 @@ def unstable_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def two_state_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per two-state row: size, the fast and the slow state's medians and shares, and whether
-    the row is unstable; indexed by (series, algorithm, world_size)."""
+    """Per two-state row, indexed by (series, algorithm, world_size)."""
     rows = two_state_rows(frame)
     if rows.empty:
         return pd.DataFrame()
@@ -110,6 +101,6 @@ def two_state_table(frame: pd.DataFrame) -> pd.DataFrame:
         "fast (us)": number("fast_us_median").map(_us), "fast share": number("fast_share").map(_pct),
         "slow (us)": number("slow_us_median").map(_us), "slow share": number("slow_share").map(_pct),
         "median (us)": number("time_us_median").map(_us),
-        "unstable": _flag(rows["unstable"]).map({True: "yes", False: "no"}) if "unstable" in rows
+        "unstable": flag(rows["unstable"]).map({True: "yes", False: "no"}) if "unstable" in rows
         else "-"}, index=rows.index)
     return table.set_index([rows["series"], rows["algorithm"], rows["world_size"]])

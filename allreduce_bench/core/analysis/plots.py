@@ -1,10 +1,5 @@
-"""Figures drawn from a results DataFrame alone: anyone can redraw them from results/.
-
-Each `*_figure(frame, footnote=...)` returns a matplotlib Figure (or None when the rows cannot
-show it) so callers and tests can inspect it; `draw_all` saves every figure that applies.
-Colours name algorithms and line styles name series (runs told apart by tag, or links), the
-same in every figure.
-"""
+"""Figures drawn from results rows alone, so anyone can redraw them from results/; colours name
+algorithms and line styles series, the same in every figure."""
 from __future__ import annotations
 
 import textwrap
@@ -42,9 +37,8 @@ PAIRED = plt.get_cmap("tab20").colors  # type: ignore[attr-defined]
 
 
 class Styles:
-    """Colour per algorithm, line style and marker per series, stable across figures. With
-    several series (merged runs), an algorithm's series take the dark and the light shade of
-    its hue in turn, so two runs' lines of one algorithm are told apart by colour too."""
+    """Colour per algorithm, line style and marker per series; several series of one algorithm
+    take its hue's dark and light shade in turn."""
 
     def __init__(self, frame: pd.DataFrame):
         ordered = sorted(set(frame["algorithm"].astype(str)), key=algorithm_rank)
@@ -57,8 +51,7 @@ class Styles:
                                  else label_runs(frame)["series"]))
 
     def order(self, points: pd.DataFrame) -> list[tuple[str, str]]:
-        """(series, algorithm) pairs present in `points`, series first, then algorithms in the
-        order native, ring, naive, hierarchical, others: legends read the same everywhere."""
+        """(series, algorithm) pairs in `points` in one order, so legends read the same everywhere."""
         pairs = set(zip(points.index.get_level_values("series"),
                         points.index.get_level_values("algorithm")))
         rank = {a: i for i, a in enumerate(self.colours)}
@@ -96,14 +89,13 @@ FOOTNOTE_POINTS = 7
 
 
 def fit_footnote(note: str, width_in: float) -> str:
-    """Each line of `note` wrapped to a figure `width_in` inches wide (a one-panel figure cut a
-    run's line short): ~0.6 em per character of the footnote's font."""
+    """Each line of `note` wrapped to a figure `width_in` inches wide (~0.6 em per character)."""
     chars = max(40, int(width_in * 72 / (0.6 * FOOTNOTE_POINTS)))
     return "\n".join(textwrap.fill(line, chars, subsequent_indent="  ") for line in note.splitlines())
 
 
 def finish_figure(fig, note: str):
-    """Footnote (backend, device, hosts, date) under the axes, layout that leaves room for it."""
+    """The footnote under the axes, and a layout that leaves room for it."""
     note = fit_footnote(note, fig.get_figwidth()) if note else note
     lines = note.count("\n") + 1 if note else 0
     if note:
@@ -150,7 +142,6 @@ def _per_world_size(frame, title, ylabel, draw, note, logy=False, reference=None
 
 
 def bandwidth_figure(frame: pd.DataFrame, footnote: str = ""):
-    """busbw against size, one line per algorithm (and series), one panel per world size."""
     def draw(ax, curve, style, *_):
         ax.plot(curve.index, curve["busbw_GBps"], **style)
     return _per_world_size(frame, "AllReduce bus bandwidth against size", "busbw (GB/s)", draw,
@@ -184,8 +175,7 @@ def speedup_figure(frame: pd.DataFrame, footnote: str = ""):
 
 
 def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | None = None):
-    """Left: busbw(N) / busbw(N_min) per algorithm at one size, ideal 1. Right: time(N) /
-    time(N_min), with the naive baseline's (N-1)/(N_min-1) for reference."""
+    """busbw(N) / busbw(N_min) at one size (ideal 1), and time(N) / time(N_min) beside naive's theory."""
     size_bytes = chosen_size(frame, size_bytes)
     if size_bytes is None:  # no AllReduce rows
         return None
@@ -218,7 +208,6 @@ def scaling_figure(frame: pd.DataFrame, footnote: str = "", size_bytes: int | No
 
 
 def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None = None) -> dict:
-    """name -> Figure for every figure the rows can show."""
     note = footnote(frame) if note is None else note
     made = {
         "bandwidth": bandwidth_figure(frame, note),
@@ -230,8 +219,7 @@ def figures(frame: pd.DataFrame, size_bytes: int | None = None, note: str | None
 
 
 def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = ""):
-    """Every rank's time per call at the largest size of each world size (median, p5-p95 bar),
-    one line per algorithm; the rank each row names as most often late is ringed."""
+    """Every rank's time per call at the largest size of each world size (median, p5-p95 bar)."""
     from allreduce_bench.core.analysis.ranks import per_rank_times
 
     times = per_rank_times(samples) if len(samples) else pd.DataFrame()
@@ -267,8 +255,7 @@ def ranks_figure(samples: pd.DataFrame, frame: pd.DataFrame, footnote: str = "")
 
 def draw_all(frame: pd.DataFrame, out_dir: Path, fmt: str = "png",
              size_bytes: int | None = None, sections=()) -> dict[str, Path]:
-    """Save every figure that applies as out_dir/<name>.<fmt>, the features' `sections`' too
-    (core/hooks.py); name -> path."""
+    """Save every figure that applies, the `sections`' too, as out_dir/<name>.<fmt>; name -> path."""
     with quiet_layout():
         return _draw_all(frame, Path(out_dir), fmt, size_bytes, sections)
 

@@ -1,15 +1,5 @@
-"""Which rank holds the others up: the slow-rank section of the report, from rows and samples.
-
-The method (metrics.sample_stats): a collective ends at about the same moment on every rank,
-so a rank that *starts* a sample late measures the shortest interval while the others, waiting
-for it inside the collective, measure a longer one. Per sample the late rank is the one with
-the MINIMUM time; each row names the rank most often late (`late_rank`), the share of
-samples it was late in, and by how much it lagged (`late_rank_lag_us`, per sample). Naming the rank
-with the maximum time instead would name one of the ranks that waited.
-
-What this cannot see: a rank slow *inside* the collective (a slower link or reduction on its
-part of a ring) delays every rank alike, and is not told apart by times alone.
-"""
+"""Which rank holds the others up: a rank that starts late measures the shortest interval while
+the others wait for it (metrics.sample_stats names it per row)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -28,14 +18,12 @@ def _sampled(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def stands_out(rows_named: int, rows: int, share: float, world_size: int) -> bool:
-    """One rank is the straggler when it is named in most rows and late clearly more often than
-    chance (1/N of the samples) in them."""
+    """Named in most rows, and late clearly more often than chance (1/N of the samples) in them."""
     return rows_named > rows / 2 and share >= min(0.9, 1.5 / world_size)
 
 
 def rank_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (series, world_size): the rank most often last to start, its host, in how many rows,
-    its median share of samples and median lag, and whether it stands out."""
+    """Per (series, world_size): the rank most often last to start, its host, rows, share and lag."""
     rows = _sampled(frame)
     if rows.empty:
         return pd.DataFrame()
@@ -59,8 +47,7 @@ def rank_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def per_rank_times(samples: pd.DataFrame, size_bytes: int | None = None) -> pd.DataFrame:
-    """Median, p5 and p95 of every rank's time per call at one size (default: the largest of
-    each world size), per (algorithm, world_size, rank)."""
+    """Median, p5 and p95 of every rank's time per call at one size (default: each world's largest)."""
     rows = samples[samples["benchmark"].fillna("allreduce") == "allreduce"]
     if rows.empty:
         return pd.DataFrame()

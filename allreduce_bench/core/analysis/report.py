@@ -31,8 +31,7 @@ from allreduce_bench.core.units import format_size
 
 
 def terminal_summary(frame: pd.DataFrame) -> str:
-    """What `run` prints at the end: peak busbw, ring/native and hierarchical/ring, the other
-    collectives' peaks and decomposition (analysis/collective_tables.py), #wrong."""
+    """What `run` prints at the end."""
     others = collective_rows(frame, in_place=True)  # --in-place's halves are checked too
     lines = allreduce_summary(frame) if len(allreduce_rows(frame)) else []
     lines += [terminal_text(frame)] if len(others) else []
@@ -68,7 +67,6 @@ def allreduce_summary(frame: pd.DataFrame) -> list[str]:
 
 
 def one_rank_line(frame: pd.DataFrame) -> str:
-    """What world size 1 measured: the backend's own call, with no peer and no busbw."""
     rows = allreduce_rows(frame)
     rows = rows[rows["world_size"] == 1].groupby("algorithm")["time_us_median"]
     calls = ", ".join(f"{name} {low:.3g}-{high:.3g} us" for name, (low, high) in
@@ -205,30 +203,25 @@ TABLES = (_peak_table, _comparison_table, _naive_table, _scaling_table, _late_ra
 
 
 def report_tables(frame: pd.DataFrame, size_bytes: int, sections=()) -> list[Table]:
-    """(title, how to read it, table of strings) for the terminal and report.md: the sweep's,
-    then those the features' `sections` lend (core/hooks.py)."""
+    """The sweep's tables for the terminal and report.md, then those the `sections` lend (core/hooks.py)."""
     lent = tuple(section.tables for section in sections if section.tables is not None)
     return [table for build in TABLES + lent
             for table in build(frame, size_bytes)]
 
 
 def runs_table(frame: pd.DataFrame) -> pd.DataFrame:
-    rows = []
     wrong = (label_runs(frame).groupby("run")["wrong"].sum() if "wrong" in frame.columns
              else pd.Series(dtype="int64"))
-    for run, meta in run_metas(frame).items():
-        rows.append({"run": run or "-", "run id": meta.get("run_id", "?"),
-                     "tag": meta.get("tag") or "-", "on": describe_run(meta),
-                     "placement": "; ".join(placement_lines(meta)) or "-",
-                     "#wrong": int(wrong.get(run, 0))})
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame([{"run": run or "-", "run id": meta.get("run_id", "?"),
+                           "tag": meta.get("tag") or "-", "on": describe_run(meta),
+                           "placement": "; ".join(placement_lines(meta)) or "-",
+                           "#wrong": int(wrong.get(run, 0))} for run, meta in run_metas(frame).items()])
     return table.drop(columns="run") if (table["run"] == "-").all() else table
 
 
 @dataclass(frozen=True)
 class Report:
-    """The report's markdown, built once: report.md is `head`, `body`, then `figures` (the
-    figures no section embeds); report.html renders the same parts, the figures first."""
+    """The report's markdown, built once: report.md and report.html render the same parts."""
 
     head: list[str]
     body: list[str]
@@ -240,8 +233,7 @@ class Report:
 
 def report_markdown(frame: pd.DataFrame, size_bytes: int | None, figures: dict[str, Path],
                     out_dir: Path, sections=()) -> Report:
-    """The sweep's report, then each of the features' `sections` (core/hooks.py) that the
-    rows concern, then every figure no section embedded itself."""
+    """The sweep's report, then the `sections` (core/hooks.py), then every figure none embedded."""
     head = ["# AllReduce benchmark report", "",
             "busbw = size / time x 2(N-1)/N in decimal GB/s, as nccl-tests defines it; times are "
             "the median over samples of the slowest rank's time per call (a sample times `loops` "
@@ -271,9 +263,7 @@ HTML_FILE = "report.html"
 
 def write_report(frame: pd.DataFrame, out_dir: Path, size: str | int | None = None,
                  fmt: str = "png", sections=()) -> tuple[dict[str, Path], Path]:
-    """Every figure plus report.md (tables, figures embedded by relative path) and report.html
-    (the same, one self-contained page) into out_dir, with the features' `sections`
-    (core/hooks.py; none: the sweep's own only)."""
+    """Every figure, report.md and report.html (one self-contained page) into out_dir."""
     from allreduce_bench.core.analysis.html import report_html
     from allreduce_bench.core.analysis.plots import draw_all  # matplotlib only when drawing
 

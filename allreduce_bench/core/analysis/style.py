@@ -51,8 +51,7 @@ def log_y_axis(ax) -> None:
 
 
 def legend(ax, **options) -> None:
-    """A legend where some artist has a label (matplotlib warns about an empty one: an imported
-    run's single unlabelled line would print that warning to the user)."""
+    """A legend where some artist has a label (matplotlib warns about an empty one)."""
     handles, _ = ax.get_legend_handles_labels()
     if handles:
         ax.legend(**options)
@@ -60,16 +59,14 @@ def legend(ax, **options) -> None:
 
 @contextmanager
 def quiet_layout():
-    """No "Tight layout not applied" on the console: where many runs' legends leave no room the
-    figure is saved as laid out, and the warning would only alarm."""
+    """No "Tight layout not applied" warning: the figure is saved as laid out, which is fine."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Tight layout not applied", UserWarning)
         yield
 
 
 class SavedFigure(PosixPath):
-    """A figure's file as `save` returns it: the path, holding its figure, so report.html
-    inlines the very figures report.md links to, drawn once, without a copy kept aside."""
+    """A figure's path holding its figure, so report.html inlines the very figures report.md links to."""
 
     figure = None
 
@@ -79,8 +76,7 @@ class SavedFigure(PosixPath):
 
 
 def save(fig, path: Path) -> SavedFigure:
-    """Write and close `fig`. PNGs go through a 256-colour palette: a third of the bytes, the
-    same look (line plots use few colours), so committed figures stay small."""
+    """Write and close `fig`; PNGs through a 256-colour palette (a third of the bytes, the same look)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".png":
@@ -99,8 +95,7 @@ def save(fig, path: Path) -> SavedFigure:
 
 
 def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) -> SavedFigure:
-    """`save`, after writing `footnote` small in the bottom-left corner and laying the figure
-    out above it (and left of `right`, where a legend stands outside)."""
+    """`save`, with `footnote` small in the bottom-left corner (and the figure left of `right`)."""
     if footnote:
         fig.text(0.01, 0.01, footnote, fontsize=7, alpha=0.7)
     with quiet_layout():
@@ -109,8 +104,7 @@ def save_with_footnote(fig, path: Path, footnote: str = "", right: float = 1.0) 
 
 
 def svg_text(fig) -> str:
-    """`fig` as an <svg> element to inline in HTML: no XML prologue, no date; text as text
-    (the browser's font), half the bytes of glyphs drawn as paths."""
+    """`fig` as an <svg> element to inline: no prologue, no date, text as text (half the bytes)."""
     buffer = io.StringIO()
     with plt.rc_context({"svg.fonttype": "none"}):
         fig.savefig(buffer, format="svg", dpi=DPI, metadata=STABLE_METADATA[".svg"])
@@ -119,7 +113,6 @@ def svg_text(fig) -> str:
 
 
 def unique_ids(svg: str, prefix: str) -> str:
-    """`svg` with every id and reference to one prefixed: matplotlib names glyphs and clip paths
-    alike in every figure, and one page holds several."""
+    """`svg` with every id and reference prefixed: matplotlib reuses ids in every figure."""
     svg = re.sub(r'\bid="', f'id="{prefix}', svg)
     return re.sub(r'(href="#|url\(#)', rf"\g<1>{prefix}", svg)

@@ -1,10 +1,5 @@
-"""The numbers of a report, as plain functions of a results DataFrame (no process groups).
-
-Every function takes the rows of one or more runs (as `load_results` returns them) and returns a
-DataFrame indexed by (series, algorithm, world_size) or similar. A *series* is one run's rows,
-named by its tag (plus its run id where several runs share a tag, plus the `link` where rows
-carry one), so merged runs never mix in one number.
-"""
+"""The numbers of a report, as plain functions of results rows, per *series*: one run's rows
+(and link), so merged runs never mix in one number."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,7 +15,7 @@ from allreduce_bench.core.units import format_size, parse_size
 CURVE = ["series", "algorithm", "world_size"]
 
 
-def _text(frame: pd.DataFrame, column: str) -> pd.Series:
+def text_column(frame: pd.DataFrame, column: str) -> pd.Series:
     """A column as strings, '' where missing (an all-empty CSV column reads as float NaN)."""
     if column not in frame.columns:
         return pd.Series("", index=frame.index, dtype="object")
@@ -39,20 +34,20 @@ def algorithm_rank(name: str) -> str:
 def label_runs(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy with `run` (tag, plus run id where tags repeat) and `series` (run plus link)."""
     frame = frame.copy()
-    tag = _text(frame, "tag")
+    tag = text_column(frame, "tag")
     if "run_id" in frame.columns:
-        run_id = _text(frame, "run_id").str[:8]
+        run_id = text_column(frame, "run_id").str[:8]
     else:  # rows without run ids: the run directory names them
-        run_id = _text(frame, "source").map(lambda source: Path(source).name)
+        run_id = text_column(frame, "source").map(lambda source: Path(source).name)
     repeated = tag.map(run_id.groupby(tag).nunique()) > 1
     with_id = pd.Series([f"{t} ({r})" if t else r for t, r in zip(tag, run_id)],
                         index=frame.index, dtype="object")
     frame["run"] = tag.where(~repeated, with_id)
     for column in ("dtype", "backend", "device"):  # runs that differ in these say so
-        values = _text(frame, column)
+        values = text_column(frame, column)
         if values[values != ""].nunique() > 1:
             frame["run"] = (frame["run"] + " " + values).str.strip()
-    frame["series"] = (frame["run"] + " " + _text(frame, "link")).str.strip()
+    frame["series"] = (frame["run"] + " " + text_column(frame, "link")).str.strip()
     return frame
 
 
@@ -64,9 +59,8 @@ def curves(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def chosen_size(frame: pd.DataFrame, size: str | int | None = None, sections=()) -> int | None:
-    """The size scaling is compared at: `size` if it was measured, else the largest measured.
-    None for rows of other collectives only, or of benchmarks the features' `sections` report
-    (Section.benchmarks): no AllReduce figures or tables, their sections."""
+    """The size scaling is compared at: `size` if measured, else the largest; None without
+    AllReduce rows but with other collectives' or the `sections`' benchmarks' rows."""
     measured = sorted(int(s) for s in allreduce_rows(frame)["size_bytes"].dropna().unique())
     reported = [b for section in sections for b in section.benchmarks]
     others = "benchmark" in frame.columns and bool(
@@ -95,8 +89,7 @@ def peak_busbw(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def half_peak_size(frame: pd.DataFrame) -> pd.Series:
-    """The smallest size whose busbw reaches half the peak busbw, per curve: below it, latency
-    dominates (as ml-engineering reports it)."""
+    """The smallest size whose busbw reaches half the peak, per curve: below it, latency dominates."""
     points = curves(frame)["busbw_GBps"]
     peak = points.groupby(level=CURVE).transform("max")
     reached = points[(points >= peak / 2) & (peak > 0)]  # busbw is 0 by definition at N = 1
@@ -106,8 +99,7 @@ def half_peak_size(frame: pd.DataFrame) -> pd.Series:
 
 def ratio_at_largest(frame: pd.DataFrame, numerator: str, denominator: str) -> pd.DataFrame:
     """busbw(numerator) / busbw(denominator) at the largest size both measured, per (series,
-    world_size). At one size and world size this is time(denominator) / time(numerator):
-    > 1 means `numerator` is faster."""
+    world_size): > 1 means `numerator` is faster."""
     points = curves(frame)["busbw_GBps"]
     rows = []
     for (series, world_size), curve in points.groupby(level=["series", "world_size"]):
@@ -125,13 +117,8 @@ def ratio_at_largest(frame: pd.DataFrame, numerator: str, denominator: str) -> p
 
 
 def naive_penalty(frame: pd.DataFrame) -> pd.DataFrame:
-    """The naive baseline's slowdown with world size against what its rank-0 bottleneck predicts.
-
-    Rank 0 receives and sends (N-1) x S bytes, so with rank 0's link the bottleneck its time is
-    proportional to N-1. Measured: time_naive(N) / time_naive(N_ref) at the largest size both
-    world sizes measured, N_ref the smallest world size >= 2 (normally 2); predicted:
-    (N-1) / (N_ref-1), which is N-1 when N_ref = 2.
-    """
+    """The naive baseline's time(N) / time(N_ref) against (N-1) / (N_ref-1), what its rank-0
+    bottleneck predicts (rank 0 moves (N-1) x S bytes)."""
     times = curves(frame)["time_us_median"]
     rows = []
     if "naive" in times.index.get_level_values("algorithm"):
@@ -154,9 +141,8 @@ def naive_penalty(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def scaling_efficiency(frame: pd.DataFrame, size_bytes: int) -> pd.DataFrame:
-    """At one size, per (series, algorithm, world_size): efficiency = busbw(N) / busbw(N_min)
-    (1 is ideal: busbw held as the world grew) and time(N) / time(N_min), N_min the smallest
-    world size >= 2 measured for that curve (busbw is 0 by definition at N = 1)."""
+    """At one size, per curve: busbw(N) / busbw(N_min) (1 is ideal) and time(N) / time(N_min),
+    N_min the smallest world size >= 2 (busbw is 0 by definition at N = 1)."""
     points = curves(frame)
     points = points[points.index.get_level_values("world_size") >= 2]
     at = points[points.index.get_level_values("size_bytes") == size_bytes].droplevel("size_bytes")
@@ -173,8 +159,7 @@ def scaling_efficiency(frame: pd.DataFrame, size_bytes: int) -> pd.DataFrame:
 # --- what runs the rows come from ------------------------------------------------------------
 
 def run_metas(frame: pd.DataFrame) -> dict[str, dict]:
-    """run label -> the facts of that run: its meta.json where the rows came from a run
-    directory, otherwise what the rows themselves say."""
+    """run label -> its meta.json, or what the rows themselves say."""
     frame = label_runs(frame)
     metas = {}
     for run, rows in frame.groupby("run", sort=True):
@@ -203,7 +188,6 @@ def describe_run(meta: dict) -> str:
 
 
 def footnote(frame: pd.DataFrame) -> str:
-    """One line per run: `run: backend ..., device ..., hosts ..., date`."""
     metas = run_metas(frame)
     return "\n".join(f"{run}: {describe_run(meta)}" if run else describe_run(meta)
                      for run, meta in metas.items())

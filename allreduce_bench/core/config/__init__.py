@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from allreduce_bench.core.config.checks import check_finite, check_writable_dir
+from allreduce_bench.core.config.checks import check_positive_int, check_writable_dir
 from allreduce_bench.core.config.launch import LaunchConfig, LaunchOptions
 from allreduce_bench.core.errors import UsageError
 from allreduce_bench.core.metrics import IN_PLACE_HALVES
@@ -20,13 +20,10 @@ from allreduce_bench.core.units import parse_size, parse_size_list, size_sweep
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8, "int32": 4}
 
 
-
 @dataclass(frozen=True)
 class Sampling:
     """How each measurement is sampled (measure/timing.py): `samples` samples of `loops`
-    back-to-back calls each; None means calibrated (loops: a sample lasts >= min_sample_s and
-    the barrier's exit skew is <= max_skew_share of it, up to max_sample_s; samples: as many
-    as fit budget_s, within [min_samples, max_samples])."""
+    back-to-back calls each, None meaning calibrated to the bounds below."""
 
     loops: int | None = None
     samples: int | None = None
@@ -41,18 +38,13 @@ class Sampling:
     host_launch: bool = False  # GPU: keep host launch time inside the interval (no spin)
 
 
-# --rounds by default: interleaved passes, the budget split over them (measure/rounds.py), so
-# `compare` sees how much a run disagrees with itself. Chosen from measurements (doc/methodology.md, "Runs that agree").
+# --rounds by default: interleaved passes (measure/rounds.py), so `compare` sees how much a run
+# disagrees with itself (doc/methodology.md, "Runs that agree")
 ROUNDS = 4
-# --extra-budget by default: seconds of calls the rows still `unstable` after the rounds may take
-# in extra rounds (sweep/passes.py), the whole run's; keeps the default CPU run under 20 s on 2
-# cores (scripts/perf_first_run.py). 0 with --quick.
+# --extra-budget by default: the whole run's seconds of extra rounds for rows still `unstable`
+# (sweep/passes.py), keeping the default CPU run under 20 s on 2 cores; 0 with --quick
 EXTRA_BUDGET_S = 4.0
-# Defaults of the main job: a CPU laptop sweep (N=4 only where 4 CPUs are allowed:
-# cpu_world_sizes), and the GPU sweep nccl-tests users expect. A CPU call is ~100 us at best,
-# a GPU one ~10 us. gloo on loopback reaches its bus bandwidth plateau by 4M-16M; 64M added
-# 10 s of 37 to the default run on 2 cores (26 s without it) and no new information:
-# --max-bytes 64M where it is wanted.
+# A CPU laptop sweep (gloo on loopback plateaus by 4M-16M), and the GPU sweep nccl-tests users expect
 CPU_DEFAULTS: dict[str, Any] = dict(world_sizes=(2, 4), ranks_per_node=2, min_bytes="4K", max_bytes="16M", factor=4,
                     sampling=Sampling(budget_s=0.1, min_sample_s=0.002, min_samples=5,
                                       max_samples=50, warmup=1), rounds=ROUNDS)
@@ -65,18 +57,15 @@ QUICK: dict[str, Any] = dict(sizes=(4 << 10, 256 << 10),
 
 
 def cpu_world_sizes(cpus: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the default CPU world sizes that fit `cpus`, those left out): a world of more ranks
-    than the CPUs this process may use measures the scheduler more than the collective, so a
-    2-core machine runs N=2 and leaves N=4 out. A collective needs two ranks: N=2 stays even
-    on one CPU (the placement line then says the ranks share it)."""
+    """(the default CPU world sizes that fit `cpus`, those left out): more ranks than CPUs measure
+    the scheduler; N=2 stays even on one CPU."""
     fits = tuple(k for k in CPU_DEFAULTS["world_sizes"] if k <= max(cpus, 2))
     return fits, tuple(k for k in CPU_DEFAULTS["world_sizes"] if k not in fits)
 
 
 @dataclass(frozen=True)
 class SweepOptions:
-    """What `run` and `links` sweep and how each size is sampled (core/cli/run.py
-    `sweep_options`), as click parsed them."""
+    """What `run` and `links` sweep and how each size is sampled, as click parsed them."""
 
     sizes: str | None = None
     min_bytes: str | None = None
@@ -124,20 +113,17 @@ class RunConfig:
     in_place: bool = False
 
     def halves(self, collective: str) -> tuple[bool, ...]:
-        """The in-place flags `collective` is measured with: (False,) or, with --in-place for
-        AllGather and ReduceScatter, (False, True); AllReduce's own rows are in place already."""
+        """The in-place flags `collective` is measured with (AllReduce's rows are in place already)."""
         return (False, True) if self.in_place and collective in IN_PLACE_HALVES else (False,)
 
     @property
     def measurements_per_size(self) -> int:
-        """(collective, algorithm, half) triples measured at each size and world size."""
         return len(self.algorithms) + sum(len(names) * len(self.halves(c))
                                           for c, names in self.collectives)
 
     @property
     def itemsize(self) -> int:
         return DTYPES[self.dtype]
-
 
 
 def parse_world_sizes(text: str) -> tuple[int, ...]:
@@ -161,14 +147,13 @@ _created: list[Path] = []  # the output directories this process's command creat
 
 
 def created_here(path: Path) -> Path:
-    """`path`, just created for this command's output (`remove_unused_created`)."""
     _created.append(Path(path).absolute())
     return path
 
 
 def remove_unused_created() -> None:
-    """Remove each directory the command created that holds no more than meta.json: a run refused
-    or interrupted before its first row leaves no folder for the next command to trip on."""
+    """Remove each directory the command created that holds no more than meta.json, so a refused
+    run leaves no folder for the next command to trip on."""
     while _created:
         path = _created.pop()  # a run's folder before results/ above it
         with suppress(OSError):  # gone already, or not readable
@@ -177,8 +162,7 @@ def remove_unused_created() -> None:
 
 
 def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = False) -> Path:
-    """results/<UTC timestamp>[-<tag>]. With `claim`, the directory is created here, atomically,
-    with -2, -3, ... appended when another run took the name first (two runs in one second)."""
+    """results/<UTC timestamp>[-<tag>]; with `claim`, created here atomically (-2, -3, ... if taken)."""
     stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", tag).strip("-.")[:64]  # a file name, never too long
     base = Path("results") / (f"{stamp}-{safe}" if safe else stamp)
@@ -201,9 +185,8 @@ def default_out_dir(tag: str, now: _dt.datetime | None = None, claim: bool = Fal
 
 def resolve_sizes(sizes: str | None, min_bytes: str | None, max_bytes: str | None,
                   factor: float | None, defaults: dict, dtype: str | None = None) -> tuple[int, ...]:
-    """The sizes of --sizes, or of the sweep --min-bytes..--max-bytes by --factor (the device's
-    defaults for what is not given). With `dtype`, a size given by hand must be a whole number
-    of its elements (6 B of float32 is refused, not measured as 4 B)."""
+    """The sizes of --sizes, or of --min-bytes..--max-bytes by --factor (`defaults` where not given);
+    with `dtype`, a size given must be whole elements (6 B of float32 is refused, not measured as 4)."""
     if sizes is not None:  # --sizes '' is an error, never the default sweep
         if min_bytes is not None or max_bytes is not None or factor is not None:
             raise UsageError("give either --sizes or --min-bytes/--max-bytes/--factor, not both")
@@ -236,10 +219,9 @@ def check_sizes_fit_dtype(sizes: tuple[int, ...], dtype: str) -> None:
 
 def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
                      budget_s: float | None, warmup: int | None, host_launch: bool) -> Sampling:
-    """The run's Sampling: the device's (or --quick's) defaults, with what was given by hand."""
-    for name, value in (("--loops", loops), ("--samples", samples)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be at least 1, got {value}")
+    """`default` with what was given by hand."""
+    check_positive_int(loops, "--loops")
+    check_positive_int(samples, "--samples")
     if warmup is not None and warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {warmup}")
     if budget_s is not None and not (0 < budget_s < 3600):  # also refuses nan and inf
@@ -249,8 +231,3 @@ def resolve_sampling(default: Sampling, loops: int | None, samples: int | None,
     return replace(default, host_launch=host_launch,
                    **{k: v for k, v in given.items() if v is not None})
 
-
-def check_timeout(timeout_s: float) -> None:
-    check_finite(timeout_s, "--timeout")
-    if not timeout_s > 0:
-        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout_s:g}")

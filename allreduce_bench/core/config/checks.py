@@ -1,5 +1,4 @@
-"""Checks made once, up front, before any process starts: can the output be written, is a number
-a number, does the work fit this host. Each raises UsageError (one line, exit 2). No torch."""
+"""Checks made once before any process starts, each a UsageError (one line, exit 2). No torch."""
 from __future__ import annotations
 
 import math
@@ -19,8 +18,7 @@ from allreduce_bench.core.units import format_bytes, parse_bandwidth
 
 @dataclass(frozen=True)
 class Host:
-    """The CPUs this process may use and the GPUs it sees: probed by the command (`this_host()`
-    of core/measure/device.py), so a config is built without torch."""
+    """The CPUs this process may use and the GPUs it sees, probed by the command so a config needs no torch."""
 
     cpus: int
     gpus: int = 0
@@ -59,8 +57,7 @@ def check_writable_file(path: Path, option: str) -> Path:
 
 
 class OutputPath(click.ParamType):
-    """A path option that must not be empty: an empty --out would silently mean the current
-    directory (click's Path type turns '' into '.')."""
+    """A path option that must not be empty (click's Path turns '' into '.')."""
 
     name = "path"
 
@@ -78,8 +75,7 @@ OUTPUT_PATH = OutputPath()
 
 
 def parse_floor(text) -> float:
-    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s' (bits), or a bare number of GB/s as
-    NCCL_TESTS_MIN_BW is written."""
+    """--min-busbw in GB/s: '1.2GB/s', '200Gb/s', or a bare number as NCCL_TESTS_MIN_BW is written."""
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -151,23 +147,19 @@ def check_local_world(world_sizes, option: str = "--world-sizes") -> None:
 
 
 def process_memory() -> int:
-    """This process's resident memory: what each rank (the same imports, torch) costs before
-    its first tensor."""
+    """This process's resident memory: what each rank costs before its first tensor."""
     return int(psutil.Process().memory_info().rss)
 
 
 def allreduce_bytes_per_rank(algorithm: str, size: int, world_size: int) -> int:
-    """Peak tensor bytes one rank holds for one AllReduce of `size` bytes: its tensor, the
-    pristine input it is reset from, the expected sum and the comparison's temporary (4 S), plus
-    the algorithm's own buffers: the naive root keeps one receive buffer per peer ((N-1) S), the
-    ring a chunk (S / N), the hierarchical algorithm and the backend's own about one S."""
+    """Peak tensor bytes one rank holds for one AllReduce: 4 S of its own, plus the algorithm's
+    buffers ((N-1) S at the naive root, S / N for the ring, about S for others)."""
     extra = {"naive": (world_size - 1) * size, "ring": -(-size // world_size)}.get(algorithm, size)
     return 4 * size + extra
 
 
 def allreduce_world_bytes(algorithms, size: int, world_size: int) -> tuple[int, int]:
-    """(bytes on the busiest rank, bytes of all `world_size` ranks) at the largest size; the
-    algorithms run one after another, so the peak is the hungriest one."""
+    """(bytes on the busiest rank, of all ranks) of the hungriest algorithm (they run one at a time)."""
     busiest = max(allreduce_bytes_per_rank(a, size, world_size) for a in algorithms)
     others = 5 * size  # a non-root rank of any algorithm: 4 S and at most one more S
     return busiest, busiest + (world_size - 1) * others
@@ -175,8 +167,7 @@ def allreduce_world_bytes(algorithms, size: int, world_size: int) -> tuple[int, 
 
 def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, device: str,
                  fix: str) -> None:
-    """Refuse work that cannot fit: `need_host` bytes of tensors on this host's ranks (CPU), or
-    `need_rank` bytes on each GPU they use (CUDA), plus each rank's process."""
+    """Refuse work that cannot fit: `need_host` bytes on this host (CPU), or `need_rank` on each GPU."""
     if device == "cuda":
         free = gpu_free_memory(ranks_here)
         if free is not None and need_rank > free:
@@ -191,11 +182,8 @@ def check_memory(need_host: int, need_rank: int, ranks_here: int, what: str, dev
 
 
 def gpu_free_memory(ranks_here: int) -> int | None:
-    """The least free memory (bytes) of the GPUs this host's ranks use: the first `ranks_here`
-    that CUDA_VISIBLE_DEVICES shows (or its only one), as NVML or nvidia-smi read them. No CUDA
-    call: every rank checks its options before it chooses its GPU, and a CUDA call here would
-    open a context on GPU 0 in each (EXCLUSIVE_PROCESS mode refuses the second) and read GPU 0's
-    memory. None where neither can tell (missing, or a GPU named by a MIG id)."""
+    """The least free memory of the GPUs this host's ranks use, from NVML or nvidia-smi, None where
+    neither tells; no CUDA call, which would open a context on GPU 0 in every rank."""
     found = [gpu for gpu in gpus.inventory() if gpu.free_bytes is not None]
     visible = visible_gpus()
     used = ([n.strip() for n in visible.split(",")] if visible is not None else

@@ -1,5 +1,4 @@
-"""How and where a measuring command runs: the options every measuring command shares, as given
-(`LaunchOptions`) and resolved (`LaunchConfig`, every command's config's `launch`). No torch."""
+"""How and where a measuring command runs: its shared options as given and as resolved. No torch."""
 from __future__ import annotations
 
 import typing
@@ -55,9 +54,7 @@ class LaunchConfig:
 
 
 def from_params(cls: type[T], params: Mapping[str, Any]) -> T:
-    """`cls`, an options dataclass, from a click command's flat params: fields that are option
-    dataclasses themselves (a command's LaunchOptions) are built from the same params; params no
-    field names are left out."""
+    """`cls`, an options dataclass, from a click command's flat params (nested dataclasses from the same)."""
     hints = typing.get_type_hints(cls)
     values = {f.name: from_params(hints[f.name], params) if is_dataclass(hints[f.name])
               else params[f.name] for f in fields(cls)  # type: ignore[arg-type]
@@ -66,9 +63,8 @@ def from_params(cls: type[T], params: Mapping[str, Any]) -> T:
 
 
 def wanted(option: str, device: str, times_collectives: bool = True, emulated: bool = False) -> str:
-    """fifo or other from --sched: auto means fifo on a CPU run that times collectives (run,
-    links), not where its threads would escape what is measured (GPU: NCCL's own threads;
-    ddp: training compute; an emulated cluster: its hosts' CPU quotas)."""
+    """fifo or other from --sched: auto is fifo on a CPU run that times collectives, not where its
+    threads would escape what is measured (GPU, ddp, an emulated cluster)."""
     if option not in POLICIES:
         raise ValueError(f"unknown scheduling policy {option!r}")
     if option == "auto":

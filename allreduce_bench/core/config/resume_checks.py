@@ -1,12 +1,5 @@
-"""Checks before continuing an interrupted run: is it a run of this command, measured the same way?
-
-A resumed run keeps the stored run id and appends the rows it lacks (results/resume.py), so the
-finished directory holds the same set of rows an uninterrupted run would. Extending the sweep
-(more sizes, algorithms, collectives, world sizes, or --in-place's second halves) is allowed;
-changing how each row is measured is not. --in-place adds rows of their own benchmark and
-leaves the out-of-place rows as they were, so it is no MEASUREMENT_FIELDS entry: a run resumed
-without it measures the out-of-place rows it lacks, as one resumed with fewer --collectives.
-"""
+"""Checks before continuing an interrupted run: a run of this command, measured the same way
+(the sweep may grow; --in-place adds rows of their own, so it is no MEASUREMENT_FIELDS entry)."""
 from __future__ import annotations
 
 import csv
@@ -30,8 +23,7 @@ MEASUREMENT_FIELDS = {"dtype": "--dtype", "sampling": "--loops/--samples/--budge
 
 
 def stored_run(resume_dir: Path, emulated: bool, kinds: tuple[RowKind, ...]) -> dict:
-    """meta.json of the run to resume (by a host of `emulate`: `emulated`); a clear error when
-    there is none."""
+    """meta.json of the run to resume (by a host of `emulate`: `emulated`)."""
     if not (Path(resume_dir) / META_FILE).exists():
         raise UsageError(f"--resume {resume_dir}: no {META_FILE} there; give the directory of an "
                          "earlier run (the --out it wrote to)")
@@ -45,8 +37,7 @@ def stored_run(resume_dir: Path, emulated: bool, kinds: tuple[RowKind, ...]) -> 
 
 def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool,
                            kinds: tuple[RowKind, ...]) -> None:
-    """`run --resume` continues `run`'s runs only: another command's run has other rows or a
-    meta.json block of its own (the features' `kinds`); an emulated run only under `emulate`."""
+    """`run --resume` continues `run`'s runs only (not the features' `kinds`), an emulated one under `emulate`."""
     try:
         others = benchmarks_of(resume_dir, meta["run_id"]) - set(RUN_BENCHMARKS)
     except (UnicodeDecodeError, csv.Error):
@@ -63,9 +54,7 @@ def check_is_allreduce_run(meta: dict, resume_dir: Path, emulated: bool,
 
 
 def note_earlier_runs(out_dir: Path) -> None:
-    """Say so when a new run's rows will go beside an earlier run's (no --resume given). Not by
-    a host of `emulate`, which says it once for all its benchmarks: its second benchmark's rows
-    go beside its first's by design."""
+    """Say so when a new run's rows will go beside an earlier run's (no --resume given)."""
     rows = count_rows(out_dir)
     if rows:
         print(wrapped(f"allreduce-bench: note: {Path(out_dir) / RESULTS_FILE} already holds {rows} "
@@ -74,7 +63,6 @@ def note_earlier_runs(out_dir: Path) -> None:
 
 
 def _plain(value):
-    """A config field as meta.json stores it (dataclasses as dicts)."""
     return asdict(value) if is_dataclass(value) else value
 
 
@@ -85,7 +73,6 @@ def measurement_fields(config: RunConfig) -> dict:
 
 
 def check_same_measurement(stored: dict, config: RunConfig, resume_dir: Path) -> None:
-    """Refuse to mix rows measured differently into one run."""
     old = stored.get("config", {})
     if "sampling" not in old:
         raise UsageError(f"--resume {resume_dir} was measured by an older allreduce-bench (one call "

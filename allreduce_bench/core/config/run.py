@@ -16,7 +16,6 @@ from allreduce_bench.core.config import (
     Sampling,
     SweepOptions,
     check_sizes_fit_dtype,
-    check_timeout,
     cpu_world_sizes,
     created_here,
     default_out_dir,
@@ -29,6 +28,7 @@ from allreduce_bench.core.config import resume_checks as resume
 from allreduce_bench.core.config.checks import (
     Host,
     allreduce_world_bytes,
+    check_finite,
     check_local_world,
     check_memory,
     check_positive_int,
@@ -47,25 +47,15 @@ from allreduce_bench.core.units import format_size
 
 def gpu_world_sizes(gpus: int) -> tuple[int, ...]:
     """2, 4, 8, ... up to the GPU count, and the count itself."""
-    sizes, k = [], 2
-    while k <= gpus:
-        sizes.append(k)
-        k *= 2
-    return tuple(sorted(set(sizes + [gpus])))
+    return tuple(sorted({1 << i for i in range(1, gpus.bit_length())} | {gpus}))
 
 
 def resolve_backend(backend: str, device: str | None, gpus_needed: int, gpus: int) -> tuple[str, str]:
-    """(backend, device kind) from the user's choice and this host's `gpus`.
-
-    auto: nccl on cuda when every local rank can have a GPU of its own, gloo on cpu otherwise.
-    """
+    """(backend, device kind); auto: nccl when every local rank can have a GPU of its own."""
     if device not in (None, "cpu", "cuda"):
         raise UsageError(f"--device {device!r} is not known; use cpu or cuda")
     if backend == "auto":
-        if device == "cpu" or (device is None and gpus < max(gpus_needed, 1)):
-            backend = "gloo"
-        else:
-            backend = "nccl"
+        backend = "gloo" if device == "cpu" or (device is None and gpus < max(gpus_needed, 1)) else "nccl"
     if backend not in ("gloo", "nccl"):
         raise UsageError(f"--backend {backend!r} is not known; use auto, gloo or nccl")
     kind = device or ("cuda" if backend == "nccl" else "cpu")
@@ -85,19 +75,16 @@ def resolve_backend(backend: str, device: str | None, gpus_needed: int, gpus: in
 
 
 def own_gpu(env) -> bool:
-    """Whether the one GPU this rank sees is its own: the launcher set CUDA_VISIBLE_DEVICES for
-    this task alone (srun --gpus-per-task=1 or --gpu-bind, an mpirun wrapper), naming one GPU.
-    torchrun hands every local rank one environment, so one GPU seen there is shared."""
+    """Whether the one GPU this rank sees is its own: CUDA_VISIBLE_DEVICES names one, not set by torchrun
+    (which hands every local rank one environment)."""
     visible = visible_gpus() or ""
     return env.launcher != "torchrun" and bool(visible) and "," not in visible
 
 
 def resolve_world(options: LaunchOptions, env: RankEnv | None, host: Host
                   ) -> tuple[tuple[int, ...], str, str, int | None]:
-    """(world sizes, backend, device, ranks per node) from the options and this host, for every
-    command that starts worlds: the launcher's world (`env`) or a local one per world size, nccl
-    when every local rank has a GPU, two ranks per simulated node on a local CPU run where every
-    world size splits that way."""
+    """(world sizes, backend, device, ranks per node) for every command that starts worlds: the
+    launcher's (`env`) or local ones, two ranks per simulated node where every CPU world splits so."""
     backend, device, ranks_per_node = options.backend, options.device, options.ranks_per_node
     check_positive_int(ranks_per_node, "--ranks-per-node")  # 0 is an error, not the default
     gpus = host.gpus
@@ -140,15 +127,13 @@ def resolve_world(options: LaunchOptions, env: RankEnv | None, host: Host
 
 
 def left_out_world_sizes(world_sizes: str | None, device: str, env: RankEnv | None, host: Host) -> tuple[int, ...]:
-    """The default world sizes `resolve_world` left out for lack of CPUs: none when
-    --world-sizes was given, under a launcher, or on GPU."""
+    """The default world sizes `resolve_world` left out for lack of CPUs."""
     if world_sizes is not None or env is not None or device != "cpu":
         return ()
     return cpu_world_sizes(host.cpus)[1]
 
 
 def _check_out(out_dir: Path, option: str) -> None:
-    """`out_dir` writable; one created here is the command's own (`created_here`)."""
     existed = Path(out_dir).exists()
     check_writable_dir(out_dir, option)
     if not existed:
@@ -157,11 +142,10 @@ def _check_out(out_dir: Path, option: str) -> None:
 
 def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
                   label: str = "", run_id: str | None = None, check_out: bool = True) -> LaunchConfig:
-    """The LaunchConfig of every measuring command, from `resolve_world`'s answer and the shared
-    options. The writer (the driver, or rank 0) checks --out and claims the default
-    results/<stamp>[-<label>-<tag>] directory; `check_out=False` when the caller checked it."""
+    """Every measuring command's LaunchConfig; the writer checks --out (unless `check_out` is False)
+    or claims the default results/<stamp>[-<label>-<tag>]."""
     chosen, backend, device, ranks_per_node = world
-    check_timeout(options.timeout_s)
+    check_finite(options.timeout_s, "--timeout")
     tag = check_tag(options.tag)
     writer = is_writer(started.env)
     out_dir = options.out_dir
@@ -179,8 +163,7 @@ def launch_config(world: tuple, options: LaunchOptions, started: Started, *,
 
 
 def run_sizes(sweep: SweepOptions, device: str) -> tuple[int, ...]:
-    """The sweep's sizes in whole elements: a size given must be one (resolve_sizes); a point
-    of a sweep between them is rounded down to one, and the run's first line says the bytes."""
+    """The sweep's sizes in whole elements: a point between the sizes given is rounded down to one."""
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     if sweep.quick and not (sweep.sizes or sweep.min_bytes or sweep.max_bytes or sweep.factor):
         swept = QUICK["sizes"]
@@ -193,15 +176,13 @@ def run_sizes(sweep: SweepOptions, device: str) -> tuple[int, ...]:
 
 
 def run_sampling(sweep: SweepOptions, device: str) -> Sampling:
-    """The Sampling of `run`: the device's or --quick's defaults and what was given by hand;
-    --iters N is the old spelling of --samples N --loops 1."""
+    """The device's or --quick's Sampling with what was given (--iters N: --samples N --loops 1)."""
     loops, samples = sweep.loops, sweep.samples
     if sweep.iters is not None:
         if loops is not None or samples is not None:
             raise UsageError("--iters N is --samples N --loops 1; give either --iters or "
                              "--samples/--loops")
-        if sweep.iters < 1:
-            raise UsageError(f"--iters must be at least 1, got {sweep.iters}")
+        check_positive_int(sweep.iters, "--iters")
         loops, samples = 1, sweep.iters
     defaults = GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS
     return resolve_sampling((QUICK if sweep.quick else defaults)["sampling"], loops, samples,
@@ -209,7 +190,6 @@ def run_sampling(sweep: SweepOptions, device: str) -> Sampling:
 
 
 def extra_seconds(extra_budget: float | None, quick: bool) -> float:
-    """--extra-budget, or its default (none with --quick)."""
     if extra_budget is None:
         return 0.0 if quick else EXTRA_BUDGET_S
     if extra_budget < 0:
@@ -218,17 +198,15 @@ def extra_seconds(extra_budget: float | None, quick: bool) -> float:
 
 
 def run_rounds(rounds: int | None, device: str, quick: bool) -> int:
-    """--rounds, or the device's (--quick's) default."""
     if rounds is None:
         return (QUICK if quick else GPU_DEFAULTS if device == "cuda" else CPU_DEFAULTS)["rounds"]
-    if rounds < 1:
-        raise UsageError(f"--rounds must be at least 1, got {rounds}")
+    check_positive_int(rounds, "--rounds")
     return rounds
 
 
 def resumed_run(resume_dir: Path | None, out_dir: Path | None, started: Started,
                 kinds: tuple[RowKind, ...]) -> tuple[Path | None, dict]:
-    """(--out to write to, the stored meta.json) of `--resume DIR`; the writer reads it."""
+    """(--out to write to, the stored meta.json) of `--resume DIR`."""
     if resume_dir is None:
         return out_dir, {}
     if out_dir is not None and Path(out_dir).resolve() != Path(resume_dir).resolve():
@@ -238,9 +216,8 @@ def resumed_run(resume_dir: Path | None, out_dir: Path | None, started: Started,
 
 
 def collective_plan(algos: str | None, collectives: str, backend: str):
-    """(the AllReduce's algorithm names, ((collective, names), ...) of the others) from --algos
-    and --collectives: without --algos each collective's defaults; with it, every named
-    algorithm must implement every collective asked for (one line, exit 2, if not)."""
+    """(the AllReduce's algorithms, ((collective, names), ...) of the others); every algorithm
+    --algos names must implement every collective asked for."""
     chosen = algorithms.parse_collectives(collectives)
     plan = {c: algorithms.parse(algos, backend, c) if algos else algorithms.default_names(c)
             for c in chosen}
@@ -249,9 +226,7 @@ def collective_plan(algos: str | None, collectives: str, backend: str):
 
 
 def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) -> RunConfig:
-    """`run`'s (and `links`') config, checked before any process starts. `started`: how this
-    process was started; `host`: what this host has (the command probes it); `hooks`: the
-    features' (their rows, which `--resume` must not continue)."""
+    """`run`'s (and `links`') config, checked before any process starts."""
     if options.min_busbw is not None:
         parse_floor(options.min_busbw)
     env, sweep = started.env, options.sweep
@@ -260,7 +235,7 @@ def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) 
     dtype = parse_dtype(sweep.dtype)
     swept = run_sizes(sweep, device)
     sampling = run_sampling(sweep, device)
-    check_timeout(options.launch.timeout_s)
+    check_finite(options.launch.timeout_s, "--timeout")
     names, others = collective_plan(options.algos, options.collectives, backend)
     check_gloo_on_gpu(names, others, backend, device)
     if options.in_place and not any(c in IN_PLACE_HALVES for c, _ in others):
@@ -290,9 +265,7 @@ def run_config(options: RunOptions, started: Started, host: Host, hooks: Hooks) 
 
 
 def check_gloo_on_gpu(names, others, backend: str, device: str) -> None:
-    """gloo moves CUDA tensors only in its own collectives (through host memory), never point
-    to point, which the hand-written algorithms are made of: on GPU it measures native
-    AllReduce alone (one line, exit 2, for anything else)."""
+    """gloo moves CUDA tensors only in its own collectives, never point to point: native AllReduce alone."""
     if backend != "gloo" or device != "cuda":
         return
     odd = [n for n in names if n != "native"] + [c for c, _ in others]

@@ -1,10 +1,5 @@
-"""Reading stored results back: one or many runs as one DataFrame, and their raw samples.
-
-A run directory holds results.csv (the crash-safe log, appended row by row) and, once the run
-(or an import) finished, results.parquet with the same rows. Either is read; the Parquet file
-when it is at least as new as the CSV. A directory holding run directories (an import of
-several logs, a folder of runs) is read as all of them.
-"""
+"""Reading stored results back: one or many runs as one DataFrame (results.parquet where it is
+at least as new as results.csv), and their raw samples."""
 from __future__ import annotations
 
 import sys
@@ -38,9 +33,7 @@ def _newest(run_dir: Path) -> Path | None:
 
 
 def empty_runs(path: Path | str) -> list[str]:
-    """The run folders at or directly below `path` that hold no rows, each as the line that
-    says why readers skip it: meta.json alone (stopped before its first row) or nothing (a
-    command refused before it measured)."""
+    """A line per run folder at or directly below `path` that holds no rows, saying why it is skipped."""
     path = Path(path)
     if not path.is_dir() or _newest(path) is not None:
         return []
@@ -52,8 +45,7 @@ def empty_runs(path: Path | str) -> list[str]:
 
 
 def result_files(path: Path | str) -> list[Path]:
-    """The results file of a run directory, the file itself, or those of every run below
-    (none for a run folder without rows: empty_runs)."""
+    """The results file of a run directory, the file itself, or those of every run below."""
     path = Path(path)
     if path.is_file():
         return [path]
@@ -83,13 +75,8 @@ def _read(path: Path) -> pd.DataFrame:
 
 def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool = True,
                  kinds: tuple[RowKind, ...] = ()) -> pd.DataFrame:
-    """The rows of one or more runs (directories, results.csv / results.parquet files, folders
-    of runs) as one DataFrame, with `source` naming each row's run directory.
-
-    With `explain_skips`, rows no analysis reads (unknown benchmarks) and the in-place half of an
-    imported nccl-tests AllReduce table are counted in one note on stderr. `kinds`: the
-    features' rows (their hooks' `row_kinds`; allreduce_bench.load_results passes every
-    built-in feature's)."""
+    """The rows of one or more runs as one DataFrame, `source` naming each row's run directory; with
+    `explain_skips`, a note on stderr on the rows no analysis reads. `kinds`: the features' rows."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames, skipped = [], []
@@ -121,10 +108,7 @@ def load_results(paths: Path | str | Iterable[Path | str], explain_skips: bool =
 
 
 def upgrade(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows of older files in today's terms, explicitly. Schema 1 (before `timing`): every
-    iteration was one call timed alone after a barrier, so samples = iters and loops = 1, and
-    there is no p5, spread or per-rank figure (left empty, never guessed). Schema 2 named the
-    late rank's columns `slowest_rank*` (schema.SCHEMA_2_NAMES)."""
+    """Rows of older files in today's terms (doc/results.md), nothing guessed."""
     old_names = {a: b for a, b in SCHEMA_2_NAMES.items() if a in frame.columns and b not in frame.columns}
     if old_names:
         frame = frame.rename(columns=old_names)
@@ -147,22 +131,16 @@ def upgrade(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def skipped_note(frame: pd.DataFrame, kinds: tuple[RowKind, ...] = ()) -> str | None:
-    """Why the AllReduce-only analyses (report, plots, model) leave some rows out, or None;
-    `kinds` as in load_results."""
+    """Why the AllReduce-only analyses leave some rows out, or None."""
     if "benchmark" not in frame.columns:
         return None
     benchmark = frame["benchmark"].fillna("allreduce").astype(str)
     # other collectives' out-of-place rows have their own report section and figures
     read = ["allreduce", *COLLECTIVES, *(kind.benchmark for kind in kinds)]
     known = benchmark.isin(read) | benchmark.str.endswith("-in-place")
-    parts = []
-    for name, count in benchmark[~known].value_counts().items():
-        parts.append(f"{count} {name} rows")
-    if parts:
-        text = (", ".join(parts) + " are none of the collectives measured here: the analyses skip "
-                "them; `compare` reads them")
-    else:
-        text = ""
+    parts = [f"{count} {name} rows" for name, count in benchmark[~known].value_counts().items()]
+    text = (", ".join(parts) + " are none of the collectives measured here: the analyses skip them; "
+            "`compare` reads them") if parts else ""
     # the other collectives' in-place halves are lines of their own in their tables and figures
     # (analysis/collective_tables.py); AllReduce's (an imported nccl-tests table) are not
     in_place = benchmark == "allreduce-in-place"
@@ -174,9 +152,7 @@ def skipped_note(frame: pd.DataFrame, kinds: tuple[RowKind, ...] = ()) -> str | 
 
 
 def load_samples(paths: Path | str | Iterable[Path | str]) -> pd.DataFrame:
-    """The raw samples of one or more runs (<run>/samples.parquet/, a directory of parts) as one
-    DataFrame in SAMPLE_COLUMNS plus `source`; empty (with those columns) where none were kept,
-    as in imported runs and runs written before samples existed."""
+    """The raw samples of one or more runs in SAMPLE_COLUMNS plus `source`; empty where none were kept."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     frames = []

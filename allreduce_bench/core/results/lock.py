@@ -1,9 +1,5 @@
-"""One run per directory: the writer of a run holds an exclusive lock on <dir>/.lock.
-
-flock is released by the kernel when the holder exits, however it exits (SIGKILL included), so a
-stale lock never blocks a resume. The file keeps the holder's pid for the message. A holder that
-ends normally removes the file before it lets go, so a finished run leaves no .lock; whoever
-locked the file in between holds an inode no longer at the path, sees it and takes the new one."""
+"""One run per directory: its writer holds a flock on <dir>/.lock, which the kernel drops however
+it exits, so a stale lock never blocks a resume; a finished run removes the file."""
 from __future__ import annotations
 
 import fcntl
@@ -50,7 +46,7 @@ class DirectoryLock:
     def release(self) -> None:
         if self._fd is not None:
             try:
-                os.unlink(self.path)  # while still held (module doc): no .lock left behind
+                os.unlink(self.path)  # while still held: a later locker of the old inode sees it gone
             except FileNotFoundError:
                 pass
             os.close(self._fd)  # the kernel drops the lock

@@ -1,8 +1,4 @@
-"""Which rows a run directory already holds, read the way resume needs them: whole rows only.
-
-A resumed run keeps the stored run id, skips every (algorithm, world size, size) already in
-results.csv and appends the rest; a torn last line (a writer killed mid-row) is never a row.
-"""
+"""Which rows a run directory already holds, whole rows only, so a resumed run skips them."""
 from __future__ import annotations
 
 import csv
@@ -20,29 +16,24 @@ RUN_BENCHMARKS = ("allreduce", *COLLECTIVES, *(c + IN_PLACE for c in IN_PLACE_HA
 
 
 def _whole_rows(out_dir: Path, errors: str = "replace") -> list[dict]:
-    """results.csv's whole rows (store.whole_rows: a torn last line is never a row)."""
     whole, _ = whole_rows(Path(out_dir) / RESULTS_FILE)
     return list(csv.DictReader(io.StringIO(whole.decode("utf-8", errors=errors), newline="")))
 
 
 def benchmarks_of(out_dir: Path, run_id: str) -> set[str]:
-    """The benchmarks whose rows of `run_id` are in results.csv; UnicodeDecodeError or
-    csv.Error when it is not a readable CSV file."""
+    """The benchmarks of `run_id`'s rows; UnicodeDecodeError or csv.Error for an unreadable file."""
     return {row.get("benchmark") or "allreduce" for row in _whole_rows(out_dir, "strict")
             if row.get("run_id") == run_id}
 
 
 def _name(row: dict) -> str:
-    """AllReduce rows by their algorithm; other collectives' as benchmark/algorithm, the label
-    sweep/collectives.py asks about (ring of AllGather is not ring of AllReduce, nor of
-    AllGather in place: all_gather-in-place/ring)."""
+    """AllReduce rows by their algorithm, others as benchmark/algorithm (as sweep/collectives.py asks)."""
     benchmark = row.get("benchmark") or "allreduce"
     return row["algorithm"] if benchmark == "allreduce" else f"{benchmark}/{row['algorithm']}"
 
 
 def done_keys(out_dir: Path, run_id: str) -> set[Key]:
-    """(algorithm, world_size, size_bytes) of the rows of `run_id` already in results.csv
-    (algorithm as `_name` labels it)."""
+    """(algorithm as `_name` labels it, world_size, size_bytes) of `run_id`'s rows."""
     return {(_name(row), int(row["world_size"]), int(row["size_bytes"]))
             for row in _whole_rows(out_dir)
             if row.get("run_id") == run_id and None not in row.values()  # every column
@@ -51,7 +42,6 @@ def done_keys(out_dir: Path, run_id: str) -> set[Key]:
 
 
 def count_rows(out_dir: Path) -> int:
-    """Whole rows in results.csv: a torn last line (disk full, a killed writer) is not a row."""
     return len(_whole_rows(out_dir))
 
 

@@ -1,8 +1,5 @@
-"""Results on disk: one CSV row per measurement, appended as it is made, plus meta.json.
-
-Rank 0 is the only writer. Each row is written and flushed to disk as soon as its size
-finishes, so a crash or Ctrl-C loses at most the size in flight and the file stays a valid CSV.
-"""
+"""Results on disk: one CSV row per measurement, flushed as it is made (a crash loses at most the
+size in flight), plus meta.json; rank 0 is the only writer."""
 from __future__ import annotations
 
 import csv
@@ -28,8 +25,7 @@ from allreduce_bench.core.results.schema import (
 
 
 def whole_rows(path: Path) -> tuple[bytes, bool]:
-    """The file's bytes up to its last newline, and whether a line cut short followed them (a
-    writer killed mid-row, a full disk): the one test of a torn row, for readers and writers."""
+    """The bytes up to the last newline, and whether a torn line followed: the one test of a torn row."""
     data = path.read_bytes() if path.exists() else b""
     end = data.rfind(b"\n") + 1
     return data[:end], end < len(data)
@@ -47,8 +43,7 @@ def repair_tail(out_dir: Path) -> bool:
 
 
 class DiskFullError(OSError):
-    """Writing a row failed (disk full, quota, I/O error); the file was cut back to its last
-    whole row, and the message says so."""
+    """Writing a row failed (disk full, quota, I/O error); the file was cut back to its last whole row."""
 
 
 class ResultsWriter:
@@ -61,9 +56,7 @@ class ResultsWriter:
         self.columns = self._columns_of_existing_file(columns)
 
     def _columns_of_existing_file(self, columns: list[str]) -> list[str]:
-        """Rows are appended under the header already in the file. A file written by an older
-        version, with fewer columns, is rewritten once (atomically) with the missing ones
-        added at the end, so old and new rows stay one valid CSV."""
+        """The file's header; an older file lacking columns is rewritten once with them at the end."""
         if not self.path.exists() or self.path.stat().st_size == 0:
             return columns
         with open(self.path, newline="") as f:
@@ -83,8 +76,7 @@ class ResultsWriter:
         return merged
 
     def append(self, row: dict) -> None:
-        """Append one row (the header first into an empty file) all or nothing: when the write
-        fails part way (ENOSPC), the file is cut back to where it was and the error names it."""
+        """Append one row all or nothing: a failed write (ENOSPC) is cut back and named."""
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=self.columns, extrasaction="ignore")
         if not self.path.exists() or self.path.stat().st_size == 0:
@@ -113,7 +105,6 @@ def write_meta(out_dir: Path | str, meta: dict) -> None:
 
 
 def write_json(path: Path, document: dict) -> None:
-    """`document` as indented JSON at `path`, replaced atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     try:
@@ -125,8 +116,7 @@ def write_json(path: Path, document: dict) -> None:
 
 
 def start_meta(out_dir: Path, meta: dict) -> None:
-    """Write a new run's meta.json; an earlier run's (another run_id, whose rows stay in
-    results.csv) is kept inside it under `earlier_runs` rather than lost."""
+    """Write a new run's meta.json, keeping an earlier run's (whose rows stay) under `earlier_runs`."""
     meta = {"schema_version": SCHEMA_VERSION, **meta}
     stored = read_meta(out_dir)
     if stored.get("run_id") not in (None, meta.get("run_id")):
@@ -160,10 +150,8 @@ def update_meta(out_dir: Path, **fields) -> None:
 
 
 class SamplesWriter:
-    """Appends one measurement's raw samples as a new part of <out_dir>/samples.parquet/.
-
-    Each part is written to a temporary name and renamed into place, so a reader never sees
-    a half-written part and a killed run keeps every finished one."""
+    """Appends each measurement's raw samples as a part of <out_dir>/samples.parquet/, renamed into
+    place whole, so a killed run keeps every finished part."""
 
     def __init__(self, out_dir: Path):
         self.dir = Path(out_dir) / SAMPLES_DIR
@@ -185,8 +173,7 @@ class SamplesWriter:
 
 
 def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
-    """One Arrow type per column: text columns that mix strings and numbers (a CSV column empty
-    in some rows) become strings, True/False columns nullable booleans."""
+    """One Arrow type per column: mixed text columns become strings, True/False nullable booleans."""
     frame = frame.copy()
     for column in frame.columns:
         if frame[column].dtype != object:
@@ -204,8 +191,7 @@ def parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_parquet(out_dir: Path, frame: pd.DataFrame | None = None) -> Path:
-    """results.parquet beside results.csv (the crash-safe append log stays the CSV): `frame`, or
-    the CSV as it is now. Written to a temporary name and renamed, so a reader never sees half."""
+    """results.parquet beside results.csv: `frame`, or the CSV as it is now; renamed into place whole."""
     out_dir = Path(out_dir)
     if frame is None:
         frame = read_results_csv(out_dir / RESULTS_FILE)
@@ -226,9 +212,8 @@ def start_meta_unless_launched(config: Any, meta: Callable[[Any], dict]) -> None
 
 def replace_own(folder: Path, own: Callable[[Path], bool], force: bool, option: str,
                 any_file: bool = False) -> None:
-    """Refuse, in one line, to write into `folder` where it holds what an earlier run of the
-    command left (the files `own` names; with `any_file`, anything), so two outputs never mix;
-    with `force`, first remove the files `own` names, and never another."""
+    """Refuse in one line to write into `folder` where an earlier output (the files `own` names; with
+    `any_file`, anything) lies, so two never mix; with `force`, remove those files, never another."""
     entries = sorted(Path(folder).iterdir()) if Path(folder).is_dir() else []
     held = entries if any_file else [p for p in entries if own(p)]
     if held and not force:

@@ -1,5 +1,4 @@
-"""Stored results checked as they are read: a damaged or foreign results.csv is one line naming
-the file, the line and what is wrong, never a traceback or garbage shown as a run."""
+"""Stored results checked as they are read: a damaged file is one line naming what is wrong, never a traceback."""
 from __future__ import annotations
 
 import sys
@@ -27,8 +26,7 @@ WHOLE = ["nodes", "ranks_per_node", "count", "iters", "warmup", "samples", "loop
 
 
 def check_results(frame: pd.DataFrame, csv_path: Path, kinds: tuple[RowKind, ...] = ()) -> pd.DataFrame:
-    """The rows of `csv_path` with a torn last row dropped (none left: empty); UsageError for
-    a damaged file, a feature's rows (`kinds`) without a column they need included."""
+    """The rows with a torn last row dropped; UsageError for a damaged file (or a `kinds` row lacking a column)."""
     if csv_path.suffix == ".csv" and whole_rows(csv_path)[1] and len(frame):  # Parquet is whole
         print(f"allreduce-bench: note: {csv_path}: ignored its half-written last line",
               file=sys.stderr)
@@ -38,7 +36,6 @@ def check_results(frame: pd.DataFrame, csv_path: Path, kinds: tuple[RowKind, ...
     frame = frame.copy()
 
     def refuse(bad: pd.Series, what) -> None:
-        """One line on the first row `bad` marks, `what(index)` saying what is wrong with it."""
         if bad.any():
             at = bad[bad].index[0]
             raise UsageError(f"{csv_path} row {int(at) + 1}{what(at)}; the file is damaged or was "
