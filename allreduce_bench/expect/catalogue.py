@@ -35,8 +35,7 @@ def settings() -> pd.DataFrame:
 
 
 def model_of(device: str | None) -> str | None:
-    """'NVIDIA GH200 120GB' -> 'GH200' (the longest model named in it); a PCIe card is another
-    class than the SXM rows ('H100 PCIe')."""
+    """'NVIDIA GH200 120GB' -> 'GH200' (the longest model named); 'H100 PCIe' apart from SXM."""
     if not device:
         return None
     name = device.upper()

@@ -13,8 +13,7 @@ from allreduce_bench.expect.system import System, link_limit
 
 SHORT_OF_FIGURE = 0.9  # below 90% of the published figure, or
 SHORT_OF_LIMIT = 0.7   # below 70% of the link limit: the checks are listed
-# NCCL_* variables that change the algorithm, the transport or the channels (the rest are listed
-# by nccl-log)
+# NCCL_* variables that change the algorithm, the transport or the channels
 STEERING = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
             "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_TREE_THRESHOLD",
             "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_COLLNET_ENABLE", "NCCL_CROSS_NIC")

@@ -84,11 +84,8 @@ def parse_ranks(text) -> tuple[int, ...]:
 
 
 def _stack(frames) -> tuple[str, ...]:
-    out = []
-    for frame in frames or ():
-        if isinstance(frame, dict):
-            out.append(f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}")
-    return tuple(out)
+    return tuple(f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}"
+                 for frame in frames or () if isinstance(frame, dict))
 
 
 def _entry(raw: dict, notes: set[str]) -> Entry:
@@ -129,10 +126,8 @@ def parse(data: bytes, source: str, rank: int) -> Dump:
             except (TypeError, ValueError) as error:
                 raise UsageError(f"{source}: an entry of this Flight Recorder dump is malformed "
                                  f"({error}); give the files as torch wrote them") from None
-    groups = {}
-    for name, info in (raw.get("pg_config") or {}).items():
-        if isinstance(info, dict):
-            groups[str(name)] = (str(info.get("desc", "")), parse_ranks(info.get("ranks", "[]")))
+    groups = {str(name): (str(info.get("desc", "")), parse_ranks(info.get("ranks", "[]")))
+              for name, info in (raw.get("pg_config") or {}).items() if isinstance(info, dict)}
     if not groups and entries:
         notes.add("no `pg_config`: each group's members are the ranks whose dumps name it")
     host = raw.get("hostname") or raw.get("host")
@@ -156,7 +151,6 @@ def dump_files(paths: list[Path]) -> list[Path]:
 
 
 def read(paths: list[Path]) -> list[Dump]:
-    """Every rank's dump, in rank order."""
     files = dump_files(paths)
     if not files:
         raise UsageError(f"no Flight Recorder dumps in {', '.join(map(str, paths))} (files named "

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the dumps as hang/dumps.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
-# collectives whose every member passes the same input sizes (uneven alltoall, gather and
-# scatter legitimately differ: only their op and dtypes are compared)
+# collectives whose every member passes the same input sizes (not uneven alltoall, gather, scatter)
 SAME_SIZES = {"all_reduce", "allreduce", "allreduce_coalesced", "broadcast", "_broadcast_oop",
               "reduce", "_reduce_oop", "all_gather", "_allgather_base", "allgather",
               "all_gather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
@@ -82,8 +81,7 @@ class Group:
 
 
 def groups_of(dumps: list[Dump]) -> list[Group]:
-    """Every process group the dumps name, each member's collectives by seq; two groups of one
-    name with other members (torch's per-rank split groups) stay apart."""
+    """Every process group the dumps name, each member's collectives by seq (split groups apart)."""
     found: dict[tuple, Group] = {}
     for dump in dumps:
         for name in sorted({e.group for e in dump.entries}):
@@ -102,8 +100,7 @@ def members_from_desc(desc: str) -> tuple[int, ...]:
 
 
 def _members(groups: list[Group], world: set[int]) -> None:
-    """A group no pg_config lists: the members its description names, the world for the default
-    group, else the ranks whose dumps name it."""
+    """A group no pg_config lists: its description's ranks, the world (default group), its dumps'."""
     for group in groups:
         if not group.members:
             default = group.name == "0" or group.desc == "default_pg"
@@ -112,8 +109,7 @@ def _members(groups: list[Group], world: set[int]) -> None:
 
 
 def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tuple | None:
-    """The expected signature at one seq: the most common; a tie goes to the one the group last
-    agreed on, else None."""
+    """The expected signature at one seq: the most common, a tie to the one last agreed on."""
     counts = Counter(signature(e) for e in entries.values()).most_common()
     if len(counts) == 1 or counts[0][1] > counts[1][1]:
         return counts[0][0]
@@ -126,8 +122,7 @@ def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tupl
 
 
 def _late(entries: dict[int, Entry]) -> dict[int, float]:
-    """Members that called a collective only after the first caller's timeout had passed (seconds
-    late): hosts' clocks agree far better than a timeout."""
+    """Members that called only after the first caller's timeout had passed (seconds late)."""
     times = {r: e.time_created_ns for r, e in entries.items() if e.time_created_ns}
     if len(times) < 2:
         return {}
@@ -209,8 +204,7 @@ def user_frames(stack: tuple[str, ...]) -> list[str]:
 
 
 def _waited(entry: Entry, times: list[int]) -> bool:
-    """Whether a rank hung in `entry`: it called nothing after, or only a timeout later (gloo's
-    entries stay `scheduled`, so the state cannot say)."""
+    """Whether a rank hung in `entry`: nothing called after, or only a timeout later (not its state)."""
     if not entry.time_created_ns:
         return True
     later = [t for t in times if t > entry.time_created_ns]
@@ -256,8 +250,7 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
     groups = groups_of(dumps)
     expected = {r for d in dumps for _, ranks in d.groups.values() for r in ranks}
     expected |= {r for g in groups for r in g.members} | {d.rank for d in dumps}
-    # ranks are numbered from 0: a gap is a rank without a dump (those above the highest only
-    # `world_size` or the hosts can tell)
+    # a gap is a rank without a dump (those above the highest only `world_size` or hosts tell)
     expected |= set(range(max(expected, default=-1) + 1)) | set(range(world_size or len(names)))
     _members(groups, expected)
     dumped = sorted(d.rank for d in dumps)
@@ -282,8 +275,7 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
 
 
 def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
-    """A group's members and its last collectives up to where they parted: per seq who entered,
-    completed (NCCL records it, gloo does not) and never reached it."""
+    """A group's members and last collectives: per seq who entered, completed and never reached it."""
     ranks = sorted(group.calls)
     seqs = sorted({s for calls in group.calls.values() for s in calls})
     end = parted_at if parted_at is not None else (seqs[-1] if seqs else 0)

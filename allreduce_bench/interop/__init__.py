@@ -44,8 +44,7 @@ def read_text(text: str, source: str) -> list[ImportedRun]:
 
 
 def attach_nccl(runs: list[ImportedRun], text: str, source: str) -> None:
-    """Each run's NCCL lines (up to the next run's) as meta `nccl`; the NCCL_* variables every
-    host agrees on become its `environment` when the tool printed none."""
+    """Each run's NCCL lines (up to the next run's) as meta `nccl`, agreed NCCL_* its `environment`."""
     log = read_lines(text, source)
     if not (log.messages or log.banners):
         return
@@ -133,19 +132,14 @@ def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFr
     world = run.world_size
     backend, device = _BACKEND.get(run.source_tool, ("", ""))
     settings = run.meta.get("settings", {})
-    rows = []
-    for r in run.rows:
-        row = {"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
-               "benchmark": _benchmark(run, r["in_place"]), "algorithm": run.algorithm,
-               "backend": backend, "device": device, "world_size": world, "nodes": nodes,
-               "ranks_per_node": world // nodes if nodes and world is not None and world % nodes == 0 else None,
-               "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
-               # in the measuring core's terms: one printed time = one sample of `iters` calls
-               # back to back (nccl-tests); -J per-iteration times are samples of one call each
-               **_timing(run, r, settings),
-               "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
-               **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}}
-        rows.append(row)
+    rows = [{"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
+             "benchmark": _benchmark(run, r["in_place"]), "algorithm": run.algorithm,
+             "backend": backend, "device": device, "world_size": world, "nodes": nodes,
+             "ranks_per_node": world // nodes if nodes and world is not None and world % nodes == 0 else None,
+             "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
+             **_timing(run, r, settings),  # a printed time: one sample of `iters` calls
+             "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
+             **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}} for r in run.rows]
     frame = pd.DataFrame(rows)
     for column in IMPORT_COLUMNS:
         if column not in frame.columns:

@@ -78,8 +78,7 @@ def world_size_from_factor(collective: str, factor: float | None) -> int | None:
 
 
 def count_ratio(rows: Sequence[dict], element_bytes: int) -> int | None:
-    """size / (count x element size): 1 for a whole-tensor count, N for a per-rank one; None
-    when rows disagree or none can say."""
+    """size / (count x element size): 1 for a whole-tensor count, N for a per-rank one, or None."""
     ratios = {round(r["size_bytes"] / (r["count"] * element_bytes))
               for r in rows if r.get("count") and r.get("size_bytes")}
     return ratios.pop() if len(ratios) == 1 else None

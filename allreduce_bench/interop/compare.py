@@ -22,8 +22,7 @@ ROUND = ["source", "run_id", "round"]  # one round of one run: the unit the boot
 MIN_SAMPLES = 5
 # Smallest change called significant (thousands of samples make tiny drifts "significant")
 MIN_EFFECT = 0.03
-# Sides whose samples' loops differ by more than this factor are compared by the mean: medians
-# of samples of 1 call and of 20 calls differ on a host with two states of a call
+# Sides whose loops differ by more than this factor compare means (medians differ on two-state hosts)
 LOOPS_APART = 2.0
 
 
@@ -154,8 +153,7 @@ def _line(key, row, sides: tuple[significance.Side, significance.Side], judging:
 
 
 def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Sizes significantly slower by more than `threshold`: the ratio's whole interval beyond
-    1 + threshold, as a gate tests tens of sizes at once (doc/interop.md)."""
+    """Sizes whose ratio's whole interval is beyond 1 + `threshold` (a gate tests tens at once)."""
     return table[(table["significant"] == True) & (table["ci_low"] > 1 + threshold)]  # noqa: E712
 
 

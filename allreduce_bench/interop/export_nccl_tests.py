@@ -44,8 +44,7 @@ def body(row, world_size: int) -> dict:
 
 
 def per_iter(matrix: list[list[float]]) -> dict:
-    """`<half>_per_iter`: the summary, `times_us` (max over ranks), and the per-rank lists
-    (nccl-tests writes them only when nProcs > 1)."""
+    """`<half>_per_iter`: the summary, `times_us` (max over ranks), the per-rank lists (nProcs > 1)."""
     times = [max(column) for column in zip(*matrix)]
     block = {**fmt.iter_stats(times), "times_us": times}
     if len(matrix) > 1:
@@ -98,8 +97,7 @@ def _results(rows: pd.DataFrame, samples: dict) -> tuple[list[dict], list[int], 
 
 def document(rows: pd.DataFrame, samples: dict, meta: dict, file_name: str,
              floor_GBps: float | None = None) -> dict:
-    """The document of one file's rows, in the writer's key order; `floor_GBps`: NCCL_TESTS_MIN_BW
-    for average_bus_bandwidth.okay ("unchecked" without)."""
+    """One file's document, in the writer's key order; `floor_GBps`: NCCL_TESTS_MIN_BW's."""
     first = rows.iloc[0]
     results, ranks, hosts = _results(rows, samples)
     world = int(first["world_size"])

@@ -94,8 +94,7 @@ def _as_coll(perf: dict) -> dict:
 
 
 def _parts(value: dict, context: dict) -> tuple[dict, dict, dict] | None:
-    """(header, metadata, coll_perf) of a collective or point-to-point record, nested or flat;
-    a payload-only line (v4.3) takes header and metadata from the line that last had them."""
+    """(header, metadata, coll_perf) of a record, nested or flat, or payload-only (v4.3: `context`)."""
     for kind in ("coll", "p2p"):
         perf = value.get(f"{kind}_perf")
         if isinstance(perf, dict):

@@ -84,19 +84,15 @@ def samples(records: pd.DataFrame, run_id: str) -> pd.DataFrame:
 
 def communicators(records: pd.DataFrame) -> list[dict]:
     """Per communicator: its name, size, ranks and hosts read, and its calls per collective."""
-    found = []
-    for (comm, n), group in records.groupby(["comm", "n_ranks"], sort=True):
-        per_collective = calls(group).groupby("collective").size()
-        found.append({"id": comm, "name": next((v for v in group["comm_name"] if v), ""), "n_ranks": int(n),
-                      "nnodes": int(group["nnodes"].max()) if group["nnodes"].notna().any() else None,
-                      "ranks": ranks_text(group["rank"]), "hosts": sorted(set(group["host"]) - {""}),
-                      "calls": {str(k): int(v) for k, v in per_collective.items()}})
-    return found
+    return [{"id": comm, "name": next((v for v in group["comm_name"] if v), ""), "n_ranks": int(n),
+             "nnodes": int(group["nnodes"].max()) if group["nnodes"].notna().any() else None,
+             "ranks": ranks_text(group["rank"]), "hosts": sorted(set(group["host"]) - {""}),
+             "calls": {str(k): int(v) for k, v in calls(group).groupby("collective").size().items()}}
+            for (comm, n), group in records.groupby(["comm", "n_ranks"], sort=True)]
 
 
 def nccl_choices(records: pd.DataFrame) -> dict:
-    """'all_reduce 64M N=8' -> {'RING/SIMPLE': calls}: algorithm, protocol and channels where the
-    records name them (Inspector v4.2+, verbose)."""
+    """'all_reduce 64M N=8' -> {'RING/SIMPLE': calls}, where the records name them (v4.2+)."""
     named = records[(records["algo"] != "") | records["channels"].notna()]
     found = {}
     for (collective, size, n), group in named.groupby(ROW_KEY, sort=True):

@@ -22,8 +22,7 @@ def is_job(rows: pd.DataFrame) -> bool:
 
 
 def curve(bench: pd.DataFrame, collective: str, world_size: int) -> tuple[str, pd.Series] | None:
-    """(algorithm, median time by size) of the benchmark's `collective` at `world_size`: the
-    out-of-place half where there is one; native, else the algorithm of highest busbw."""
+    """(algorithm, median time by size): out-of-place, native, else the algorithm of highest busbw."""
     rows = bench[(bench["collective"].fillna("all_reduce") == collective) & (bench["world_size"] == world_size)]
     halves = [benchmark_of(collective), benchmark_of(collective) + IN_PLACE]
     rows = next((rows[rows["benchmark"] == h] for h in halves if (rows["benchmark"] == h).any()), rows.iloc[:0])

@@ -15,8 +15,7 @@ TYPE_NAMES = {"int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uin
               "int64": "int64", "uint64": "uint64", "float16": "half", "float32": "float",
               "float64": "double", "bfloat16": "bfloat16", "float8_e4m3": "f8e4m3",
               "float8_e5m2": "f8e5m2"}
-# what each program passes to TimeTest as redop and root (src/<collective>.cu, default -o sum):
-# "none" for AllGather, AllToAll and Broadcast; root -1 but for Broadcast and Reduce (-r 0)
+# each program's redop and root for TimeTest (src/<collective>.cu): else "none", and root -1
 REDOPS = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum", "sendrecv": "sum"}
 ROOTED = ("broadcast", "reduce")
 

@@ -73,8 +73,7 @@ def _half(base: dict, body: dict, in_place: bool, per_iter, processes: dict) -> 
 
 
 def _samples(size_bytes: int, in_place: bool, times: list[float], per_process, processes: dict) -> list[dict]:
-    """One sample per process and iteration (`per_process_max_times_us`), else the max over
-    processes (`times_us`) as rank 0's."""
+    """One sample per process and iteration, else the max over processes as rank 0's."""
     base = {"size_bytes": size_bytes, "in_place": in_place, "loops": processes["loops"]}
     ranks, hosts = processes["ranks"], processes["hosts"]
     if isinstance(per_process, list) and len(per_process) > 1 and all(isinstance(p, list) for p in per_process):

@@ -8,8 +8,7 @@ import pandas as pd
 
 @dataclass
 class ImportedRun:
-    """One table (or JSON document): `rows` its measurements and printed cells, `meta` what the
-    tool printed about the run (ranks, hosts, devices, versions, command line, iterations)."""
+    """One table (or JSON document): `rows` its measurements, `meta` what it says of the run."""
 
     source_tool: str
     collective: str | None

@@ -36,8 +36,7 @@ def log_spread(side: Side, statistic=np.median) -> float | None:
 
 def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTRAP,
                       statistic=np.median) -> np.ndarray:
-    """`draws` bootstrap statistics of a side: units, then their rounds, then their samples drawn
-    with replacement (as many as they hold on average, so every draw weighs them alike)."""
+    """`draws` bootstrap statistics of a side: units, their rounds, their samples drawn alike."""
     found = units(side)
     rounds_per = np.array([len(u) for u in found])
     counts = np.zeros((len(found), rounds_per.max()), dtype=int)
@@ -58,8 +57,7 @@ def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTR
 
 
 def few_units_widening(base_units: int, other_units: int, tail: float) -> float:
-    """How much wider the interval is drawn with few units: a bootstrap of C units sees (C - 1) / C
-    of their variance, and its percentiles are normal where a t distribution holds."""
+    """Widening for few units: a bootstrap sees (C - 1) / C of their variance, and normal tails."""
     from scipy.stats import norm, t
 
     fewest = min(base_units, other_units)

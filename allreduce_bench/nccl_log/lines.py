@@ -13,8 +13,7 @@ PREFIX = re.compile(
 # NCCL_DEBUG=VERSION and nccl-tests print the banner bare; RCCL prints `RCCL version : 2.21.5-...`
 BANNER = re.compile(r"\b(?P<library>NCCL|RCCL|HIP|ROCm) version\s*:?\s*(?P<version>\d+\.\d+\.\d+\S*)")
 
-# what launchers and collectors put in front of a line: srun --label `0:`, Ray `(pid=.., ip=..)`,
-# timestamps `[..]` or `...T10:00:00.123Z`, mpirun `<stdout>:`, docker compose `name |`
+# the end of a launcher's prefix: srun `0:`, Ray `(pid=..)`, `[..]`, a timestamp, `<stdout>:`, `name |`
 _LAUNCHER = re.compile(r"(?:[:)\]>|]|\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?Z?)$")
 
 
@@ -102,7 +101,6 @@ def read_lines(text: str, source: str) -> LogLines:
 
 
 def torn_text(line: str, known: dict[int, set[str]]) -> str | None:
-    """The text another writer left in front of an NCCL message on `line` (a torn table row), or
-    None when `line` holds no NCCL message."""
+    """The text another writer left in front of an NCCL message on `line` (a torn table row)."""
     found = _messages("", 0, line)
     return repair(found[0], known).before if found else None

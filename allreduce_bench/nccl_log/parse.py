@@ -247,8 +247,7 @@ _READ = [
     ("call", r"^(\w+): opCount \S+ sendbuff \S+ recvbuff \S+ count \d+", _call),
     ("launch_mode", r"^Launch mode \S+", None),
 ]
-# recognised and counted, not read further: plugin search, topology and graph dumps, proxy
-# traffic, allocations, timings (NCCL_DEBUG_SUBSYS=ALL writes thousands of these)
+# recognised and counted, not read further (NCCL_DEBUG_SUBSYS=ALL writes thousands of these)
 _KNOWN = [
     ("net_plugin", r"^(?:NET/Plugin|Plugin Path|Initialized NET plugin|Assigned NET plugin|Retrieving "
                    r"state for|Initialized state|Using non-device net plugin|(?:PROFILER|TUNER|ENV)/Plugin"
@@ -301,8 +300,7 @@ def natural_key(name: str) -> list:
 
 
 def _network_of(host: _Host) -> str | None:
-    """The network NCCL chose: `Using network X` (2.8+), else its channels' NET transport, else
-    what the NET/IB, aws-ofi-nccl and NET/Socket lines imply (2.4 names sockets even on IB)."""
+    """`Using network X` (2.8+), else the channels' NET, else what NET/IB, OFI or Socket lines imply."""
     if host.networks:
         return ", ".join(host.networks)
     used = sorted({kind.split("/")[1] for kind in host.transports if kind.startswith("NET/")})
@@ -386,7 +384,6 @@ def _block(state: _State, logs: list[LogLines], sources: list[str]) -> dict:
 
 
 def read_log(logs: Iterable[LogLines], sources: Iterable[str]) -> dict:
-    """The block of what NCCL said in `logs`."""
     logs = list(logs)
     state = _State()
     for log in logs:
@@ -414,7 +411,6 @@ def debug_files(path: Path) -> list[Path]:
 
 
 def read_files(paths: Iterable[Path | str]) -> dict:
-    """The block of every file (or directory, see debug_files)."""
     parts = []
     for path in (f for p in paths for f in debug_files(Path(p))):
         try:

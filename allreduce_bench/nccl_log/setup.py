@@ -60,8 +60,7 @@ def _plain(value):
 
 
 def differences(block: dict) -> list[dict]:
-    """Every (host, thing) that differs from what most hosts have: {host, what, value, majority,
-    text}, `majority` None where the hosts split evenly."""
+    """Every (host, thing) that differs from what most hosts have (`majority` None on a split)."""
     hosts = {name: entry for name, entry in (block.get("hosts") or {}).items()
              if entry.get("ranks") or entry.get("network") or entry.get("transports")}
     found = []
@@ -83,16 +82,14 @@ def host_differences(block: dict | None, host: str) -> list[str]:
 
 
 def host_table(block: dict) -> pd.DataFrame:
-    rows = []
-    for name, entry in (block.get("hosts") or {}).items():
-        transports = entry.get("transports") or {}
-        rows.append({"host": name, "ranks": format_cpulist(entry.get("ranks") or []),
-                     "nccl_version": entry.get("nccl_version") or "",
-                     "network": entry.get("network") or "", "nic_count": len(entry.get("nics") or []),
-                     "nics": " ".join(entry.get("nics") or []),
-                     "transports": " ".join(f"{k}x{n}" for k, n in transports.items()),
-                     "environment": " ".join(f"{k}={v}" for k, v in (entry.get("environment") or {}).items()),
-                     "warnings": len(entry.get("warnings") or []), "lines": entry.get("lines", 0)})
+    rows = [{"host": name, "ranks": format_cpulist(entry.get("ranks") or []),
+             "nccl_version": entry.get("nccl_version") or "",
+             "network": entry.get("network") or "", "nic_count": len(entry.get("nics") or []),
+             "nics": " ".join(entry.get("nics") or []),
+             "transports": " ".join(f"{k}x{n}" for k, n in (entry.get("transports") or {}).items()),
+             "environment": " ".join(f"{k}={v}" for k, v in (entry.get("environment") or {}).items()),
+             "warnings": len(entry.get("warnings") or []), "lines": entry.get("lines", 0)}
+            for name, entry in (block.get("hosts") or {}).items()]
     return pd.DataFrame(rows, columns=["host", "ranks", "nccl_version", "network", "nic_count", "nics",
                                        "transports", "environment", "warnings", "lines"])
 
