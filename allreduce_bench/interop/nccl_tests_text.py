@@ -119,7 +119,6 @@ class _Table:
 
 
 def _finish(table: _Table, nccl_version: str | None = None) -> ImportedRun:
-    hosts = [r["host"] for r in table.ranks]
     world_size = len(table.ranks) or None
     collective = collective_of_program(table.program) if table.program else None
     why = f"named by '{table.program}'" if collective else ""
@@ -136,9 +135,8 @@ def _finish(table: _Table, nccl_version: str | None = None) -> ImportedRun:
     if table.program:
         meta["program"] = table.program
     if table.ranks:
-        meta["devices"] = table.ranks
-        meta["hostnames"] = hosts
-        meta["device_names"] = [r["device_name"] for r in table.ranks]
+        meta.update(devices=table.ranks, hostnames=[r["host"] for r in table.ranks],
+                    device_names=[r["device_name"] for r in table.ranks])
     return ImportedRun(TOOL, collective, table.rows, meta, table.first_line, table.last_line,
                        world_size, why)
 
