@@ -1,16 +1,5 @@
-"""What others published, as data shipped beside this module (doc/expect.md says how to add a row):
-
-- catalogue.csv: one published figure a row: the system (GPU model, GPUs per node, nodes,
-  fabric, NICs per node and their rate), NCCL version, tool, collective, size, busbw (decimal
-  GB/s, nccl-tests' definition), `kind` (a `measurement`, an operator's health-check
-  `threshold`, or a `maintainer`'s figure in an issue thread), the NCCL setting it was taken
-  with, the source (repository, path @ commit, or a page) and its date, and `where` in the source.
-  GPU `any`: a per-NIC figure (its nics_per_node is 1), for every GPU across nodes.
-- links.csv: per GPU model, the intra-node fabric's rate in one direction (`intra_GBps`) and,
-  for fabrics without a switch, the rate to one peer (`peer_GBps`), with their source.
-- settings.csv: the NCCL settings that change the answer, when they apply, with their source.
-Pure: pandas only.
-"""
+"""What others published, as CSV shipped beside this module (doc/expect.md, "The catalogue"):
+published figures, intra-node link rates, and the NCCL settings that change the answer."""
 from __future__ import annotations
 
 import re
@@ -46,8 +35,7 @@ def settings() -> pd.DataFrame:
 
 
 def model_of(device: str | None) -> str | None:
-    """The catalogue's GPU model a device name is ('NVIDIA GH200 120GB' -> 'GH200': the longest
-    model named in it, as a word); a PCIe card is another class than the SXM rows ('H100 PCIe')."""
+    """'NVIDIA GH200 120GB' -> 'GH200' (the longest model named); 'H100 PCIe' apart from SXM."""
     if not device:
         return None
     name = device.upper()
@@ -60,14 +48,9 @@ def model_of(device: str | None) -> str | None:
 
 
 def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str = "all_reduce") -> pd.DataFrame:
-    """The rows of this GPU model and collective on the same side of the node boundary (one node,
-    or several), closest first: the same GPUs per node, then node count, then NCCL's default
-    settings (then rows whose setting nobody changed), then measurements before thresholds, the
-    newest first. Empty for an unknown model.
-    NVLS figures only for more than 4 GPUs per node, and ring figures first at 4 or fewer (NCCL
-    keeps the ring at 4: settings.csv).
-    AllGather and ReduceScatter: then AllReduce's ring figures, as they run the same ring (361.4
-    and 362.9 against 367.2 GB/s on 8x H200, settings.csv's source)."""
+    """The rows of this GPU model and collective on the same side of the node boundary, closest
+    first (doc/expect.md); NVLS only above 4 GPUs per node, where NCCL leaves the ring, and for
+    AllGather and ReduceScatter then AllReduce's ring figures, as they run the same ring."""
     rows = catalogue()
     rows = rows[(rows["gpu"] == model) & ((rows["nodes"] > 1) == (nodes > 1))].copy()
     if gpus_per_node <= 4:
@@ -88,7 +71,7 @@ def matching(model: str | None, gpus_per_node: int, nodes: int, collective: str 
 
 
 def _ring(rows: pd.DataFrame) -> pd.Series:
-    """Rows measured on the ring: said so, or of a GPU without NVLS (settings.csv) and not NVLS."""
+    """Rows measured on the ring: said so, or of a GPU without NVLS and not NVLS."""
     found = settings()
     nvls = found[(found["setting"] == "NCCL_NVLS_ENABLE") & (found["applies"] == "one node")]
     nvls = set(" ".join(nvls["gpus"]).split())
@@ -97,7 +80,6 @@ def _ring(rows: pd.DataFrame) -> pd.Series:
 
 
 def per_nic(nic_Gbps: float | None) -> pd.DataFrame:
-    """The per-NIC figures (GPU `any`) for NICs of this rate."""
     rows = catalogue()
     return rows[(rows["gpu"] == ANY) & (rows["nic_Gbps"] == nic_Gbps)]
 

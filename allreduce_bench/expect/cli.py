@@ -1,6 +1,5 @@
-"""`allreduce-bench expect`: before a run, what busbw to expect from a system, with sources: the
-catalogue's figures that match it, its link limit, and the NCCL settings that change the answer.
-`run --expect` prints its first line (`headline`) at the top of a run (its `expect_line` hook)."""
+"""`allreduce-bench expect`: before a run, what busbw to expect from a system, with sources;
+`run --expect` prints its first line (`headline`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -26,7 +25,7 @@ def _figure(row) -> str:
 
 
 def _layouts(known, system, collective: str) -> str:
-    """'; none at 2 x 3 H100 (...)' where the catalogue has no figure at the system's very layout."""
+    """'; none at 2 x 3 H100 (...)' where the catalogue has no figure at the very layout."""
     rows = known[(known["gpu"] == system.model) & (known["collective"] == collective)].dropna(subset=["gpus_per_node"])
     layouts = sorted({(int(r.nodes), int(r.gpus_per_node)) for r in rows.itertuples()})
     if (system.nodes, system.gpus_per_node) in layouts:
@@ -36,7 +35,6 @@ def _layouts(known, system, collective: str) -> str:
 
 
 def headline(system, collective: str = "all_reduce") -> str:
-    """One line: the system, its link limit and the closest published figure."""
     from allreduce_bench.expect.catalogue import matching
     from allreduce_bench.expect.system import link_limit
 
@@ -50,8 +48,7 @@ def headline(system, collective: str = "all_reduce") -> str:
 
 
 def run_headline(config: Measuring) -> str:
-    """`run --expect`'s line, from this host (the run's GPUs, NICs, and its layout: the launcher's
-    nodes, or the largest world over --ranks-per-node)."""
+    """`run --expect`'s line, from this host and the run's layout."""
     from allreduce_bench.core.environment import launcher_env
     from allreduce_bench.expect.system import detect
 

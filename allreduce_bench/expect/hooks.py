@@ -1,5 +1,5 @@
-"""What expect lends the core: the "Is this normal?" table of report.md, report.html and
-`report`'s terminal, `run`'s summary lines, and `run --expect`'s first line."""
+"""What expect lends the core: the reports' "Is this normal?", `run`'s summary lines and
+`run --expect`'s first line."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,12 +1,6 @@
-"""A system (GPU model, GPUs per node, nodes, NICs) and the busbw its links allow at best.
-
-nccl-tests' doc/PERFORMANCE.md defines busbw so that it "should reflect the speed of the hardware
-bottleneck: NVLink, PCI, QPI, or network". On one node that is the GPU's NVLink (one direction).
-Across nodes a ring's ranks each send 2(n-1)/n x S, and of each node's ranks one per ring sends
-to the next node, so a node's NICs carry 2(n-1)/n x S in all, whatever its ranks per node: busbw
-<= NICs per node x NIC rate (derived in doc/methodology.md, "The link limit"), and <= NVLink
-where a node has several ranks; the limit is the lower bound.
-"""
+"""A system (GPU model, GPUs per node, nodes, NICs) and the busbw its links allow at best: NVLink
+on one node; across nodes also NICs per node x NIC rate, whatever the ranks per node (derived in
+doc/methodology.md, "The link limit")."""
 from __future__ import annotations
 
 import re
@@ -47,7 +41,6 @@ class Limit:
 
 
 def _intra(system: System) -> tuple[float | None, str, str]:
-    """The GPU's fabric rate in one direction for a ring over `gpus_per_node` GPUs."""
     row = link_row(system.model)
     if system.intra_GBps:
         return system.intra_GBps, "NVLink as this host reports it", "nvidia-smi / NVML (link_peaks)"
@@ -62,7 +55,6 @@ def _intra(system: System) -> tuple[float | None, str, str]:
 
 
 def link_limit(system: System) -> Limit:
-    """The busbw the links allow at best, and which bound applies."""
     intra, intra_what, intra_source = _intra(system) if system.gpus_per_node > 1 else (None, "", "")
     if system.nodes == 1:
         if intra is None:
@@ -93,8 +85,7 @@ def parse_nics(text: str | None) -> tuple[int | None, float | None]:
 
 
 def detect(nodes: int = 1, sys_class: Path = Path("/sys/class")) -> System | None:
-    """This host's GPUs (their count is the GPUs per node; core/host/gpus.py) and its NIC ports
-    (core/measure/link_peaks.py); None without an NVIDIA GPU."""
+    """This host's GPUs and NIC ports; None without an NVIDIA GPU."""
     from allreduce_bench.core.measure.link_peaks import nic_peaks
 
     gpus = inventory()

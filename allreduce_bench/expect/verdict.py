@@ -1,9 +1,6 @@
-"""After a run (or an import): its peak busbw as a share of the closest published figure
-(catalogue.csv) and of its link limit (system.py), and, when it falls short, the checks that
-usually explain it, each tied to what the run recorded: NCCL's log in meta.json (`nccl`:
-network, transports, GDR, NVLS, NICs per host, NCCL_* set), meta.json's layout, placement and
-NICs (`peaks`, `binding`, `system` stated at import), and the sweep's own curve. Pure: pandas.
-"""
+"""After a run (or an import): its peak busbw as a share of the closest published figure and of
+its link limit, and where it falls short the checks that usually explain it, each tied to what
+the run recorded (doc/expect.md). Pure: pandas."""
 from __future__ import annotations
 
 import pandas as pd
@@ -16,8 +13,7 @@ from allreduce_bench.expect.system import System, link_limit
 
 SHORT_OF_FIGURE = 0.9  # below 90% of the published figure, or
 SHORT_OF_LIMIT = 0.7   # below 70% of the link limit: the checks are listed
-# NCCL_* variables that change the algorithm, the transport or the channels (the rest are listed
-# by nccl-log)
+# NCCL_* variables that change the algorithm, the transport or the channels
 STEERING = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE",
             "NCCL_IB_DISABLE", "NCCL_NET_GDR_LEVEL", "NCCL_P2P_LEVEL", "NCCL_TREE_THRESHOLD",
             "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_COLLNET_ENABLE", "NCCL_CROSS_NIC")
@@ -32,8 +28,7 @@ def _device(meta: dict) -> str | None:
 
 
 def _nics(meta: dict, world_size: int) -> tuple[int | None, float | None, str]:
-    """NICs per node and one's rate (Gb/s): as stated at import, as the run saw them in /sys
-    (meta peaks), or only their count from NCCL's log."""
+    """NICs per node and one's Gb/s: stated at import, seen in /sys, or counted in NCCL's log."""
     stated = meta.get("system") or {}
     if stated.get("nics_per_node"):
         return stated["nics_per_node"], stated.get("nic_Gbps"), "stated at import"
@@ -62,14 +57,13 @@ def system_of(meta: dict, rows: pd.DataFrame, world_size: int) -> System:
 
 
 def _peak(rows: pd.DataFrame) -> pd.Series:
-    """The row of the highest busbw; NCCL's own algorithm (native) where the run has it."""
+    """The row of the highest busbw, NCCL's own algorithm where the run has it."""
     native = rows[rows["algorithm"] == "native"] if "algorithm" in rows.columns else rows
     chosen = native if len(native) else rows
     return chosen.loc[chosen["busbw_GBps"].idxmax()]
 
 
 def _curve_checks(rows: pd.DataFrame, figure: pd.Series | None) -> list[str]:
-    """Where the sweep flattens, or that it stops before it does."""
     curve = rows.groupby("size_bytes")["busbw_GBps"].max().sort_index()
     found = []
     if len(curve) >= 2 and curve.iloc[-1] > 1.03 * curve.iloc[-2]:
@@ -144,7 +138,7 @@ def _share(measured: float, reference) -> str:
 
 
 def verdicts(frame: pd.DataFrame) -> list[dict]:
-    """Per run, collective and world size (not a job's rows, not a links run's, not N=1): the verdict."""
+    """Per run, collective and world size (not a job's, a links run's, N=1): the verdict."""
     if frame.empty or "busbw_GBps" not in frame.columns:
         return []
     frame = label_runs(frame)
@@ -192,7 +186,6 @@ def _figure_text(figure: pd.Series) -> str:
 
 
 def line(v: dict) -> str:
-    """One verdict in a line: the shares, with their sources."""
     published = (f"{_share(v['busbw_GBps'], v['figure']['busbw_GBps'])} of {_figure_text(v['figure'])}, "
                  f"{v['figure']['source']} {v['figure']['date']}" + (" (this very run: the catalogue holds no "
                  "other figure for it)" if v["itself"] else "") if v["figure"] is not None
@@ -206,7 +199,7 @@ def line(v: dict) -> str:
 
 
 def summary_lines(frame: pd.DataFrame) -> list[str]:
-    """The terminal's "Is this normal?": a line per verdict, and the checks where it falls short."""
+    """The terminal's "Is this normal?", with the checks where it falls short."""
     found = []
     for v in verdicts(frame):
         found.append("Is this normal? " + line(v))
@@ -215,7 +208,6 @@ def summary_lines(frame: pd.DataFrame) -> list[str]:
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The report's table of verdicts, the checks in the last column."""
     rows = []
     for v in verdicts(frame):
         figure = v["figure"]

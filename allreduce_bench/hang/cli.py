@@ -66,8 +66,7 @@ def hang(dumps, out_dir, world_size):
 
 
 def tables(verdict) -> str:
-    """Per group that parted ways (else the culprits' groups, else the first), its last
-    collectives."""
+    """The last collectives of the groups that parted ways (else the culprits', else the first)."""
     from allreduce_bench.hang.verdict import group_label, ranges
 
     named = {c.group for c in verdict.culprits}

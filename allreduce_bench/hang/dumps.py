@@ -1,13 +1,6 @@
-"""PyTorch's Flight Recorder dumps read without torch: one `Dump` per rank.
-
-A dump is what `torch._C._distributed_c10d._dump_fr_trace()` returns (a pickle of plain dicts,
-lists, strings and numbers; the file TORCH_FR_DUMP_TEMP_FILE names, `<prefix><rank>`) or what
-`_dump_fr_trace_json()` returns (the same keys, no `frames`, numbers of `pg_status` as strings).
-The rank comes from the file name's trailing digits, as torch's own analyzer (`torchfrtrace`)
-takes it. The pickle is read by an unpickler that refuses every class, so a file that is not a
-dump cannot run code; torch is not imported. Where a dump lacks a field that older torch
-versions did not write, `Dump.notes` says so in one line.
-"""
+"""PyTorch's Flight Recorder dumps (pickle or JSON, one per rank, the rank from the file name's
+trailing digits) read without torch; the pickle by an unpickler that refuses every class, so a
+file that is not a dump cannot run code."""
 from __future__ import annotations
 
 import io
@@ -25,8 +18,6 @@ _SUFFIXES = (".json", ".pkl", ".pickle")
 
 @dataclass(frozen=True)
 class Entry:
-    """One collective (or point-to-point call) as one rank recorded it."""
-
     group: str  # the process group's name (pg_config's key)
     desc: str  # its description ('default_pg', or what new_group(group_desc=) said)
     seq: int  # collective_seq_id within the group (p2p_seq_id for a point-to-point call)
@@ -53,7 +44,7 @@ class Dump:
 
 
 class _PlainOnly(pickle.Unpickler):
-    """A Flight Recorder pickle holds plain types only: any class named in the file is refused."""
+    """A Flight Recorder pickle holds plain types only: any class it names is refused."""
 
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"it names the Python object {module}.{name}")
@@ -66,7 +57,6 @@ def rank_of(path: Path) -> int | None:
 
 
 def load(data: bytes, source: str) -> dict:
-    """A dump's top-level mapping, from pickle or JSON bytes."""
     stripped = data.lstrip()
     try:
         if stripped.startswith(b"{"):
@@ -94,11 +84,8 @@ def parse_ranks(text) -> tuple[int, ...]:
 
 
 def _stack(frames) -> tuple[str, ...]:
-    out = []
-    for frame in frames or ():
-        if isinstance(frame, dict):
-            out.append(f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}")
-    return tuple(out)
+    return tuple(f"{frame.get('filename', '?')}:{frame.get('line', '?')} {frame.get('name', '?')}"
+                 for frame in frames or () if isinstance(frame, dict))
 
 
 def _entry(raw: dict, notes: set[str]) -> Entry:
@@ -129,7 +116,6 @@ def _entry(raw: dict, notes: set[str]) -> Entry:
 
 
 def parse(data: bytes, source: str, rank: int) -> Dump:
-    """One rank's dump from the bytes of its file."""
     raw = load(data, source)
     notes: set[str] = set()
     entries = []
@@ -140,10 +126,8 @@ def parse(data: bytes, source: str, rank: int) -> Dump:
             except (TypeError, ValueError) as error:
                 raise UsageError(f"{source}: an entry of this Flight Recorder dump is malformed "
                                  f"({error}); give the files as torch wrote them") from None
-    groups = {}
-    for name, info in (raw.get("pg_config") or {}).items():
-        if isinstance(info, dict):
-            groups[str(name)] = (str(info.get("desc", "")), parse_ranks(info.get("ranks", "[]")))
+    groups = {str(name): (str(info.get("desc", "")), parse_ranks(info.get("ranks", "[]")))
+              for name, info in (raw.get("pg_config") or {}).items() if isinstance(info, dict)}
     if not groups and entries:
         notes.add("no `pg_config`: each group's members are the ranks whose dumps name it")
     host = raw.get("hostname") or raw.get("host")
@@ -167,7 +151,6 @@ def dump_files(paths: list[Path]) -> list[Path]:
 
 
 def read(paths: list[Path]) -> list[Dump]:
-    """Every rank's dump from files or folders of per-rank dumps, in rank order."""
     files = dump_files(paths)
     if not files:
         raise UsageError(f"no Flight Recorder dumps in {', '.join(map(str, paths))} (files named "
@@ -190,8 +173,7 @@ def read(paths: list[Path]) -> list[Dump]:
 
 
 def hosts_beside(paths: list[Path]) -> list[str]:
-    """Every rank's hostname from a run's meta.json in a dumps' folder or the folder above it
-    (OUT/flight-recorder's OUT), or [] where there is none."""
+    """Every rank's hostname from a run's meta.json beside the dumps or a folder up, else []."""
     for path in paths:
         here = path if path.is_dir() else path.parent
         for meta in (here / "meta.json", here.parent / "meta.json"):

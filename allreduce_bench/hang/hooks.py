@@ -1,5 +1,4 @@
-"""What hang lends the core: the line naming the rank that hung, from Flight Recorder dumps (the
-last line of a local run that stopped, and rank 0's failure line under a launcher)."""
+"""What hang lends the core: the line naming the rank that hung, from Flight Recorder dumps."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,8 +9,7 @@ from allreduce_bench.core.hooks import hookimpl
 
 @hookimpl
 def dump_verdict(folder: Path, world_size: int | None) -> str | None:
-    """'flight recorder: rank 2 (node1) never_entered all_reduce #7 of group 0: ...', or None
-    where there are no dumps."""
+    """'flight recorder: rank 2 (node1) never_entered all_reduce #7 of group 0: ...', or None."""
     from allreduce_bench.hang import dumps as flight_recorder
     from allreduce_bench.hang.verdict import culprit_line, ranges, verdict
 

@@ -1,12 +1,6 @@
-"""Which rank hung, and on what: every rank's Flight Recorder dump read into one verdict.
-
-Per process group, the collectives are lined up by sequence number (the k-th call of every
-member is one collective); the first where the members part ways is where the job hung, and
-each member that parted is `never_entered`, `mismatch` or `no_dump` (doc/hang.md defines them;
-a tie between two ranks goes to the call the group last agreed on).
-
-Pure: Dumps in (hang/dumps.py), a Verdict out; no torch.
-"""
+"""Which rank hung, and on what: per process group the collectives are lined up by sequence
+number, and the first where the members part ways is where the job hung (doc/hang.md names the
+reasons). Pure: Dumps in, a Verdict out; no torch."""
 from __future__ import annotations
 
 import re
@@ -17,8 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the dumps as hang/dumps.py reads them
     from allreduce_bench.hang.dumps import Dump, Entry
 
-# collectives whose every member passes the same input sizes (uneven alltoall, gather and
-# scatter legitimately differ: only their op and dtypes are compared)
+# collectives whose every member passes the same input sizes (not uneven alltoall, gather, scatter)
 SAME_SIZES = {"all_reduce", "allreduce", "allreduce_coalesced", "broadcast", "_broadcast_oop",
               "reduce", "_reduce_oop", "all_gather", "_allgather_base", "allgather",
               "all_gather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
@@ -88,10 +81,7 @@ class Group:
 
 
 def groups_of(dumps: list[Dump]) -> list[Group]:
-    """Every process group the dumps' collectives name, with each dumped member's collectives
-    by seq. Members from the dump's pg_config where it lists the group (NCCL's do; gloo's may
-    not), else the ranks whose dumps name it. Two groups of one name with other members
-    (torch's per-rank split groups) stay apart."""
+    """Every process group the dumps name, each member's collectives by seq (split groups apart)."""
     found: dict[tuple, Group] = {}
     for dump in dumps:
         for name in sorted({e.group for e in dump.entries}):
@@ -110,8 +100,7 @@ def members_from_desc(desc: str) -> tuple[int, ...]:
 
 
 def _members(groups: list[Group], world: set[int]) -> None:
-    """A group no pg_config lists: its members named in its description (flight_recorder.py
-    members_desc), the whole world for the default group, else the ranks whose dumps name it."""
+    """A group no pg_config lists: its description's ranks, the world (default group), its dumps'."""
     for group in groups:
         if not group.members:
             default = group.name == "0" or group.desc == "default_pg"
@@ -120,8 +109,7 @@ def _members(groups: list[Group], world: set[int]) -> None:
 
 
 def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tuple | None:
-    """The expected signature at one seq: the most common; a tie goes to the signature the
-    group agreed on at its latest earlier collective, else None (undecided)."""
+    """The expected signature at one seq: the most common, a tie to the one last agreed on."""
     counts = Counter(signature(e) for e in entries.values()).most_common()
     if len(counts) == 1 or counts[0][1] > counts[1][1]:
         return counts[0][0]
@@ -134,9 +122,7 @@ def _majority(entries: dict[int, Entry], before: list[dict[int, Entry]]) -> tupl
 
 
 def _late(entries: dict[int, Entry]) -> dict[int, float]:
-    """Members that called a collective only after the first caller's timeout had passed
-    (seconds late), from the entries' creation times (hosts' clocks agree far better than a
-    timeout)."""
+    """Members that called only after the first caller's timeout had passed (seconds late)."""
     times = {r: e.time_created_ns for r, e in entries.items() if e.time_created_ns}
     if len(times) < 2:
         return {}
@@ -148,8 +134,7 @@ def _late(entries: dict[int, Entry]) -> dict[int, float]:
 
 
 def diverged(group: Group) -> tuple[int, list[tuple[int, str, str]]] | None:
-    """(seq, [(rank, reason, detail)]) at the first collective where the dumped members part
-    ways, or None when they agree throughout."""
+    """(seq, [(rank, reason, detail)]) where the members first part ways, or None."""
     ranks = sorted(group.calls)
     held = [r for r in ranks if group.calls[r]]
     if not held:
@@ -169,7 +154,6 @@ def diverged(group: Group) -> tuple[int, list[tuple[int, str, str]]] | None:
 
 
 def _parted(entries: dict[int, Entry], behind: list[int], before) -> list[tuple[int, str, str]]:
-    """Who parted ways at one collective, with why, or [] when its members agree."""
     if behind and len(entries) < len(behind):
         # the few ran ahead into a call the many never made: they called something else
         callers = ",".join(map(str, sorted(entries)))
@@ -208,23 +192,19 @@ def _culprit(group: Group, seq: int, rank: int, reason: str, detail: str, hosts:
 
 
 def group_label(name: str | None, desc: str = "") -> str:
-    """'group 0 (default_pg)', 'group 804ea4b75856 (ranks 2,3)': torch names sub-groups by a
-    hash; its first 12 characters tell them apart."""
+    """'group 0 (default_pg)', 'group 804ea4b75856 (ranks 2,3)': a hash's first 12 characters."""
     short = name if name is None or len(name) <= 12 else name[:12]
     return f"group {short}" + (f" ({desc})" if desc else "")
 
 
 def user_frames(stack: tuple[str, ...]) -> list[str]:
-    """The frames of the program itself: torch's and multiprocessing's own are left out
-    (all of them where nothing else is left)."""
+    """The frames of the program itself (all of them where nothing else is left)."""
     mine = [f for f in stack if not any(part in f for part in LIBRARY_FRAMES)]
     return mine or list(stack)
 
 
 def _waited(entry: Entry, times: list[int]) -> bool:
-    """Whether a rank hung in `entry`: nothing it called after (in any group), or its next call
-    came a timeout later (it waited the timeout out). A collective followed at once by the next
-    completed, whatever its state says (gloo's entries stay `scheduled`)."""
+    """Whether a rank hung in `entry`: nothing called after, or only a timeout later (not its state)."""
     if not entry.time_created_ns:
         return True
     later = [t for t in times if t > entry.time_created_ns]
@@ -233,8 +213,7 @@ def _waited(entry: Entry, times: list[int]) -> bool:
 
 def _no_dump(groups: list[Group], missing: list[int], hosts: dict,
              times: dict[int, list[int]]) -> list[Culprit]:
-    """Each missing rank at the latest collective of its groups in which every dumped member
-    that entered it hung."""
+    """Each missing rank at the latest collective of its groups that all who entered hung in."""
     found = []
     for rank in missing:
         best = None
@@ -265,15 +244,13 @@ def _no_dump(groups: list[Group], missing: list[int], hosts: dict,
 
 def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
             world_size: int | None = None) -> Verdict:
-    """The verdict of one job's dumps. `hosts`: every rank's host (meta.json's `hostnames`),
-    where the dumps do not say; `world_size`: the ranks expected when no dump's groups say."""
+    """One job's verdict; `hosts` and `world_size` where the dumps do not say."""
     names = dict(enumerate(hosts)) if isinstance(hosts, list) else dict(hosts or {})
     names.update({d.rank: d.host for d in dumps if d.host})
     groups = groups_of(dumps)
     expected = {r for d in dumps for _, ranks in d.groups.values() for r in ranks}
     expected |= {r for g in groups for r in g.members} | {d.rank for d in dumps}
-    # ranks are numbered from 0: a gap is a rank without a dump (those above the highest only
-    # `world_size` or the hosts can tell)
+    # a gap is a rank without a dump (those above the highest only `world_size` or hosts tell)
     expected |= set(range(max(expected, default=-1) + 1)) | set(range(world_size or len(names)))
     _members(groups, expected)
     dumped = sorted(d.rank for d in dumps)
@@ -283,9 +260,9 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
     for group in groups:
         found = diverged(group)
         tables.append(table(group, found[0] if found else None, missing))
-        for rank, reason, detail in (found[1] if found else ()):
-            # (a line exists only where `found` does; mypy cannot follow the loop's condition)
-            culprits.setdefault(rank, _culprit(group, found[0], rank, reason, detail, names))  # type: ignore[index]
+        seq, parted = found or (0, [])
+        for rank, reason, detail in parted:
+            culprits.setdefault(rank, _culprit(group, seq, rank, reason, detail, names))
     if not culprits and missing:
         times = {d.rank: sorted(e.time_created_ns for e in d.entries if e.time_created_ns) for d in dumps}
         culprits = {c.rank: c for c in _no_dump(groups, missing, names, times)}
@@ -298,9 +275,7 @@ def verdict(dumps: list[Dump], hosts: list[str] | dict | None = None,
 
 
 def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
-    """A group's members and its last collectives (up to the one where they parted ways): per
-    seq, the op and sizes, which members entered it, completed it (where the backend records
-    completion: NCCL does, gloo's entries stay `scheduled`) and never reached it."""
+    """A group's members and last collectives: per seq who entered, completed and never reached it."""
     ranks = sorted(group.calls)
     seqs = sorted({s for calls in group.calls.values() for s in calls})
     end = parted_at if parted_at is not None else (seqs[-1] if seqs else 0)
@@ -322,7 +297,6 @@ def table(group: Group, parted_at: int | None, missing: list[int]) -> dict:
 
 
 def ranges(ranks: list[int]) -> str:
-    """'0-3,5' for [0, 1, 2, 3, 5]."""
     out: list[str] = []
     run: list[int] = []
     for r in sorted(ranks):
@@ -336,7 +310,7 @@ def ranges(ranks: list[int]) -> str:
 
 
 def culprit_line(c: Culprit) -> str:
-    """One line per culprit: 'rank 2 (node1) never_entered all_reduce #2 of group 0: ...'."""
+    """'rank 2 (node1) never_entered all_reduce #2 of group 0: ...'."""
     where = f" ({c.host})" if c.host else ""
     what = f"{c.collective} #{c.seq} of {group_label(c.group, c.group_desc)}" if c.collective \
         else "no collective known"
@@ -344,7 +318,6 @@ def culprit_line(c: Culprit) -> str:
 
 
 def summary(v: Verdict) -> str:
-    """The verdict in a few lines (the first names the culprits)."""
     if not v.culprits:
         lines = [f"hang: all {len(v.dumped)} dumps agree (ranks {ranges(v.dumped)}): no rank "
                  "diverged; a collective every rank entered that never completed is the network's "
@@ -364,9 +337,7 @@ def summary(v: Verdict) -> str:
 
 
 def annotate_unreachable(doc: dict, found: Verdict) -> dict:
-    """health.json with each `unreachable` host's verdict saying on which collective its rank
-    hung (`collective`, and its `why` extended), from the dumps' verdict; the culprits kept as
-    `flight_recorder`."""
+    """health.json with each `unreachable` host's verdict naming the collective its rank hung in."""
     by_host: dict[str | None, Culprit] = {}
     for culprit in found.culprits:
         by_host.setdefault(culprit.host, culprit)

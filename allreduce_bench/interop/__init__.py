@@ -1,10 +1,5 @@
-"""Other tools' results as the project's runs: nccl-tests (text of every generation, and -J
-JSON), PARAM comms' COMMS-RES lines, ml-engineering's all_reduce_bench.py tables.
-
-Each format is one module of pure functions of text (`looks_like`, `parse(text, source) ->
-[ImportedRun]`); this module detects the format, settles the collective and the world size, and
-turns a run into rows of results/schema.py COLUMNS + IMPORTED_COLUMNS and a meta.json.
-"""
+"""Other tools' results (nccl-tests, PARAM comms, all_reduce_bench.py) as the project's runs:
+one module per format; here the format is detected and a run becomes rows and a meta.json."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -34,8 +29,7 @@ __all__ = ["ImportedRun", "ParseError", "read_text", "read_file", "run_frame", "
 
 
 def read_text(text: str, source: str) -> list[ImportedRun]:
-    """Every run in `text` (the contents of `source`), format detected, each with what NCCL's
-    own lines around it said (meta `nccl`, see nccl_log/parse.py)."""
+    """Every run in `text`, each with what NCCL's own lines around it said (meta `nccl`)."""
     for module in FORMATS:
         if module.looks_like(text):
             runs = module.parse(text, source)
@@ -50,9 +44,7 @@ def read_text(text: str, source: str) -> list[ImportedRun]:
 
 
 def attach_nccl(runs: list[ImportedRun], text: str, source: str) -> None:
-    """Give each run the NCCL lines from its first line to the next run's (the first run also
-    those before it; runs printed at once share theirs), as meta `nccl`; the NCCL_* variables
-    every host agrees on become its `environment` when the tool printed none."""
+    """Each run's NCCL lines (up to the next run's) as meta `nccl`, agreed NCCL_* its `environment`."""
     log = read_lines(text, source)
     if not (log.messages or log.banners):
         return
@@ -117,11 +109,9 @@ def run_id_of(source: str, run: ImportedRun, text_digest: str) -> str:
 
 
 def _benchmark(run: ImportedRun, in_place: bool) -> str:
-    """`allreduce` for AllReduce rows (what every analysis reads), else the collective's name;
-    `-in-place` marks the in-place half of a table that has both, so analyses read the
-    out-of-place rows (the column nccl-tests users quote) and both stay in the file."""
+    """`-in-place` marks the in-place half of a table with both: analyses read out-of-place."""
     both = {bool(r["in_place"]) for r in run.rows} == {False, True}
-    return benchmark_of(run.collective, both and in_place)  # as `run --in-place` names its rows
+    return benchmark_of(str(run.collective), both and in_place)  # as `run --in-place` names its rows
 
 
 def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:
@@ -137,25 +127,19 @@ def _timing(run: ImportedRun, row: dict, settings: dict) -> dict:
 
 
 def run_frame(run: ImportedRun, run_id: str, tag: str, source: str) -> pd.DataFrame:
-    """The run as rows of the project's schema plus the imported columns."""
     hosts = run.meta.get("hostnames") or []
     nodes = len(dict.fromkeys(hosts)) or None
+    world = run.world_size
     backend, device = _BACKEND.get(run.source_tool, ("", ""))
     settings = run.meta.get("settings", {})
-    rows = []
-    for r in run.rows:
-        row = {"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
-               "benchmark": _benchmark(run, r["in_place"]), "algorithm": run.algorithm,
-               "backend": backend, "device": device, "world_size": run.world_size,
-               "nodes": nodes,
-               "ranks_per_node": run.world_size // nodes if nodes and run.world_size % nodes == 0 else None,
-               "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
-               # in the measuring core's terms: one printed time = one sample of `iters` calls
-               # back to back (nccl-tests); -J per-iteration times are samples of one call each
-               **_timing(run, r, settings),
-               "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
-               **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}}
-        rows.append(row)
+    rows = [{"run_id": run_id, "timestamp": run.meta.get("start_time") or "", "tag": tag,
+             "benchmark": _benchmark(run, r["in_place"]), "algorithm": run.algorithm,
+             "backend": backend, "device": device, "world_size": world, "nodes": nodes,
+             "ranks_per_node": world // nodes if nodes and world is not None and world % nodes == 0 else None,
+             "iters": settings.get("iters"), "warmup": settings.get("warmup_iters"),
+             **_timing(run, r, settings),  # a printed time: one sample of `iters` calls
+             "source_tool": run.source_tool, "collective": run.collective, "source_file": source,
+             **{k: v for k, v in r.items() if k not in ("type", "redop", "root")}} for r in run.rows]
     frame = pd.DataFrame(rows)
     for column in IMPORT_COLUMNS:
         if column not in frame.columns:
@@ -182,7 +166,7 @@ def run_meta(run: ImportedRun, run_id: str, tag: str, source: str) -> dict:
 
 
 def samples_frame(run: ImportedRun, run_id: str) -> pd.DataFrame | None:
-    """Per-iteration times (nccl-tests -J version 2+) as raw samples of the samples schema."""
+    """Per-iteration times (nccl-tests -J version 2+) as raw samples."""
     if run.samples is None or run.samples.empty:
         return None
     frame = run.samples.copy()

@@ -1,5 +1,4 @@
-"""`allreduce-bench import` (other tools' logs as runs) and `compare` (two or more runs, with
-statistics from their raw samples)."""
+"""`allreduce-bench import`, `compare` and `export`."""
 from __future__ import annotations
 
 import shutil
@@ -95,8 +94,7 @@ def import_command(files, out_dir, tag, collective, world_size, nodes, nics):
 
 
 def _files_of(path: Path, inspector) -> list[Path]:
-    """[path], or a folder's nccl-tests -J files (what `export` writes) where it holds no
-    NCCL Inspector files."""
+    """[path], or a folder's nccl-tests -J files where it holds no NCCL Inspector files."""
     if not path.is_dir() or inspector.looks_like(path):
         return [path]
     found = sorted(path.glob("*.json"))
@@ -108,12 +106,10 @@ def _files_of(path: Path, inspector) -> list[Path]:
 
 
 def _job_name(path: Path) -> str:
-    """A job's run directory: its folder's name, or its first file's without the suffixes."""
     return path.name if path.is_dir() else path.name.split(".")[0]
 
 
 def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
-    """A job's Inspector records as one run (interop/job.py), and what was read and skipped."""
     import uuid
 
     from allreduce_bench import interop
@@ -128,7 +124,6 @@ def _write_job(read, paths: list[Path], target: Path, tag: str | None) -> None:
 
 
 def _write_run(run, path: Path, target: Path, tag: str, run_id: str):
-    """results.csv, results.parquet, meta.json (and samples.parquet) of one imported run."""
     from allreduce_bench import interop
 
     frame, samples = interop.run_frame(run, run_id, tag, str(path)), interop.samples_frame(run, run_id)
@@ -150,7 +145,6 @@ def _write(target: Path, frame, meta: dict, samples) -> None:
 
 
 def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
-    """What was imported, what was noticed and skipped, what NCCL said."""
     from allreduce_bench.nccl_log.setup import differences, summary_line
 
     halves = sorted({bool(v) for v in frame["in_place"]})
@@ -175,7 +169,6 @@ def _describe(path: Path, run, frame, with_samples: bool, target: Path) -> None:
 
 
 def _verdict(target: Path) -> None:
-    """Is this normal? The run's peak busbw against published figures and its link limit."""
     from allreduce_bench.core.results.load import load_results
     from allreduce_bench.expect.verdict import summary_lines
 
@@ -259,14 +252,13 @@ def compare_command(base, others, out_dir, fail_if_slower, confidence, fmt):
 
 
 def _beside(other: Path) -> Path:
-    """compare-<OTHER's name>/ in the folder holding OTHER: beside the runs read, never inside
-    one (a run's folder holds what `run` wrote; plot and report write outside it too)."""
+    """compare-<OTHER's name>/ beside the runs read, never inside one."""
     run = (other if other.is_dir() else other.parent).resolve()
     return run.parent / f"compare-{run.name}"
 
 
 def _gate(table, threshold: float, base: Path, other: Path) -> bool:
-    """--fail-if-slower: whether a size regressed, each such size said on a line of its own."""
+    """--fail-if-slower: whether a size regressed, each said on a line of its own."""
     from allreduce_bench.interop import compare as comparing
 
     unjudged = int(table["significant"].isna().sum())
@@ -282,7 +274,7 @@ def _gate(table, threshold: float, base: Path, other: Path) -> bool:
 
 
 def _compared_job(base: Path, base_rows, sides, out_dir: Path, fmt: str) -> bool:
-    """The job view (interop/job_vs_benchmark.py) when one side is a job run; False otherwise."""
+    """The job view (interop/job_vs_benchmark.py) when one side is a job run."""
     from allreduce_bench.core.results.load import load_samples
     from allreduce_bench.interop import job_vs_benchmark as view
 

@@ -1,19 +1,13 @@
-"""What the nccl-tests family prints per collective: element sizes, busbw factors, and how to
-tell the collective and world size apart when nothing names them.
-
-busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md): AllReduce 2(N-1)/N; ReduceScatter,
-AllGather and AllToAll (N-1)/N; Broadcast, Reduce and SendRecv 1. The `count` column is the
-whole tensor for AllReduce, Reduce and Broadcast but one rank's share (size / N / element size)
-for ReduceScatter and AllGather, which is what tells a gen1 reduce_scatter_perf table (whose
-header is byte-identical to all_reduce_perf's) from an AllReduce one.
-"""
+"""Element sizes and busbw factors of the nccl-tests family, and the collective and world size
+of a table nothing names: the `count` column (whole tensor, or one rank's share) and busbw /
+algbw tell a gen1 reduce_scatter_perf table from an all_reduce_perf one."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from allreduce_bench.core.metrics import BUSBW_FACTORS
 
-# nccl-tests type names (and torch's) -> (the project's dtype name, bytes per element)
+# nccl-tests' (and torch's) type names -> (dtype, bytes per element)
 TYPES = {
     "int8": ("int8", 1), "char": ("int8", 1), "uint8": ("uint8", 1),
     "int32": ("int32", 4), "int": ("int32", 4), "uint32": ("uint32", 4),
@@ -26,8 +20,7 @@ TYPES = {
     "f8e5m2": ("float8_e5m2", 1), "fp8_e5m2": ("float8_e5m2", 1),
 }
 
-# collective -> busbw factor as a function of the world size: the measured collectives'
-# (metrics.BUSBW_FACTORS) and the nccl-tests programs this project does not measure
+# collective -> busbw factor of the world size, with nccl-tests programs not measured here
 FACTORS = {
     **BUSBW_FACTORS,
     "hypercube": lambda n: (n - 1) / n,
@@ -39,7 +32,7 @@ PER_RANK_COUNT = {"reduce_scatter", "all_gather", "alltoall", "gather", "scatter
 
 
 def collective_of_program(name: str) -> str | None:
-    """'all_reduce_perf' / 'all_reduce_perf_mpi' / 'reduce_scatter' -> the collective name."""
+    """'all_reduce_perf' / 'all_reduce_perf_mpi' / 'reduce_scatter' -> 'all_reduce', ..."""
     name = name.strip().rsplit("/", 1)[-1]
     for suffix in ("_perf_mpi", "_perf"):
         name = name.split(suffix)[0]
@@ -61,7 +54,7 @@ def factor_of(rows: Sequence[dict]) -> float | None:
 
 
 def _half_unit(printed) -> float:
-    """Half the last printed digit: '0.07' -> 0.005 (the rounding the table carries)."""
+    """Half the last printed digit: '0.07' -> 0.005."""
     text = str(printed or "")
     return 0.5 * 10.0 ** -len(text.split(".")[1]) if "." in text else 0.0
 
@@ -85,8 +78,7 @@ def world_size_from_factor(collective: str, factor: float | None) -> int | None:
 
 
 def count_ratio(rows: Sequence[dict], element_bytes: int) -> int | None:
-    """size / (count x element size) over the rows with a non-zero count: 1 for a whole-tensor
-    count, N for a per-rank one; None when rows disagree or none can say."""
+    """size / (count x element size): 1 for a whole-tensor count, N for a per-rank one, or None."""
     ratios = {round(r["size_bytes"] / (r["count"] * element_bytes))
               for r in rows if r.get("count") and r.get("size_bytes")}
     return ratios.pop() if len(ratios) == 1 else None
@@ -94,10 +86,10 @@ def count_ratio(rows: Sequence[dict], element_bytes: int) -> int | None:
 
 def guess_collective(rows: Sequence[dict], element_bytes: int, world_size: int | None,
                      has_redop: bool, rooted: bool) -> tuple[str | None, str]:
-    """The collective of a table no line names, and why: from the count column (whole tensor or
-    one rank's share) and the busbw/algbw ratio, which must agree with the world size."""
+    """The collective of a table no line names, and why (module doc)."""
     ratio = count_ratio(rows, element_bytes)
-    factor = factor_of(rows)
+    factor, largest = factor_of(rows), _largest(rows)
+    n: int | None
     if ratio is not None and ratio > 1:
         name = "reduce_scatter" if has_redop else "all_gather"
         n = world_size or ratio
@@ -110,9 +102,9 @@ def guess_collective(rows: Sequence[dict], element_bytes: int, world_size: int |
         why = "count is the whole tensor"
     else:
         return None, "no row has a count to tell whole-tensor from per-rank"
-    if factor is not None and n:
+    if factor is not None and largest is not None and n:
         expected = FACTORS[name](n)
-        low, high = factor_bounds(_largest(rows))
+        low, high = factor_bounds(largest)
         if not low - 0.01 <= expected <= high + 0.01:
             return None, (f"{why}, but busbw/algbw = {factor:.3f} is not {name}'s "
                           f"{expected:.3f} at {n} ranks")

@@ -1,16 +1,5 @@
-"""Two runs (or two folders of runs) size by size: the ratio of median times and whether it is
-more than noise.
-
-Rows are matched on (benchmark, algorithm, world_size, size_bytes, link, operation): the
-`benchmark` keeps an imported reduce_scatter or an in-place half apart from AllReduce rows.
-With raw samples on both sides (samples.parquet; per sample the collective's time is the MAX
-over ranks, as for the rows) each size is judged by interop/significance.py: a hierarchical
-bootstrap over the sides' rounds (every run's `--rounds`, every run of a folder) and then their
-samples, so the variation between rounds and runs decides, not the (far smaller) variation
-within one. Where one side's samples average more than LOOPS_APART times as many calls as the
-other's, the sides are judged by their mean per call instead of the median (significance.py
-says why), and the verdict says so. Without samples only the ratio is given.
-"""
+"""Two runs (or folders of runs) size by size: the ratio of median times and, with raw samples
+on both sides, whether it is more than noise (interop/significance.py); without, the ratio only."""
 from __future__ import annotations
 
 import re
@@ -31,11 +20,9 @@ COLUMNS = ["algorithm", "world_size", "size_bytes", "base_us", "other_us", "rati
            "statistic", "base_loops", "other_loops"]
 ROUND = ["source", "run_id", "round"]  # one round of one run: the unit the bootstrap draws
 MIN_SAMPLES = 5
-# Smallest change called significant: below it a difference is of no practical consequence
-# even where the interval excludes 1 (thousands of samples make tiny drifts "significant").
+# Smallest change called significant (thousands of samples make tiny drifts "significant")
 MIN_EFFECT = 0.03
-# Sides whose samples' loops (median) differ by more than this factor are compared by the mean:
-# the median of samples of 1 call and of 20 calls differ on a host with two states of a call.
+# Sides whose loops differ by more than this factor compare means (medians differ on two-state hosts)
 LOOPS_APART = 2.0
 
 
@@ -73,8 +60,7 @@ def _keyed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def collective_times(samples: pd.DataFrame) -> pd.DataFrame:
-    """One time per (key, round, sample): the slowest rank's, as an AllReduce ends with it.
-    Samples without a `round` (runs before --rounds, imports) are one round per run."""
+    """One time per (key, round, sample): the slowest rank's (no `round`: one round per run)."""
     if samples.empty:
         return pd.DataFrame(columns=KEY + ROUND + ["time_us"])
     samples = _keyed(samples)
@@ -96,14 +82,13 @@ def rounds_of(samples: pd.DataFrame) -> dict[tuple, list[list[np.ndarray]]]:
 
 
 def loops_of(samples: pd.DataFrame) -> dict[tuple, float]:
-    """key -> the median `loops` of its samples (calls averaged in one sample)."""
+    """key -> the median `loops` of its samples."""
     if samples.empty or "loops" not in samples.columns:
         return {}
     return _keyed(samples).groupby(KEY)["loops"].median().to_dict()
 
 
 def ratio_only(ratio: float) -> str:
-    """The verdict of a size without raw samples on both sides."""
     if not ratio == ratio:
         return "no time"
     word = "slower" if ratio >= 1 else "faster"
@@ -113,7 +98,6 @@ def ratio_only(ratio: float) -> str:
 def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples: pd.DataFrame,
                  other_samples: pd.DataFrame, confidence: float = 0.95,
                  min_effect: float = MIN_EFFECT, seed: int = 0) -> pd.DataFrame:
-    """One line per size both sides measured (see the module doc)."""
     base_rows, other_rows = _keyed(base_rows), _keyed(other_rows)
     base_rows = base_rows[base_rows["benchmark"] != "ddp"]
     medians = [rows.groupby(KEY)["time_us_median"].median() for rows in (base_rows, other_rows)]
@@ -134,9 +118,6 @@ def compare_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame, base_samples
 
 @dataclass(frozen=True)
 class Judging:
-    """How two runs' sizes are judged: the interval's confidence, the smallest effect that
-    counts, and the bootstrap's random numbers."""
-
     confidence: float
     min_effect: float
     rng: np.random.Generator
@@ -144,8 +125,7 @@ class Judging:
 
 def _line(key, row, sides: tuple[significance.Side, significance.Side], judging: Judging,
           loops=(np.nan, np.nan)) -> dict:
-    """One size: judged from the rounds' samples (by the mean where the sides' loops are more
-    than LOOPS_APART apart), or by the stored medians' ratio alone."""
+    """One size: judged from the rounds' samples, or by the stored medians' ratio alone."""
     base, other = sides
     min_effect = judging.min_effect
     counts = [sum(len(r) for run in side for r in run) for side in (base, other)]
@@ -173,30 +153,24 @@ def _line(key, row, sides: tuple[significance.Side, significance.Side], judging:
 
 
 def regressions(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """Sizes significantly slower than the base by more than `threshold` (0.05 = 5%): the
-    ratio's whole interval beyond 1 + threshold, not only its point, since a gate over a sweep
-    tests tens of sizes at once (doc/interop.md gives the same-code pairs that chance failed).
-    Sizes without samples on both sides have no interval and never fail it."""
+    """Sizes whose ratio's whole interval is beyond 1 + `threshold` (a gate tests tens at once)."""
     return table[(table["significant"] == True) & (table["ci_low"] > 1 + threshold)]  # noqa: E712
 
 
 def what(row) -> str:
-    """'allreduce ring N=4 16M' (with the link and in-place half where a row has them): which
-    collective, algorithm, world size and size a line of the table is."""
+    """'allreduce ring N=4 16M' (with the link and in-place half where a row has them)."""
     extra = [v for v in (getattr(row, "link", ""), getattr(row, "operation", "")) if v]
     return " ".join([str(row.benchmark), str(row.algorithm), f"N={row.world_size}", *extra,
                      size_label(row.size_bytes)])
 
 
 def regression_lines(slower: pd.DataFrame) -> list[str]:
-    """One line per regressed size: what it is, the two times, the ratio and its interval."""
     return [f"  {what(r)}: {r.base_us:.1f} us -> {r.other_us:.1f} us ({r.statistic}), {r.ratio:.2f}x slower "
             f"[{r.ci_low:.2f}, {r.ci_high:.2f}]" for r in slower.itertuples()]
 
 
 def same_runs(base_rows: pd.DataFrame, other_rows: pd.DataFrame) -> bool:
-    """Whether two sides hold the same runs (the same run ids): a run compared with itself or
-    with a copy of itself."""
+    """Whether two sides hold the same run ids: a run compared with itself or a copy."""
     ids = [set(rows["run_id"].dropna().astype(str)) if "run_id" in rows.columns else set()
            for rows in (base_rows, other_rows)]
     return bool(ids[0]) and ids[0] == ids[1]
@@ -238,7 +212,6 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def figure(table: pd.DataFrame):
-    """Ratio of medians against size, one line per compared run and curve, with its interval."""
     from allreduce_bench.core.analysis.style import MARKERS, plt, size_axis
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -273,8 +246,7 @@ def figure(table: pd.DataFrame):
 
 
 def write(table: pd.DataFrame, out_dir: Path, fmt: str = "png") -> tuple[Path, Path, str | None]:
-    """compare.csv and the figure; the third item says what an earlier compare.csv there
-    compared, when this one replaces it (None when there was none)."""
+    """compare.csv, the figure, and what an earlier compare.csv there compared (or None)."""
     from allreduce_bench.core.analysis.style import save
 
     out_dir = Path(out_dir)
@@ -286,8 +258,7 @@ def write(table: pd.DataFrame, out_dir: Path, fmt: str = "png") -> tuple[Path, P
 
 
 def earlier_comparison(csv_path: Path) -> str | None:
-    """'OTHER against BASE' of the compare.csv at csv_path, 'an unreadable file' for one that
-    is not a comparison, None where there is none."""
+    """'OTHER against BASE' of the compare.csv at csv_path, or None where there is none."""
     if not csv_path.exists():
         return None
     try:

@@ -1,12 +1,5 @@
-"""A run as nccl-tests' `-J FILE` JSON (version 3, as nccl-tests 2.19.6 writes it with `-I 1`):
-one document per (collective, algorithm, world size, dtype), for the tools that read those files.
-
-Each key has nccl-tests' meaning (doc/interop.md's table; nccl_tests_format.py spells the
-values): `time` is the rows' `time_us_rank_mean`, the per-iteration blocks come from the raw
-samples (none for a row without them, as nccl-tests without `-I`), a half not measured is
-`null` as nccl-tests writes a half it did not run, and `env` carries the run's NCCL_*/GLOO_*
-variables and the ALLREDUCE_BENCH_* lines `import` reads back.
-"""
+"""A run as nccl-tests' `-J FILE` JSON (version 3, as 2.19.6 writes it with `-I 1`), one document
+per (collective, algorithm, world size, dtype), each key with nccl-tests' meaning (doc/interop.md)."""
 from __future__ import annotations
 
 import re
@@ -18,14 +11,13 @@ from allreduce_bench.core.metrics import COLLECTIVES, IN_PLACE, algbw_GBps, busb
 from allreduce_bench.interop import nccl_tests_format as fmt
 from allreduce_bench.interop import nccl_tests_header as header
 
-# collectives whose (only) measurement is in place: torch's call writes its input tensor
+# collectives measured in place only: torch's call writes its input tensor
 MEASURED_IN_PLACE = ("all_reduce", "broadcast", "reduce")
 FILE_KEY = ["source", "run_id", "collective", "algorithm", "world_size", "dtype"]
 SAMPLE_KEY = ["source", "run_id", "benchmark", "algorithm", "world_size", "size_bytes"]
 
 
 def half_of(row) -> str:
-    """"out_of_place" or "in_place": which of nccl-tests' halves a row's measurement is."""
     if str(row["benchmark"]).endswith(IN_PLACE) or row["collective"] in MEASURED_IN_PLACE:
         return "in_place"
     return "out_of_place"
@@ -42,7 +34,7 @@ def per_rank_times(samples: pd.DataFrame) -> tuple[list[int], list[str], list[li
 
 
 def body(row, world_size: int) -> dict:
-    """One half's numbers: nccl-tests' `-a 1` time and the bandwidths it implies."""
+    """One half's numbers: nccl-tests' `-a 1` time and its bandwidths."""
     time_us = next((float(row[c]) for c in ("time_us_rank_mean", "time_us_mean", "time_us_median")
                     if c in row.index and pd.notna(row[c])), float("nan"))
     wrong = row.get("wrong")
@@ -52,8 +44,7 @@ def body(row, world_size: int) -> dict:
 
 
 def per_iter(matrix: list[list[float]]) -> dict:
-    """`<half>_per_iter`: the summary, `times_us` (max over ranks), and with more than one
-    process the per-rank lists (nccl-tests writes them only when nProcs > 1)."""
+    """`<half>_per_iter`: the summary, `times_us` (max over ranks), the per-rank lists (nProcs > 1)."""
     times = [max(column) for column in zip(*matrix)]
     block = {**fmt.iter_stats(times), "times_us": times}
     if len(matrix) > 1:
@@ -62,7 +53,7 @@ def per_iter(matrix: list[list[float]]) -> dict:
 
 
 def result(halves: dict, matrices: dict, collective: str, world_size: int) -> dict:
-    """One entry of `results`: a size, both halves (null where not measured), in key order."""
+    """One entry of `results`: a size, both halves (null where not measured)."""
     first = next(iter(halves.values()))
     entry = {"size": int(first["size_bytes"]), "count": int(first["count"]),
              "type": fmt.TYPE_NAMES.get(str(first["dtype"]), str(first["dtype"])),
@@ -80,7 +71,6 @@ def result(halves: dict, matrices: dict, collective: str, world_size: int) -> di
 
 
 def _sample_index(samples: pd.DataFrame) -> dict:
-    """The raw samples of each measurement, keyed like its row."""
     if samples is None or samples.empty:
         return {}
     return {key: group for key, group in samples.groupby(SAMPLE_KEY, sort=False)}
@@ -89,7 +79,9 @@ def _sample_index(samples: pd.DataFrame) -> dict:
 def _results(rows: pd.DataFrame, samples: dict) -> tuple[list[dict], list[int], list[str]]:
     """`results` in size order, and the ranks (with hosts) whose samples they hold."""
     first = rows.iloc[0]
-    found, ranks, hosts = [], [], []
+    found: list[dict] = []
+    ranks: list[int] = []
+    hosts: list[str] = []
     for _, at_size in rows.groupby("size_bytes", sort=True):
         halves, matrices = {}, {}
         for _, row in at_size.iterrows():
@@ -105,9 +97,7 @@ def _results(rows: pd.DataFrame, samples: dict) -> tuple[list[dict], list[int], 
 
 def document(rows: pd.DataFrame, samples: dict, meta: dict, file_name: str,
              floor_GBps: float | None = None) -> dict:
-    """The nccl-tests JSON document of one file's rows (one collective, algorithm, world size
-    and dtype), in the writer's key order. `floor_GBps`: NCCL_TESTS_MIN_BW's verdict in
-    average_bus_bandwidth.okay ("unchecked" without)."""
+    """One file's document, in the writer's key order; `floor_GBps`: NCCL_TESTS_MIN_BW's."""
     first = rows.iloc[0]
     results, ranks, hosts = _results(rows, samples)
     world = int(first["world_size"])
@@ -133,7 +123,7 @@ def document(rows: pd.DataFrame, samples: dict, meta: dict, file_name: str,
 
 
 def exportable(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows of collectives (and their in-place halves); not links, ddp, health or a job."""
+    """The rows of collectives; not links, ddp, health or a job."""
     benchmark = rows["benchmark"].fillna("allreduce").astype(str).str.removesuffix(IN_PLACE)
     known = benchmark.isin(["allreduce", *COLLECTIVES]) & rows["collective"].isin(COLLECTIVES)
     return rows[known]
@@ -154,8 +144,7 @@ def file_name(key: dict, several_runs: bool) -> str:
 
 def documents(rows: pd.DataFrame, samples: pd.DataFrame, metas: dict,
               floor_GBps: float | None = None) -> list[tuple[str, dict]]:
-    """(file name, document) of every (collective, algorithm, world size, dtype) of the rows;
-    `metas`: each run directory's meta.json by the rows' `source`."""
+    """(file name, document) of every file; `metas`: each run's meta.json by its `source`."""
     rows = exportable(rows).copy()
     rows["dtype"] = rows["dtype"].fillna("").astype(str)
     by_sample = _sample_index(samples)
@@ -170,7 +159,7 @@ def documents(rows: pd.DataFrame, samples: pd.DataFrame, metas: dict,
 
 
 def write(out_dir: Path, name: str, document_: dict) -> Path:
-    """One file, as the writer leaves it (one line, no final newline), renamed into place."""
+    """One file as the writer leaves it (one line, no final newline), renamed into place."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / name
     tmp = out_dir / f".{name}.tmp"

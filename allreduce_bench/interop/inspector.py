@@ -1,32 +1,6 @@
-"""NCCL Inspector's records of a real job, read (NCCL's profiler plugin, NCCL 2.28+: NCCL's
-`plugins/profiler/inspector`, `ext-profiler/inspector` before 2.29.7).
-
-With NCCL_PROFILER_PLUGIN=.../libnccl-profiler-inspector.so, NCCL_INSPECTOR_ENABLE=1 and a dump
-interval (NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS >= 0), every process writes JSON Lines
-to <dump dir>/<host>-pid<pid>.log: one record per completed collective per communicator rank:
-
-    {"header": {"id", "comm_name" (2.30+), "rank", "n_ranks", "nnodes"},
-     "metadata": {"inspector_output_format_version": "v4.0", "git_rev", "rec_mechanism",
-                  "dump_timestamp_us", "hostname", "pid"},
-     "coll_perf": {"coll": "AllReduce", "coll_sn", "coll_msg_size_bytes", "coll_exec_time_us",
-                   "coll_timing_source", "coll_algobw_gbs", "coll_busbw_gbs",
-                   [v4.2: "coll_algo", "coll_proto"], [verbose: "event_trace_sn",
-                   "event_trace_ts" with one kernel event per channel]}}
-
-Point-to-point calls (`p2p_perf`: "p2p": "Send" or "Recv", "p2p_sn", "p2p_peer",
-"p2p_msg_size_bytes", "p2p_exec_time_us", "p2p_timing_source", "p2p_algobw_gbs",
-"p2p_busbw_gbs", as `inspectorCompletedP2p` of NCCL 2.30's plugins/profiler/inspector writes
-them) are read as the job's `sendrecv` (nccl-tests' SendRecv: size = the bytes one rank sends,
-busbw = algbw), the p2p_ fields standing for the coll_ ones.
-Also read: the same keys flat at the top level of a record (as NVIDIA's exporter flattens them),
-v4.3's payload-only lines that take header and metadata from the `dump_stats` line before them,
-and `.gz` files. `dump_stats` and `proxy_trace` records are counted, not read.
-`coll_msg_size_bytes` is one rank's buffer (AllGather: its send part; ReduceScatter: its
-received part): times n_ranks it is nccl-tests' size for those. `coll_exec_time_us` is whole
-microseconds of this rank's slowest channel. A line that is not a whole JSON record (a file cut
-while NCCL was writing) is skipped and counted, never an error; a format version other than v4.x
-is refused, naming it.
-"""
+"""NCCL Inspector's records of a real job (NCCL 2.28+'s profiler plugin, JSON Lines per process):
+v4 records nested or flat, Send/Recv as `sendrecv`, `.gz` too; a line cut short is skipped and
+counted, another format version refused (doc/interop.md, "A training job against the benchmark")."""
 from __future__ import annotations
 
 import gzip
@@ -42,7 +16,7 @@ from allreduce_bench.interop.lines import ParseError
 
 TOOL = "NCCL Inspector"
 SUFFIXES = (".log", ".jsonl", ".json", ".log.gz", ".jsonl.gz", ".json.gz")
-# Inspector's collective names (ncclFuncToString) -> the project's (nccl-tests') names
+# Inspector's collective names (ncclFuncToString) -> nccl-tests' names
 COLLECTIVES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
                "Broadcast": "broadcast", "Reduce": "reduce", "AllToAll": "alltoall", "All2All": "alltoall",
                "AlltoAll": "alltoall", "Send": "sendrecv", "Recv": "sendrecv"}
@@ -55,8 +29,7 @@ COLUMNS = ["file", "line", "comm", "comm_name", "rank", "n_ranks", "nnodes", "ho
 
 @dataclass
 class Records:
-    """Every collective record read (one row each, COLUMNS), and what was not read: skipped
-    lines with file, line and why; other record kinds counted by kind."""
+    """Every collective record read (COLUMNS), the lines skipped and the other kinds counted."""
 
     frame: pd.DataFrame
     skipped: list[tuple[str, int, str]] = field(default_factory=list)
@@ -84,13 +57,11 @@ def _first_record(text: str) -> dict | None:
 
 
 def is_record(value: dict) -> bool:
-    """A line of Inspector's: a payload (nested or flat)."""
     return any(isinstance(value.get(k), dict) for k in PAYLOADS) or any(
         {f"{kind}", f"{kind}_exec_time_us"} <= set(value) for kind in ("coll", "p2p"))
 
 
 def looks_like(path: Path) -> bool:
-    """A file whose first JSON lines are Inspector records, or a folder holding such files."""
     if path.is_dir():
         return any(looks_like(p) for p in _candidates(path))
     if not path.is_file():
@@ -108,7 +79,6 @@ def _candidates(folder: Path) -> list[Path]:
 
 
 def files_of(paths: list[Path]) -> list[Path]:
-    """The Inspector files among `paths` (a folder: every Inspector file below it)."""
     found = []
     for path in paths:
         found += [p for p in _candidates(path) if looks_like(p)] if path.is_dir() else [path]
@@ -116,18 +86,15 @@ def files_of(paths: list[Path]) -> list[Path]:
 
 
 class _Unread(Exception):
-    """A record of a kind this reader counts but does not read (Send/Recv, AllGatherV, ...)."""
+    """A record of a kind counted but not read (AllGatherV, ...)."""
 
 
 def _as_coll(perf: dict) -> dict:
-    """A p2p_perf payload with its p2p_ keys named as coll_perf's (p2p_sn -> coll_sn, ...)."""
     return {("coll" + k[3:] if k.startswith("p2p") else k): v for k, v in perf.items()}
 
 
 def _parts(value: dict, context: dict) -> tuple[dict, dict, dict] | None:
-    """(header, metadata, coll_perf) of a collective or point-to-point record, nested or flat;
-    None otherwise. A payload-only line (v4.3) takes header and metadata from the line that last
-    had them."""
+    """(header, metadata, coll_perf) of a record, nested or flat, or payload-only (v4.3: `context`)."""
     for kind in ("coll", "p2p"):
         perf = value.get(f"{kind}_perf")
         if isinstance(perf, dict):
@@ -157,8 +124,7 @@ def _channels(perf: dict) -> int | None:
 
 
 def record(header: dict, metadata: dict, perf: dict) -> dict:
-    """One collective (or Send/Recv) record's fields (COLUMNS); ValueError/KeyError/TypeError:
-    not usable."""
+    """One record's fields (COLUMNS); ValueError, KeyError or TypeError: not usable."""
     collective = COLLECTIVES.get(str(perf["coll"]))
     if collective is None:
         raise _Unread(f"{perf['coll']} records")
@@ -183,8 +149,7 @@ def record(header: dict, metadata: dict, perf: dict) -> dict:
 
 
 def read_text(text: str, source: str, into: Records) -> list[dict]:
-    """The collective and Send/Recv records of one file's text; skipped lines and other kinds
-    into `into`."""
+    """The records of one file's text; skipped lines and other kinds into `into`."""
     found, context = [], {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -215,7 +180,7 @@ def read_text(text: str, source: str, into: Records) -> list[dict]:
 
 
 def read(paths: list[Path]) -> Records:
-    """Every collective and Send/Recv record of the Inspector files (and folders) given, as one job."""
+    """Every record of the Inspector files (and folders) given, as one job."""
     files = files_of(paths)
     if not files:
         raise UsageError(f"no NCCL Inspector files (*.log, *.jsonl[.gz]) in {', '.join(map(str, paths))}; "

@@ -1,16 +1,6 @@
-"""Rows of several nccl-tests runs printed into one stream at once, told apart.
-
-nccl-tests built without MPI and started on k hosts runs k independent single-host tests that
-print into the same stream (nccl-tests#213, #109): k preambles, k device lists and k headers,
-then rows of every run mixed line by line. Within one run a block of rows (one type, redop and
-root) only grows in size, and stays below the run's printed maxBytes; a size can
-repeat within a run (sizes rounded to whole elements: the zero-byte rows) as often as it is
-printed per run. So each row goes to the first run it fits: the same field count, a size up to
-the run's maxBytes, larger than the run's last size in that block (or equal, while the run has
-fewer of that size than its share). With identical sweeps the k-th printed row of a size lands
-in run k; which host printed it the output does not say. A row that fits no run is not
-guessed: the caller refuses the file.
-"""
+"""Rows of several nccl-tests runs printed into one stream at once (a build without MPI started
+on k hosts) told apart: within a run a block's sizes only grow, so each row goes to the first
+run it fits; a row that fits none is not guessed (doc/interop.md)."""
 from __future__ import annotations
 
 import math
@@ -28,8 +18,6 @@ class Row:
 
 @dataclass
 class Run:
-    """What is known of a run before its rows: its row width and its printed size range."""
-
     fields: int
     max_bytes: int | None = None  # sizes are rounded down to whole elements, never up
     last: dict = field(default_factory=dict)  # block -> last size given
@@ -54,7 +42,7 @@ def assign(rows: list[Row], runs: list[Run]) -> tuple[list[int], Row | None]:
     if len(runs) == 1:
         return [0] * len(rows), None
     printed = Counter((r.block, r.size_bytes) for r in rows)
-    chosen = []
+    chosen: list[int] = []
     for row in rows:
         share = math.ceil(printed[(row.block, row.size_bytes)] / len(runs))
         index = next((i for i, run in enumerate(runs) if run.fits(row, share)), None)

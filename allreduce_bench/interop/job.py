@@ -1,16 +1,6 @@
 """A job's NCCL Inspector records as a run of benchmark=job: one row per (collective, size,
-communicator size), its raw calls as samples.
-
-A call is one collective of one communicator: the records of every rank with the same
-communicator id, collective and coll_sn. As in the benchmark (and nccl-tests), a call lasts as
-long as its slowest rank: its time is the max of its ranks' coll_exec_time_us. A row's
-statistics are over its calls (median, p5/p95/p99, ...), its busbw from the median time with
-the collective's factor at the communicator size, exactly as a benchmark row's; `samples` is
-the number of calls. Samples keep every rank's record: sample = the call's number in its row,
-rank = the rank in its communicator, loops = 1. The collective is also the rows' (and
-samples') `operation`, which keeps a job's collectives apart where rows are matched by
-(benchmark, algorithm, world size, size, link, operation), as `compare` does.
-"""
+communicator size) with the benchmark's statistics over its calls (a call lasts as long as its
+slowest rank), every rank's record a sample; `operation` keeps the collectives apart."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -29,8 +19,7 @@ CALL_KEY = ["comm", "collective", "sn", "n_ranks", "size_bytes"]
 
 
 def calls(records: pd.DataFrame) -> pd.DataFrame:
-    """One line per call: its time (max over its ranks' records) and how many ranks recorded it,
-    numbered within its row in the order of its communicator and sequence number."""
+    """One line per call: its time (its slowest rank's), its ranks, its number within its row."""
     found = records.groupby(CALL_KEY, sort=True).agg(time_us=("time_us", "max"), ranks=("rank", "nunique"))
     found = found.reset_index()
     found["sample"] = found.groupby(ROW_KEY).cumcount()
@@ -38,11 +27,11 @@ def calls(records: pd.DataFrame) -> pd.DataFrame:
 
 
 def ranks_text(ranks) -> str:
-    """[0, 1, 2, 3, 6] -> '0-3,6': written as the kernel writes a CPU list."""
+    """[0, 1, 2, 3, 6] -> '0-3,6'."""
     return format_cpulist(int(r) for r in ranks)
 
 
-def _stats(times: np.ndarray) -> dict:
+def _stats(times: list[float]) -> dict:
     series = pd.Series(times, dtype=float)
     mean = float(series.mean())
     cv = float(series.std(ddof=0) / mean) if mean > 0 else float("nan")
@@ -56,7 +45,6 @@ def _stats(times: np.ndarray) -> dict:
 
 
 def rows(records: pd.DataFrame, run_id: str, tag: str, source: str) -> pd.DataFrame:
-    """The job's rows in the import schema (COLUMNS + IMPORTED_COLUMNS)."""
     timed = calls(records)
     started = pd.to_numeric(records["dumped_us"], errors="coerce").min()
     stamp = "" if pd.isna(started) else _dt.datetime.fromtimestamp(
@@ -64,7 +52,7 @@ def rows(records: pd.DataFrame, run_id: str, tag: str, source: str) -> pd.DataFr
     found = []
     for (collective, size, n), group in records.groupby(ROW_KEY, sort=True):
         mine = timed[(timed["collective"] == collective) & (timed["size_bytes"] == size) & (timed["n_ranks"] == n)]
-        stats = _stats(mine["time_us"].to_numpy())
+        stats = _stats(mine["time_us"].tolist())
         nodes = int(group["nnodes"].max()) if group["nnodes"].notna().any() else None
         found.append({"run_id": run_id, "timestamp": stamp, "tag": tag, "benchmark": BENCHMARK,
                       "collective": collective, "operation": collective, "algorithm": "native",
@@ -83,7 +71,6 @@ def rows(records: pd.DataFrame, run_id: str, tag: str, source: str) -> pd.DataFr
 
 
 def samples(records: pd.DataFrame, run_id: str) -> pd.DataFrame:
-    """Every rank's record of every call, in the samples schema."""
     numbered = records.merge(calls(records)[CALL_KEY + ["sample"]], on=CALL_KEY)
     frame = pd.DataFrame({"run_id": run_id, "benchmark": BENCHMARK, "algorithm": "native",
                           "world_size": numbered["n_ranks"].astype("int64"),
@@ -96,21 +83,16 @@ def samples(records: pd.DataFrame, run_id: str) -> pd.DataFrame:
 
 
 def communicators(records: pd.DataFrame) -> list[dict]:
-    """Per communicator: its name, size, the ranks and hosts whose records were read, and its
-    calls per collective (the mixture a job's files hold)."""
-    found = []
-    for (comm, n), group in records.groupby(["comm", "n_ranks"], sort=True):
-        per_collective = calls(group).groupby("collective").size()
-        found.append({"id": comm, "name": next((v for v in group["comm_name"] if v), ""), "n_ranks": int(n),
-                      "nnodes": int(group["nnodes"].max()) if group["nnodes"].notna().any() else None,
-                      "ranks": ranks_text(group["rank"]), "hosts": sorted(set(group["host"]) - {""}),
-                      "calls": {str(k): int(v) for k, v in per_collective.items()}})
-    return found
+    """Per communicator: its name, size, ranks and hosts read, and its calls per collective."""
+    return [{"id": comm, "name": next((v for v in group["comm_name"] if v), ""), "n_ranks": int(n),
+             "nnodes": int(group["nnodes"].max()) if group["nnodes"].notna().any() else None,
+             "ranks": ranks_text(group["rank"]), "hosts": sorted(set(group["host"]) - {""}),
+             "calls": {str(k): int(v) for k, v in calls(group).groupby("collective").size().items()}}
+            for (comm, n), group in records.groupby(["comm", "n_ranks"], sort=True)]
 
 
 def nccl_choices(records: pd.DataFrame) -> dict:
-    """'all_reduce 64M N=8' -> {'RING/SIMPLE': calls}: NCCL's algorithm and protocol where the
-    records name them (Inspector v4.2+), and the channel counts verbose records show."""
+    """'all_reduce 64M N=8' -> {'RING/SIMPLE': calls}, where the records name them (v4.2+)."""
     named = records[(records["algo"] != "") | records["channels"].notna()]
     found = {}
     for (collective, size, n), group in named.groupby(ROW_KEY, sort=True):
@@ -137,7 +119,6 @@ def meta(read: inspector.Records, run_id: str, tag: str, files: list[str]) -> di
 
 
 def describe(read: inspector.Records, frame: pd.DataFrame, target) -> list[str]:
-    """What `import` says about a job: its communicators, calls and rows, and what it skipped."""
     records = read.frame
     sizes = sorted({int(n) for n in records["n_ranks"]})
     lines = [f"{len(read.files)} NCCL Inspector file(s): {len(records)} records of "

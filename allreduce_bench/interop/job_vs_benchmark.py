@@ -1,15 +1,6 @@
-"""A job's collectives (an NCCL Inspector import, benchmark=job) held against a benchmark run of
-the same cluster: size by size, the job's busbw as a share of the benchmark's for the same
-collective at the same world size and size.
-
-Both sides' busbw come from the median over calls of the slowest rank's time, with the same
-factor, so the share is the benchmark's median time over the job's. Where the job's size lies
-between two measured sizes the benchmark's time is interpolated linearly in log(time) against
-log(size) (times grow smoothly with size between neighbours of a sweep); outside the measured
-sizes nothing is extrapolated. The benchmark's algorithm: `native` (what NCCL itself picks, as
-the job's calls do) where measured, else the one with the highest busbw there. Pure functions
-of rows; the figure is drawn from them and the job's samples.
-"""
+"""A job's collectives (an NCCL Inspector import) against a benchmark run of the same cluster:
+size by size, the job's busbw as a share of the benchmark's (interpolated log-log between
+measured sizes, never extrapolated; `native` where measured, as NCCL picks for the job)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,8 +22,7 @@ def is_job(rows: pd.DataFrame) -> bool:
 
 
 def curve(bench: pd.DataFrame, collective: str, world_size: int) -> tuple[str, pd.Series] | None:
-    """(algorithm, median time by size) of the benchmark's rows of `collective` at `world_size`:
-    the out-of-place half where there is one; native, else the algorithm of highest busbw."""
+    """(algorithm, median time by size): out-of-place, native, else the algorithm of highest busbw."""
     rows = bench[(bench["collective"].fillna("all_reduce") == collective) & (bench["world_size"] == world_size)]
     halves = [benchmark_of(collective), benchmark_of(collective) + IN_PLACE]
     rows = next((rows[rows["benchmark"] == h] for h in halves if (rows["benchmark"] == h).any()), rows.iloc[:0])
@@ -45,7 +35,7 @@ def curve(bench: pd.DataFrame, collective: str, world_size: int) -> tuple[str, p
 
 
 def time_at(times: pd.Series, size: int) -> tuple[float, str]:
-    """The benchmark's time at `size`: measured, interpolated (log-log) or outside its sizes."""
+    """The benchmark's time at `size`, and how: measured, interpolated or outside its sizes."""
     if size in times.index:
         return float(times.loc[size]), "measured"
     sizes = times.index.to_numpy(dtype=float)
@@ -56,7 +46,6 @@ def time_at(times: pd.Series, size: int) -> tuple[float, str]:
 
 
 def compare_job(bench: pd.DataFrame, job: pd.DataFrame) -> pd.DataFrame:
-    """One line per job row: its busbw, the benchmark's there, and the share (job / benchmark)."""
     job = job[job["benchmark"] == JOB]
     bench = bench[bench["benchmark"] != JOB]
     if job.empty:
@@ -100,7 +89,7 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def call_busbw(job_samples: pd.DataFrame) -> pd.DataFrame:
-    """Every call of the job: its time (slowest rank) and busbw, for the figure's scatter."""
+    """Every call of the job (its slowest rank's time) and its busbw, for the figure."""
     if job_samples.empty:
         return pd.DataFrame(columns=["collective", "world_size", "size_bytes", "busbw_GBps"])
     samples = job_samples[job_samples["benchmark"] == JOB]
@@ -112,7 +101,6 @@ def call_busbw(job_samples: pd.DataFrame) -> pd.DataFrame:
 
 
 def figure(table: pd.DataFrame, bench: pd.DataFrame, calls: pd.DataFrame):
-    """Per (collective, world size): the benchmark's busbw against size, the job's calls over it."""
     from allreduce_bench.core.analysis.style import plt, size_axis
 
     panels = list(table.groupby(["collective", "world_size"], sort=False))

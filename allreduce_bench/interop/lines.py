@@ -1,8 +1,5 @@
-"""Lines of a pasted log as the tool printed them: CRLF, indentation and launcher prefixes gone.
-
-Logs reach users through srun --label (`0: `), mpirun --tag-output (`[1,0]<stdout>:`), markdown
-(every line indented) and Windows editors (CRLF); none of that is part of the tool's output.
-"""
+"""Lines of a pasted log as the tool printed them: CRLF, indentation and launcher prefixes
+(srun --label, mpirun --tag-output) are none of the tool's output."""
 from __future__ import annotations
 
 import re
@@ -25,8 +22,6 @@ def clean_lines(text: str) -> list[tuple[int, str]]:
 
 
 class ParseError(UsageError):
-    """A line the importer cannot read: the message names the file and the line."""
-
     def __init__(self, source: str, line: int, what: str, hint: str | None = "fix or cut that line"):
         super().__init__(f"{source}:{line}: {what}" + (f"; {hint}" if hint else ""))
         self.source, self.line = source, line

@@ -1,13 +1,7 @@
-"""How nccl-tests' JSON writer (src/util.cu of nccl-tests 2.19.6, JSON_FILE_VERSION 3) spells its
-values, and its per-iteration statistics, for the exporter to write what it would have written.
-
-The writer is a hand-made state machine, not a JSON library: the document is one line without
-spaces or a final newline; every double is printf's `%lf` (six decimals; NaN as the string
-"nan"); booleans are the strings "true" and "false"; `/` in strings is escaped as `\\/`.
-`computeIterStats` sorts the samples and takes min, max, p50 = sorted[n/2] (the upper median),
-p95 and p99 by nearest rank (index min(n-1, ceil(n*p/100)-1)), the mean and the population
-standard deviation (divided by n); cv_pct = stdev/avg*100, 0 when avg is 0.
-"""
+"""How nccl-tests' hand-made JSON writer (src/util.cu of 2.19.6, version 3) spells values and
+computes its per-iteration statistics, for the exporter to write what it would have written:
+one line, doubles as `%lf`, booleans as strings, `/` escaped; p50 the upper median, p95/p99 by
+nearest rank, the population standard deviation."""
 from __future__ import annotations
 
 import json
@@ -21,14 +15,12 @@ TYPE_NAMES = {"int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uin
               "int64": "int64", "uint64": "uint64", "float16": "half", "float32": "float",
               "float64": "double", "bfloat16": "bfloat16", "float8_e4m3": "f8e4m3",
               "float8_e5m2": "f8e5m2"}
-# what each program passes to TimeTest as redop and root (src/<collective>.cu, default -o sum):
-# "none" for AllGather, AllToAll and Broadcast; root -1 but for Broadcast and Reduce (-r 0)
+# each program's redop and root for TimeTest (src/<collective>.cu): else "none", and root -1
 REDOPS = {"all_reduce": "sum", "reduce_scatter": "sum", "reduce": "sum", "sendrecv": "sum"}
 ROOTED = ("broadcast", "reduce")
 
 
 def encode(value) -> str:
-    """`value` as the writer prints it: dicts and lists compact, int as %d, float as %lf."""
     if value is None:
         return "null"
     if isinstance(value, bool):  # the writer's jsonBool prints a string
@@ -51,7 +43,7 @@ def _nearest_rank(n: int, percentile: int) -> int:
 
 
 def iter_stats(times_us: Sequence[float]) -> dict:
-    """`<half>_per_iter`'s summary of `times_us` (none skipped), in the writer's key order."""
+    """`<half>_per_iter`'s summary of `times_us`, in the writer's key order."""
     ordered = sorted(float(t) for t in times_us)
     n = len(ordered)
     avg = sum(ordered) / n
@@ -63,10 +55,9 @@ def iter_stats(times_us: Sequence[float]) -> dict:
 
 
 def root_name(root: int) -> str:
-    """sprintf("%6i", root): the root as the writer stores it, a right-aligned string."""
+    """sprintf("%6i", root), as the writer stores it."""
     return f"{root:6d}"
 
 
 def program(collective: str) -> str:
-    """The nccl-tests program that measures `collective`."""
     return f"{collective}_perf"

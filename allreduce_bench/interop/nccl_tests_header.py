@@ -1,5 +1,4 @@
-"""The head of an exported nccl-tests JSON document: `args`, `env`, `nccl_version`, `config`
-with its `devices`, and the times, each with nccl-tests' meaning (see export_nccl_tests.py)."""
+"""The head of an exported nccl-tests JSON document (`args`, `env`, `nccl_version`, `config`)."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -33,8 +32,7 @@ def _step(sizes: list[int]) -> dict:
 
 
 def _loops(rows: pd.DataFrame) -> int:
-    """-m: calls averaged in one sample (a file holds one value; sizes calibrated apart get the
-    median)."""
+    """-m: calls per sample (one value per file: the median over sizes)."""
     loops = pd.to_numeric(rows["loops"], errors="coerce").dropna()
     return int(round(loops.median())) if len(loops) else 1
 
@@ -54,7 +52,7 @@ def config(rows: pd.DataFrame, meta: dict, devices: list[dict], timed: bool) -> 
 
 
 def devices(ranks: list[int], hosts: list[str], meta: dict) -> list[dict]:
-    """One entry per rank (one rank per process, one device each): what meta.json recorded."""
+    """One entry per rank (a process and a device each), from meta.json."""
     known = meta.get("hostnames") or []
     names = meta.get("device_names") or []
     pids = meta.get("pids") or []
@@ -81,7 +79,6 @@ def nccl_code(version) -> int:
 
 
 def args(collective: str, rows: pd.DataFrame, conf: dict, file_name: str) -> list[str]:
-    """The nccl-tests command line that would have measured this sweep."""
     step = ["-f", str(conf["step_factor"])] if "step_factor" in conf else ["-i", str(conf["step_bytes"])]
     line = [fmt.program(collective), "-b", str(conf["minimum_bytes"]), "-e", str(conf["maximum_bytes"]),
             *step, "-d", fmt.TYPE_NAMES.get(str(rows["dtype"].iloc[0]), "float")]

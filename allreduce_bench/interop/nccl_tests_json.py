@@ -1,15 +1,6 @@
-"""nccl-tests' JSON output (`-J FILE`, nccl-tests 2.17.3+; the writer is src/util.cu).
-
-One document per run, versions 1-3 (doc/interop.md's import table says what is read): `results`
-has one object per size with `out_of_place` / `in_place` halves (null when not run); booleans
-are the strings "true"/"false", NaN is "nan", `root` a padded string, and the average is spelt
-`average_bus_bandwidith` up to 2.17.8. From version 2 a half's `<half>_per_iter` becomes raw
-samples: one per process (rank of `config.devices`) and iteration from
-`per_process_max_times_us`, else `times_us` as rank 0's; a sample is one iteration's time per
-call over `config.aggregated_iterations` calls (`-m`). `time` is nccl-tests' mean over ranks
-(`-a 1`), also the rows' `time_us_rank_mean`. A file `export` wrote names the algorithm in an
-`env` line ALLREDUCE_BENCH_ALGORITHM=<name>.
-"""
+"""nccl-tests' `-J FILE` JSON (2.17.3+, versions 1-3: doc/interop.md's import table says what
+is read); from version 2 the per-iteration times become raw samples, one per process and
+iteration. A file `export` wrote names its algorithm in an env line ALLREDUCE_BENCH_ALGORITHM."""
 from __future__ import annotations
 
 import json
@@ -59,7 +50,7 @@ def _document(text: str, source: str) -> dict:
 
 
 def _half(base: dict, body: dict, in_place: bool, per_iter, processes: dict) -> tuple[dict, list[dict]]:
-    """One half (out-of-place or in-place) of a result as a row, and its per-iteration samples."""
+    """One half of a result as a row, and its per-iteration samples."""
     time_us = _float(body.get("time", body.get("cpu_time")))
     row = {**base, "in_place": in_place, "time_us_median": time_us, "time_us_mean": time_us,
            "time_us_rank_mean": time_us,
@@ -82,8 +73,7 @@ def _half(base: dict, body: dict, in_place: bool, per_iter, processes: dict) -> 
 
 
 def _samples(size_bytes: int, in_place: bool, times: list[float], per_process, processes: dict) -> list[dict]:
-    """One sample per process and iteration (`per_process_max_times_us`), else the max over
-    processes (`times_us`) as rank 0's."""
+    """One sample per process and iteration, else the max over processes as rank 0's."""
     base = {"size_bytes": size_bytes, "in_place": in_place, "loops": processes["loops"]}
     ranks, hosts = processes["ranks"], processes["hosts"]
     if isinstance(per_process, list) and len(per_process) > 1 and all(isinstance(p, list) for p in per_process):
@@ -95,7 +85,7 @@ def _samples(size_bytes: int, in_place: bool, times: list[float], per_process, p
 
 def _processes(document: dict) -> dict:
     """The global rank and host of each per-process list, and the calls per sample (-m)."""
-    config = document.get("config") if isinstance(document.get("config"), dict) else {}
+    config: dict = document["config"] if isinstance(document.get("config"), dict) else {}
     devices = [d for d in config.get("devices") or [] if isinstance(d, dict)]
     loops = config.get("aggregated_iterations")
     return {"ranks": [d.get("rank", i) for i, d in enumerate(devices)],
@@ -170,7 +160,6 @@ def parse(text: str, source: str) -> list[ImportedRun]:
 
 
 def _algorithm(environment) -> str | None:
-    """The algorithm an `allreduce-bench export` file names in its env lines."""
     for line in environment if isinstance(environment, list) else []:
         name, _, value = str(line).partition("=")
         if name == "ALLREDUCE_BENCH_ALGORITHM" and value:

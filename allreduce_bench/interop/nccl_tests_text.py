@@ -1,12 +1,6 @@
-"""nccl-tests' text output (all_reduce_perf and friends), every generation since 2019.
-
-gen1 `size count type redop time algbw busbw error` (error a max deviation like 5e-07, or N/A
-with -c 0); gen2 a wider type column; gen3 `redop root ... #wrong`; gen4 `# Collective test
-starting/concluded: <program>`; gen5 `# nccl-tests version`; 2.19+ `-I` per-iteration columns
-`i_min i_max i_p99 i_cv%`. The header line names the columns, so rows are read by name and
-every generation is one parser. A file may hold several runs: a new preamble or header after
-rows starts the next one. Lines that are not nccl-tests' (NCCL INFO, MPI, shell) are skipped.
-"""
+"""nccl-tests' text output, every generation since 2019: the header line names the columns, so
+rows are read by name and every generation is one parser; a new preamble or header after rows
+starts the next run, and lines that are not nccl-tests' (NCCL INFO, MPI, shell) are skipped."""
 from __future__ import annotations
 
 import re
@@ -49,8 +43,6 @@ def _number(text: str, source: str, line: int, what: str) -> float:
 
 
 class _Table:
-    """The run being read: its preamble, its header and its rows."""
-
     def __init__(self, first_line: int):
         self.first_line = self.last_line = first_line
         self.settings: dict = {}
@@ -79,7 +71,6 @@ class _Table:
 
     @property
     def width(self) -> int:
-        """Fields in a row of this table."""
         return len(self.key) + 2 * len(self.half) + (2 if self.timestamp else 0)
 
     def row(self, tokens: list[str], source: str, line: int) -> None:
@@ -105,7 +96,7 @@ class _Table:
         self.last_line = max(self.last_line, line)
 
     def _measurement(self, cells: dict, source: str, line: int) -> dict:
-        time_cell = cells.get("time", cells.get("cputime"))
+        time_cell = cells["time"] if "time" in cells else cells["cputime"]
         check = cells.get("#wrong", cells.get("error", ""))
         found = {
             "time_us_median": _number(time_cell, source, line, "time"),
@@ -128,7 +119,6 @@ class _Table:
 
 
 def _finish(table: _Table, nccl_version: str | None = None) -> ImportedRun:
-    hosts = [r["host"] for r in table.ranks]
     world_size = len(table.ranks) or None
     collective = collective_of_program(table.program) if table.program else None
     why = f"named by '{table.program}'" if collective else ""
@@ -145,16 +135,14 @@ def _finish(table: _Table, nccl_version: str | None = None) -> ImportedRun:
     if table.program:
         meta["program"] = table.program
     if table.ranks:
-        meta["devices"] = table.ranks
-        meta["hostnames"] = hosts
-        meta["device_names"] = [r["device_name"] for r in table.ranks]
+        meta.update(devices=table.ranks, hostnames=[r["host"] for r in table.ranks],
+                    device_names=[r["device_name"] for r in table.ranks])
     return ImportedRun(TOOL, collective, table.rows, meta, table.first_line, table.last_line,
                        world_size, why)
 
 
 class _Group:
-    """Tables started together (one, or several runs printing into one stream at once: their
-    preamble lines all come before any row) and the rows printed while they were open."""
+    """Tables started together (several runs printing into one stream at once) and their rows."""
 
     def __init__(self):
         self.tables: list[_Table] = []
@@ -162,7 +150,7 @@ class _Group:
         self.skipped: list[tuple[int, str]] = []
 
     def slot(self, kind: str, line: int, rank: int | None = None) -> _Table:
-        """The first table that still lacks this preamble line, else a new (concurrent) one."""
+        """The first table that still lacks this preamble line, else a new one."""
         for table in self.tables:
             if (rank not in {r["rank"] for r in table.ranks} and not table.key) if kind == "rank" \
                     else kind not in table.has:
@@ -180,7 +168,7 @@ class _Group:
 
 
 class _Reader:
-    """nccl-tests text, line by line, into groups of tables; torn rows put back together."""
+    """nccl-tests text into groups of tables, torn rows put back together."""
 
     def __init__(self, source: str, known_hosts: dict):
         self.source, self.known = source, known_hosts
@@ -189,7 +177,6 @@ class _Reader:
         self.nccl_version: str | None = None
 
     def group(self) -> _Group:
-        """The group a preamble line belongs to: the open one, or the next once it ended."""
         if not self.groups or self.groups[-1].ended:
             self.groups.append(_Group())
         return self.groups[-1]
@@ -224,10 +211,10 @@ class _Reader:
             table = self.group().slot("program", number)
             table.has.add("program")
             table.program = program
-        elif self.groups and (table := self.groups[-1].footer("concluded")) is not None:
-            table.has.add("concluded")
-            table.program = table.program or program
-            table.last_line = number
+        elif self.groups and (ended := self.groups[-1].footer("concluded")) is not None:
+            ended.has.add("concluded")
+            ended.program = ended.program or program
+            ended.last_line = number
 
     def _rank(self, number: int, match: re.Match) -> None:
         rank, group, pid, host, device, bus, name = match.groups()
@@ -275,6 +262,7 @@ class _Reader:
 
     def _extend(self, tokens: list[str]) -> bool:
         """Add a piece to the torn row (whole: it becomes a row); False when it cannot be one."""
+        assert self.pending is not None
         start, held = self.pending
         width = self._width()
         if held and not all(_cell(t) for t in tokens) or len(held) + len(tokens) > width:
@@ -318,7 +306,7 @@ def _cell(token: str) -> bool:
 
 
 def _place(group: _Group, source: str) -> None:
-    """Give each row of the group to its table (interleaved.assign); refuse what fits none."""
+    """Give each row of the group to its table; refuse what fits none."""
     tables = [t for t in group.tables if t.key]
     runs = [interleaved.Run(t.width, t.settings.get("max_bytes")) for t in tables]
     rows = [interleaved.Row(line, _block(tables[0], tokens), int(tokens[0]), len(tokens))
@@ -338,7 +326,6 @@ def _block(table: _Table, tokens: list[str]) -> tuple:
 
 
 def _note(runs: list[ImportedRun]) -> str | None:
-    """What a group of several runs looks like, for the import's note."""
     if len(runs) < 2:
         return None
     hosts = [sorted(set(r.meta.get("hostnames") or [])) for r in runs]
@@ -354,8 +341,7 @@ def _note(runs: list[ImportedRun]) -> str | None:
 
 
 def parse(text: str, source: str) -> list[ImportedRun]:
-    """Every run in a pasted nccl-tests log, in file order; rows that cannot be imported are
-    listed in the runs' `skipped` (a file whose rows cannot be placed is refused)."""
+    """Every run in a pasted nccl-tests log, rows that cannot be imported in their `skipped`."""
     reader = _Reader(source, hosts_by_pid(read_lines(text, source).messages))
     for number, line in clean_lines(text):
         if line.startswith("#"):
@@ -377,7 +363,7 @@ def parse(text: str, source: str) -> list[ImportedRun]:
     if runs and unplaced:
         runs[-1].skipped += unplaced
     elif unplaced:
-        line, why = unplaced[0]
-        raise ParseError(source, line, f"no row could be imported: {why}"
+        at, why = unplaced[0]
+        raise ParseError(source, at, f"no row could be imported: {why}"
                          + (f" (and {len(unplaced) - 1} more)" if len(unplaced) > 1 else ""), None)
     return runs

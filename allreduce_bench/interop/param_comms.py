@@ -1,13 +1,6 @@
-"""PARAM comms (facebookresearch/param, train/comms/pt/comms.py): its `COMMS-RES` lines.
-
-Rank 0 prints a header `COMMS-RES  size (B)  nElementsPerRank  Latency(us):p50  p75  p95  Min
-Max  AlgBW(GB/s)  BusBW(GB/s)  [TFlops]`, then per size `COMMS-RES-<collective>  <size>
-<elements> <p50> <p75> <p95> <min> <max> <algbw> <busbw> [<tflops>]` (older versions print a
-bare `COMMS-RES`; the collective is then taken from its `collective=` line). Latencies are
-percentiles over ranks of each rank's mean time per iteration. The world size is not printed:
-it is read back from busbw / algbw. Point-to-point, quantized and paired lines measure other
-things and are refused by name.
-"""
+"""PARAM comms' (facebookresearch/param) `COMMS-RES` lines: a header, then per size the
+latency percentiles over ranks, algbw and busbw; the world size is read back from busbw /
+algbw, and point-to-point, quantized and paired lines are refused by name."""
 from __future__ import annotations
 
 import re

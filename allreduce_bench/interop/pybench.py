@@ -1,11 +1,5 @@
-"""ml-engineering's all_reduce_bench.py (stas00/ml-engineering, network/benchmarks/).
-
-It prints an `Environment:` preamble (torch, cuda and nccl versions, the device), a line `The
-average bandwidth of all_reduce over N ranks (W warmups / T trials):` and a markdown table
-`| payload | busbw | algbw |`: units inside the cells (`32KiB`, `1.18GBps`; older versions
-`32KB`, still binary powers of two), busbw before algbw. No times are printed: the time is
-size / algbw. Without the preamble the world size is read back from busbw / algbw.
-"""
+"""ml-engineering's all_reduce_bench.py (stas00/ml-engineering): its markdown table of payload,
+busbw and algbw (units in the cells; `32KB` is 2**15); no times printed, so time = size / algbw."""
 from __future__ import annotations
 
 import re

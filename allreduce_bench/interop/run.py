@@ -8,11 +8,7 @@ import pandas as pd
 
 @dataclass
 class ImportedRun:
-    """What one table (or JSON document) of another tool holds.
-
-    `rows` carry the measurement fields (size_bytes, count, dtype, time_us_median, algbw_GBps,
-    busbw_GBps, wrong, in_place, the printed cells, ...); `meta` what the tool printed about
-    the run (ranks, hosts, devices, versions, command line, iterations)."""
+    """One table (or JSON document): `rows` its measurements, `meta` what it says of the run."""
 
     source_tool: str
     collective: str | None

@@ -1,14 +1,6 @@
-"""Is a ratio of medians more than noise? A hierarchical bootstrap over runs, rounds, samples.
-
-Samples of one round are not independent draws (a round sits in one state of the machine), so
-the units of replication are the round and, where a side has several, the run: each side's
-runs, rounds within them and samples within those are drawn with replacement, and with few units
-the interval is widened by the t quantile for their degrees of freedom. A side with one round
-borrows the other side's between-round spread (or SINGLE_ROUND_SPREAD) and says so. Where the
-sides' samples average very different numbers of calls (`loops`), their medians measure
-different states of a two-state host, so the mean per call is compared instead
-(doc/methodology.md, "Significance in compare").
-"""
+"""Is a ratio of medians more than noise? A hierarchical bootstrap over runs, rounds, samples:
+a round's samples are no independent draws, so rounds and runs are the units of replication
+(doc/methodology.md, "Significance in compare")."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,8 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 BOOTSTRAP = 2000
-# The run-to-run spread (standard deviation of log medians) assumed for a side with one round:
-# runs of one configuration on a shared 2-core host differ by 5-30%; 10% gives a wide interval.
+# The spread of log medians assumed for a side with one round (runs differ by 5-30%)
 SINGLE_ROUND_SPREAD = 0.10
 
 
@@ -26,20 +17,17 @@ Side = Sequence[Sequence[np.ndarray]]  # runs -> rounds -> per-sample times
 
 
 def units(side: Side) -> list[list[np.ndarray]]:
-    """The side's top units of replication, each a list of rounds: its runs when it has
-    several, else each round of its one run on its own."""
+    """The top units of replication: its runs when it has several, else its one run's rounds."""
     return [list(run) for run in side] if len(side) > 1 else [[r] for r in side[0]]
 
 
 def unit_spread(side: Side, statistic=np.median) -> float:
-    """(max - min) / median of the top units' statistic: how much a side disagrees with itself
-    (0 with one round)."""
+    """(max - min) / median of the top units' statistic: how much a side disagrees with itself."""
     medians = np.array([statistic(np.concatenate(u)) for u in units(side)])
     return float((medians.max() - medians.min()) / np.median(medians)) if len(medians) > 1 else 0.0
 
 
 def log_spread(side: Side, statistic=np.median) -> float | None:
-    """Standard deviation of the log statistic of the top units (None with one)."""
     found = units(side)
     if len(found) < 2:
         return None
@@ -48,17 +36,15 @@ def log_spread(side: Side, statistic=np.median) -> float | None:
 
 def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTRAP,
                       statistic=np.median) -> np.ndarray:
-    """`draws` bootstrap medians (or `statistic`) of a side's pooled samples: its top units drawn with
-    replacement, then rounds within each drawn unit, then samples within each drawn round (as
-    many as units hold on average, so every draw weighs them alike)."""
+    """`draws` bootstrap statistics of a side: units, their rounds, their samples drawn alike."""
     found = units(side)
     rounds_per = np.array([len(u) for u in found])
     counts = np.zeros((len(found), rounds_per.max()), dtype=int)
-    for i, unit in enumerate(found):
-        counts[i, :len(unit)] = [len(r) for r in unit]
+    for i, rounds in enumerate(found):
+        counts[i, :len(rounds)] = [len(r) for r in rounds]
     padded = np.full(counts.shape + (counts.max(),), np.nan)
-    for i, unit in enumerate(found):
-        for j, values in enumerate(unit):
+    for i, rounds in enumerate(found):
+        for j, values in enumerate(rounds):
             padded[i, j, :len(values)] = values
     per_unit = max(1, int(round(rounds_per.mean())))
     per_round = max(1, int(round(counts[counts > 0].mean())))
@@ -71,9 +57,7 @@ def bootstrap_medians(side: Side, rng: np.random.Generator, draws: int = BOOTSTR
 
 
 def few_units_widening(base_units: int, other_units: int, tail: float) -> float:
-    """How much wider than the bootstrap's the interval is drawn with few units: a bootstrap
-    of C units sees (C - 1) / C of their variance, and its percentiles are normal ones where
-    a t distribution with the units' degrees of freedom holds (3 rounds a side: 1.7x)."""
+    """Widening for few units: a bootstrap sees (C - 1) / C of their variance, and normal tails."""
     from scipy.stats import norm, t
 
     fewest = min(base_units, other_units)
@@ -85,8 +69,6 @@ def few_units_widening(base_units: int, other_units: int, tail: float) -> float:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The ratio of medians other / base, its interval and what decided it."""
-
     ratio: float
     ci_low: float
     ci_high: float
@@ -100,8 +82,7 @@ class Judgement:
 
 def judge(base: Side, other: Side, confidence: float, min_effect: float,
           rng: np.random.Generator, statistic=np.median) -> Judgement:
-    """Compare two sides, each a list of runs of rounds of per-sample times (module doc), by
-    `statistic` (np.median, or np.mean where the sides' loops differ)."""
+    """Compare two sides by `statistic` (np.mean where the sides' loops differ)."""
     base_medians = bootstrap_medians(base, rng, statistic=statistic)
     other_medians = bootstrap_medians(other, rng, statistic=statistic)
     known = [s for s in (log_spread(base, statistic), log_spread(other, statistic)) if s is not None]
@@ -113,7 +94,7 @@ def judge(base: Side, other: Side, confidence: float, min_effect: float,
     ratio = float(median_of(other, statistic) / median_of(base, statistic))
     tail = (1 - confidence) / 2
     logs = np.log(other_medians / base_medians)
-    logs = np.log(ratio) + few_units_widening(*sizes, tail) * (logs - np.median(logs))
+    logs = np.log(ratio) + few_units_widening(sizes[0], sizes[1], tail) * (logs - np.median(logs))
     ratios = np.exp(logs)
     low, high = float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
     p_value = float(min(1.0, 2 * min(np.mean(ratios <= 1), np.mean(ratios >= 1))))
@@ -124,13 +105,11 @@ def judge(base: Side, other: Side, confidence: float, min_effect: float,
 
 
 def median_of(side: Side, statistic=np.median) -> float:
-    """The median (or `statistic`) of all of a side's samples."""
     return float(statistic(np.concatenate([r for run in side for r in run])))
 
 
 def verdict(j: Judgement, min_effect: float) -> str:
-    """'1.30x slower (significant)', '1.04x faster (not significant: the runs disagree with
-    themselves by 12%)', ... saying why a difference is not called one."""
+    """'1.30x slower (significant)', '1.04x faster (not significant: ...)': why not, if not."""
     word = "slower" if j.ratio >= 1 else "faster"
     factor = j.ratio if j.ratio >= 1 else 1 / j.ratio
     single = (f"one round on a side: the interval assumes rounds differ by "

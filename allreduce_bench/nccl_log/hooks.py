@@ -1,5 +1,5 @@
-"""What nccl_log lends the core: report.md's "What NCCL set up" for every run whose meta.json has
-an `nccl` block, and `--nccl-debug`'s files read into meta.json once the ranks have ended."""
+"""What nccl_log lends the core: report.md's "What NCCL set up", and `--nccl-debug`'s files read
+into meta.json once the ranks have ended."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,15 +1,6 @@
-"""The lines NCCL writes with NCCL_DEBUG set, found in whatever stream holds them.
-
-NCCL prefixes every message with `host:pid:tid [cudaDev] ` (src/debug.cc), then `NCCL INFO`,
-or `file.cc:line [(function)] NCCL WARN`, or `NCCL TRACE`; since 2.23 a WARN may also carry
-a `[date time] ` stamp in front. Launchers and collectors add their own prefix (srun --label
-`0: `, mpirun --tag-output `[1,0]<stdout>:`, Ray's `(pid=..., ip=...)`, timestamps), so the
-NCCL prefix is searched for anywhere in a line. Several processes writing one stream tear
-lines: a message can start in the middle of another program's line (nccl-tests prints a table
-row in three pieces around its measurements), and the host name then begins with that line's
-last characters (`-1mew0:65704:...`). The host a process id has elsewhere in the log repairs
-that and gives the torn-off text back (`before`).
-"""
+"""The lines NCCL writes with NCCL_DEBUG set, found anywhere in a line of whatever stream holds
+them (launchers prefix lines; several writers tear them, and a torn host name is repaired from
+the host its process id has elsewhere in the log, the torn-off text given back as `before`)."""
 from __future__ import annotations
 
 import re
@@ -22,15 +13,12 @@ PREFIX = re.compile(
 # NCCL_DEBUG=VERSION and nccl-tests print the banner bare; RCCL prints `RCCL version : 2.21.5-...`
 BANNER = re.compile(r"\b(?P<library>NCCL|RCCL|HIP|ROCm) version\s*:?\s*(?P<version>\d+\.\d+\.\d+\S*)")
 
-# what launchers and collectors put in front of a line: srun --label `0:`, Ray `(pid=.., ip=..)`,
-# timestamps `[..]` or `...T10:00:00.123Z`, mpirun `<stdout>:`, docker compose `name |`
+# the end of a launcher's prefix: srun `0:`, Ray `(pid=..)`, `[..]`, a timestamp, `<stdout>:`, `name |`
 _LAUNCHER = re.compile(r"(?:[:)\]>|]|\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?Z?)$")
 
 
 @dataclass(frozen=True)
 class NcclLine:
-    """One message NCCL wrote: where (file, line), who (host, pid, tid, device) and what."""
-
     source: str
     number: int
     host: str
@@ -54,8 +42,7 @@ class NcclLine:
 
 @dataclass
 class LogLines:
-    """Every NCCL message of some text, the bare version banners, and the count of lines that
-    are not NCCL's (the application's output interleaved)."""
+    """Every NCCL message of some text, the bare version banners, and the other lines' count."""
 
     messages: list[NcclLine]
     banners: list[tuple[str, int, str, str]]  # (source, line, library, version)
@@ -74,8 +61,7 @@ def _messages(source: str, number: int, line: str) -> list[NcclLine]:
 
 
 def _torn(message: NcclLine, real: str) -> bool:
-    """Whether `message.host` is `real` with another writer's characters in front: digits or
-    signs (a table cell), or any text after a line that is no launcher's prefix."""
+    """Whether `message.host` is `real` with another writer's characters in front."""
     return not message.host[:-len(real)].isalpha() or message.torn
 
 
@@ -97,7 +83,7 @@ def repair(message: NcclLine, known: dict[int, set[str]]) -> NcclLine:
 
 
 def read_lines(text: str, source: str) -> LogLines:
-    """The NCCL messages in `text` (the contents of `source`), torn host names repaired."""
+    """The NCCL messages in `text`, torn host names repaired."""
     messages: list[NcclLine] = []
     banners, foreign = [], 0
     for number, line in enumerate(text.splitlines(), 1):
@@ -115,7 +101,6 @@ def read_lines(text: str, source: str) -> LogLines:
 
 
 def torn_text(line: str, known: dict[int, set[str]]) -> str | None:
-    """The text another writer left in front of an NCCL message on `line` (what remains of a
-    table row NCCL's output tore), or None when `line` holds no NCCL message."""
+    """The text another writer left in front of an NCCL message on `line` (a torn table row)."""
     found = _messages("", 0, line)
     return repair(found[0], known).before if found else None

@@ -1,15 +1,6 @@
-"""What NCCL said about its setup, read from its debug log into one JSON-able block.
-
-Read per host: the NCCL version, the ranks and GPUs (`comm ... rank R nranks N cudaDev D
-[nvmlDev D] [busId B] ... Init START|COMPLETE`, `... nNodes M localRanks L`), the network
-(`Using network IB`, `NET/IB : Using [0]mlx5_0:1/IB ...`, `NET/Socket`, aws-ofi-nccl's
-`NET/OFI`), the transport of every channel (`Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`,
-`SHM`, `NET/IB/0/GDRDMA`, PXN's `NET/IB/0(1)`, `CollNet`, NCCL 2.4's `Ring 00 : 8 -> 9 [send]
-via NET/IB/0`), rings and trees, channel counts, every `X set by environment to Y`, WARN lines
-and the TUNING lines (algorithm and protocol per collective and size). Every message is
-counted by kind; the ones no pattern knows are counted and kept as examples, so a reader can
-check that nothing was passed over. NCCL 2.4 to 2.30 and RCCL formats (see tests).
-"""
+"""What NCCL said about its setup, read from its debug log into one JSON-able block (per host:
+version, ranks, network, NICs, transports, NCCL_* set, WARNs; doc/interop.md, "What is read").
+Every message is counted by kind, the unknown ones kept as examples: nothing is passed over."""
 from __future__ import annotations
 
 import re
@@ -27,8 +18,6 @@ _EXAMPLES = 20  # unrecognized messages kept as examples
 
 @dataclass
 class _Host:
-    """What one host's processes said, gathered before it becomes the host's entry."""
-
     processes: set = field(default_factory=set)
     devices: set = field(default_factory=set)
     versions: Counter = field(default_factory=Counter)
@@ -69,8 +58,7 @@ class _State:
 
 
 def transport_kind(via: str) -> str:
-    """`NET/IB/0(1)/GDRDMA/Shared` -> `NET/IB/PXN/GDRDMA`; `P2P/IPC/read` -> `P2P/IPC`;
-    `SHM/direct/direct` and NCCL 2.4's `direct shared memory` -> `SHM`; `COLLNET/...` -> `CollNet`."""
+    """`NET/IB/0(1)/GDRDMA/Shared` -> `NET/IB/PXN/GDRDMA`; `P2P/IPC/read` -> `P2P/IPC`; ..."""
     via = re.split(r"\s+comm 0x", via.strip())[0]  # RCCL appends `comm 0x... nRanks 08`
     parts = via.split("/")
     if parts[0] == "NET" and len(parts) > 1:
@@ -259,8 +247,7 @@ _READ = [
     ("call", r"^(\w+): opCount \S+ sendbuff \S+ recvbuff \S+ count \d+", _call),
     ("launch_mode", r"^Launch mode \S+", None),
 ]
-# recognised and counted, not read further: plugin search, topology and graph dumps, proxy
-# traffic, allocations, timings (NCCL_DEBUG_SUBSYS=ALL writes thousands of these)
+# recognised and counted, not read further (NCCL_DEBUG_SUBSYS=ALL writes thousands of these)
 _KNOWN = [
     ("net_plugin", r"^(?:NET/Plugin|Plugin Path|Initialized NET plugin|Assigned NET plugin|Retrieving "
                    r"state for|Initialized state|Using non-device net plugin|(?:PROFILER|TUNER|ENV)/Plugin"
@@ -313,9 +300,7 @@ def natural_key(name: str) -> list:
 
 
 def _network_of(host: _Host) -> str | None:
-    """The network NCCL chose: `Using network X` (2.8+), else the NET transport of its
-    channels, else what the NET/IB, aws-ofi-nccl and NET/Socket lines imply (2.4 prints the
-    socket interface even when it uses IB)."""
+    """`Using network X` (2.8+), else the channels' NET, else what NET/IB, OFI or Socket lines imply."""
     if host.networks:
         return ", ".join(host.networks)
     used = sorted({kind.split("/")[1] for kind in host.transports if kind.startswith("NET/")})
@@ -399,7 +384,6 @@ def _block(state: _State, logs: list[LogLines], sources: list[str]) -> dict:
 
 
 def read_log(logs: Iterable[LogLines], sources: Iterable[str]) -> dict:
-    """The block of what NCCL said in `logs` (LogLines from nccl_lines.read_lines)."""
     logs = list(logs)
     state = _State()
     for log in logs:
@@ -427,7 +411,6 @@ def debug_files(path: Path) -> list[Path]:
 
 
 def read_files(paths: Iterable[Path | str]) -> dict:
-    """The block of every file (or directory, see debug_files); one line for unreadable input."""
     parts = []
     for path in (f for p in paths for f in debug_files(Path(p))):
         try:

@@ -1,5 +1,5 @@
-"""`--nccl-debug`'s files read into meta.json's `nccl` block, by the writer once every rank has
-ended (the `after_ranks` hook; the ranks only collect the files: core/measure/nccl_debug.py)."""
+"""`--nccl-debug`'s files read into meta.json's `nccl` block once every rank has ended (the ranks
+only collect them: core/measure/nccl_debug.py)."""
 from __future__ import annotations
 
 import sys

@@ -1,11 +1,5 @@
-"""What NCCL set up, per host, and which hosts differ from the rest: the block that
-nccl_log/parse.py reads out of NCCL's debug log (in meta.json as `nccl`), made readable.
-
-"My job is slow: which host is set up differently?" Each host's NCCL version, network, NICs,
-transports and `NCCL_*` overrides are compared with what most hosts have; a host that fell
-back to sockets, has a NIC fewer, an extra variable or SHM where the others use P2P is named
-with both values. Pure functions of the block (a dict), no torch.
-"""
+"""The `nccl` block made readable, per host, and the hosts set up differently from the majority
+("my job is slow: which host?"). Pure functions of the block."""
 from __future__ import annotations
 
 import json
@@ -16,6 +10,7 @@ import pandas as pd
 
 from allreduce_bench.core.analysis.html_markdown import markdown_table
 from allreduce_bench.core.analysis.terminal import terminal_table
+from allreduce_bench.core.measure.binding import format_cpulist
 from allreduce_bench.core.text import wrapped
 from allreduce_bench.core.units import format_size
 
@@ -26,7 +21,6 @@ NOT_SET = "not set"
 
 
 def _values(entry: dict) -> dict:
-    """A host's comparable facts; None where the log did not say."""
     return {"nccl_version": entry.get("nccl_version"), "network": entry.get("network"),
             "nics": tuple(entry.get("nics") or ()) or None,
             "transports": tuple(sorted(entry.get("transports") or {})) or None,
@@ -51,8 +45,7 @@ def _sentence(what: str, host: str, value, majority, count: int, total: int) -> 
 
 
 def _compare(values: dict[str, object], what: str, key: str) -> list[dict]:
-    """One entry per host whose value is not the majority's (a strict majority), or per host
-    when no value is held by more than half of them."""
+    """One entry per host whose value is not the strict majority's (every host without one)."""
     if len(values) < 2 or len(set(values.values())) < 2:
         return []
     (top, count), = Counter(values.values()).most_common(1)
@@ -67,8 +60,7 @@ def _plain(value):
 
 
 def differences(block: dict) -> list[dict]:
-    """Every (host, thing) that differs from what most hosts have, with both values:
-    {host, what, value, majority, text}; `majority` is None where the hosts split evenly."""
+    """Every (host, thing) that differs from what most hosts have (`majority` None on a split)."""
     hosts = {name: entry for name, entry in (block.get("hosts") or {}).items()
              if entry.get("ranks") or entry.get("network") or entry.get("transports")}
     found = []
@@ -83,43 +75,26 @@ def differences(block: dict) -> list[dict]:
 
 
 def host_differences(block: dict | None, host: str) -> list[str]:
-    """How `host`'s NCCL setup differs from the majority's, one sentence each (empty when it
-    does not, or the block says nothing of it): what `health` prints next to a slow host."""
+    """How `host`'s NCCL setup differs from the majority's: what `health` prints by a slow host."""
     if not block:
         return []
     return [d["text"] for d in differences(block) if d["host"] == host]
 
 
 def host_table(block: dict) -> pd.DataFrame:
-    """One row per host: ranks, GPUs, network, NICs, transports, overrides, warnings."""
-    rows = []
-    for name, entry in (block.get("hosts") or {}).items():
-        transports = entry.get("transports") or {}
-        rows.append({"host": name, "ranks": _ranks(entry.get("ranks") or []),
-                     "nccl_version": entry.get("nccl_version") or "",
-                     "network": entry.get("network") or "", "nic_count": len(entry.get("nics") or []),
-                     "nics": " ".join(entry.get("nics") or []),
-                     "transports": " ".join(f"{k}x{n}" for k, n in transports.items()),
-                     "environment": " ".join(f"{k}={v}" for k, v in (entry.get("environment") or {}).items()),
-                     "warnings": len(entry.get("warnings") or []), "lines": entry.get("lines", 0)})
+    rows = [{"host": name, "ranks": format_cpulist(entry.get("ranks") or []),
+             "nccl_version": entry.get("nccl_version") or "",
+             "network": entry.get("network") or "", "nic_count": len(entry.get("nics") or []),
+             "nics": " ".join(entry.get("nics") or []),
+             "transports": " ".join(f"{k}x{n}" for k, n in (entry.get("transports") or {}).items()),
+             "environment": " ".join(f"{k}={v}" for k, v in (entry.get("environment") or {}).items()),
+             "warnings": len(entry.get("warnings") or []), "lines": entry.get("lines", 0)}
+            for name, entry in (block.get("hosts") or {}).items()]
     return pd.DataFrame(rows, columns=["host", "ranks", "nccl_version", "network", "nic_count", "nics",
                                        "transports", "environment", "warnings", "lines"])
 
 
-def _ranks(ranks: list[int]) -> str:
-    """[0, 1, 2, 3, 8] -> '0-3,8'."""
-    parts, start = [], None
-    for i, rank in enumerate(ranks):
-        if start is None:
-            start = rank
-        if i + 1 == len(ranks) or ranks[i + 1] != rank + 1:
-            parts.append(str(start) if start == rank else f"{start}-{rank}")
-            start = None
-    return ",".join(parts)
-
-
 def summary_line(block: dict) -> str:
-    """What NCCL's own lines said: its version, hosts and ranks as far as they tell them."""
     lines = block.get("lines", {})
     version = f"NCCL {block.get('nccl_version') or '(version not in the log)'}"
     if not lines.get("messages"):  # nccl-tests' banner names the version, no NCCL_DEBUG line ran
@@ -141,7 +116,7 @@ def _difference_lines(block: dict) -> list[str]:
 
 
 def report_section(block: dict | None) -> str:
-    """report.md's "What NCCL set up" section (markdown), or '' without a block."""
+    """report.md's "What NCCL set up" section, or '' without a block."""
     if not block or not block.get("hosts"):
         return ""
     table = host_table(block).drop(columns=["lines"])
@@ -156,7 +131,6 @@ def report_section(block: dict | None) -> str:
 
 
 def _tuning_lines(block: dict) -> list[str]:
-    """Algorithm/protocol per collective and size (NCCL_DEBUG_SUBSYS=TUNING), one line each."""
     tuning = block.get("tuning") or []
     return [f"  {t['collective'] or 'collective'} {format_size(t['size_bytes'])}: {t['algorithm']}/"
             f"{t['protocol']}" + (f" on channels {t['channels']}" if t.get("channels") else "")
@@ -164,8 +138,7 @@ def _tuning_lines(block: dict) -> list[str]:
 
 
 def terminal_text(block: dict) -> str:
-    """What `nccl-log` prints: the summary, the per-host table (row by row where too wide), the
-    differences, WARNs, tuning."""
+    """What `nccl-log` prints."""
     table = host_table(block).drop(columns=["lines"])
     table = table[[c for c in table.columns if c == "host" or (table[c].astype(str) != "").any()]]
     parts = [summary_line(block), "", terminal_table(table) if len(table) else "(no host named)",
@@ -190,7 +163,7 @@ def terminal_text(block: dict) -> str:
 
 
 def write(block: dict, out_dir) -> tuple:
-    """nccl.json (the block with its `differs`) and nccl_hosts.csv (the per-host table)."""
+    """nccl.json (the block with its `differs`) and nccl_hosts.csv."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / "nccl.json", out_dir / "nccl_hosts.csv"
@@ -200,8 +173,7 @@ def write(block: dict, out_dir) -> tuple:
 
 
 def report_parts(metas: dict[str, dict]) -> list[str]:
-    """report.md's "What NCCL set up" for every run whose meta.json has an `nccl` block (from
-    `--nccl-debug` or an imported log), titled by run when there are several."""
+    """report.md's "What NCCL set up" for every run with an `nccl` block, titled by run."""
     blocks = {run: meta["nccl"] for run, meta in metas.items() if meta.get("nccl")}
     parts = []
     for run, block in blocks.items():
