@@ -1,6 +1,7 @@
-"""Type-checked where it cannot run: the GPU path (device and timers, the NCCL algorithms, the
-Flight Recorder's switch, the DDP trainer's CUDA branch) never runs on a CI machine, so mypy
-checks it and the rest of the core with the settings of setup.cfg's [mypy] (doc/testing.md)."""
+"""Type-checked where it cannot run: mypy over the whole package with setup.cfg's [mypy]
+settings (`follow_imports = normal`), so the GPU path no CI machine runs (device and timers, the
+NCCL algorithms, the Flight Recorder's switch, the DDP trainer's CUDA branch) is checked with
+everything it calls (doc/testing.md)."""
 from __future__ import annotations
 
 import subprocess
