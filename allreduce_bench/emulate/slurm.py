@@ -67,8 +67,8 @@ class SlurmDaemons:
     def __init__(self, root: Path, nodes: dict[str, str], cpus: int = 8):
         self.root, self.nodes, self.cpus = Path(root), dict(nodes), cpus
         self.conf = self.root / "slurm.conf"
-        # we may ourselves run inside a Slurm job
-        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
+        env = {**os.environ}  # handed on to the daemons, less our own job's SLURM_* if we run in one
+        self.env = {**{k: v for k, v in env.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
 
     @property
     def pid_files(self) -> list[Path]:
