@@ -133,10 +133,7 @@ class Rank:
     def follow(self) -> None:
         """Every rank: the rounds as published, until the end."""
         k = 1
-        while True:
-            plan = self._wait_plan(k)
-            if plan.get("end"):
-                return
+        while not (plan := self._wait_plan(k)).get("end"):
             self.take_part(k, plan)
             k += 1
 
@@ -251,11 +248,9 @@ def coordinate(session: Session, rank: Rank, board: Board, liveness: Liveness, s
         k += 1
         groups = [list(g) for g in planned.groups]
         slots = round_slots(planned.kind, groups, rank.ranks_of, L)
-        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side "
-            f"({planned.why})")
-        plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
+        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side ({planned.why})")
         started = time.monotonic()
-        board.put(f"r{k}/plan", plan)
+        board.put(f"r{k}/plan", {"kind": planned.kind, "groups": groups, "slot_base": slot_base})
         members = sorted({r for slot in slots for g in slot for r in g.ranks})
         for member in members:  # the timeout of silence runs from the round's start
             liveness.silent(member)
@@ -288,8 +283,7 @@ def run_rounds(session: Session, rank: Rank, board: Board) -> None:
 
     def run() -> None:
         try:
-            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s),
-                       session.config.settings)
+            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s), session.config.settings)
         except BaseException as error:  # raised again on the main thread
             failed.append(error)
             board.put("failed", f"{type(error).__name__}: {error}"[:300])
@@ -332,18 +326,18 @@ def measure_health(session: Session) -> int:
     session.hosts = names
     journal = Journal(config.launch.out_dir, came.members[env.rank], host=names[env.rank], world_rank=env.rank,
                       coordinator=names[0])
-    board = Board("health", env.rank)
-    rank = Rank(session, board, Liveness(board, config.launch.timeout_s + MARGIN_S), ranks_of, L,
-                list(dict.fromkeys(launched)), journal)
+    board, limit_s = Board("health", env.rank), config.launch.timeout_s + MARGIN_S
+    hosts = list(dict.fromkeys(launched))  # every launched host, in launch order
+    rank = Rank(session, board, Liveness(board, limit_s), ranks_of, L, hosts, journal)
+
     def lost(said: str) -> None:
         journal.note("lost", host=names[0], why=said)
         code = None
         if not (session.local or config.launch.emulation):  # no process of ours outlives the ranks
-            code = survivor_writes(config, list(dict.fromkeys(launched)), journal.started - config.launch.timeout_s)
+            code = survivor_writes(config, hosts, journal.started - config.launch.timeout_s)
         end.exit(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
                  f"{config.launch.out_dir}", code=1 if code is None else code)
 
-    limit_s = config.launch.timeout_s + MARGIN_S
     threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, limit_s),
                      daemon=True, name="store-watch").start()
     if env.rank != 0:

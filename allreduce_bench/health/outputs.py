@@ -111,15 +111,15 @@ def write_prometheus(path: Path, doc: dict) -> None:
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
     registry = CollectorRegistry()
-    ok = Gauge("allreduce_bench_health_ok", "1 if the host's verdict is ok", ["host"], registry=registry)
-    state = Gauge("allreduce_bench_health_verdict", "1 for the host's verdict", ["host", "verdict"],
-                  registry=registry)
-    busbw = Gauge("allreduce_bench_health_busbw_GBps", "measured busbw at the worst size", ["host"],
-                  registry=registry)
-    rail_ok = Gauge("allreduce_bench_health_rail_ok", "1 if the rail's verdict is ok", ["host", "rail"],
-                    registry=registry)
-    rail_busbw = Gauge("allreduce_bench_health_rail_busbw_GBps", "measured busbw of the rail",
-                       ["host", "rail"], registry=registry)
+
+    def gauge(name: str, text: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(f"allreduce_bench_health_{name}", text, labels, registry=registry)
+
+    ok = gauge("ok", "1 if the host's verdict is ok", ["host"])
+    state = gauge("verdict", "1 for the host's verdict", ["host", "verdict"])
+    busbw = gauge("busbw_GBps", "measured busbw at the worst size", ["host"])
+    rail_ok = gauge("rail_ok", "1 if the rail's verdict is ok", ["host", "rail"])
+    rail_busbw = gauge("rail_busbw_GBps", "measured busbw of the rail", ["host", "rail"])
     for h in doc["hosts"]:
         ok.labels(h["host"]).set(h["verdict"] == "ok")
         for verdict in VERDICTS:
@@ -130,8 +130,7 @@ def write_prometheus(path: Path, doc: dict) -> None:
         rail_ok.labels(r["host"], str(r["rail"])).set(r["verdict"] == "ok")
         if r.get("measured_GBps") is not None:
             rail_busbw.labels(r["host"], str(r["rail"])).set(r["measured_GBps"])
-    Gauge("allreduce_bench_health_unhealthy_hosts", "hosts named unhealthy (not ok, not 'not judged')",
-          registry=registry).set(sum(named(h) for h in doc["hosts"]))
+    gauge("unhealthy_hosts", "hosts named unhealthy (not ok, not 'not judged')").set(sum(map(named, doc["hosts"])))
     write_to_textfile(str(path), registry)
 
 
