@@ -39,12 +39,11 @@ def confirmed(run: Run, doc: dict) -> dict:
     if HELD not in run.kept:
         return doc
     board, ranks_of = run.kept.pop(HELD)
-    timeout_s = run.launch.timeout_s
     named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
     asked = [h for h in ranks_of if h not in named]
     try:
         board.put(REQUEST, 1)
-        silent = _silent(board, {r for h in asked for r in ranks_of[h] if r != board.rank}, timeout_s)
+        silent = _silent(board, {r for h in asked for r in ranks_of[h] if r != board.rank}, run.launch.timeout_s)
     finally:
         board.close()
     quiet = [h for h in asked if set(ranks_of[h]) & silent]

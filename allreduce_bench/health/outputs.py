@@ -57,8 +57,7 @@ def finish_document(doc: dict) -> dict:
 
 def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
     """health.json's content (health/store.py adds schema_version and writes it)."""
-    found = verdicts(check, complete)
-    return finish_document({"layout": layout, **found,
+    return finish_document({"layout": layout, **verdicts(check, complete),
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
             "thresholds": [t.as_json() for t in check.reference.thresholds()],
             "controls": [{"round": k, "check": c, "size_bytes": size, "busbw_GBps": value}
