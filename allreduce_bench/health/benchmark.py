@@ -1,27 +1,5 @@
-"""`allreduce-bench health` on every rank: the checks of analysis/health/, measured as
-sub-groups of the one world and coordinated through the store (health/coordination.py).
-
-The world is made of the ranks that came within --timeout (measure/world.py `join_present`),
-not of all launched: a host that hung while it started is `unreachable` (never joined) and
-the hosts that came are checked among themselves; the world's first rank coordinates.
-
-Rank 0 coordinates on a thread of its own: it asks the pure plan (health/rounds.py)
-for the next round, publishes it on the store, then waits until every member of the round has
-reported or stopped beating for --timeout (named `unreachable`). Every rank, rank 0 included
-on its main thread, polls for the next round, takes its part and gives up with one line when
-the coordinator stops beating. No world collective runs after the start, so a frozen rank
-blocks nobody but its own group, and that one only until gloo's (or NCCL's) timeout; and as
-the coordinating is not the measuring, rank 0 held up by a frozen partner delays no verdict.
-A group's members meet on the store before they create it (health/coordination.py).
-
-A round is one or two *slots* measured one after the other: pairs measure the whole pair's
-AllReduce, then with >= 2 ranks per host every rail at once (local rank i of one host with
-local rank i of the other), the rails of a pair in lockstep over the pair's group; intra and
-bisect rounds have one slot. Groups of a slot are
-disjoint, so none shares a link it is not testing. Each group's lead puts every rank's
-samples on the store; the coordinator writes them as rows (benchmark = health) and raw
-samples like every benchmark's, and health.json after every round.
-"""
+"""`allreduce-bench health` on every rank: rounds of sub-group checks coordinated through the store
+by rank 0, with no world collective, so a frozen rank blocks only its own group (doc/health.md)."""
 from __future__ import annotations
 
 import os
@@ -55,8 +33,7 @@ from allreduce_bench.health.salvage import after_local_failure, survivor_writes
 from allreduce_bench.health.verdicts import BAD_INPUT
 
 NODELIST_ENV = "ALLREDUCE_BENCH_NODELIST"
-# beyond --timeout before a silent rank is unreachable: a rank stuck in a collective on a frozen
-# peer may not beat either (the call can hold the GIL) until its own --timeout fires
+# beyond --timeout before a silent rank is unreachable: one stuck on a frozen peer may not beat meanwhile
 MARGIN_S = 2.0
 
 
@@ -66,8 +43,6 @@ class CoordinatorLost(RuntimeError):
 
 @dataclass(frozen=True)
 class Group:
-    """One group of a slot: what it checks, on which hosts, with which global ranks."""
-
     check: str  # intra | rail | pair | bisect
     rail: int | None
     hosts: tuple[str, ...]
@@ -98,8 +73,7 @@ class Rank:
     def __init__(self, session: Session, board: Board, liveness: Liveness, ranks_of: dict[str, list[int]],
                  ranks_per_node: int, hosts: list[str] | None = None, journal: Journal | None = None):
         self.session, self.board, self.liveness, self.ranks_of = session, board, liveness, ranks_of
-        self.journal = journal
-        self.ranks_per_node = ranks_per_node
+        self.journal, self.ranks_per_node = journal, ranks_per_node
         # every launched host in launch order: those of ranks_of, and those that never came
         self.hosts = hosts or list(ranks_of)
         self.me = session.env.rank
@@ -107,8 +81,7 @@ class Rank:
         self.cpu_at_start = cgroups.cpu_throttle()
 
     def held_back(self) -> dict:
-        """What held this rank back since the check began: its CPU quota's throttling and, on
-        a GPU, the clock event reasons active now (core/host/)."""
+        """What held this rank back since the check began: CPU quota throttling, GPU clock events."""
         found = cgroups.throttled_since(self.cpu_at_start, cgroups.cpu_throttle())
         device = self.session.device
         if device.kind == "cuda":
@@ -116,8 +89,7 @@ class Rank:
         return found
 
     def take_part(self, k: int, plan: dict) -> None:
-        """Measure every slot this rank is in; a failure (a member that never came, a peer that
-        froze mid-measurement) ends its part of the round and is reported, not raised."""
+        """Measure every slot this rank is in; a lost member ends its part of the round, reported, not raised."""
         slots = round_slots(plan["kind"], plan["groups"], self.ranks_of, self.ranks_per_node)
         error, pairs = None, {}
         for index, slot in enumerate(slots):
@@ -145,8 +117,7 @@ class Rank:
         self.board.add(f"r{k}/reported")
 
     def _measure(self, group: Group, pg, lockstep=None) -> dict:
-        """Every size on this rank's group; a rail samples in lockstep with the other rails of
-        its pair (`lockstep`: the pair's group), as they share the hosts' links."""
+        """Every size on this rank's group; a rail samples in lockstep with its pair's rails (shared links)."""
         config, device = self.session.config, self.session.device
         comm = CommGroup(pg, group.ranks, group.ranks.index(self.me))
         view = World(comm, comm, comm, len(group.ranks), device)
@@ -162,10 +133,7 @@ class Rank:
     def follow(self) -> None:
         """Every rank: the rounds as published, until the end."""
         k = 1
-        while True:
-            plan = self._wait_plan(k)
-            if plan.get("end"):
-                return
+        while not (plan := self._wait_plan(k)).get("end"):
             self.take_part(k, plan)
             k += 1
 
@@ -190,11 +158,8 @@ class Rank:
 
 def wait_round(board: Board, liveness: Liveness, k: int, members: list[int],
                mates: dict[int, set[int]]) -> set[int]:
-    """The silent ranks, once every member reported or stopped beating. The group mates of a
-    silent rank are not waited for: they are stuck on it until their own timeout, and measure
-    nothing this round (they are re-paired in the next). Light, as it runs beside rank 0's
-    measuring: one counter read per poll, the reports read when it moved, the heartbeats once
-    a second."""
+    """The silent ranks, once every member reported or stopped beating; a silent rank's mates are stuck on
+    it and not waited for. Light (one counter read per poll), as it runs beside rank 0's measuring."""
     silent: set[int] = set()
     pending, reported, checked = set(members), -1, time.monotonic()
     while pending:
@@ -264,8 +229,7 @@ def coordinate(session: Session, rank: Rank, board: Board, liveness: Liveness, s
     from allreduce_bench.health.rounds import HealthCheck
     from allreduce_bench.health.store import write_health
 
-    config, L = session.config, rank.ranks_per_node
-    hosts = rank.hosts
+    config, L, hosts = session.config, rank.ranks_per_node, rank.hosts
     check = HealthCheck(hosts, L, Reference(config.sizes, settings.expect, settings.baseline),
                         settings.pairs, settings.bisect)
     absent = [h for h in hosts if h not in rank.ranks_of]
@@ -284,11 +248,9 @@ def coordinate(session: Session, rank: Rank, board: Board, liveness: Liveness, s
         k += 1
         groups = [list(g) for g in planned.groups]
         slots = round_slots(planned.kind, groups, rank.ranks_of, L)
-        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side "
-            f"({planned.why})")
-        plan = {"kind": planned.kind, "groups": groups, "slot_base": slot_base}
+        say(f"health: round {k}: {planned.kind}, {len(groups)} group(s) side by side ({planned.why})")
         started = time.monotonic()
-        board.put(f"r{k}/plan", plan)
+        board.put(f"r{k}/plan", {"kind": planned.kind, "groups": groups, "slot_base": slot_base})
         members = sorted({r for slot in slots for g in slot for r in g.ranks})
         for member in members:  # the timeout of silence runs from the round's start
             liveness.silent(member)
@@ -315,15 +277,13 @@ def coordinate(session: Session, rank: Rank, board: Board, liveness: Liveness, s
 
 
 def run_rounds(session: Session, rank: Rank, board: Board) -> None:
-    """Rank 0: coordinate on a thread (with its own Liveness: each watches from its own
-    start), take part like every rank on this one; the coordinator's failure is raised here,
-    after every rank was told to stop."""
+    """Rank 0: coordinate on a thread, take part like every rank on this one; the coordinator's
+    failure is raised here, after every rank was told to stop."""
     failed: list[BaseException] = []
 
     def run() -> None:
         try:
-            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s),
-                       session.config.settings)
+            coordinate(session, rank, board, Liveness(board, rank.liveness.timeout_s), session.config.settings)
         except BaseException as error:  # raised again on the main thread
             failed.append(error)
             board.put("failed", f"{type(error).__name__}: {error}"[:300])
@@ -366,18 +326,18 @@ def measure_health(session: Session) -> int:
     session.hosts = names
     journal = Journal(config.launch.out_dir, came.members[env.rank], host=names[env.rank], world_rank=env.rank,
                       coordinator=names[0])
-    board = Board("health", env.rank)
-    rank = Rank(session, board, Liveness(board, config.launch.timeout_s + MARGIN_S), ranks_of, L,
-                list(dict.fromkeys(launched)), journal)
+    board, limit_s = Board("health", env.rank), config.launch.timeout_s + MARGIN_S
+    hosts = list(dict.fromkeys(launched))  # every launched host, in launch order
+    rank = Rank(session, board, Liveness(board, limit_s), ranks_of, L, hosts, journal)
+
     def lost(said: str) -> None:
         journal.note("lost", host=names[0], why=said)
         code = None
         if not (session.local or config.launch.emulation):  # no process of ours outlives the ranks
-            code = survivor_writes(config, list(dict.fromkeys(launched)), journal.started - config.launch.timeout_s)
+            code = survivor_writes(config, hosts, journal.started - config.launch.timeout_s)
         end.exit(f"allreduce-bench health: rank {env.rank}: {said}; what it measured is kept in "
                  f"{config.launch.out_dir}", code=1 if code is None else code)
 
-    limit_s = config.launch.timeout_s + MARGIN_S
     threading.Thread(target=_watch_store, args=(board, session.progress, names[0], lost, limit_s),
                      daemon=True, name="store-watch").start()
     if env.rank != 0:
@@ -409,9 +369,7 @@ def measure_health(session: Session) -> int:
 
 
 def _watch_coordinator(board: Board, progress, coordinator: str, lost, limit_s: float) -> None:
-    """A coordinator that stopped beating ends this rank with its one line, whatever the rank
-    is blocked in meanwhile (a collective with the frozen coordinator as its partner, until
-    gloo's own timeout): every survivor says so --timeout + 2 s after, not after its own wait."""
+    """A coordinator that stopped beating ends this rank with its one line, whatever the rank is blocked in."""
     liveness = Liveness(board, limit_s)
     while not board.closed:
         try:
@@ -423,8 +381,7 @@ def _watch_coordinator(board: Board, progress, coordinator: str, lost, limit_s: 
 
 
 def _watch_store(board: Board, progress, coordinator: str, lost, limit_s: float) -> None:
-    """A store that stopped answering (its host cut off: its calls hang for minutes rather than
-    fail) ends this rank with its one line."""
+    """A store that stopped answering (its calls hang rather than fail) ends this rank with its one line."""
     while board.unanswered_s() <= limit_s:
         if board.closed:
             return
@@ -438,7 +395,6 @@ def prepare(config: HealthConfig) -> None:
 
 
 def whole_world(config: HealthConfig) -> list[int]:
-    """health measures one world: --hosts x --ranks-per-node ranks."""
     return [max(config.launch.world_sizes)]
 
 

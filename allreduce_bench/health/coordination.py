@@ -1,35 +1,5 @@
-"""Coordinating ranks without world collectives: the core's Board on the launcher's c10d store
-(measure/progress.py: values and heartbeats), and sub-groups that only their members create.
-
-A world collective waits for every rank, so one frozen rank blocks all; the health check
-instead publishes each round on the store and every rank polls it with a deadline. A
-background thread bumps this rank's heartbeat counter; a rank whose counter has not moved for
-the timeout (and a margin) is `unreachable`: a SIGSTOPped or dead process bumps nothing. A rank
-blocked inside a collective with a frozen peer may not bump either while the call holds the
-GIL, but only until its own timeout fires, inside the margin.
-
-Sub-groups come from `new_group(ranks, use_local_synchronization=True)` (torch >= 2.1, so only
-the members take part and creation stays flat as the world grows; with NCCL only because the
-world is not bound to a GPU, see measure/world.py `join_present`). torch names such a group
-by its ranks and by how many groups the creating rank already has, so members must enter
-with equal counts: each group of a run has a slot number, and a member first pads its count
-up to that slot with one-rank groups. A rank that sat out rounds (or whose last creation
-failed) catches up that way; names never repeat. Where torch lacks the count
-(`_world.pg_names`), this module counts the groups it made itself.
-
-Members first meet on the board (`assemble`): one that froze or died before it came is
-found by its heartbeat, not by a creation left waiting. gloo connects a group as it is
-created and, when a member freezes in the middle of that, retries the connect: a creation
-with timeout t was measured failing only after 5 t. So gloo groups are created with a fifth
-of the timeout (they are created only once all members have met, in milliseconds) and then
-given the whole timeout for their collectives (`ProcessGroup.set_timeout`; a torch without
-it creates with the whole timeout). NCCL connects a group's members at its first collective
-(the default group being unbound), under the group's own timeout: --timeout plus the
-watchdog's grace, so the rank's own wait gives up first; then the group is aborted, and the
-watchdog only cleans up (CleanUpOnly), where torch's default tears the process down. A rank
-frees its round's groups at the round's end, in the order made; on torch >= 2.6 only, whose
-names count the groups (doc/health.md, "Pairing" and "Faults").
-"""
+"""Coordinating ranks without world collectives, so one frozen rank blocks nobody: the core's Board on the
+launcher's store, and sub-groups only their members create (doc/health.md, "Pairing" and "Faults")."""
 from __future__ import annotations
 
 import os
@@ -51,9 +21,8 @@ class Absent(RuntimeError):
 
 
 def assemble(board: Board, liveness: Liveness, slot: int, ranks, me: int, deadline_s: float) -> None:
-    """Return once every member of the `slot`-th group has come; raise Absent when one stopped
-    beating or has not come within `deadline_s` (a live member may come late: it was still
-    failing out of a group with a frozen rank)."""
+    """Return once every member of the `slot`-th group has come, so a creation never waits on a dead
+    member; raise Absent when one stopped beating or has not come within `deadline_s`."""
     board.put(f"here/{slot}/{me}", 1)
     waiting = [r for r in ranks if r != me]
     started = checked = time.monotonic()
@@ -68,16 +37,14 @@ def assemble(board: Board, liveness: Liveness, slot: int, ranks, me: int, deadli
         time.sleep(POLL_S)
 
 
-CONNECT_TRIES = 5  # gloo's connect retries, as measured (see above)
+CONNECT_TRIES = 5  # gloo retries a connect to a frozen member: a creation with timeout t fails after 5 t
 MIN_CREATE_S = 2.0
-
-
 CLEAN_UP_ONLY = "2"  # ProcessGroupNCCL.hpp ErrorHandlingMode: abort the communicators, no teardown
 
 
 class Groups:
-    """Sub-groups created by their members only, with equal group counts, freed round by
-    round (see above)."""
+    """Sub-groups created by their members only, with equal group counts (torch names groups by that
+    count), freed round by round."""
 
     def __init__(self, timeout_s: float):
         nccl = dist.get_backend() == "nccl"
@@ -113,9 +80,8 @@ class Groups:
         return group
 
     def close(self, failed: bool) -> None:
-        """Free this round's groups in the order made: aborted after a failure on NCCL (before
-        the watchdog's grace is out), else destroyed; kept where torch names them by their
-        ranks alone (see above)."""
+        """Free this round's groups in the order made: aborted after a failure on NCCL, else destroyed;
+        kept on torch < 2.6, whose group names do not count the groups."""
         made, self.round = self.round, []
         if not hasattr(dist.distributed_c10d, "_hash_ranks_to_str"):  # torch < 2.6
             return

@@ -1,10 +1,5 @@
-"""The check's last step, once its verdict and outputs are written and before the command says it
-is done: every rank confirms over the launcher's store, on the network it was measured on, that
-it is still there. A host whose link is cut after its last measurement (while the writer writes
-the summary and figure) is otherwise seen by nobody, and the verdict would say `ok` for a host
-the others cannot reach. A host that does not confirm is `unreachable`; when the hosts that did
-not confirm outnumber those that did, the writer's own host is the one cut off. Not in a local
-run (`health --hosts N`: one machine, loopback), whose writer is the driver, not a rank."""
+"""The check's last step: every rank confirms over the store that it is still there, so a host cut off
+after its last measurement is not left `ok` (doc/health.md). Not in a local run."""
 from __future__ import annotations
 
 import time
@@ -19,9 +14,7 @@ HELD = "health: confirming"  # the writer's board and hosts, in Run.kept from th
 
 
 def answer(board: Board) -> None:
-    """Every rank but the writer, once the rounds ended: wait for the writer's request (the
-    writer's silence or the store's ends this rank meanwhile: health/benchmark.py's watches),
-    then confirm."""
+    """Every rank but the writer, once the rounds ended: confirm when the writer asks."""
     while not board.has(REQUEST):
         time.sleep(POLL_S)
     board.put(f"confirmed/{board.rank}", 1)
@@ -33,7 +26,7 @@ def hold(run: Run, board: Board, ranks_of: dict[str, list[int]]) -> None:
 
 
 def release(run: Run) -> None:
-    """The writer with no verdict to confirm (no health.json): the waiting ranks may leave."""
+    """The writer with no health.json to confirm: the waiting ranks may leave."""
     if HELD in run.kept:
         board, _ = run.kept.pop(HELD)
         board.put(REQUEST, 1)
@@ -41,17 +34,16 @@ def release(run: Run) -> None:
 
 
 def confirmed(run: Run, doc: dict) -> dict:
-    """The writer, last: `doc` with the hosts that did not confirm within SILENT_S of silence
-    (--timeout at most) named unreachable; `doc` itself when all did, or nothing was held."""
+    """The writer, last: `doc` with the hosts that did not confirm named unreachable (the writer's own
+    host when those outnumber the rest); `doc` itself when all did, or nothing was held."""
     if HELD not in run.kept:
         return doc
     board, ranks_of = run.kept.pop(HELD)
-    timeout_s = run.launch.timeout_s
     named = {h["host"] for h in doc["hosts"] if h["verdict"] in ("unreachable", "dead")}
     asked = [h for h in ranks_of if h not in named]
     try:
         board.put(REQUEST, 1)
-        silent = _silent(board, {r for h in asked for r in ranks_of[h] if r != board.rank}, timeout_s)
+        silent = _silent(board, {r for h in asked for r in ranks_of[h] if r != board.rank}, run.launch.timeout_s)
     finally:
         board.close()
     quiet = [h for h in asked if set(ranks_of[h]) & silent]

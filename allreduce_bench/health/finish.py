@@ -1,5 +1,5 @@
-"""What `health` does once its ranks have ended (the command calls it): the summary, the figure
-and report, kubectl.sh, Prometheus' file and the exit code, from health.json."""
+"""What `health` does once its ranks have ended: the summary, figure, report, kubectl.sh, Prometheus'
+file and the exit code, from health.json."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -13,14 +13,12 @@ from allreduce_bench.health.verdicts import INCOMPLETE
 
 
 def finish_health(run: Run) -> int:
-    """The writer, after the ranks: summary, figure, report and exit code from health.json."""
     from allreduce_bench.core.results.store import read_meta
     from allreduce_bench.health.hung import name_collectives
     from allreduce_bench.health.outputs import explain, summary
     from allreduce_bench.health.store import HEALTH_FILE, read_health, write_health
 
     config = run.config
-
     path = Path(config.launch.out_dir) / HEALTH_FILE
     if not path.exists():
         release(run)  # the ranks waiting to confirm
@@ -44,7 +42,7 @@ def finish_health(run: Run) -> int:
 
 
 def _outputs(config: HealthConfig, doc: dict, meta: dict) -> str:
-    """kubectl.sh, Prometheus' file, the figure and report.md from `doc`; the lines that say where."""
+    """Writes the outputs from `doc`; returns the lines that say where."""
     from allreduce_bench.health.outputs import write_kubectl, write_prometheus
 
     said = f"kubectl: {write_kubectl(config.launch.out_dir, doc, meta)}\n"

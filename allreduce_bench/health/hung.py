@@ -12,8 +12,6 @@ from allreduce_bench.health.pairing import host_names
 
 
 def name_collectives(doc: dict, config: HealthConfig) -> dict:
-    """health.json's document with each unreachable host's verdict saying on which collective
-    its rank hung, from the dumps (with --flight-recorder; else unchanged)."""
     if not config.launch.flight_recorder:
         return doc
     try:

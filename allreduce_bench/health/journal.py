@@ -1,8 +1,5 @@
-"""What each rank of a health check knows, durable as it goes: one JSON line per event in
-<out>/health-ranks/rank-<R>.jsonl (R: the rank in the launch), appended whole, so it outlives
-the rank, the coordinator and the launcher's store. Whoever writes the verdict once ranks
-died or froze (health/salvage.py) reads them: the host of each rank, the round and group it
-was in, whom it lost and why, whether it reached the end of the check (`ending`) and ended."""
+"""Each rank's events as JSON lines in <out>/health-ranks/, durable as it goes, so they outlive the rank
+and the store: the verdict of a check whose ranks died is written from them (health/salvage.py)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,5 @@
-"""What a health run hands on: the health.json document, the Slurm exclude string, the
-Kubernetes labels and taints (kubectl.sh), the Prometheus textfile, the terminal summary, and the
-checks on a --baseline."""
+"""What a health run hands on: health.json, the Slurm exclude, kubectl.sh, the Prometheus textfile,
+the terminal summary, and the checks on a --baseline."""
 from __future__ import annotations
 
 import shlex
@@ -17,8 +16,7 @@ from allreduce_bench.health.verdicts import INCOMPLETE, NOT_JUDGED, UNHEALTHY, V
 
 
 def exclude(hosts: Sequence[dict], verdict=named) -> str:
-    """Every host named unhealthy (slow, bad, unreachable, dead) as one hostlist expression
-    (node[03,17]); '' when none is. `verdict=not_judged`: the hosts to check again."""
+    """The hosts named unhealthy (or those `verdict` picks) as one hostlist expression, '' when none."""
     return hostlist.collect_hostlist([h["host"] for h in hosts if verdict(h)])
 
 
@@ -31,10 +29,8 @@ HEALTH_LABEL = "allreduce-bench.io/health"
 
 
 def kubectl_lines(hosts: Sequence[dict], meta: dict) -> list[str]:
-    """Per host a label with its verdict (a label value has no space: `not judged` is
-    not-judged) and, per host named unhealthy, a NoSchedule taint (--overwrite: a later check
-    replaces an earlier one's); each on its Kubernetes node (meta.json's kubernetes_nodes, by
-    rank), else its host name."""
+    """Per host a verdict label and, if named unhealthy, a NoSchedule taint, on its Kubernetes node
+    (meta.json's kubernetes_nodes) else its host name; --overwrite: a later check replaces them."""
     nodes = {h: n for h, n in zip(meta.get("hostnames", []), meta.get("kubernetes_nodes", [])) if n}
     lines = []
     for h in hosts:
@@ -61,8 +57,7 @@ def finish_document(doc: dict) -> dict:
 
 def document(check: HealthCheck, layout: dict, complete: bool = True, note: str = "") -> dict:
     """health.json's content (health/store.py adds schema_version and writes it)."""
-    found = verdicts(check, complete)
-    return finish_document({"layout": layout, **found,
+    return finish_document({"layout": layout, **verdicts(check, complete),
             "rounds": [{**r.as_json(), "seconds": check.seconds.get(r.index)} for r in check.rounds],
             "thresholds": [t.as_json() for t in check.reference.thresholds()],
             "controls": [{"round": k, "check": c, "size_bytes": size, "busbw_GBps": value}
@@ -73,8 +68,7 @@ def document(check: HealthCheck, layout: dict, complete: bool = True, note: str 
 
 
 def confidence(thresholds, bandwidth_size: int) -> list[str]:
-    """Where the samples' noise widened a fleet threshold at the bandwidth size past its floor:
-    how far under the fleet's median a host must be to be flagged, so an `ok` on a busy
+    """Where noise widened a fleet threshold at the bandwidth size past its floor, so an `ok` on a busy
     machine is read for what it is."""
     from allreduce_bench.health.reference import K_NOISE, TOLERANCE_FLOOR, under
 
@@ -91,8 +85,7 @@ def confidence(thresholds, bandwidth_size: int) -> list[str]:
 
 
 def explain(doc: dict, nccl_block: dict | None) -> dict:
-    """The document with each unhealthy host's `why` extended by how its NCCL setup differs
-    from the majority's (meta.json's `nccl` block, from --nccl-debug; analysis/nccl_setup.py)."""
+    """The document with each unhealthy host's `why` extended by how its NCCL setup differs from the majority's."""
     from allreduce_bench.nccl_log.setup import host_differences
 
     hosts = []
@@ -113,20 +106,19 @@ def baseline_thresholds(baseline: dict, ranks_per_node: int, sizes: Sequence[int
 
 
 def write_prometheus(path: Path, doc: dict) -> None:
-    """Gauges per host and rail for node_exporter's textfile collector (written atomically by
-    prometheus-client's write_to_textfile)."""
+    """Gauges per host and rail for node_exporter's textfile collector."""
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
     registry = CollectorRegistry()
-    ok = Gauge("allreduce_bench_health_ok", "1 if the host's verdict is ok", ["host"], registry=registry)
-    state = Gauge("allreduce_bench_health_verdict", "1 for the host's verdict", ["host", "verdict"],
-                  registry=registry)
-    busbw = Gauge("allreduce_bench_health_busbw_GBps", "measured busbw at the worst size", ["host"],
-                  registry=registry)
-    rail_ok = Gauge("allreduce_bench_health_rail_ok", "1 if the rail's verdict is ok", ["host", "rail"],
-                    registry=registry)
-    rail_busbw = Gauge("allreduce_bench_health_rail_busbw_GBps", "measured busbw of the rail",
-                       ["host", "rail"], registry=registry)
+
+    def gauge(name: str, text: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(f"allreduce_bench_health_{name}", text, labels, registry=registry)
+
+    ok = gauge("ok", "1 if the host's verdict is ok", ["host"])
+    state = gauge("verdict", "1 for the host's verdict", ["host", "verdict"])
+    busbw = gauge("busbw_GBps", "measured busbw at the worst size", ["host"])
+    rail_ok = gauge("rail_ok", "1 if the rail's verdict is ok", ["host", "rail"])
+    rail_busbw = gauge("rail_busbw_GBps", "measured busbw of the rail", ["host", "rail"])
     for h in doc["hosts"]:
         ok.labels(h["host"]).set(h["verdict"] == "ok")
         for verdict in VERDICTS:
@@ -137,8 +129,7 @@ def write_prometheus(path: Path, doc: dict) -> None:
         rail_ok.labels(r["host"], str(r["rail"])).set(r["verdict"] == "ok")
         if r.get("measured_GBps") is not None:
             rail_busbw.labels(r["host"], str(r["rail"])).set(r["measured_GBps"])
-    Gauge("allreduce_bench_health_unhealthy_hosts", "hosts named unhealthy (not ok, not 'not judged')",
-          registry=registry).set(sum(named(h) for h in doc["hosts"]))
+    gauge("unhealthy_hosts", "hosts named unhealthy (not ok, not 'not judged')").set(sum(map(named, doc["hosts"])))
     write_to_textfile(str(path), registry)
 
 
@@ -151,8 +142,7 @@ def _size(size_bytes) -> str:
 
 
 def summary(doc: dict) -> str:
-    """One line per unhealthy host (measured, expected, partners tried), unhealthy links, and
-    the ready --exclude."""
+    """One line per unhealthy host and link, and the ready --exclude."""
     hosts = doc["hosts"]
     bad = [h for h in hosts if h["verdict"] != "ok"]
     unjudged = sum(not_judged(h) for h in hosts)

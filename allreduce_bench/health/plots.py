@@ -1,5 +1,4 @@
-"""plots/health.png: per-host (and per-rail) busbw against the threshold, coloured by verdict;
-with `--pairs all` also the host x host matrix as a heatmap. Drawn from health.json only."""
+"""plots/health.png and report.md's section, drawn from health.json only."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,7 +43,7 @@ def _matrix(doc: dict, size_bytes: int):
 
 
 def draw_health(doc: dict, out_dir: Path) -> Path:
-    """The figure; one panel per kind of verdict measured, plus the heatmap for --pairs all."""
+    """Busbw against the threshold per host (and rail) by verdict; with --pairs all the pair heatmap."""
     hosts = doc["hosts"]
     size = max(doc["layout"]["sizes"])
     panels = [("hosts", hosts, [h["host"] for h in hosts])]

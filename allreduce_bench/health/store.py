@@ -1,6 +1,5 @@
-"""health.json: the verdicts of one `allreduce-bench health` run, written whole by the
-coordinator after every round (so a coordinator that dies mid-check leaves what it had), and
-read back as a --baseline."""
+"""health.json: written whole after every round, so a coordinator that dies mid-check leaves what it
+had; read back as a --baseline."""
 from __future__ import annotations
 
 import json
