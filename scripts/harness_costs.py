@@ -30,7 +30,7 @@ the fit with the smallest residual that does not overfit (a quadratic only where
 residual by more than half) is named, and all are extrapolated to --extrapolate ranks.
 
 Usage: python scripts/harness_costs.py [--ranks 2,4,8,16,32] [--nodes 2,4,8] [--no-emulate]
-       [--rows 6] [--samples 5] [--json FILE]
+       [--rows 6] [--samples 5] [--json FILE] [--table-from FILE...]
 """
 from __future__ import annotations
 
@@ -61,6 +61,7 @@ FIGURES = [  # (key, column title, unit)
     ("after_samples_ms", "after samples (ms)", "ms"),
     ("finish_s", "finish (s)", "s"),
     ("wall_s", "wall (s)", "s"),
+    ("cpu_per_rank_s", "CPU per rank (s)", "s"),
     ("meta_kb", "meta.json (KB)", "KB"),
     ("samples_kb", "samples.parquet (KB)", "KB"),
     ("rank0_peak_mb", "rank 0 peak (MB)", "MB"),
@@ -186,11 +187,19 @@ def timed_region_s(out: Path) -> list[float]:
     return [float(per_size[size]) for size in rows["size_bytes"]]
 
 
-def measure(kind: str, n: int, scratch: Path, args) -> dict:
+def _children_cpu_s() -> float:
+    """User + system seconds of the waited-for children (the command, its ranks, torchrun)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(kind: str, n: int, scratch: Path, args) -> dict | str:
+    """One run's figures, or why it has none."""
     out, log = scratch / f"{kind}-{n}", scratch / f"{kind}-{n}.log"
     env = dict(os.environ, ALLREDUCE_BENCH_PLUGINS="harness_costs", **{LOG_ENV: str(log)},
                PYTHONPATH=os.pathsep.join(p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     command = command_for(kind, n, out, args)
+    cpu_before, load = _children_cpu_s(), os.getloadavg()[0]
     start = time.time()
     process = subprocess.Popen(command, env=env, cwd=scratch, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
@@ -201,18 +210,18 @@ def measure(kind: str, n: int, scratch: Path, args) -> dict:
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        fail(f"{kind} N={n} took over --run-timeout {args.run_timeout:g} s")
+        return f"took over --run-timeout {args.run_timeout:g} s"
     end = time.time()
     poller.stop.set()
     poller.join()
     if process.returncode != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
-        fail(f"{' '.join(command[2:4])} N={n} exited {process.returncode}: {tail}"[:400])
+        return f"exited {process.returncode}: {tail}"[:400]
     events = read_log(log)
     starts = [e for e in events if e[0] == "start"]
     rows = [e for e in events if e[0] == "row" and e[4]]
     if not rows or not any(e[1] == 0 for e in starts):
-        fail(f"{kind} N={n}: the plugin logged no rows (was {log} written by the ranks?)")
+        return f"the plugin logged no rows (was {log} written by the ranks?)"
     timed = timed_region_s(out)
     overheads = [(rows[k][2] - rows[k - 1][2] - timed[k]) * 1e3 for k in range(1, min(len(rows), len(timed)))]
     last_sample_dur = [timed[k] / args.samples for k in range(len(timed))]  # --loops 1: samples of one call
@@ -227,11 +236,12 @@ def measure(kind: str, n: int, scratch: Path, args) -> dict:
         "after_samples_ms": median(after[1:] or after),
         "finish_s": end - rows[-1][2],
         "wall_s": end - start,
+        "cpu_per_rank_s": (_children_cpu_s() - cpu_before) / ranks,
         "meta_kb": dir_kb(out / "meta.json"),
         "samples_kb": dir_kb(out / "samples.parquet"),
         "rank0_peak_mb": max(poller.rank0_mb, max(e[3] for e in rows)),
         "driver_peak_mb": poller.driver_mb,
-        "load_before": os.getloadavg()[0],
+        "load_before": load,
     }
 
 
@@ -239,6 +249,79 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+# ---- rank 0's own work at large N, timed directly (no processes) --------------------------
+
+def rank0_work(n: int, samples: int, per_node: int = 8) -> dict:
+    """What rank 0 computes and writes for a world of `n` ranks, `per_node` to a host, timed in
+    this process with made-up CPU ranks' facts: at start-up (world_meta, the link peaks and the
+    binding summary twice, as _gather_meta and bind_phase write it, and meta.json), and for one
+    row of `samples` samples (the pooled samples, the row's statistics, the rounds' columns, the
+    samples' frame and its parquet part). Peak: tracemalloc's, of the row's work, its input
+    (every rank's samples as the gather returns them) included."""
+    import tracemalloc
+
+    import numpy as np
+
+    from allreduce_bench.core import metrics
+    from allreduce_bench.core.measure import binding, link_peaks, rounds
+    from allreduce_bench.core.measure import meta as run_meta
+    from allreduce_bench.core.results.schema import samples_frame
+    from allreduce_bench.core.results.store import SamplesWriter, write_meta
+
+    hosts = [f"node{r // per_node:05d}" for r in range(n)]
+    infos = [{"hostname": hosts[r], "device": "AMD EPYC", "pid": 100000 + r, "rank": r,
+              "local_rank": r % per_node, "node_rank": r // per_node, "launcher": "srun"} for r in range(n)]
+    per_rank = [{"rank": r, "host": hosts[r], "nics": []} for r in range(n)]
+    placements = [{"bind": "auto", "how": "core", "cpus": f"{r % per_node * 16}-{r % per_node * 16 + 15}",
+                   "numa_nodes": [r % per_node // 4], "why": f"core block {r % per_node} of {per_node}",
+                   "sched": "fifo", "sched_why": "SCHED_FIFO priority 1 (--sched other turns it off)"}
+                  for r in range(n)]
+    found: dict = {"ranks": n, "samples": samples}
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        meta = run_meta.world_meta(infos)
+        meta["peaks"] = {str(n): {**link_peaks.world_peaks(per_rank, 2.5), "per_rank": per_rank}}
+        for _ in range(2):
+            meta["binding"] = {str(n): {"summary": binding.summary(placements, hosts), "ranks": placements}}
+        write_meta(folder, meta)
+        found["startup_s"] = time.perf_counter() - started
+        found["meta_kb"] = (Path(folder) / "meta.json").stat().st_size / 1024
+        rng = np.random.default_rng(0)
+        row = {"run_id": "x", "benchmark": "all_reduce", "algorithm": "native", "world_size": n,
+               "size_bytes": 4096, "loops": 1}
+
+        def one_row() -> None:
+            per_rank_us = (100 + rng.random((n, samples))).tolist()  # as timing.gather reads them
+            pooled = rounds.pooled([per_rank_us])
+            metrics.sample_stats(pooled, 1)
+            rounds.round_columns([per_rank_us])
+            SamplesWriter(Path(folder)).append(samples_frame(row, pooled, range(n), hosts))
+
+        one_row()  # imports and first calls
+        started = time.perf_counter()
+        one_row()
+        found["row_s"] = time.perf_counter() - started
+        tracemalloc.start()
+        one_row()
+        found["row_peak_mb"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+        found["samples_kb"] = dir_kb(Path(folder) / "samples.parquet") / 3
+    return found
+
+
+def direct_report(ns: list[int], samples: list[int]) -> list[str]:
+    lines = ["### rank 0's own work, timed directly (made-up ranks, 8 a host; no processes, no network)", "",
+             "| N | start-up (s) | meta.json (KB) | samples | one row (ms) | row peak (MB) | part (KB) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in ns:
+        for count in samples:
+            say(f"rank 0's own work at N={n}, {count} samples a row")
+            w = rank0_work(n, count)
+            lines.append(f"| {n:,} | {fmt(w['startup_s'])} | {fmt(w['meta_kb'])} | {count} | "
+                         f"{fmt(w['row_s'] * 1e3)} | {fmt(w['row_peak_mb'])} | {fmt(w['samples_kb'])} |")
+    return lines + [""]
 
 
 # ---- fits ---------------------------------------------------------------------------------
@@ -251,22 +334,22 @@ MODELS = {
 
 
 def fit(ns: list[int], ys: list[float]) -> dict:
-    """Each model's least-squares coefficients, residual and value at every N; `best` the
-    model named (a quadratic only where it halves the better two-parameter fit's residual)."""
+    """Each model's least-squares coefficients and residual (RMS); `best` the model named:
+    linear, unless N log N's residual is under 90% of it; a quadratic only with a point to
+    spare (4 N or more), a positive N^2 term and under half the better one's residual."""
     import numpy as np
 
     found = {}
     for name, basis in MODELS.items():
-        if len(ns) < len(basis(1.0)):
+        if len(ns) < len(basis(1.0)) + (name == "quadratic"):
             continue
         a = np.array([basis(float(n)) for n in ns])
         coef, *_ = np.linalg.lstsq(a, np.array(ys, dtype=float), rcond=None)
         residual = float(np.sqrt(np.mean((a @ coef - np.array(ys)) ** 2)))
         found[name] = {"coef": [float(c) for c in coef], "rms": residual}
-    if not found:
-        return {"best": None, "models": {}}
-    two = [m for m in ("linear", "N log N") if m in found]
-    best = min(two, key=lambda m: found[m]["rms"]) if two else "quadratic"
+    if "linear" not in found:
+        return {"best": None, "models": found}
+    best = "N log N" if found["N log N"]["rms"] < 0.9 * found["linear"]["rms"] else "linear"
     if "quadratic" in found and found["quadratic"]["coef"][2] > 0 \
             and found["quadratic"]["rms"] < 0.5 * found[best]["rms"]:
         best = "quadratic"
@@ -284,42 +367,41 @@ def fmt(value: float) -> str:
 
 
 def report(results: list[dict], extrapolate: int) -> list[str]:
+    """Per kind of world, one table: a figure a line, its value at each N measured, the fit
+    named (`fit`) and its value at `extrapolate` ranks, beside the linear fit's and the
+    quadratic's there (rows of one N only: no fit)."""
     lines = []
     for kind in ("local", "emulated"):
-        mine = [r for r in results if r["kind"] == kind]
+        mine = sorted((r for r in results if r["kind"] == kind), key=lambda r: r["ranks"])
         if not mine:
             continue
-        title = "local gloo, one host" if kind == "local" else "emulated cluster, hosts x 2 ranks"
-        lines += [f"### {title}", "", "| N | " + " | ".join(t for _, t, _ in FIGURES) + " |",
-                  "|---:" * (len(FIGURES) + 1) + "|"]
-        for r in mine:
-            lines.append(f"| {r['ranks']} | " + " | ".join(fmt(r[k]) for k, _, _ in FIGURES) + " |")
-        lines.append("")
         ns = [r["ranks"] for r in mine]
-        if len(ns) < 2:
-            continue
-        lines += [f"Fits against N ({', '.join(map(str, ns))}) and the value at N = {extrapolate:,}:", "",
-                  "| figure | best fit | linear | N log N | quadratic |", "|---|---|---:|---:|---:|"]
-        for key, title, _ in FIGURES:
+        title = "local gloo, one host" if kind == "local" else "emulated cluster, hosts x 2 ranks"
+        head = " | ".join(f"N={n}" for n in ns)
+        lines += [f"### {title}: N = {', '.join(map(str, ns))} ranks", "",
+                  f"| figure | {head} | fit | at {extrapolate:,} | linear | quadratic |",
+                  "|---|" + "---:|" * len(ns) + "---|---:|---:|---:|"]
+        for key, title_, _ in FIGURES:
             ys = [r[key] for r in mine]
-            if any(y != y for y in ys):
-                continue
-            found = fit(ns, ys)
-            cells = []
-            for model in MODELS:
-                m = found["models"].get(model)
-                cells.append(fmt(at(model, m["coef"], extrapolate)) if m else "-")
-            lines.append(f"| {title} | {found['best']} | " + " | ".join(cells) + " |")
+            found = fit(ns, ys) if len(ns) >= 2 and not any(y != y for y in ys) else {"best": None, "models": {}}
+            models = found["models"]
+
+            def value(model: str | None) -> str:
+                return fmt(at(model, models[model]["coef"], extrapolate)) if model in models else "-"
+
+            lines.append(f"| {title_} | " + " | ".join(fmt(y) for y in ys) +
+                         f" | {found['best'] or '-'} | {value(found['best'])} | {value('linear')} | "
+                         f"{value('quadratic')} |")
         lines.append("")
     return lines
 
 
-def numbers(text: str, what: str) -> list[int]:
+def numbers(text: str, what: str, zero: bool = False) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         fail(f"{what} takes comma-separated whole numbers, not {text!r}")
-    if not values or min(values) < 1:
+    if not values or min(values) < (0 if zero else 1):
         fail(f"{what} takes positive whole numbers, not {text!r}")
     return values
 
@@ -348,12 +430,25 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="the runs' --timeout (default 120)")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take (default 300)")
     parser.add_argument("--extrapolate", type=int, default=4096, help="N to extrapolate to (default 4096)")
-    parser.add_argument("--json", type=Path, help="also write one JSON object a line per run, then the fits")
+    parser.add_argument("--direct", default="256,1024,4096",
+                        help="N at which rank 0's own work is also timed directly, in this process "
+                             "(default 256,1024,4096; 0: none)")
+    parser.add_argument("--direct-samples", default="50,200",
+                        help="samples a row for the direct timing (default 50,200: CPU's and GPU's most)")
+    parser.add_argument("--json", type=Path, help="also append one JSON object a line per run to this file")
+    parser.add_argument("--table-from", type=Path, nargs="+", metavar="JSONL",
+                        help="measure nothing: the table and fits of runs an earlier --json wrote")
     parser.add_argument("--keep", type=Path, help="keep the runs' outputs in this folder")
     args = parser.parse_args()
     ranks, nodes = numbers(args.ranks, "--ranks"), numbers(args.nodes, "--nodes")
+    direct = [n for n in numbers(args.direct, "--direct", zero=True) if n]
+    direct_samples = numbers(args.direct_samples, "--direct-samples")
     if args.rows < 2 or args.samples < 1:
         fail("--rows needs at least 2 (the overhead is between rows) and --samples at least 1")
+    if args.table_from:
+        results = [r for path in args.table_from for r in read_results(path)]
+        print("\n".join(report(sorted(results, key=lambda r: (r["kind"], r["ranks"])), args.extrapolate)))
+        return
     plans = [("local", n) for n in ranks]
     if not args.no_emulate:
         why = emulation_missing()
@@ -363,28 +458,40 @@ def main() -> None:
             plans += [("emulated", n) for n in nodes]
     scratch = Path(tempfile.mkdtemp(prefix="harness-costs-")) if args.keep is None else args.keep
     scratch.mkdir(parents=True, exist_ok=True)
-    results = []
+    results, failed = [], []
     try:
         for kind, n in plans:
-            say(f"{kind} N={n if kind == 'local' else f'{n} hosts x 2'}: running (load {os.getloadavg()[0]:.1f})")
+            what = f"{kind} N={n}" if kind == "local" else f"{kind} {n} hosts x 2"
+            say(f"{what}: running (load {os.getloadavg()[0]:.1f})")
             result = measure(kind, n, scratch, args)
+            if isinstance(result, str):
+                say(f"  {what} left out: {result}")
+                failed.append(what)
+                continue
             say(f"  {result['wall_s']:.1f} s wall, first sample at {result['first_sample_s']:.1f} s, "
                 f"per-row overhead {result['row_overhead_ms']:.0f} ms, rank 0 peak {result['rank0_peak_mb']:.0f} MB")
             results.append(result)
+            if args.json:
+                with open(args.json, "a") as out:
+                    out.write(json.dumps(result) + "\n")
     finally:
         if args.keep is None:
             shutil.rmtree(scratch, ignore_errors=True)
     lines = report(results, args.extrapolate)
+    if direct:
+        lines += direct_report(direct, direct_samples)
     print("\n".join(lines))
-    if args.json:
-        with open(args.json, "w") as out:
-            for result in results:
-                out.write(json.dumps(result) + "\n")
-            for kind in ("local", "emulated"):
-                mine = [r for r in results if r["kind"] == kind]
-                if len(mine) >= 2:
-                    fits = {key: fit([r["ranks"] for r in mine], [r[key] for r in mine]) for key, _, _ in FIGURES}
-                    out.write(json.dumps({"kind": kind, "fits": fits}) + "\n")
+    if failed:
+        say(f"{len(failed)} run(s) left out: {', '.join(failed)}")
+        sys.exit(1)
+
+
+def read_results(path: Path) -> list[dict]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as error:
+        fail(f"{path}: not the JSON lines --json writes ({error})")
+        return []
 
 
 if __name__ == "__main__":
