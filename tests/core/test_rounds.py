@@ -122,7 +122,7 @@ def _fake_sweep(settle_after: dict, extra_budget_s: float, call_s: float = 0.1):
         wanted=lambda label, size: True, measuring=lambda label, size, index: None,
         record=lambda label, row, samples: emitted.append((row["label"], row["rounds"], row["unstable"])),
         settled=lambda label, world: headers.append(label))
-    passes.run(config, None, [item(label) for label in settle_after], phase)
+    passes.run(config, SimpleNamespace(rank=0), [item(label) for label in settle_after], phase)
     return measured, emitted, headers
 
 
@@ -159,3 +159,27 @@ def test_the_summary_names_the_rows_that_took_extra_rounds_and_those_left_unsett
         "extra rounds: 2 of 3 rows took them (--extra-budget 4 s); 1 did not settle before it was "
         "spent: native N=2 4K (interval)")
     assert extra_rounds_line(frame[:1], meta) is None
+
+
+def test_ranks_but_the_writer_keep_only_the_slowest_rank_of_a_round():
+    """passes.slowest_only: what a rank other than 0 holds of a round until its row is made (one
+    series, not N ranks' samples); everything that decides extra rounds on every rank alike,
+    `unstable`, the rounds' agreement and the calls' seconds, comes out the same from it."""
+    import numpy as np
+
+    from allreduce_bench.core import metrics
+    from allreduce_bench.core.measure import rounds
+    from allreduce_bench.core.measure.timing import Measured
+    from allreduce_bench.core.sweep import passes
+
+    rng = np.random.default_rng(53)
+    taken = [Measured((100 + 40 * rng.random((64, 12))).tolist(), loops=3, samples=12) for _ in range(3)]
+    kept = [passes.slowest_only(m) for m in taken]
+    assert [len(m.per_rank_us) for m in kept] == [1, 1, 1] and kept[0].loops == 3 and kept[0].samples == 12
+    assert kept[0].per_rank_us[0] == np.max(taken[0].per_rank_us, axis=0).tolist()
+    full, mine = metrics.sample_stats(rounds.pooled([m.per_rank_us for m in taken])), \
+        metrics.sample_stats(rounds.pooled([m.per_rank_us for m in kept]))
+    for key in ("time_us_median", "time_us_ci_low", "time_us_ci_high", "unstable"):
+        assert full[key] == mine[key]
+    assert rounds.round_columns([m.per_rank_us for m in taken]) == rounds.round_columns([m.per_rank_us for m in kept])
+    assert passes.calls_s(taken[0], 1) == passes.calls_s(kept[0], 1)

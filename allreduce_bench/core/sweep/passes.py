@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -71,7 +71,7 @@ def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int
         sampling = rounds.round_sampling(config.sampling, config.rounds, index,
                                          earlier[0] if earlier else None)
         measured, wrong = item.measure(sampling, check)
-        earlier.append(measured)
+        earlier.append(measured if world.rank == 0 else slowest_only(measured))
         return measured, wrong
 
     for index, item in rounds.order(items, config.rounds):
@@ -117,6 +117,15 @@ def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: di
         index += 1
     for item, wrong in unsettled:
         emit(item, item.row(taken[(item.label, item.size_bytes)], wrong))
+
+
+def slowest_only(measured: timing.Measured) -> timing.Measured:
+    """What a rank but the writer keeps of a round until its row is made: the slowest rank's time
+    per sample, all that decides a row's `unstable` and its extra rounds alike on every rank
+    (metrics.sample_stats, rounds.round_columns, calls_s), not every rank's samples of every
+    row in flight (N x rounds x rows on each of N ranks, issue 53). Rank 0 keeps all: it writes them."""
+    slowest = np.max(np.asarray(measured.per_rank_us, dtype=float), axis=0)
+    return replace(measured, per_rank_us=[slowest.tolist()])
 
 
 def calls_s(measured: timing.Measured, warmup: int) -> float:
