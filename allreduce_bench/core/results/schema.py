@@ -2,6 +2,9 @@
 version written into meta.json, and which rows are AllReduce measurements."""
 from __future__ import annotations
 
+from itertools import chain
+
+import numpy as np
 import pandas as pd
 
 # meta.json's schema_version. 1 (no field): one timed call per iteration, five statistics per
@@ -82,13 +85,16 @@ def samples_frame(row: dict, per_rank_us, ranks, hosts=None, round_index: int = 
     rank) with that rank's time per call. `ranks` are the global ranks of the measuring group
     in group-rank order; `hosts` the hostname of every global rank (when known). One round of
     a row measured in several (--rounds) numbers its samples on from `first_sample`."""
-    records = []
-    for index, times in enumerate(per_rank_us):
-        rank = int(ranks[index])
-        host = hosts[rank] if hosts and rank < len(hosts) else ""
-        for number, time_us in enumerate(times, start=first_sample):
-            records.append((number, rank, host, float(time_us)))
-    frame = pd.DataFrame.from_records(records, columns=["sample", "rank", "host", "time_us"])
+    # whole columns at once: a record per (rank, sample) took ~3 s a row at 4,096 ranks x 200
+    counts = [len(times) for times in per_rank_us]
+    of_rank = [int(ranks[index]) for index in range(len(counts))]
+    names = [hosts[rank] if hosts and rank < len(hosts) else "" for rank in of_rank]
+    frame = pd.DataFrame({
+        "sample": np.concatenate([np.arange(first_sample, first_sample + c, dtype=np.int64) for c in counts])
+        if counts else np.zeros(0, dtype=np.int64),
+        "rank": np.repeat(np.array(of_rank, dtype=np.int64), counts),
+        "host": pd.Series(np.repeat(np.array(names, dtype=object), counts), dtype="str"),
+        "time_us": np.fromiter(chain.from_iterable(per_rank_us), dtype=float, count=sum(counts))})
     for column in ("run_id", "benchmark", "algorithm", "world_size", "size_bytes", "link",
                    "operation", "measure", "bucket_mb", "loops"):
         value = row.get(column)
