@@ -30,7 +30,7 @@ the fit with the smallest residual that does not overfit (a quadratic only where
 residual by more than half) is named, and all are extrapolated to --extrapolate ranks.
 
 Usage: python scripts/harness_costs.py [--ranks 2,4,8,16,32] [--nodes 2,4,8] [--no-emulate]
-       [--rows 6] [--samples 5] [--json FILE] [--table-from FILE...]
+       [--rows 6] [--samples 5] [--repeat K] [--json FILE] [--table-from FILE...]
 """
 from __future__ import annotations
 
@@ -195,6 +195,7 @@ def _children_cpu_s() -> float:
 
 def measure(kind: str, n: int, scratch: Path, args) -> dict | str:
     """One run's figures, or why it has none."""
+    scratch.mkdir(parents=True, exist_ok=True)
     out, log = scratch / f"{kind}-{n}", scratch / f"{kind}-{n}.log"
     env = dict(os.environ, ALLREDUCE_BENCH_PLUGINS="harness_costs", **{LOG_ENV: str(log)},
                PYTHONPATH=os.pathsep.join(p for p in (str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
@@ -429,6 +430,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5, help="samples per row, of one call each (default 5)")
     parser.add_argument("--timeout", type=float, default=120.0, help="the runs' --timeout (default 120)")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds one run may take (default 300)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="runs per N; each figure their minimum, the least disturbed (default 1)")
     parser.add_argument("--extrapolate", type=int, default=4096, help="N to extrapolate to (default 4096)")
     parser.add_argument("--direct", default="256,1024,4096",
                         help="N at which rank 0's own work is also timed directly, in this process "
@@ -445,8 +448,10 @@ def main() -> None:
     direct_samples = numbers(args.direct_samples, "--direct-samples")
     if args.rows < 2 or args.samples < 1:
         fail("--rows needs at least 2 (the overhead is between rows) and --samples at least 1")
+    if args.repeat < 1:
+        fail("--repeat needs at least 1")
     if args.table_from:
-        results = [r for path in args.table_from for r in read_results(path)]
+        results = least([r for path in args.table_from for r in read_results(path)])
         print("\n".join(report(sorted(results, key=lambda r: (r["kind"], r["ranks"])), args.extrapolate)))
         return
     plans = [("local", n) for n in ranks]
@@ -460,10 +465,11 @@ def main() -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     results, failed = [], []
     try:
-        for kind, n in plans:
+        for (kind, n), repeat in ((plan, i) for plan in plans for i in range(args.repeat)):
             what = f"{kind} N={n}" if kind == "local" else f"{kind} {n} hosts x 2"
-            say(f"{what}: running (load {os.getloadavg()[0]:.1f})")
-            result = measure(kind, n, scratch, args)
+            say(f"{what}: running{f' ({repeat + 1} of {args.repeat})' if args.repeat > 1 else ''} "
+                f"(load {os.getloadavg()[0]:.1f})")
+            result = measure(kind, n, scratch / f"{repeat}", args)
             if isinstance(result, str):
                 say(f"  {what} left out: {result}")
                 failed.append(what)
@@ -477,13 +483,22 @@ def main() -> None:
     finally:
         if args.keep is None:
             shutil.rmtree(scratch, ignore_errors=True)
-    lines = report(results, args.extrapolate)
+    lines = report(least(results), args.extrapolate)
     if direct:
         lines += direct_report(direct, direct_samples)
     print("\n".join(lines))
     if failed:
         say(f"{len(failed)} run(s) left out: {', '.join(failed)}")
         sys.exit(1)
+
+
+def least(results: list[dict]) -> list[dict]:
+    """One result per (kind, N): each figure the minimum over its runs (--repeat)."""
+    found: dict[tuple, dict] = {}
+    for r in results:
+        key = (r["kind"], r["ranks"])
+        found[key] = {**r, **{k: min(r[k], found[key][k]) for k, _, _ in FIGURES if k in r}} if key in found else r
+    return list(found.values())
 
 
 def read_results(path: Path) -> list[dict]:
