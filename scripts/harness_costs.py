@@ -340,7 +340,7 @@ def fit(ns: list[int], ys: list[float]) -> dict:
     spare (4 N or more), a positive N^2 term and under half the better one's residual."""
     import numpy as np
 
-    found = {}
+    found: dict[str, dict] = {}
     for name, basis in MODELS.items():
         if len(ns) < len(basis(1.0)) + (name == "quadratic"):
             continue
@@ -388,7 +388,7 @@ def report(results: list[dict], extrapolate: int) -> list[str]:
             models = found["models"]
 
             def value(model: str | None) -> str:
-                return fmt(at(model, models[model]["coef"], extrapolate)) if model in models else "-"
+                return fmt(at(model, models[model]["coef"], extrapolate)) if model and model in models else "-"
 
             lines.append(f"| {title_} | " + " | ".join(fmt(y) for y in ys) +
                          f" | {found['best'] or '-'} | {value(found['best'])} | {value('linear')} | "
