@@ -1,8 +1,10 @@
 """The cluster scripts: valid bash, and what they would run for a given (fake) job environment."""
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -246,3 +248,56 @@ def test_gpu_check_walk_through_runs_the_shared_gpu_step(tmp_path):
     assert sorted(run["algorithm"].unique()) == ["native"]  # N=1: the backend's own call only
     shared = tmp_path / "results" / "example-cpu-test-1gpu" / "shared-gpu"
     assert (shared / "plots" / "report.html").exists()
+
+
+def harness_costs(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": os.environ.get("HOME", "/tmp"),
+           "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "harness_costs.py"), *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_harness_costs_fits_and_extrapolates_what_an_earlier_run_wrote(tmp_path):
+    """--table-from: the table of runs at N = 2-32, each figure's fit named and its value at
+    4,096 ranks: a figure linear in N is called linear, one that grows as N^2 quadratic."""
+    figures = ["rank0_up_s", "last_rank_up_s", "first_sample_s", "row_overhead_ms", "after_samples_ms",
+               "finish_s", "wall_s", "cpu_per_rank_s", "meta_kb", "samples_kb", "rank0_peak_mb", "driver_peak_mb"]
+    lines = []
+    for n in (2, 4, 8, 16, 32):
+        run = {"kind": "local", "ranks": n, "nodes": 1, **{key: 1.0 + 0.5 * n for key in figures}}
+        run["row_overhead_ms"] = 10.0 + 0.25 * n * n
+        lines.append(json.dumps(run))
+    (tmp_path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    done = harness_costs("--table-from", str(tmp_path / "runs.jsonl"))
+    assert done.returncode == 0, done.stderr
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in done.stdout.splitlines()
+            if line.startswith("| ")}
+    assert "| figure | N=2 | N=4 | N=8 | N=16 | N=32 | fit | at 4,096 | linear | quadratic |" in done.stdout
+    assert rows["meta.json (KB)"][6:8] == ["linear", "2,049"]  # 1 + 0.5 x 4,096
+    assert rows["per-row overhead (ms)"][6:8] == ["quadratic", "4,194,314"]  # 10 + 0.25 x 4,096^2
+    assert max(map(len, done.stdout.splitlines())) <= 120
+
+
+@pytest.mark.parametrize("args,says", [(["--ranks", "0"], "--ranks takes positive whole numbers"),
+                                       (["--nodes", "2x"], "--nodes takes comma-separated whole numbers"),
+                                       (["--rows", "1"], "--rows needs at least 2")])
+def test_harness_costs_bad_arguments_are_one_line_and_exit_2(args, says):
+    done = harness_costs(*args)
+    assert done.returncode == 2 and says in done.stderr and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_harness_costs_measures_a_world_of_two(tmp_path):
+    """--ranks 2 --no-emulate: one real local world of 2 ranks, its figures from the plugin's
+    timestamps, the run's files and rank 0's /proc; rank 0's own work timed directly at N=64."""
+    done = harness_costs("--ranks", "2", "--no-emulate", "--rows", "2", "--samples", "2", "--direct", "64",
+                         "--direct-samples", "5", "--json", str(tmp_path / "runs.jsonl"), timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads((tmp_path / "runs.jsonl").read_text())
+    assert run["kind"] == "local" and run["ranks"] == 2 and run["rows"] == 2
+    assert 0 < run["rank0_up_s"] <= run["first_sample_s"] < run["wall_s"]
+    assert run["row_overhead_ms"] > 0 and run["after_samples_ms"] > 0 and run["finish_s"] > 0
+    assert run["meta_kb"] > 1 and run["samples_kb"] > 1 and run["rank0_peak_mb"] > 50
+    assert "### local gloo, one host: N = 2 ranks" in done.stdout and "| first sample (s) | " in done.stdout
+    assert re.search(r"^\| 64 \| [\d.]+ \| [\d.]+ \| 5 \| ", done.stdout, re.M), done.stdout
+    assert "harness_costs: local N=2: running" in done.stderr

@@ -128,6 +128,21 @@ def test_summary_names_unbound_and_shared_ranks():
     assert "rank(s) 0-1" in summary([p("core", "0"), p("core", "0"), p("core", "1")], ["h"] * 3)
 
 
+def test_summary_is_linear_in_the_ranks():
+    """4,096 ranks, 8 per host, one core block each: one pass over the CPUs, not every pair of
+    ranks (rank 0 wrote it twice at start-up, ~27 s each at 4,096 ranks before, issue 53);
+    the pair of ranks sharing a block is still found."""
+    import time
+
+    hosts = [f"node{r // 8}" for r in range(4096)]
+    placed = [{"how": "core", "cpus": f"{r % 8 * 16}-{r % 8 * 16 + 15}", "why": "w"} for r in range(4096)]
+    placed[4095] = {**placed[4095], "cpus": placed[4094]["cpus"]}
+    started = time.perf_counter()
+    line = summary(placed, hosts)
+    assert time.perf_counter() - started < 5.0
+    assert line == "ranks bound by core; sharing CPUs with another rank: rank(s) 4094-4095"
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_bind_rank_applies_to_every_thread_and_records_it():
     import threading

@@ -122,7 +122,7 @@ def _fake_sweep(settle_after: dict, extra_budget_s: float, call_s: float = 0.1):
         wanted=lambda label, size: True, measuring=lambda label, size, index: None,
         record=lambda label, row, samples: emitted.append((row["label"], row["rounds"], row["unstable"])),
         settled=lambda label, world: headers.append(label))
-    passes.run(config, None, [item(label) for label in settle_after], phase)
+    passes.run(config, SimpleNamespace(rank=0), [item(label) for label in settle_after], phase)
     return measured, emitted, headers
 
 
@@ -159,3 +159,40 @@ def test_the_summary_names_the_rows_that_took_extra_rounds_and_those_left_unsett
         "extra rounds: 2 of 3 rows took them (--extra-budget 4 s); 1 did not settle before it was "
         "spent: native N=2 4K (interval)")
     assert extra_rounds_line(frame[:1], meta) is None
+
+
+def test_what_ranks_hold_of_a_round_until_its_row_is_made():
+    """passes.held: rank 0 every rank's samples as one array, the others the slowest rank's
+    series alone (not N ranks' samples); everything that decides extra rounds on every rank
+    alike, `unstable`, the rounds' agreement and the calls' seconds, comes out the same, and
+    rank 0's row and samples are those of the lists it was given."""
+    import numpy as np
+
+    from allreduce_bench.core import metrics
+    from allreduce_bench.core.measure import rounds
+    from allreduce_bench.core.measure.timing import Measured
+    from allreduce_bench.core.results.schema import samples_frame
+    from allreduce_bench.core.sweep import passes
+
+    rng = np.random.default_rng(53)
+    taken = [Measured((100 + 40 * rng.random((64, 12))).tolist(), loops=3, samples=12) for _ in range(3)]
+    others = [passes.held(m, writer=False) for m in taken]
+    writer = [passes.held(m, writer=True) for m in taken]
+    assert [len(m.per_rank_us) for m in others] == [1, 1, 1] and others[0].loops == 3 and others[0].samples == 12
+    assert list(others[0].per_rank_us[0]) == np.max(taken[0].per_rank_us, axis=0).tolist()
+    assert np.asarray(writer[0].per_rank_us).dtype == np.float64 and np.asarray(writer[0].per_rank_us).shape == (64, 12)
+
+    def stats(held):
+        return metrics.sample_stats(rounds.pooled([m.per_rank_us for m in held]), 3)
+
+    full = stats(taken)
+    assert stats(writer) == full
+    for key in ("time_us_median", "time_us_ci_low", "time_us_ci_high", "unstable"):
+        assert stats(others)[key] == full[key]
+    agreement = rounds.round_columns([m.per_rank_us for m in taken])
+    for held in (others, writer):
+        assert rounds.round_columns([m.per_rank_us for m in held]) == agreement
+        assert passes.calls_s(held[0], 1) == passes.calls_s(taken[0], 1)
+    row = {"run_id": "r", "benchmark": "allreduce", "algorithm": "ring", "world_size": 64, "size_bytes": 8, "loops": 3}
+    assert samples_frame(row, rounds.pooled([m.per_rank_us for m in writer]), range(64)).equals(
+        samples_frame(row, rounds.pooled([m.per_rank_us for m in taken]), range(64)))

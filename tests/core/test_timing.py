@@ -384,3 +384,25 @@ def test_slow_calibration_calls_do_not_leave_the_samples_one_call_long():
 
     for loops, sample_s in run_world(2, slow_calibration_calls):
         assert loops >= 8 and sample_s >= 1e-3, (loops, sample_s)
+
+
+def test_samples_frame_is_one_row_per_rank_and_sample_built_by_columns():
+    """samples_frame fills whole columns (a record per sample took ~3 s a row at 4,096 ranks x
+    200 samples, issue 53): the same rows, values and types as one (sample, rank, host, time)
+    record per sample, ragged ranks, ranks past the hostnames and a first sample included."""
+    import pandas as pd
+
+    from allreduce_bench.core.results.schema import samples_frame
+
+    row = {"run_id": "r", "benchmark": "allreduce", "algorithm": "ring", "world_size": 3, "size_bytes": 64,
+           "loops": 2, "link": "intra"}
+    frame = samples_frame(row, [[1.0, 2.5], [3.0], [4.0, 5.0]], (4, 5, 9), ["h"] * 6, round_index=1,
+                          first_sample=3)
+    assert list(frame.columns) == SAMPLE_COLUMNS
+    assert frame[["sample", "rank", "host", "time_us"]].values.tolist() == [
+        [3, 4, "h", 1.0], [4, 4, "h", 2.5], [3, 5, "h", 3.0], [3, 9, "", 4.0], [4, 9, "", 5.0]]
+    assert frame["sample"].dtype == "int64" and frame["rank"].dtype == "int64" and frame["time_us"].dtype == float
+    assert pd.api.types.is_string_dtype(frame["host"]) and set(frame["round"]) == {1}
+    assert set(frame["link"]) == {"intra"} and frame["bucket_mb"].isna().all() and set(frame["operation"]) == {""}
+    big = samples_frame(row, [[1.0] * 200] * 4096, range(4096), [f"n{r // 8}" for r in range(4096)])
+    assert len(big) == 4096 * 200 and big["host"].iloc[-1] == "n511"

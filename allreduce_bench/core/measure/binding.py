@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -259,12 +260,10 @@ def local_members(world_size: int, rank: int, hosts: list[str], one_machine: boo
 def summary(placements: list[dict], hosts: list[str]) -> str:
     """One line for meta.json and the report: how ranks were placed, which ran unbound or shared CPUs."""
     unbound = [rank for rank, p in enumerate(placements) if p["how"] == "none"]
-    shared = []
-    for rank, p in enumerate(placements):
-        mine = set(parse_cpulist(p["cpus"]))
-        if any(hosts[other] == hosts[rank] and mine & set(parse_cpulist(q["cpus"]))
-               for other, q in enumerate(placements) if other != rank):
-            shared.append(rank)
+    # how many ranks of each host hold each CPU: one pass, not every pair (quadratic in N)
+    cpus = [set(parse_cpulist(p["cpus"])) for p in placements]
+    holders = Counter((hosts[rank], cpu) for rank, mine in enumerate(cpus) for cpu in mine)
+    shared = [rank for rank, mine in enumerate(cpus) if any(holders[hosts[rank], cpu] > 1 for cpu in mine)]
     hows = sorted({p["how"] for p in placements})
     parts = [f"ranks bound by {'/'.join(hows)}" if unbound != list(range(len(placements)))
              else "ranks unbound"]

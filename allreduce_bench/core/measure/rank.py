@@ -148,8 +148,9 @@ class Session:
                                         bool(self.launch.emulation))
         mine = (self.binder.bind(members.index(self.env.rank), len(members)).as_dict()
                 if self.env.rank in members else None)
-        placements: list = [None] * self.env.world_size
-        self.device.guarded(lambda: dist.all_gather_object(placements, mine), "the placements' gather")
+        placements: list = [None] * self.env.world_size if self.writer else []  # to rank 0 alone: it writes them
+        self.device.guarded(lambda: dist.gather_object(mine, placements if self.writer else None, dst=0),
+                            "the placements' gather")
         if self.writer:
             placements = placements[:world_size]
             update_meta(self.launch.out_dir, binding={
@@ -242,11 +243,19 @@ def _gather_meta(run: Run, env: RankEnv, joined: Joined) -> list[str]:
     probe_GBps = probe_bytes = None
     if device.kind == "cpu" and env.world_size > 1:
         probe_GBps, probe_bytes = link_peaks.probe(env.rank) or (None, None)
-    infos: list = [None] * env.world_size
+    infos: list = [None] * env.world_size if env.rank == 0 else []
     mine = {**run_meta.rank_info(device, env), "peaks": link_peaks.local_peaks(device),
             "placement": joined.placement.as_dict()}
-    device.guarded(lambda: dist.all_gather_object(infos, mine), "the hosts' gather")
-    hosts = [info["hostname"] for info in infos]
+
+    def exchange() -> list[str]:
+        # the facts to rank 0 alone, the hostnames back to all: an all-gather of the facts would
+        # send every rank every rank's (N^2 over the world, issue 53)
+        dist.gather_object(mine, infos if env.rank == 0 else None, dst=0)
+        names: list = [[info["hostname"] for info in infos] if env.rank == 0 else None]
+        dist.broadcast_object_list(names, src=0)
+        return names[0]
+
+    hosts = device.guarded(exchange, "the hosts' gather")
     if env.rank != 0:
         return hosts
     per_rank = [{"rank": i, **info.pop("peaks")} for i, info in enumerate(infos)]

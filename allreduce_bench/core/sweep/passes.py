@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, replace
+from typing import Protocol, cast
 
 import numpy as np
 import pandas as pd
@@ -63,7 +63,7 @@ def run(config: RunConfig, world: World, items: list[Item], phase: Phase) -> int
         sampling = rounds.round_sampling(config.sampling, config.rounds, index,
                                          earlier[0] if earlier else None)
         measured, wrong = item.measure(sampling, check)
-        earlier.append(measured)
+        earlier.append(held(measured, world.rank == 0))
         return measured, wrong
 
     for index, item in rounds.order(items, config.rounds):
@@ -106,6 +106,17 @@ def extra_rounds(config: RunConfig, unsettled: list[tuple[Item, int]], taken: di
         index += 1
     for item, wrong in unsettled:
         emit(item, item.row(taken[(item.label, item.size_bytes)], wrong))
+
+
+def held(measured: timing.Measured, writer: bool) -> timing.Measured:
+    """What a rank keeps of a round until its row is made (issue 53: every rank held every
+    rank's samples of every row in flight, N x rounds x rows as Python floats on each of N ranks).
+    The writer: every rank's samples, as one float64 array (8 B a sample, a Python float's list
+    slot takes 32). The others: the slowest rank's time per sample alone, all that decides a
+    row's `unstable` and its extra rounds alike on every rank (metrics.sample_stats,
+    rounds.round_columns, calls_s)."""
+    times = np.asarray(measured.per_rank_us, dtype=float)
+    return replace(measured, per_rank_us=cast(list, times if writer else times.max(axis=0, keepdims=True)))
 
 
 def calls_s(measured: timing.Measured, warmup: int) -> float:
