@@ -91,7 +91,7 @@ def rank_starting(rank: int) -> None:
 
 
 @hookimpl
-def before_clock(rank: int):
+def before_sample(rank: int):
     if rank != 0 or not os.environ.get(LOG_ENV):
         return None
     return lambda: _sample_times.append(time.time())

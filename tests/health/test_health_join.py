@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from console_lines import unwrapped
 from fault_plugin import FAULT_ENV, Fault, fault_env
 from namespaces import needs_namespaces
 
@@ -92,7 +93,7 @@ def _mpirun_like(n: int, out, frozen: int, per_host: int = 1, timeout_s: float =
     finally:
         for p in procs:
             p.kill()
-    return codes, "".join(p.stdout.read() for p in procs)
+    return codes, unwrapped("".join(p.stdout.read() for p in procs))  # lines whole
 
 
 @pytest.mark.slow
