@@ -41,7 +41,7 @@ from allreduce_bench.health.reference import MIN_FLEET, TOLERANCE_FLOOR, Referen
 
 MODES = ("quick", "all")
 QUICK_PAIR_ROUNDS = 3  # round 1, re-pairing, confirmation (from 6 hosts on); one more per confirmation
-CONTROLS, HOSTS_PER_CONTROL = 5, 16  # control groups of a round: one, and one per 16 free good hosts up to 5
+CONTROLS, HOSTS_PER_CONTROL = 16, 16  # control groups of a round: one, and one per 16 free good hosts up to 16
 
 
 @dataclass(frozen=True)
