@@ -137,12 +137,12 @@ class Reference:
                                         row["tolerance"], "baseline", row.get("groups", 0),
                                         row.get("spread"))
         bandwidth_size = self.sizes[-1]
-        for key, value in (expect or {}).items():
-            for check in _EXPECT_KEYS[key]:
+        for which, value in (expect or {}).items():
+            for check in _EXPECT_KEYS[which]:
                 self.fixed[(check, bandwidth_size)] = Threshold(check, bandwidth_size, value, value,
                                                                 0.0, "expect")
         self.fitted: dict[tuple[str, int], Threshold] = {}
-        self.controls: dict[tuple[int, str, int], float] = {}  # (round, check, size) -> busbw
+        self.controls: dict[tuple[int | None, str, int], float] = {}  # (round, check, size) -> busbw
         self._got: dict[tuple[str, int, int | None], Threshold | None] = {}  # get's answers until a change
 
     def fit(self, values: dict[tuple[str, int], list[float]],

@@ -186,8 +186,8 @@ class HealthCheck:
             if len(pairs) >= MIN_FLEET:
                 self._fit()
         elif measured.kind == "bisect" and self.bisection is not None:
-            size = max(m.size_bytes for m in measurements) if measurements else None
-            by_group = {m.hosts: m.busbw_GBps for m in measurements if m.size_bytes == size}
+            largest = max(m.size_bytes for m in measurements) if measurements else None
+            by_group = {m.hosts: m.busbw_GBps for m in measurements if m.size_bytes == largest}
             if len(by_group) != len(measured.groups):
                 self.bisection.done = True
             else:
