@@ -36,7 +36,7 @@ from allreduce_bench.health.reference import Reference
 
 CONFIRMATIONS = 2  # known-good partners a host must be slow with to be called faulty (at least)
 MAX_CONFIRMATIONS = 4
-FALSE_ALARM_BUDGET = 0.05  # healthy hosts and links named per check, expected, over the whole fleet
+FALSE_ALARM_BUDGET = 0.02  # healthy hosts and links named per check, expected, over the whole fleet
 MIN_MOMENT_SAMPLE = 32  # measurements of good hosts before their moments of load are counted
 
 Channel = tuple[str, "int | None"]  # ("pair", None), ("rail", 1), ("intra", None)

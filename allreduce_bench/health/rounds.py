@@ -148,6 +148,10 @@ class HealthCheck:
             if planned is not None:
                 return planned
             self._intra_done = True
+        elif self.ranks_per_node >= 2 and not self._pairs_done:
+            planned = self._intra()  # k grew with the moments the pair rounds met: a recheck more
+            if planned is not None:
+                return planned
         if not self._pairs_done:
             planned = self._all_pairs() if self.mode == "all" else self._quick_pairs()
             if planned is not None:
@@ -255,16 +259,20 @@ class HealthCheck:
         # a round that lost a host may cost one more (not those that never came: unpaired)
         lost = len(set(self.unreachable.values()) - {0})
         k = self.confirmations()
-        if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost + k - CONFIRMATIONS:
-            return None
         states = self.states()
+        results = self.results()
+        links = link_findings(results, states, k)
+        # a link is re-measured from the third pair round on (its hosts are proven good in the
+        # second): one round more while one slow every time still lacks its k measurements
+        pending = any(finding == "suspect" for finding in links.values())
+        if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost + k - CONFIRMATIONS + pending:
+            return None
         needy = [h for h in self.hosts if states[h].status in ("suspect", "pending")]
         good = [h for h in self.hosts if states[h].status == "good"]
         tried = {h: s.tried for h, s in states.items()}
         pairs, _ = pairing.repair(needy, good, tried)
         busy = {h for p in pairs for h in p}
-        results = self.results()
-        for pair, finding in link_findings(results, states, k).items():
+        for pair, finding in links.items():
             again = finding == "suspect" or (finding == "confirmed"
                                              and not controlled_link(results, pair, self.reference))
             if again and not pair & busy:  # a slow link, measured once more
