@@ -239,6 +239,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         description="Simulate allreduce-bench health's verdicts on a fleet of thousands of hosts "
                     "(the real decision code, modelled measurements).",
         epilog="Defaults justified in doc/health.md (Health at scale, simulated).")
+    parser.error = lambda message: parser.exit(2, f"simulate_health.py: {message}\n")  # type: ignore[method-assign]
     parser.add_argument("--hosts", type=_int_list, action="append",
                         help="fleet size(s), repeatable or comma-separated [64,1024,4096]")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="ranks (GPUs, rails) per host [8]")
