@@ -9,10 +9,14 @@ rounds for 4 hosts, whose one matching has only two pairs), fits the fleet's thr
 pairs every host not yet good or faulty (the members of a slow pair, a host that sat out, the
 partner of a host that stopped answering) with a known-good host it has not met, until nobody
 needs a partner. A bad host is slow with its round-1 partner once that one is proven good and
-with its round-2 partner: two confirmations; two bad hosts in one pair need round 3.
+with its round-2 partner: two confirmations; two bad hosts in one pair need round 3. Where the
+fleet is large and its moments of load common, decide.py asks for k > 2 confirmations: the
+budget grows by k - 2 pair rounds (and an intra recheck more), and by one round while a link
+slow every time lacks its k measurements.
 
 Every re-pairing round (and the intra round that measures the slow ones again) also measures a
-*control*: two known-good hosts left free (one for intra), side by side with the suspects, and
+*control*: two known-good hosts left free (one for intra; with many free, one control group per
+HOSTS_PER_CONTROL of them, up to CONTROLS, their median), side by side with the suspects, and
 each suspect is judged against the control of its round (reference.py): a moment of load slows
 both. A host or link found slow without a control yet is measured once more beside one, where
 two known-good hosts are free and the round budget allows: re-measured before it is judged. With
