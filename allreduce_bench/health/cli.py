@@ -38,17 +38,22 @@ health_options = with_options([
 ])
 
 
-def _plan(options: dict, hosts: int, L: int):
-    """(the planned rounds, their Costs) of a check of `hosts` hosts of L ranks."""
+def _plan(options: dict, hosts: int, L: int, device: str | None = None):
+    """(the planned rounds, their Costs) of a check of `hosts` hosts of L ranks (on `device`:
+    the options' by default)."""
     from allreduce_bench.health.config import health_sampling, health_sizes, parse_pairs
     from allreduce_bench.health.plan import costs, plan
     from allreduce_bench.health.reference import parse_expect
 
-    device = options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
+    device = device or _device(options)
     cost = costs(device, parse_expect(options["expect"]))
     return plan(hosts, L, parse_pairs(options["pairs"]), options["bisect"],
                 health_sizes(options["sizes"], device),
                 health_sampling(device, options["samples"], options["budget"]), cost), cost
+
+
+def _device(options: dict) -> str:
+    return options["device"] or ("cuda" if options["backend"] == "nccl" else "cpu")
 
 
 def dry_run(options: dict) -> int:
@@ -60,7 +65,13 @@ def dry_run(options: dict) -> int:
     if hosts is None or hosts < 1 or L < 1:
         raise UsageError("--dry-run needs --hosts N (>= 1) and, when not 1, --ranks-per-node L")
     planned, cost = _plan(options, hosts, L)
-    click.echo(wrapped(describe(planned, hosts, L, cost)))
+    text = describe(planned, hosts, L, cost)
+    if options["device"] is None and _device(options) == "cpu":  # and on GPUs: what a cluster of many hosts has
+        from allreduce_bench.health.plan import wall_time
+
+        on_gpus, gpu_cost = _plan(options, hosts, L, "cuda")
+        text += "\n" + wall_time(on_gpus, gpu_cost, "on GPUs (--device cuda, its sizes)")
+    click.echo(wrapped(text))
     return 0
 
 

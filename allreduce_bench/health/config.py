@@ -76,7 +76,7 @@ def health_settings(options: HealthOptions, ranks_per_node: int, sizes: tuple[in
     from allreduce_bench.health.reference import parse_expect
     from allreduce_bench.health.store import read_health
 
-    rows = ()
+    rows: tuple[dict, ...] = ()
     if options.baseline is not None:
         rows = tuple(baseline_thresholds(read_health(options.baseline), ranks_per_node, sizes,
                                          options.baseline))

@@ -40,11 +40,14 @@ def circle_rounds(hosts: Sequence[str]) -> Iterator[tuple[list[Pair], list[str]]
     ring: list[str | None] = list(hosts) + ([None] if len(hosts) % 2 else [])
     n = len(ring)
     for _ in range(n - 1):
-        pairs, out = [], []
+        pairs: list[Pair] = []
+        out: list[str] = []
         for i in range(n // 2):
             a, b = ring[i], ring[n - 1 - i]
             if a is None or b is None:
-                out.append(a if b is None else b)
+                sits_out = a if b is None else b
+                if sits_out is not None:
+                    out.append(sits_out)
             else:
                 pairs.append((a, b))
         yield pairs, out
@@ -122,8 +125,9 @@ def _counting(node_names: dict[int, str]):
     one offset (node0..node3, gpu01..gpu04), else None."""
     import re
 
-    found = [(node, re.fullmatch(r"(.*?)(\d+)", name)) for node, name in node_names.items()]
-    if len(found) < 2 or not all(m for _, m in found):
+    matched = [(node, re.fullmatch(r"(.*?)(\d+)", name)) for node, name in node_names.items()]
+    found = [(node, m) for node, m in matched if m is not None]
+    if len(found) < 2 or len(found) < len(matched):
         return None
     prefixes = {m.group(1) for _, m in found}
     offsets = {int(m.group(2)) - node for node, m in found}

@@ -10,7 +10,9 @@ Three sources, per (check, size_bytes), first found wins:
   the hosts of one check and size, the spread sigma = 1.4826 * MAD (the normal-consistent
   median absolute deviation) taken on the fast side of the median (a fault only slows), and a
   measurement is slow under median * (1 - tolerance) with tolerance = max(TOLERANCE_FLOOR,
-  under(K_SIGMA * sigma / median)), `under` reading a spread in log space (bandwidth noise is
+  under(k * sigma / median)), k = max(K_SIGMA, fleet_sigmas(groups)): the sigmas that keep a
+  fleet of that many groups within NOISE_BUDGET healthy groups flagged by noise alone per
+  check (a Bonferroni share of the budget per group), `under` reading a spread in log space (bandwidth noise is
   multiplicative). The median stays put while fewer than half of the hosts are slow
   (breakdown point 50%), and the one-sided MAD is not widened by them at all, so up to N/8 bad
   hosts (N/4 of round 1's pairs) cannot drag the threshold down to them. doc/health.md gives
@@ -35,7 +37,9 @@ from dataclasses import asdict, dataclass
 from allreduce_bench.core import units
 from allreduce_bench.core.errors import UsageError
 
-K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group
+K_SIGMA = 4.0  # a healthy group under the threshold is a > 4-sigma event: 3e-5 per group, at least
+NOISE_BUDGET = 0.01  # healthy groups under a fleet threshold by the fleet's spread alone, per check and key
+JUDGED_PER_VALUE = 3  # the rounds a host's value of one check is judged in, about
 TOLERANCE_FLOOR = 0.25  # never flag less than 25% under the median, however quiet the fleet
 LATENCY_FLOOR = 0.9  # smaller sizes: flagged only 10x slower (a ~100 us call moves with the load)
 MAD_TO_SIGMA = 1.4826
@@ -76,9 +80,17 @@ def fleet_threshold(check: str, size_bytes: int, values: list[float], k_sigma: f
     # the spread on the fast side of the median only: a fault only slows a group, so slow
     # outliers (and the healthy partners they drag down) must not widen the tolerance
     spread = MAD_TO_SIGMA * statistics.median(v - median for v in values if v >= median) / median
-    tolerance = max(floor, under(k_sigma * spread), under(K_NOISE * noise))
+    tolerance = max(floor, under(max(k_sigma, fleet_sigmas(len(values))) * spread), under(K_NOISE * noise))
     return Threshold(check, size_bytes, median, median * (1 - tolerance), tolerance, "fleet",
                      len(values), spread, noise)
+
+
+def fleet_sigmas(groups: int) -> float:
+    """The sigmas under the median a threshold must reach so that `groups` healthy values, each
+    judged JUDGED_PER_VALUE times, fall under it by Gaussian noise with NOISE_BUDGET
+    probability in all (Bonferroni: the budget shared over the fleet): 3.3 for 8 groups, 4.5
+    for 1,024, 5.2 for 32,768 (4,096 hosts x 8 rails). K_SIGMA is the least."""
+    return -statistics.NormalDist().inv_cdf(NOISE_BUDGET / (max(1, groups) * JUDGED_PER_VALUE))
 
 
 def under(spread: float) -> float:
@@ -125,12 +137,13 @@ class Reference:
                                         row["tolerance"], "baseline", row.get("groups", 0),
                                         row.get("spread"))
         bandwidth_size = self.sizes[-1]
-        for key, value in (expect or {}).items():
-            for check in _EXPECT_KEYS[key]:
+        for which, value in (expect or {}).items():
+            for check in _EXPECT_KEYS[which]:
                 self.fixed[(check, bandwidth_size)] = Threshold(check, bandwidth_size, value, value,
                                                                 0.0, "expect")
         self.fitted: dict[tuple[str, int], Threshold] = {}
-        self.controls: dict[tuple[int, str, int], float] = {}  # (round, check, size) -> busbw
+        self.controls: dict[tuple[int | None, str, int], float] = {}  # (round, check, size) -> busbw
+        self._got: dict[tuple[str, int, int | None], Threshold | None] = {}  # get's answers until a change
 
     def fit(self, values: dict[tuple[str, int], list[float]],
             noise: dict[tuple[str, int], float] | None = None) -> None:
@@ -138,6 +151,7 @@ class Reference:
         (later rounds re-pair suspects and are no sample of the fleet). Sizes below the
         bandwidth size are latency-bound: their floor is LATENCY_FLOOR. `noise`: per key, the
         relative standard error of a ratio of two medians (ratio_noise)."""
+        self._got.clear()
         for key, found in values.items():
             if key not in self.fixed and key not in self.fitted and found:
                 floor = self.floor if key[1] == self.sizes[-1] else max(self.floor, LATENCY_FLOOR)
@@ -147,6 +161,7 @@ class Reference:
     def control(self, round_index: int, check: str, size_bytes: int, busbw_GBps: float) -> None:
         """The busbw the control groups of a round measured on one check and size."""
         self.controls[(round_index, check, size_bytes)] = busbw_GBps
+        self._got.clear()
 
     def controlled(self, round_index: int) -> bool:
         """Whether a round had a control to judge its measurements against."""
@@ -155,6 +170,12 @@ class Reference:
     def get(self, check: str, size_bytes: int, round_index: int | None = None) -> Threshold | None:
         """The threshold of a check and size; in a round with a control, a fleet threshold
         moves to the control's busbw of that round (same tolerance)."""
+        asked = (check, size_bytes, round_index)
+        if asked not in self._got:
+            self._got[asked] = self._get(check, size_bytes, round_index)
+        return self._got[asked]
+
+    def _get(self, check: str, size_bytes: int, round_index: int | None) -> Threshold | None:
         key = (check, size_bytes)
         found = self.fixed.get(key) or self.fitted.get(key)
         beside = self.controls.get((round_index, check, size_bytes))

@@ -9,10 +9,14 @@ rounds for 4 hosts, whose one matching has only two pairs), fits the fleet's thr
 pairs every host not yet good or faulty (the members of a slow pair, a host that sat out, the
 partner of a host that stopped answering) with a known-good host it has not met, until nobody
 needs a partner. A bad host is slow with its round-1 partner once that one is proven good and
-with its round-2 partner: two confirmations; two bad hosts in one pair need round 3.
+with its round-2 partner: two confirmations; two bad hosts in one pair need round 3. Where the
+fleet is large and its moments of load common, decide.py asks for k > 2 confirmations: the
+budget grows by k - 2 pair rounds (and an intra recheck more), and by one round while a link
+slow every time lacks its k measurements.
 
 Every re-pairing round (and the intra round that measures the slow ones again) also measures a
-*control*: two known-good hosts left free (one for intra), side by side with the suspects, and
+*control*: two known-good hosts left free (one for intra; with many free, one control group per
+HOSTS_PER_CONTROL of them, up to CONTROLS, their median), side by side with the suspects, and
 each suspect is judged against the control of its round (reference.py): a moment of load slows
 both. A host or link found slow without a control yet is measured once more beside one, where
 two known-good hosts are free and the round budget allows: re-measured before it is judged. With
@@ -23,21 +27,25 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from allreduce_bench.health import pairing
 from allreduce_bench.health.decide import (
+    CONFIRMATIONS,
+    HostState,
     Measurement,
+    PairResult,
     controlled_link,
-    host_states,
+    evaluate,
     link_findings,
     pair_results,
 )
 from allreduce_bench.health.reference import MIN_FLEET, TOLERANCE_FLOOR, Reference, ratio_noise
 
 MODES = ("quick", "all")
-QUICK_PAIR_ROUNDS = 3  # round 1, re-pairing, confirmation (from 6 hosts on)
+QUICK_PAIR_ROUNDS = 3  # round 1, re-pairing, confirmation (from 6 hosts on); one more per confirmation
+CONTROLS, HOSTS_PER_CONTROL = 16, 4  # control groups of a round: one, and one per 4 free good hosts up to 16
 
 
 @dataclass(frozen=True)
@@ -101,7 +109,8 @@ class HealthCheck:
         self.seconds: dict[int, float] = {}  # round -> its wall time, where the coordinator timed it
         self.holdbacks: dict[str, dict[int, dict]] = {}  # host -> rank -> its throttling
         self.bisection = Bisection(hosts, ranks_per_node) if bisect else None
-        self._circle = None  # the circle method's rounds, made as asked for
+        self._circle: Iterator[tuple[list[tuple[str, str]], list[str]]] | None = None  # made as asked for
+        self._evaluated: tuple[tuple, list[PairResult], dict[str, HostState], int] | None = None
         self._fitted = False  # the fleet's pair and rail thresholds
         self._fit_round = 0  # the pair rounds they were fitted on
         self._pairs_done = len(hosts) < 2
@@ -114,8 +123,27 @@ class HealthCheck:
     def reachable(self) -> list[str]:
         return [h for h in self.hosts if h not in self.unreachable]
 
-    def states(self):
-        return host_states(self.hosts, self.measurements, self.reference, self.unreachable)
+    def states(self) -> dict[str, HostState]:
+        return self._evaluate()[0]
+
+    def confirmations(self) -> int:
+        """k of decide.py: the slow measurements that name a host or confirm a link, now."""
+        return self._evaluate()[1]
+
+    def results(self) -> list[PairResult]:
+        """decide.py's pair_results of every round so far."""
+        self._evaluate()
+        return self._evaluated[1]  # type: ignore[index]
+
+    def _evaluate(self) -> tuple[dict[str, HostState], int]:
+        """decide.py's pair results, states and k, made once per change (a round recorded, a fit)."""
+        key = (len(self.measurements), len(self.unreachable), len(self.reference.fitted),
+               len(self.reference.controls))
+        if self._evaluated is None or self._evaluated[0] != key:
+            results = pair_results(self.measurements, self.reference)
+            self._evaluated = (key, results, *evaluate(self.hosts, self.measurements, self.reference,
+                                                        self.unreachable, results))
+        return self._evaluated[2], self._evaluated[3]
 
     def next_round(self) -> Round | None:
         """The next round to measure, or None when the check is complete."""
@@ -124,6 +152,10 @@ class HealthCheck:
             if planned is not None:
                 return planned
             self._intra_done = True
+        elif self.ranks_per_node >= 2 and not self._pairs_done:
+            planned = self._intra()  # k grew with the moments the pair rounds met: a recheck more
+            if planned is not None:
+                return planned
         if not self._pairs_done:
             planned = self._all_pairs() if self.mode == "all" else self._quick_pairs()
             if planned is not None:
@@ -162,8 +194,8 @@ class HealthCheck:
             if len(pairs) >= MIN_FLEET:
                 self._fit()
         elif measured.kind == "bisect" and self.bisection is not None:
-            size = max(m.size_bytes for m in measurements) if measurements else None
-            by_group = {m.hosts: m.busbw_GBps for m in measurements if m.size_bytes == size}
+            largest = max(m.size_bytes for m in measurements) if measurements else None
+            by_group = {m.hosts: m.busbw_GBps for m in measurements if m.size_bytes == largest}
             if len(by_group) != len(measured.groups):
                 self.bisection.done = True
             else:
@@ -185,9 +217,10 @@ class HealthCheck:
             return self._round("intra", [(h,) for h in self.reachable()], "each host's local ranks")
         states = self.states()
         again = [(h,) for h in self.reachable() if states[h].status == "recheck"]
-        if done == 1 and again:
+        if done < self.confirmations() and again:
             known_fine = self._intra_fine() - {h for (h,) in again}  # once: it reads every measurement
-            fine = [(h,) for h in self.reachable() if h in known_fine][:1]
+            fine = [(h,) for h in self.reachable() if h in known_fine]
+            fine = fine[:_controls(len(fine))]
             return self._round("intra", again, "the slow ones once more, to confirm"
                                + (", beside a host found fine" if fine else ""), fine)
         return None
@@ -229,16 +262,21 @@ class HealthCheck:
             self._fit()  # 2 or 3 hosts: every pair measured, still too few for a median
         # a round that lost a host may cost one more (not those that never came: unpaired)
         lost = len(set(self.unreachable.values()) - {0})
-        if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost:
-            return None
+        k = self.confirmations()
         states = self.states()
+        results = self.results()
+        links = link_findings(results, states, k)
+        # a link is re-measured from the third pair round on (its hosts are proven good in the
+        # second): one round more while one slow every time still lacks its k measurements
+        pending = any(finding == "suspect" for finding in links.values())
+        if self.pair_rounds >= max(QUICK_PAIR_ROUNDS, self._fit_round + 1) + lost + k - CONFIRMATIONS + pending:
+            return None
         needy = [h for h in self.hosts if states[h].status in ("suspect", "pending")]
         good = [h for h in self.hosts if states[h].status == "good"]
         tried = {h: s.tried for h, s in states.items()}
         pairs, _ = pairing.repair(needy, good, tried)
         busy = {h for p in pairs for h in p}
-        results = pair_results(self.measurements, self.reference)
-        for pair, finding in link_findings(results, states).items():
+        for pair, finding in links.items():
             again = finding == "suspect" or (finding == "confirmed"
                                              and not controlled_link(results, pair, self.reference))
             if again and not pair & busy:  # a slow link, measured once more
@@ -247,8 +285,7 @@ class HealthCheck:
         pairs += self._beside_control(states, good, busy)
         free = [g for g in good if g not in {h for p in pairs for h in p}]
         slow_pairs = {frozenset(r.hosts) for r in results if r.slow}
-        control = next((c for c in itertools.combinations(free, 2) if frozenset(c) not in slow_pairs), None)
-        controls = [control] if pairs and control else []
+        controls = _control_pairs(free, slow_pairs) if pairs else []
         return self._round("pairs", pairs, "each host not yet told apart with a known-good host "
                                            "it has not met; slow links once more"
                            + ("; beside a control pair of known-good hosts" if controls else ""),
@@ -269,6 +306,27 @@ class HealthCheck:
             pairs.append((host, partner))
             busy |= {host, partner}
         return pairs
+
+
+def _controls(free: int) -> int:
+    """How many control groups a round measures with `free` known-good hosts left free: one,
+    and where many are free one per HOSTS_PER_CONTROL, up to CONTROLS, so that a moment of load
+    on one control does not move the round's expectation (their median): judged against one
+    loaded control, every bad host of a simulated round read fine (scripts/simulate_health.py)."""
+    return max(1, min(CONTROLS, free // HOSTS_PER_CONTROL))
+
+
+def _control_pairs(free: Sequence[str], slow_pairs: set[frozenset]) -> list[tuple[str, str]]:
+    """Disjoint pairs of the free known-good hosts, never a pair found slow, `_controls` of them."""
+    chosen: list[tuple[str, str]] = []
+    used: set[str] = set()
+    for a, b in itertools.combinations(free, 2):
+        if len(chosen) == _controls(len(free)):
+            break
+        if a not in used and b not in used and frozenset((a, b)) not in slow_pairs:
+            chosen.append((a, b))
+            used |= {a, b}
+    return chosen
 
 
 def _values(measurements: Sequence[Measurement]) -> dict[tuple[str, int], list[float]]:

@@ -123,8 +123,8 @@ def _settled(fates: dict[str, str], by_host: dict[str, list[list[dict]]], finish
 
 def _accused(by_host: dict[str, list[list[dict]]]) -> set[str]:
     """The hosts some rank said it lost (the coordinator's, the store's)."""
-    return {e.get("host") for ranks in by_host.values() for events in ranks for e in events
-            if e["event"] == "lost"}
+    return {e["host"] for ranks in by_host.values() for events in ranks for e in events
+            if e["event"] == "lost" and e.get("host") is not None}
 
 
 class Watch:

@@ -18,7 +18,6 @@ from allreduce_bench.health.decide import (
     channel_of,
     controlled_link,
     link_findings,
-    pair_results,
 )
 from allreduce_bench.health.reference import BAD_FRACTION, Reference
 from allreduce_bench.health.rounds import HealthCheck
@@ -68,6 +67,8 @@ def _name(channel: Channel) -> str:
 
 def _host_channel_ms(host: str, channel: Channel, results: Sequence[PairResult],
                      partners: Sequence[str], intra: Sequence[Measurement]) -> list[Measurement]:
+    """The measurements of one host's channel: `results` and `intra`, the host's own (verdicts
+    indexes them per host once, so a fleet of thousands is judged in linear time)."""
     if channel[0] == "intra":
         return [m for m in intra if m.hosts == (host,)]
     return [m for r in results if host in r.hosts and r.partner(host) in partners
@@ -75,6 +76,7 @@ def _host_channel_ms(host: str, channel: Channel, results: Sequence[PairResult],
 
 
 def host_verdict(state: HostState, check: HealthCheck, results, intra, complete: bool = True) -> dict:
+    """One host's verdict; `results` and `intra`: its own pair results and intra measurements."""
     host, ref = state.host, check.reference
     out = {"host": host, "partners": sorted(state.tried)}
     if state.status == "unreachable":
@@ -182,9 +184,11 @@ def _public(worst: dict) -> dict:
     return {k: worst.get(k) for k in ("size_bytes", "measured_GBps", "expected_GBps", "threshold_GBps")}
 
 
-def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> list[dict]:
+def rail_verdicts(states: dict[str, HostState], check: HealthCheck,
+                  results_of: dict[str, list[PairResult]]) -> list[dict]:
     rows = []
     for host, state in states.items():
+        results = results_of.get(host, [])
         for rail in range(check.ranks_per_node):
             channel = ("rail", rail)
             faulty = state.status == "faulty" and channel in state.channels
@@ -203,7 +207,7 @@ def rail_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> 
 
 
 def pair_verdicts(states: dict[str, HostState], check: HealthCheck, results) -> list[dict]:
-    links = link_findings(results, states)
+    links = link_findings(results, states, check.confirmations())
     rows = []
     for r in results:
         base = {"hosts": list(r.hosts), "round": r.round,
@@ -239,11 +243,18 @@ def verdicts(check: HealthCheck, complete: bool = True) -> dict:
     """hosts, rails (with >= 2 ranks per host) and pairs, as health.json lists them (a check
     not complete calls a host slow once `not judged`: it was to be measured again)."""
     states = check.states()
-    results = pair_results(check.measurements, check.reference)
-    intra = [m for m in check.measurements if m.check == "intra"]
-    hosts = [with_holdback(host_verdict(states[h], check, results, intra, complete), check.holdbacks.get(h))
-             for h in check.hosts]
-    rails = rail_verdicts(states, check, results) if check.ranks_per_node > 1 else []
+    results = check.results()
+    results_of: dict[str, list[PairResult]] = {}
+    for r in results:
+        for h in r.hosts:
+            results_of.setdefault(h, []).append(r)
+    intra_of: dict[str, list[Measurement]] = {}
+    for m in check.measurements:
+        if m.check == "intra":
+            intra_of.setdefault(m.hosts[0], []).append(m)
+    hosts = [with_holdback(host_verdict(states[h], check, results_of.get(h, []), intra_of.get(h, []), complete),
+                           check.holdbacks.get(h)) for h in check.hosts]
+    rails = rail_verdicts(states, check, results_of) if check.ranks_per_node > 1 else []
     return {"hosts": hosts, "rails": rails, "pairs": pair_verdicts(states, check, results)}
 
 
