@@ -1,5 +1,6 @@
 """A private Slurm (munged, slurmctld, slurmds in one directory, on ports the OS picks), and the emulated
-cluster as a Slurm cluster, one slurmd per host inside its namespace (doc/cluster.md, "How it is built")."""
+cluster as a Slurm cluster, one slurmd per host inside its namespace
+(doc/cluster.md, "Try it on an emulated cluster")."""
 from __future__ import annotations
 
 import os
